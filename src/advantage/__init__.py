@@ -1,0 +1,35 @@
+"""advantage: reinforcement learning from Q-tables to GRPO, on one verified math core.
+
+The Python API mirrors the CLI::
+
+    import advantage
+    run = advantage.train("q_learning", **{"env.is_slippery": False, "trainer.total_steps": 20_000})
+    run.evaluate(episodes=100)      # {"return_mean": 1.0, ...}
+    run.act(0)                      # the trained policy's action
+    advantage.Run.load(run.dir).metrics
+"""
+
+from advantage.errors import (
+    AdvantageError,
+    CheckpointError,
+    ConfigError,
+    EnvError,
+    NonFiniteError,
+    RunDirError,
+)
+from advantage.runs import Run, resume, train
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AdvantageError",
+    "CheckpointError",
+    "ConfigError",
+    "EnvError",
+    "NonFiniteError",
+    "Run",
+    "RunDirError",
+    "__version__",
+    "resume",
+    "train",
+]

@@ -1,0 +1,3 @@
+"""Algorithms. Importing this package registers every algorithm (see :mod:`advantage.registry`)."""
+
+from advantage.algos.tabular import monte_carlo, planning, td  # noqa: F401

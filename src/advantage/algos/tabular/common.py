@@ -1,0 +1,98 @@
+"""Pieces shared by the tabular algorithms: the config sections, ε-greedy, the table policy, checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from advantage.config import option
+from advantage.envs import require_space
+
+
+@dataclass
+class TableModel:
+    """The ``model`` section of tabular methods: the table itself."""
+
+    init_value: float = option(0.0, "initial value of every table entry (optimistic if > 0)")
+
+
+@dataclass
+class EpsilonSchedule:
+    """Mixin-free ε fields, embedded by the algorithm sections that explore ε-greedily."""
+
+    epsilon_start: float = option(1.0, "ε at step 0", lo=0, hi=1)
+    epsilon_end: float = option(0.05, "ε after the decay", lo=0, hi=1)
+    epsilon_decay_fraction: float = option(0.5, "fraction of trainer.total_steps over which ε decays linearly",
+                                           lo=0, hi=1, lo_open=True)
+
+
+def linear_schedule(start: float, end: float, fraction: float, step: int, total: int) -> float:
+    """Linear interpolation from ``start`` (step 0) to ``end`` (step ``fraction·total``), then ``end``."""
+    horizon = max(1.0, fraction * total)
+    return start + (end - start) * min(1.0, step / horizon)
+
+
+def epsilon_greedy(q_row: np.ndarray, epsilon: float, rng: np.random.Generator) -> int:
+    """With probability ε a uniform action, else a greedy one with ties broken uniformly (so an
+    all-zero table does not always pick action 0)."""
+    if rng.random() < epsilon:
+        return int(rng.integers(q_row.shape[0]))
+    best = np.flatnonzero(q_row == q_row.max())
+    return int(best[0] if best.shape[0] == 1 else best[rng.integers(best.shape[0])])
+
+
+def epsilon_greedy_probs(q_row: np.ndarray, epsilon: float) -> np.ndarray:
+    """π(·|s) of the ε-greedy policy: ε/|A| everywhere plus (1−ε) shared by the greedy actions."""
+    n = q_row.shape[0]
+    best = q_row == q_row.max()
+    return np.full(n, epsilon / n) + (1.0 - epsilon) * best / best.sum()
+
+
+class TablePolicy:
+    """A policy stored as a table ``[S, A]``.
+
+    ``kind="q"``: action values; the policy is greedy (first maximum when ``deterministic``, a uniform
+    choice among maxima otherwise). ``kind="probs"``: a stochastic policy π(a|s) that is always sampled
+    (a prediction run evaluates exactly that policy).
+    """
+
+    def __init__(self, table: np.ndarray, kind: str = "q", seed: int = 0):
+        if kind not in ("q", "probs"):
+            raise ValueError(f"kind must be 'q' or 'probs', got {kind!r}")
+        self.table, self.kind = np.asarray(table, dtype=np.float64), kind
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs: Any, deterministic: bool = True) -> int:
+        row = self.table[int(obs)]
+        if self.kind == "probs":
+            return int(self.rng.choice(row.shape[0], p=row / row.sum()))
+        if deterministic:
+            return int(np.argmax(row))
+        return epsilon_greedy(row, 0.0, self.rng)
+
+
+def check_discrete(algo: str):
+    """``check_env`` for the registry: tabular methods need Discrete observations and actions."""
+
+    def check(cfg: Any, env: gym.Env) -> None:
+        require_space(algo, cfg.env.id, "observation", env.observation_space, gym.spaces.Discrete)
+        require_space(algo, cfg.env.id, "action", env.action_space, gym.spaces.Discrete)
+
+    return check
+
+
+def table_shape(env: gym.Env) -> tuple[int, int]:
+    return int(env.observation_space.n), int(env.action_space.n)
+
+
+def rng_state(rng: np.random.Generator) -> dict[str, Any]:
+    return rng.bit_generator.state
+
+
+def restore_rng(state: dict[str, Any]) -> np.random.Generator:
+    rng = np.random.default_rng()
+    rng.bit_generator.state = state
+    return rng

@@ -1,0 +1,227 @@
+"""Monte Carlo prediction and control (SPEC T2; seed 002 "Monte Carlo", seed 003's value definitions).
+
+An episode is played to its end, its returns are computed backwards, :math:`G_t = r_{t+1} + γ G_{t+1}`
+(one O(T) pass, :func:`advantage.math.reward_to_go`), and every visit — or only the first visit — of a
+state (prediction) or state-action pair (control) moves its estimate by the incremental mean
+:math:`V \\mathrel{+}= (G - V)/N` (:func:`advantage.math.mc_update`).
+
+* ``mc_prediction`` estimates :math:`V^\\pi` of a fixed policy: the uniform random policy, or the policy
+  of an earlier run (``algorithm.policy=runs/...``). Its estimate converges to exact policy evaluation
+  (``advantage train policy_evaluation``), which the tests check.
+* ``mc_control`` is on-policy first-/every-visit control with an ε-soft (ε-greedy) policy that improves
+  after every episode (Sutton & Barto 2018, §5.4).
+
+Implementation details:
+
+1. A time-limit truncation is not a termination: the return of a truncated episode is bootstrapped with
+   the current estimate of the last next-state's value (V for prediction; the ε-greedy expectation of Q
+   for control) instead of pretending the episode ended there.
+2. Estimates and counts are float64 torch tensors so the math core's functions apply unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from advantage.algos.tabular.common import (
+    EpsilonSchedule,
+    TableModel,
+    TablePolicy,
+    check_discrete,
+    epsilon_greedy,
+    epsilon_greedy_probs,
+    linear_schedule,
+    restore_rng,
+    rng_state,
+    table_shape,
+)
+from advantage.config import EnvConfig, Preset, TrainerConfig, option, section
+from advantage.context import RunContext, Snapshot
+from advantage.envs import env_state, set_env_state
+from advantage.errors import ConfigError
+from advantage.math import mc_update, reward_to_go
+from advantage.registry import Algorithm, register
+
+
+@dataclass
+class MCControlAlgorithm(EpsilonSchedule):
+    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
+    visit: str = option("first", "which visits of a state-action pair in an episode count", choices=("first", "every"))
+
+    def problems(self) -> list[str]:
+        if self.epsilon_end > self.epsilon_start:
+            return [f"algorithm.epsilon_end ({self.epsilon_end}) must be <= algorithm.epsilon_start "
+                    f"({self.epsilon_start})"]
+        return []
+
+
+@dataclass
+class MCPredictionAlgorithm:
+    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
+    visit: str = option("first", "which visits of a state in an episode count", choices=("first", "every"))
+    policy: str = option("random", "policy to evaluate: 'random' (uniform) or the folder of a tabular run")
+
+    def problems(self) -> list[str]:
+        if self.policy != "random" and not (Path(self.policy) / "config.yaml").is_file():
+            return [f"algorithm.policy must be 'random' or a run folder, got {self.policy!r} (no config.yaml there)"]
+        return []
+
+
+@dataclass
+class MCControlConfig:
+    env: EnvConfig = section(EnvConfig)
+    algorithm: MCControlAlgorithm = section(MCControlAlgorithm)
+    model: TableModel = section(TableModel)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+
+@dataclass
+class MCPredictionConfig:
+    env: EnvConfig = section(EnvConfig)
+    algorithm: MCPredictionAlgorithm = section(MCPredictionAlgorithm)
+    model: TableModel = section(TableModel)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+
+def fixed_policy_table(spec: str, n_states: int, n_actions: int) -> np.ndarray:
+    """π(a|s) ``[S, A]`` of the policy named by ``algorithm.policy`` (uniform, or a run's greedy policy)."""
+    if spec == "random":
+        return np.full((n_states, n_actions), 1.0 / n_actions)
+    from advantage.runs import Run
+
+    policy = Run(spec).policy
+    if not isinstance(policy, TablePolicy) or policy.table.shape != (n_states, n_actions):
+        raise ConfigError(f"algorithm.policy {spec!r} is not a tabular policy for a {n_states}x{n_actions} table")
+    if policy.kind == "probs":
+        return policy.table / policy.table.sum(axis=1, keepdims=True)
+    return np.eye(n_actions)[policy.table.argmax(axis=1)]
+
+
+class _Episode:
+    """The running episode: what Monte Carlo must keep until the episode ends."""
+
+    def __init__(self, states=None, actions=None, rewards=None):
+        self.states: list[int] = states or []
+        self.actions: list[int] = actions or []
+        self.rewards: list[float] = rewards or []
+
+    def as_dict(self) -> dict[str, list]:
+        return {"states": self.states, "actions": self.actions, "rewards": self.rewards}
+
+    def returns(self, gamma: float, bootstrap: float) -> torch.Tensor:
+        r = torch.tensor(self.rewards, dtype=torch.float64)
+        return reward_to_go(r, gamma, bootstrap=torch.tensor(bootstrap, dtype=torch.float64))
+
+
+def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: bool) -> None:
+    a_cfg, t = cfg.algorithm, cfg.trainer
+    env = ctx.make_env()
+    n_states, n_actions = table_shape(env)
+    n_keys = n_states * n_actions if control else n_states
+    pi = None if control else fixed_policy_table(a_cfg.policy, n_states, n_actions)
+
+    def epsilon(step: int) -> float:
+        return linear_schedule(a_cfg.epsilon_start, a_cfg.epsilon_end, a_cfg.epsilon_decay_fraction,
+                               step, t.total_steps)
+
+    if ctx.restored is None:
+        est = torch.full((n_keys,), cfg.model.init_value, dtype=torch.float64)
+        counts = torch.zeros(n_keys, dtype=torch.float64)
+        rng = np.random.default_rng(t.seed)
+        obs, _ = env.reset(seed=t.seed)
+        step, episode = 0, _Episode()
+    else:
+        est = ctx.restored.tensors["estimate"].clone()
+        counts = ctx.restored.tensors["counts"].clone()
+        s = ctx.restored.state["algo"]
+        rng = restore_rng(s["rng"])
+        env.reset(seed=t.seed)
+        set_env_state(env, s["env"])
+        obs, step, episode = s["obs"], ctx.restored.step, _Episode(**s["episode"])
+
+    def table() -> np.ndarray:
+        return est.numpy().reshape(n_states, n_actions) if control else est.numpy()
+
+    def act(state: int, step: int) -> int:
+        if control:
+            return epsilon_greedy(table()[state], epsilon(step), rng)
+        return int(rng.choice(n_actions, p=pi[state]))
+
+    def snapshot() -> Snapshot:
+        state = {"rng": rng_state(rng), "env": env_state(env), "obs": int(obs), "episode": episode.as_dict()}
+        policy = TablePolicy(table().copy()) if control else TablePolicy(pi, kind="probs", seed=t.seed)
+        return Snapshot(policy, {"estimate": est, "counts": counts}, state)
+
+    while step < t.total_steps:
+        action = act(obs, step)
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        ctx.check_finite(step, "reward", float(reward))
+        step += 1
+        episode.states.append(int(obs))
+        episode.actions.append(action)
+        episode.rewards.append(float(reward))
+        obs = next_obs
+        if terminated or truncated:
+            if terminated:
+                boot = 0.0
+            elif control:
+                boot = float(epsilon_greedy_probs(table()[obs], epsilon(step)) @ table()[obs])
+            else:
+                boot = float(est[obs])
+            keys = torch.tensor(episode.states, dtype=torch.long)
+            if control:
+                keys = keys * n_actions + torch.tensor(episode.actions, dtype=torch.long)
+            est, counts = mc_update(est, counts, keys, episode.returns(a_cfg.gamma, boot),
+                                    first_visit=a_cfg.visit == "first")
+            ctx.episode(step, sum(episode.rewards), len(episode.rewards))
+            episode = _Episode()
+            obs, _ = env.reset()
+        if control and step % 1000 == 0:
+            ctx.log(step, {"train/epsilon": epsilon(step)})
+        if ctx.tick(step, snapshot):
+            break
+    ctx.finish(step, snapshot())
+    env.close()
+
+
+def _control_policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
+    n_states, n_actions = table_shape(env)
+    return TablePolicy(tensors["estimate"].numpy().reshape(n_states, n_actions))
+
+
+def _prediction_policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
+    n_states, n_actions = table_shape(env)
+    return TablePolicy(fixed_policy_table(cfg.algorithm.policy, n_states, n_actions), kind="probs",
+                       seed=cfg.trainer.seed)
+
+
+def _train_control(cfg: MCControlConfig, ctx: RunContext) -> None:
+    train(cfg, ctx, control=True)
+
+
+def _train_prediction(cfg: MCPredictionConfig, ctx: RunContext) -> None:
+    train(cfg, ctx, control=False)
+
+
+register(Algorithm(
+    name="mc_control",
+    summary="Monte Carlo control: first-/every-visit returns, incremental mean, ε-soft policy (seed 002)",
+    config=MCControlConfig, train=_train_control, policy=_control_policy, check_env=check_discrete("mc_control"),
+    presets={
+        "frozenlake": Preset("deterministic FrozenLake 4x4", {"env.is_slippery": False, "trainer.total_steps": 50_000}),
+        "every_visit": Preset("every-visit instead of first-visit", {"algorithm.visit": "every"}),
+    },
+))
+
+register(Algorithm(
+    name="mc_prediction",
+    summary="Monte Carlo prediction of V^π for a fixed policy (uniform random, or a run's)",
+    config=MCPredictionConfig, train=_train_prediction, policy=_prediction_policy,
+    check_env=check_discrete("mc_prediction"),
+    presets={"every_visit": Preset("every-visit instead of first-visit", {"algorithm.visit": "every"})},
+))

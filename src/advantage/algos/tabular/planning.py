@@ -1,0 +1,173 @@
+"""Exact planning on a known model: value iteration, policy iteration, exact policy evaluation (SPEC T3).
+
+These are the ground truth the learned methods are checked against: Q* for Q-learning, V^π for Monte
+Carlo prediction, and (later) exact policy gradients. With the model of :mod:`advantage.envs.model`,
+
+.. math::
+    Q(s, a) = R(s, a) + γ \\sum_{s'} P(s' | s, a)\\, V(s'), \\qquad
+    V^π(s) = \\sum_a π(a|s)\\, Q^π(s, a), \\qquad V^*(s) = \\max_a Q^*(s, a)
+
+(seed 003, "Definition"; ``P`` excludes terminating transitions, so a terminal state's value is 0).
+
+* :func:`policy_evaluation` solves the linear system :math:`(I - γ P_π) V = R_π` exactly.
+* :func:`value_iteration` applies the Bellman optimality backup until the largest change is below θ.
+* :func:`policy_iteration` alternates exact evaluation and greedy improvement until the policy is stable.
+
+The pure functions take a :class:`~advantage.envs.TabularModel` and numpy arrays; the registered
+algorithms wrap them in runs so ``advantage train value_iteration env.id=FrozenLake-v1`` can be evaluated
+with ``advantage eval`` like any other run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from advantage.algos.tabular.common import TablePolicy, check_discrete, table_shape
+from advantage.config import EnvConfig, TrainerConfig, option, section
+from advantage.context import RunContext, Snapshot
+from advantage.envs import TabularModel, tabular_model
+from advantage.errors import ConfigError
+from advantage.registry import Algorithm, register
+
+
+def q_from_v(model: TabularModel, v: np.ndarray, gamma: float) -> np.ndarray:
+    """One Bellman backup: ``Q[s, a] = R[s, a] + γ Σ_s' P[s, a, s'] V[s']``. Shapes ``[S] -> [S, A]``."""
+    return model.rewards + gamma * model.transitions @ v
+
+
+def policy_evaluation(model: TabularModel, pi: np.ndarray, gamma: float) -> np.ndarray:
+    """Exact :math:`V^π` ``[S]`` of a stochastic policy ``pi [S, A]`` by solving :math:`(I-γP_π)V=R_π`.
+
+    Raises ValueError if the system is singular (γ = 1 with a policy that can loop forever)."""
+    p_pi = np.einsum("sa,sat->st", pi, model.transitions)
+    r_pi = np.einsum("sa,sa->s", pi, model.rewards)
+    a = np.eye(model.num_states) - gamma * p_pi
+    try:
+        v = np.linalg.solve(a, r_pi)
+    except np.linalg.LinAlgError:
+        raise ValueError(f"(I - γ P_π) is singular for γ={gamma}: the policy can loop forever; use γ < 1") from None
+    if not np.all(np.isfinite(v)) or np.linalg.cond(a) > 1e12:
+        raise ValueError(f"(I - γ P_π) is singular for γ={gamma}: the policy can loop forever; use γ < 1")
+    return v
+
+
+def value_iteration(model: TabularModel, gamma: float, theta: float = 1e-10,
+                    max_iterations: int = 100_000) -> tuple[np.ndarray, np.ndarray, int]:
+    """Bellman optimality iteration :math:`V \\leftarrow \\max_a [R + γ P V]` until
+    :math:`\\max_s |ΔV| < θ`. Returns ``(V* [S], Q* [S, A], iterations)``."""
+    v = np.zeros(model.num_states)
+    for it in range(1, max_iterations + 1):
+        q = q_from_v(model, v, gamma)
+        v_new = q.max(axis=1)
+        delta = float(np.max(np.abs(v_new - v)))
+        v = v_new
+        if delta < theta:
+            break
+    return v, q_from_v(model, v, gamma), it
+
+
+def greedy(q: np.ndarray, previous: np.ndarray | None = None, tol: float = 1e-12) -> np.ndarray:
+    """Greedy actions ``[S]``; keeps the previous action when it is within ``tol`` of the best, so policy
+    iteration does not cycle between equally good actions."""
+    best = q.argmax(axis=1)
+    if previous is None:
+        return best
+    keep = q[np.arange(q.shape[0]), previous] >= q.max(axis=1) - tol
+    return np.where(keep, previous, best)
+
+
+def policy_iteration(model: TabularModel, gamma: float,
+                     max_iterations: int = 10_000) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Howard's policy iteration from the all-zeros policy. Returns ``(V* [S], Q* [S, A], π* [S], iterations)``."""
+    actions = np.zeros(model.num_states, dtype=np.int64)
+    eye = np.eye(model.num_actions)
+    for it in range(1, max_iterations + 1):
+        v = policy_evaluation(model, eye[actions], gamma)
+        q = q_from_v(model, v, gamma)
+        new = greedy(q, actions)
+        if np.array_equal(new, actions):
+            break
+        actions = new
+    return v, q, actions, it
+
+
+# ----------------------------------------------------------------------------------------------------
+# The runs
+
+
+@dataclass
+class PlanningAlgorithm:
+    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
+    theta: float = option(1e-10, "value iteration stops when the largest value change is below θ", lo=0,
+                          lo_open=True)
+    max_iterations: int = option(100_000, "iteration limit", lo=1)
+    policy: str = option("random", "policy_evaluation only: 'random' (uniform) or a tabular run folder")
+
+
+@dataclass
+class PlanningConfig:
+    env: EnvConfig = section(EnvConfig)
+    algorithm: PlanningAlgorithm = section(PlanningAlgorithm)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+
+def train(cfg: PlanningConfig, ctx: RunContext, method: str) -> None:
+    a = cfg.algorithm
+    env = ctx.make_env()
+    model = tabular_model(env, cfg.env.id)
+    env.close()
+    n_states, n_actions = table_shape(env)
+    metrics: dict[str, Any] = {}
+    if method == "value_iteration":
+        v, q, iters = value_iteration(model, a.gamma, a.theta, a.max_iterations)
+        policy, tensors = TablePolicy(q), {"v": v, "q": q}
+    elif method == "policy_iteration":
+        v, q, actions, iters = policy_iteration(model, a.gamma, a.max_iterations)
+        policy, tensors = TablePolicy(q), {"v": v, "q": q, "policy": actions}
+    else:
+        from advantage.algos.tabular.monte_carlo import fixed_policy_table
+
+        pi = fixed_policy_table(a.policy, n_states, n_actions)
+        try:
+            v = policy_evaluation(model, pi, a.gamma)
+        except ValueError as e:
+            raise ConfigError(f"algorithm.gamma={a.gamma}: {e}") from None
+        q, iters = q_from_v(model, v, a.gamma), 1
+        policy, tensors = TablePolicy(pi, kind="probs", seed=cfg.trainer.seed), {"v": v, "q": q, "pi": pi}
+    metrics.update({"plan/iterations": iters, "plan/v_mean": float(v.mean()), "plan/v_max": float(v.max())})
+    ctx.log(0, metrics)
+    ctx.finish(0, Snapshot(policy, tensors, {}))
+
+
+def _check_env(name: str):
+    discrete = check_discrete(name)
+
+    def check(cfg: Any, env: Any) -> None:
+        discrete(cfg, env)
+        tabular_model(env, cfg.env.id)  # raises EnvError if the model is not known
+
+    return check
+
+
+def _policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
+    if "pi" in tensors:
+        return TablePolicy(tensors["pi"].numpy(), kind="probs", seed=cfg.trainer.seed)
+    return TablePolicy(tensors["q"].numpy())
+
+
+_SUMMARIES = {
+    "value_iteration": "value iteration on the known model of a toy-text env: Q*, V*, the optimal policy",
+    "policy_iteration": "policy iteration (exact evaluation + greedy improvement) on a known model",
+    "policy_evaluation": "exact V^π of a fixed policy by a linear solve on the known model",
+}
+
+for _name, _summary in _SUMMARIES.items():
+    register(Algorithm(
+        name=_name, summary=_summary, config=PlanningConfig, train=partial(train, method=_name),
+        policy=_policy, check_env=_check_env(_name),
+        defaults={"trainer.total_steps": 0, "trainer.eval_every": 0},
+    ))

@@ -1,0 +1,178 @@
+"""Tabular TD control: Q-learning, SARSA and Expected SARSA (SPEC T1; seed 000 "Q表").
+
+Seed 000's update rule, with the bootstrap term that names each method:
+
+.. math::
+    Q(s, a) \\leftarrow Q(s, a) + \\alpha\\,[\\,r + \\gamma\\,(1 - \\text{term})\\,B(s') - Q(s, a)\\,]
+
+* Q-learning (Watkins 1989): :math:`B(s') = \\max_{a'} Q(s', a')` — off-policy, learns Q* while
+  exploring (the target assumes the greedy action will be taken next, as seed 000 explains);
+* SARSA (Rummery & Niranjan 1994): :math:`B(s') = Q(s', a')` with ``a'`` the action actually taken next;
+* Expected SARSA (van Seijen et al. 2009): :math:`B(s') = \\sum_{a'} \\pi(a'|s') Q(s', a')` under the
+  ε-greedy policy.
+
+Implementation details:
+
+1. ε-greedy exploration, ε decaying linearly from ``epsilon_start`` to ``epsilon_end`` over
+   ``epsilon_decay_fraction`` of the run; ties between greedy actions are broken uniformly.
+2. Optional linear decay of α to ``alpha_end`` (Robbins–Monro style step sizes for stochastic tasks).
+3. A *terminated* step bootstraps with 0; a *truncated* step (time limit) bootstraps with B(s') as usual,
+   since the task could have gone on.
+4. The table is float64 numpy: per-step updates of single entries are far cheaper in numpy than in torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from advantage.algos.tabular.common import (
+    EpsilonSchedule,
+    TableModel,
+    TablePolicy,
+    check_discrete,
+    epsilon_greedy,
+    epsilon_greedy_probs,
+    linear_schedule,
+    restore_rng,
+    rng_state,
+    table_shape,
+)
+from advantage.config import EnvConfig, Preset, TrainerConfig, option, section
+from advantage.context import RunContext, Snapshot
+from advantage.envs import env_state, set_env_state
+from advantage.registry import Algorithm, register
+
+
+@dataclass
+class TDAlgorithm(EpsilonSchedule):
+    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
+    alpha: float = option(0.1, "step size α", lo=0, hi=1, lo_open=True)
+    alpha_end: float | None = option(None, "if set, α decays linearly to this over the run", lo=0, hi=1)
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.epsilon_end > self.epsilon_start:
+            out.append(f"algorithm.epsilon_end ({self.epsilon_end}) must be <= algorithm.epsilon_start "
+                       f"({self.epsilon_start})")
+        if self.alpha_end is not None and self.alpha_end > self.alpha:
+            out.append(f"algorithm.alpha_end ({self.alpha_end}) must be <= algorithm.alpha ({self.alpha})")
+        return out
+
+
+@dataclass
+class TDConfig:
+    env: EnvConfig = section(EnvConfig)
+    algorithm: TDAlgorithm = section(TDAlgorithm)
+    model: TableModel = section(TableModel)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+
+def bootstrap_value(method: str, q_next: np.ndarray, next_action: int, epsilon: float) -> float:
+    """B(s') of the update rule above for one next state."""
+    if method == "q_learning":
+        return float(q_next.max())
+    if method == "sarsa":
+        return float(q_next[next_action])
+    return float(epsilon_greedy_probs(q_next, epsilon) @ q_next)
+
+
+def train(cfg: TDConfig, ctx: RunContext, method: str) -> None:
+    a_cfg, t = cfg.algorithm, cfg.trainer
+    env = ctx.make_env()
+    n_states, n_actions = table_shape(env)
+
+    def epsilon(step: int) -> float:
+        return linear_schedule(a_cfg.epsilon_start, a_cfg.epsilon_end, a_cfg.epsilon_decay_fraction,
+                               step, t.total_steps)
+
+    def alpha(step: int) -> float:
+        if a_cfg.alpha_end is None:
+            return a_cfg.alpha
+        return linear_schedule(a_cfg.alpha, a_cfg.alpha_end, 1.0, step, t.total_steps)
+
+    if ctx.restored is None:
+        q = np.full((n_states, n_actions), cfg.model.init_value, dtype=np.float64)
+        rng = np.random.default_rng(t.seed)
+        obs, _ = env.reset(seed=t.seed)
+        step, ep_return, ep_len = 0, 0.0, 0
+        action = epsilon_greedy(q[obs], epsilon(0), rng)
+    else:
+        q = ctx.restored.tensors["q"].numpy().copy()
+        s = ctx.restored.state["algo"]
+        rng = restore_rng(s["rng"])
+        env.reset(seed=t.seed)
+        set_env_state(env, s["env"])
+        obs, action, step, ep_return, ep_len = s["obs"], s["action"], ctx.restored.step, s["ep_return"], s["ep_len"]
+
+    def snapshot() -> Snapshot:
+        state = {"rng": rng_state(rng), "env": env_state(env), "obs": int(obs), "action": int(action),
+                 "ep_return": ep_return, "ep_len": ep_len}
+        return Snapshot(TablePolicy(q.copy()), {"q": q}, state)
+
+    while step < t.total_steps:
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        ctx.check_finite(step, "reward", float(reward))
+        step += 1
+        eps = epsilon(step)
+        # SARSA bootstraps with the action it will actually take next, so it picks a' before the update;
+        # Q-learning and Expected SARSA pick it after (Sutton & Barto 2018, §6.4–6.6).
+        next_action = epsilon_greedy(q[next_obs], eps, rng) if method == "sarsa" and not terminated else -1
+        target = float(reward)
+        if not terminated:
+            target += a_cfg.gamma * bootstrap_value(method, q[next_obs], next_action, eps)
+        q[obs, action] += alpha(step) * (target - q[obs, action])
+        ep_return += float(reward)
+        ep_len += 1
+        if terminated or truncated:
+            ctx.episode(step, ep_return, ep_len)
+            obs, _ = env.reset()
+            action = epsilon_greedy(q[obs], eps, rng)
+            ep_return, ep_len = 0.0, 0
+        else:
+            obs = next_obs
+            action = next_action if method == "sarsa" else epsilon_greedy(q[obs], eps, rng)
+        if step % 1000 == 0:
+            ctx.log(step, {"train/epsilon": eps, "train/alpha": alpha(step)})
+        if ctx.tick(step, snapshot):
+            break
+    ctx.finish(step, snapshot())
+    env.close()
+
+
+def _policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
+    return TablePolicy(tensors["q"].numpy())
+
+
+_PRESETS = {
+    "frozenlake": Preset("deterministic FrozenLake 4x4", {"env.id": "FrozenLake-v1", "env.is_slippery": False,
+                                                         "trainer.total_steps": 20_000}),
+    "frozenlake_slippery": Preset(
+        "slippery FrozenLake 4x4, tuned to match value iteration's success rate",
+        {"env.id": "FrozenLake-v1", "env.is_slippery": True, "trainer.total_steps": 300_000,
+         "algorithm.alpha": 0.1, "algorithm.alpha_end": 0.01, "algorithm.epsilon_decay_fraction": 0.5},
+    ),
+    "frozenlake8x8": Preset("deterministic FrozenLake 8x8", {"env.id": "FrozenLake-v1", "env.map_name": "8x8",
+                                                            "env.is_slippery": False,
+                                                            "trainer.total_steps": 100_000}),
+    "cliffwalking": Preset("CliffWalking (γ=1: the classic Q-learning vs SARSA comparison)",
+                           {"env.id": "CliffWalking-v1", "algorithm.gamma": 1.0, "algorithm.alpha": 0.5,
+                            "algorithm.epsilon_start": 0.1, "algorithm.epsilon_end": 0.1,
+                            "trainer.total_steps": 50_000, "trainer.eval_episodes": 1}),
+    "taxi": Preset("Taxi", {"env.id": "Taxi-v4", "trainer.total_steps": 300_000, "algorithm.alpha": 0.2}),
+}
+
+_SUMMARIES = {
+    "q_learning": "Q-learning: off-policy TD control with the max over next actions (seed 000)",
+    "sarsa": "SARSA: on-policy TD control with the next action actually taken",
+    "expected_sarsa": "Expected SARSA: TD control with the expectation over the ε-greedy next action",
+}
+
+for _name, _summary in _SUMMARIES.items():
+    register(Algorithm(
+        name=_name, summary=_summary, config=TDConfig, train=partial(train, method=_name),
+        policy=_policy, check_env=check_discrete(_name), presets=_PRESETS,
+    ))

@@ -1,0 +1,194 @@
+"""Safe, atomic checkpoints: tensors in safetensors, everything else in JSON, never pickle.
+
+Layout of ``RUN/checkpoints``::
+
+    step_000000020000/
+        tensors.safetensors   networks, optimizer state, Q-tables, torch RNG state
+        state.json            counters, numpy/env RNG states, anything JSON
+        manifest.json         {"format": 1, "step": ..., "files": {name: {"bytes": n, "sha256": h}}}
+    latest                    the name of the newest complete checkpoint folder
+
+A checkpoint is written into a hidden temporary folder, every file fsynced, the folder renamed into place
+and the parent fsynced; only then is ``latest`` replaced (temp file + fsync + rename). A process killed at
+any moment leaves ``latest`` pointing at the previous complete checkpoint; leftover temporary folders are
+ignored and removed by the next save. Rotation never deletes the checkpoint ``latest`` names.
+
+Loading checks each file's size and SHA-256 against the manifest before parsing it, so a truncated or
+flipped-byte file is an error naming that file, and nothing is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from advantage.errors import CheckpointError
+
+FORMAT = 1
+TENSORS, STATE, MANIFEST, LATEST = "tensors.safetensors", "state.json", "manifest.json", "latest"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def atomic_write(path: str | Path, data: bytes | str) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new content, never a mix."""
+    path = Path(path)
+    raw = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        _write_synced(tmp, raw)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: ``tensors`` (name -> torch tensor), ``state`` (JSON), ``step``, ``path``."""
+
+    step: int
+    tensors: dict[str, torch.Tensor]
+    state: dict[str, Any]
+    path: Path
+
+
+def _to_tensor(name: str, value: Any) -> torch.Tensor:
+    if isinstance(value, np.ndarray):
+        value = torch.from_numpy(np.ascontiguousarray(value))
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"checkpoint tensor {name!r} must be a numpy array or torch tensor, got {type(value)}")
+    return value.detach().cpu().contiguous().clone()
+
+
+def save_checkpoint(
+    root: str | Path,
+    step: int,
+    tensors: Mapping[str, Any],
+    state: Mapping[str, Any],
+    keep: int = 3,
+) -> Path:
+    """Write checkpoint ``root/step_<step>`` atomically, point ``latest`` at it, and keep the newest
+    ``keep``. Returns the checkpoint folder. An OSError (disk full, file-size limit) leaves the previous
+    checkpoint and ``latest`` untouched."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    name = f"step_{step:012d}"
+    final = root / name
+    blobs = {
+        TENSORS: st_save({k: _to_tensor(k, v) for k, v in tensors.items()}, metadata={"step": str(step)}),
+        STATE: json.dumps(dict(state), sort_keys=True).encode(),
+    }
+    manifest = {
+        "format": FORMAT,
+        "step": step,
+        "files": {n: {"bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in blobs.items()},
+    }
+    blobs[MANIFEST] = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    try:
+        tmp.mkdir()
+        for fname, data in blobs.items():
+            _write_synced(tmp / fname, data)
+        _fsync_dir(tmp)
+        if final.exists():
+            # Same step saved before (e.g. a resumed run ending where it started): swap it out.
+            trash = root / f".tmp-old-{name}-{os.getpid()}"
+            os.rename(final, trash)
+            os.rename(tmp, final)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+        _fsync_dir(root)
+        atomic_write(root / LATEST, name + "\n")
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"could not write checkpoint {final}: {e.strerror or e}; previous checkpoint kept") from e
+    _rotate(root, keep, protect=name)
+    return final
+
+
+def _rotate(root: Path, keep: int, protect: str) -> None:
+    folders = sorted(p.name for p in root.glob("step_*") if p.is_dir())
+    for old in folders[: max(0, len(folders) - keep)]:
+        if old != protect:
+            shutil.rmtree(root / old, ignore_errors=True)
+
+
+def latest_checkpoint(root: str | Path) -> Path:
+    """The folder ``root/latest`` names. Raises :class:`CheckpointError` naming what is missing."""
+    root = Path(root)
+    pointer = root / LATEST
+    if not pointer.is_file():
+        raise CheckpointError(f"no checkpoint: {pointer} does not exist")
+    name = pointer.read_text().strip()
+    if not name.startswith("step_") or "/" in name or not (root / name).is_dir():
+        raise CheckpointError(f"{pointer} names {name!r}, which is not a checkpoint folder in {root}")
+    return root / name
+
+
+def _read_verified(folder: Path, fname: str, entry: Mapping[str, Any]) -> bytes:
+    path = folder / fname
+    if not path.is_file():
+        raise CheckpointError(f"{path}: file missing")
+    data = path.read_bytes()
+    if len(data) != entry.get("bytes"):
+        raise CheckpointError(f"{path}: {len(data)} bytes, manifest says {entry.get('bytes')} (truncated or altered)")
+    if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+        raise CheckpointError(f"{path}: SHA-256 does not match the manifest (corrupt or altered)")
+    return data
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """Load and verify a checkpoint folder, or the ``latest`` of a ``checkpoints`` folder."""
+    path = Path(path)
+    folder = path if path.name.startswith("step_") else latest_checkpoint(path)
+    mpath = folder / MANIFEST
+    if not mpath.is_file():
+        raise CheckpointError(f"{mpath}: manifest missing; the checkpoint cannot be verified")
+    try:
+        manifest = json.loads(mpath.read_text())
+        files = manifest["files"]
+        step = int(manifest["step"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{mpath}: not a valid manifest ({e})") from None
+    if manifest.get("format") != FORMAT or set(files) != {TENSORS, STATE}:
+        raise CheckpointError(f"{mpath}: unsupported checkpoint format {manifest.get('format')!r}")
+    raw_tensors = _read_verified(folder, TENSORS, files[TENSORS])
+    raw_state = _read_verified(folder, STATE, files[STATE])
+    try:
+        tensors = st_load(raw_tensors)
+    except (SafetensorError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"{folder / TENSORS}: not a valid safetensors file ({e})") from None
+    try:
+        state = json.loads(raw_state)
+    except ValueError as e:
+        raise CheckpointError(f"{folder / STATE}: not valid JSON ({e})") from None
+    return Checkpoint(step=step, tensors=tensors, state=state, path=folder)

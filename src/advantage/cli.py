@@ -1,0 +1,195 @@
+"""The ``advantage`` command: a thin layer over :mod:`advantage.runs`.
+
+Exit codes: 0 on success, 2 on bad usage or bad input (one clear message, no traceback), 130 when
+interrupted before the run could checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from advantage.errors import AdvantageError
+
+EPILOG_TRAIN = """examples:
+  advantage train q_learning env.id=FrozenLake-v1 env.is_slippery=false trainer.total_steps=20000
+  advantage train q_learning preset=frozenlake_slippery
+  advantage train --config runs/<run>/config.yaml trainer.seed=1
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage + error)
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _split_algo(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    """``train [ALGO] [key=value ...]``: the first word without '=' is the algorithm."""
+    args = list(args)
+    if args and "=" not in args[0]:
+        return args[0], args[1:]
+    return None, args
+
+
+def cmd_train(ns: argparse.Namespace) -> int:
+    from advantage.config import parse_overrides
+    from advantage.runs import train
+
+    algo, rest = _split_algo(ns.args)
+    stray = [a for a in rest if "=" not in a]
+    if stray:
+        raise AdvantageError(f"expected key=value overrides after the algorithm, got {' '.join(stray)!r}")
+    overrides = parse_overrides(rest)
+    run = train(algo, ns.config, quiet=ns.quiet, **overrides)
+    if not ns.quiet:
+        _print_final(run)
+    return 0
+
+
+def _print_final(run) -> None:
+    evals = [r for r in run.metrics if "eval/return_mean" in r]
+    if evals:
+        last = evals[-1]
+        extra = f", success_rate {last['eval/success_rate']:.3f}" if "eval/success_rate" in last else ""
+        print(f"done: step {last['step']}, eval/return_mean {last['eval/return_mean']:.4g} "
+              f"± {last.get('eval/return_std', 0.0):.3g}{extra} — {run.dir}")
+
+
+def cmd_resume(ns: argparse.Namespace) -> int:
+    from advantage.config import parse_overrides
+    from advantage.runs import resume
+
+    run = resume(ns.run_dir, quiet=ns.quiet, **parse_overrides(ns.overrides))
+    if not ns.quiet:
+        _print_final(run)
+    return 0
+
+
+def cmd_eval(ns: argparse.Namespace) -> int:
+    from advantage.runs import Run
+
+    if ns.episodes is not None and ns.episodes < 1:
+        raise AdvantageError(f"--episodes must be >= 1, got {ns.episodes}")
+    run = Run(ns.run_dir)
+    res = run.evaluate(episodes=ns.episodes, seed=ns.seed, deterministic=not ns.stochastic)
+    res = {"run_dir": str(run.dir), "step": run.step, **res}
+    if ns.json:
+        print(json.dumps(res))
+    else:
+        for k, v in res.items():
+            print(f"{k:>14}: {v}")
+    return 0
+
+
+def cmd_plot(ns: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from advantage.plotting import DEFAULT_METRICS, plot_runs
+
+    out = ns.out or (Path(ns.run_dirs[0]) / "plots" / "learning_curve.png" if len(ns.run_dirs) == 1
+                     else Path("learning_curves.png"))
+    path = plot_runs(ns.run_dirs, out, metrics=ns.metric or DEFAULT_METRICS)
+    print(path)
+    return 0
+
+
+def cmd_list(ns: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from advantage.config import describe
+    from advantage.registry import all_algorithms, get_algorithm
+
+    console = Console()
+    if ns.algo:
+        algo = get_algorithm(ns.algo)
+        console.print(f"[bold]{algo.name}[/bold] — {algo.summary}")
+        table = Table("option", "default", "meaning")
+        defaults = dict(algo.defaults)
+        for key, default, help_ in describe(algo.config):
+            table.add_row(key, repr(defaults.get(key, default)), help_)
+        console.print(table)
+        if algo.presets:
+            presets = Table("preset", "what it sets")
+            for name, p in algo.presets.items():
+                presets.add_row(name, p.summary + "\n" + " ".join(f"{k}={v}" for k, v in p.overrides.items()))
+            console.print(presets)
+        return 0
+    table = Table("algorithm", "what it is", "presets")
+    for name, algo in sorted(all_algorithms().items()):
+        table.add_row(name, algo.summary, ", ".join(algo.presets) or "-")
+    console.print(table)
+    console.print("`advantage list ALGO` shows its options; `advantage train ALGO preset=NAME` uses a preset.")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="advantage", description="Reinforcement learning, from Q-tables to GRPO.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = sub.add_parser("train", help="train an algorithm; prints the run folder",
+                       description="Train ALGO (default q_learning). Options are key=value overrides of "
+                                   "the config sections env/algorithm/model/trainer, or preset=NAME.",
+                       epilog=EPILOG_TRAIN, formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("args", nargs="*", metavar="[ALGO] [key=value ...]")
+    t.add_argument("--config", metavar="F", help="YAML config file (e.g. a run's config.yaml)")
+    t.add_argument("--quiet", action="store_true", help="no progress display")
+    t.set_defaults(fn=cmd_train)
+
+    r = sub.add_parser("resume", help="continue a run from its latest checkpoint",
+                       description="Continue RUN_DIR from its latest checkpoint, e.g. with a larger "
+                                   "trainer.total_steps.")
+    r.add_argument("run_dir")
+    r.add_argument("overrides", nargs="*", metavar="key=value")
+    r.add_argument("--quiet", action="store_true", help="no progress display")
+    r.set_defaults(fn=cmd_resume)
+
+    e = sub.add_parser("eval", help="evaluate a run's latest checkpoint",
+                       description="Evaluate the latest checkpoint of RUN_DIR for whole episodes.")
+    e.add_argument("run_dir")
+    e.add_argument("--episodes", type=int, help="episodes (default: the run's trainer.eval_episodes)")
+    e.add_argument("--seed", type=int, help="seed of the first episode (default: the run's evaluation seed)")
+    e.add_argument("--stochastic", action="store_true", help="sample actions instead of acting greedily")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.set_defaults(fn=cmd_eval)
+
+    pl = sub.add_parser("plot", help="plot learning curves of one or more runs",
+                        description="Plot learning curves of RUN_DIRs on one figure.")
+    pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    pl.add_argument("--out", metavar="F.png", help="output file (default: RUN_DIR/plots/learning_curve.png "
+                                                   "for one run, ./learning_curves.png for several)")
+    pl.add_argument("--metric", action="append", help="metric to plot (repeatable; default: "
+                                                      "train/episode_return and eval/return_mean)")
+    pl.set_defaults(fn=cmd_plot)
+
+    ls = sub.add_parser("list", help="algorithms and presets", description="List algorithms, or one's options.")
+    ls.add_argument("algo", nargs="?", help="show this algorithm's options and presets")
+    ls.set_defaults(fn=cmd_list)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    try:
+        return ns.fn(ns)
+    except AdvantageError as e:
+        from advantage.errors import ConfigError
+
+        if isinstance(e, ConfigError) and len(e.problems) > 1:
+            print(f"error: {len(e.problems)} config problems:", file=sys.stderr)
+            for problem in e.problems:
+                print(f"  - {problem}", file=sys.stderr)
+        else:
+            print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

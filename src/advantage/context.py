@@ -1,0 +1,196 @@
+"""What a training loop needs from the run around it: envs, logging, evaluation, checkpoints, signals.
+
+An algorithm's ``train(cfg, ctx)`` keeps its loop visible and calls into the context:
+
+* ``ctx.make_env()`` — the training environment (seeded from ``trainer.seed``);
+* ``ctx.restored`` — the checkpoint to resume from, or ``None``;
+* ``ctx.episode(step, ret, length)`` — a finished training episode;
+* ``ctx.log(step, metrics)`` — algorithm metrics (losses, ε, ...);
+* ``ctx.tick(step, snapshot)`` — evaluate / checkpoint when due; returns True when the run must stop
+  (SIGTERM or SIGINT: the loop breaks and ``finish`` checkpoints at that step boundary);
+* ``ctx.finish(step, snapshot)`` — final evaluation, checkpoint and learning-curve plot.
+
+``snapshot`` is a zero-argument function returning a :class:`Snapshot`, so nothing is copied unless an
+evaluation or checkpoint is actually due.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from advantage.checkpoint import Checkpoint, save_checkpoint
+from advantage.envs import make_env
+from advantage.errors import NonFiniteError
+from advantage.evaluation import EVAL_SEED_OFFSET, evaluate_policy
+from advantage.metrics import MetricsWriter
+from advantage.progress import Progress
+from advantage.registry import Algorithm, Policy
+
+
+@dataclass
+class Snapshot:
+    """The algorithm's state at a step boundary: its policy, its tensors and its JSON state."""
+
+    policy: Policy
+    tensors: Mapping[str, Any]
+    state: Mapping[str, Any]
+
+
+@dataclass
+class _Window:
+    """Episodes finished since the last training log row."""
+
+    returns: list[float] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+
+
+class RunContext:
+    def __init__(self, algo: Algorithm, cfg: Any, run_dir: Path, restored: Checkpoint | None = None,
+                 quiet: bool = False):
+        self.algo, self.cfg, self.run_dir, self.restored = algo, cfg, Path(run_dir), restored
+        t = cfg.trainer
+        run_state = restored.state.get("run", {}) if restored else {}
+        start = restored.step if restored else 0
+        self.episodes: int = run_state.get("episodes", 0)
+        self._window = _Window(run_state.get("window_returns", []), run_state.get("window_lengths", []))
+        self._last_return: float | None = run_state.get("last_return")
+        self._next_log = start - start % t.log_every + t.log_every
+        self._next_eval = start - start % t.eval_every + t.eval_every if t.eval_every else math.inf
+        self._next_ckpt = start - start % t.checkpoint_every + t.checkpoint_every if t.checkpoint_every else math.inf
+        self._stop_signal: str | None = None
+        self._old_handlers: dict[int, Any] = {}
+        self.writer = MetricsWriter(self.run_dir, tensorboard=t.tensorboard,
+                                    elapsed=run_state.get("elapsed", 0.0), purge_step=start + 1 if restored else None)
+        self.progress = Progress(t.total_steps, start=start, mode="none" if quiet else t.progress,
+                                 description=algo.name)
+        self._eval_env: gym.Env | None = None
+        self._last_eval: tuple[int, dict[str, Any]] | None = None
+        self._last_saved: int | None = None
+        self._install_signal_handlers()
+
+    # -- environments --------------------------------------------------------------------------------
+    def make_env(self) -> gym.Env:
+        return make_env(self.cfg.env)
+
+    # -- signals: stop at the next step boundary -----------------------------------------------------
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._stop_signal = signal.Signals(signum).name
+
+    @property
+    def stop_requested(self) -> str | None:
+        return self._stop_signal
+
+    # -- logging -------------------------------------------------------------------------------------
+    def check_finite(self, step: int, what: str, value: float) -> None:
+        """Stop at the first NaN/inf, naming the step and the component (e.g. ``reward``)."""
+        if not math.isfinite(value):
+            raise NonFiniteError(f"step {step}: {what} is {value}; stopping (the last checkpoint is kept)")
+
+    def episode(self, step: int, ret: float, length: int) -> None:
+        self.episodes += 1
+        self._window.returns.append(float(ret))
+        self._window.lengths.append(int(length))
+        self._last_return = float(ret)
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        self.writer.log(step, metrics)
+
+    def _log_train(self, step: int) -> None:
+        w = self._window
+        row: dict[str, Any] = {"train/episodes": self.episodes}
+        if w.returns:
+            row["train/episode_return"] = sum(w.returns) / len(w.returns)
+            row["train/episode_length"] = sum(w.lengths) / len(w.lengths)
+        row["train/steps_per_second"] = self.progress.rate
+        self.writer.log(step, row)
+        self._window = _Window()
+
+    # -- evaluation and checkpoints ------------------------------------------------------------------
+    def evaluate(self, step: int, policy: Policy) -> dict[str, Any]:
+        if self._eval_env is None:
+            self._eval_env = make_env(self.cfg.env)
+        res = evaluate_policy(policy, self._eval_env, self.cfg.trainer.eval_episodes,
+                              seed=self.cfg.trainer.seed + EVAL_SEED_OFFSET)
+        self.writer.log(step, {f"eval/{k}": v for k, v in res.items()})
+        self._last_eval = (step, res)
+        return res
+
+    def save(self, step: int, snap: Snapshot) -> Path:
+        self._last_saved = step
+        run_state = {
+            "elapsed": self.writer.elapsed,
+            "episodes": self.episodes,
+            "window_returns": self._window.returns,
+            "window_lengths": self._window.lengths,
+            "last_return": self._last_return,
+        }
+        return save_checkpoint(self.run_dir / "checkpoints", step, snap.tensors,
+                               {"algo": dict(snap.state), "run": run_state},
+                               keep=self.cfg.trainer.keep_checkpoints)
+
+    def tick(self, step: int, snapshot: Callable[[], Snapshot]) -> bool:
+        """Call after every step (or rollout). Logs, evaluates and checkpoints when due; returns True if
+        the loop should stop now (a signal arrived)."""
+        self.progress.update(step, self._last_return)
+        if step >= self._next_log:
+            self._log_train(step)
+            self._next_log = step - step % self.cfg.trainer.log_every + self.cfg.trainer.log_every
+        due_eval, due_ckpt = step >= self._next_eval, step >= self._next_ckpt
+        if due_eval or due_ckpt:
+            snap = snapshot()
+            if due_eval:
+                e = self.cfg.trainer.eval_every
+                self._next_eval = step - step % e + e
+                self.evaluate(step, snap.policy)
+            if due_ckpt:
+                c = self.cfg.trainer.checkpoint_every
+                self._next_ckpt = step - step % c + c
+                self.save(step, snap)
+        return self._stop_signal is not None
+
+    def finish(self, step: int, snap: Snapshot) -> dict[str, Any] | None:
+        """End of training (or a stop signal): evaluate (unless stopped), checkpoint, plot, close."""
+        result = None
+        try:
+            if self._window.returns:
+                self._log_train(step)
+            if self._stop_signal is not None:
+                self.writer.log(step, {"run/stopped_by": self._stop_signal})
+            elif self._last_eval is not None and self._last_eval[0] == step:
+                result = self._last_eval[1]
+            else:
+                result = self.evaluate(step, snap.policy)
+            if self._last_saved != step:
+                self.save(step, snap)
+        finally:
+            self.close()
+        try:
+            from advantage.plotting import plot_runs
+
+            plot_runs([self.run_dir], self.run_dir / "plots" / "learning_curve.png")
+        except Exception as e:  # a plot must never cost the user a finished run
+            self.progress.stream.write(f"warning: could not plot learning curves: {e}\n")
+        return result
+
+    def close(self) -> None:
+        self.progress.close()
+        self.writer.close()
+        if self._eval_env is not None:
+            self._eval_env.close()
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        self._old_handlers.clear()

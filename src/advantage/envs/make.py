@@ -1,0 +1,137 @@
+"""One helper to make environments, with errors a user can act on.
+
+``make_env(cfg)`` builds a Gymnasium environment from the ``env`` config section; ``check_env_config``
+validates the id and the keyword arguments before anything runs (so the config's problems are reported
+together); ``require_space`` turns "this algorithm cannot handle that space" into one clear sentence.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import warnings
+from typing import Any
+
+import gymnasium as gym
+
+from advantage.config import EnvConfig
+from advantage.errors import EnvError
+
+# Toy-text tasks with a goal: an episode that terminates there is a success (info["is_success"], the key
+# Stable-Baselines3 and Gymnasium-Robotics use), so evaluation can report a success rate.
+_SUCCESS_ON_TERMINATION = {"FrozenLakeEnv": "positive_reward", "CliffWalkingEnv": "any", "TaxiEnv": "positive_reward"}
+
+
+class SuccessInfo(gym.Wrapper):
+    """Adds ``info["is_success"]`` on the step that ends an episode for goal-reaching toy-text tasks:
+    FrozenLake (reached the goal: reward 1), CliffWalking (reached the goal: the only termination),
+    Taxi (a correct drop-off: reward 20)."""
+
+    def __init__(self, env: gym.Env, rule: str):
+        super().__init__(env)
+        self.rule = rule
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if terminated or truncated:
+            info = dict(info)
+            info["is_success"] = bool(terminated and (self.rule == "any" or reward > 0))
+        return obs, reward, terminated, truncated, info
+
+
+def _entry_point_class(env_id: str) -> Any:
+    spec = gym.spec(env_id)
+    ep = spec.entry_point
+    if callable(ep):
+        return ep
+    module, _, attr = str(ep).partition(":")
+    mod = __import__(module, fromlist=[attr])
+    return getattr(mod, attr)
+
+
+def check_env_id(env_id: str) -> list[str]:
+    """Problems with an env id: unknown, or an old version (with the registered ones suggested)."""
+    if env_id in gym.registry:
+        return []
+    ids = list(gym.registry)
+    base = env_id.rsplit("-v", 1)[0]
+    versions = sorted(i for i in ids if i.rsplit("-v", 1)[0] == base)
+    if versions:
+        return [f"env.id {env_id!r} is not registered; available versions: {', '.join(versions)}"]
+    close = difflib.get_close_matches(env_id, ids, n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(close)}?" if close else "; see gymnasium.registry for the ids"
+    return [f"env.id {env_id!r} is not a registered Gymnasium environment{hint}"]
+
+
+def check_env_config(cfg: EnvConfig) -> list[str]:
+    """Every problem with the ``env`` section: the id and each extra keyword argument, checked against
+    the environment constructor's signature (names, and the type of its default)."""
+    problems = check_env_id(cfg.id)
+    if problems or not cfg.kwargs:
+        return problems
+    try:
+        sig = inspect.signature(_entry_point_class(cfg.id))
+    except (TypeError, ValueError, ImportError, AttributeError):
+        return []  # nothing to check against
+    params = {n: p for n, p in sig.parameters.items() if n not in ("self", "render_mode")}
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return []
+    for key, value in cfg.kwargs.items():
+        p = params.get(key)
+        if p is None:
+            close = difflib.get_close_matches(key, list(params), n=1, cutoff=0.6)
+            hint = f"; did you mean env.{close[0]}?" if close else ""
+            allowed = ", ".join(params) or "none"
+            problems.append(f"unknown key env.{key} for {cfg.id}{hint} (its options: {allowed})")
+            continue
+        default = p.default
+        if isinstance(default, bool) and not isinstance(value, bool):
+            problems.append(f"env.{key} must be true or false, got {value!r}")
+        elif isinstance(default, int | float) and not isinstance(default, bool):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                problems.append(f"env.{key} must be a number, got {value!r}")
+        elif isinstance(default, str) and not isinstance(value, str | list):
+            problems.append(f"env.{key} must be a string, got {value!r}")
+    return problems
+
+
+def make_env(cfg: EnvConfig, *, render_mode: str | None = None) -> gym.Env:
+    """Build the environment described by the ``env`` section.
+
+    Raises:
+        EnvError: unknown id, bad keyword arguments, or a constructor that fails.
+    """
+    problems = check_env_config(cfg)
+    if problems:
+        raise EnvError("; ".join(problems))
+    kwargs = dict(cfg.kwargs)
+    if cfg.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = cfg.max_episode_steps
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            env = gym.make(cfg.id, render_mode=render_mode, **kwargs)
+    except gym.error.Error as e:
+        raise EnvError(f"cannot make env.id {cfg.id!r}: {e}") from None
+    except (TypeError, ValueError) as e:
+        raise EnvError(f"cannot make env.id {cfg.id!r} with {kwargs}: {e}") from None
+    rule = _SUCCESS_ON_TERMINATION.get(type(env.unwrapped).__name__)
+    if rule is not None:
+        env = SuccessInfo(env, rule)
+    return env
+
+
+def describe_space(space: gym.Space) -> str:
+    if isinstance(space, gym.spaces.Discrete):
+        return f"Discrete({space.n})"
+    if isinstance(space, gym.spaces.Box):
+        return f"Box{tuple(space.shape)}"
+    return type(space).__name__
+
+
+def require_space(algo: str, env_id: str, which: str, space: gym.Space, kind: type[gym.Space]) -> None:
+    """Raise ``EnvError("q_learning needs a Discrete observation space; CartPole-v1 has Box(4,)")``."""
+    if not isinstance(space, kind):
+        raise EnvError(
+            f"{algo} needs a {kind.__name__} {which} space; {env_id} has {describe_space(space)}"
+        )

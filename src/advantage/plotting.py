@@ -1,0 +1,68 @@
+"""Learning curves from ``metrics.jsonl``: several runs on one figure, one panel per metric."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from advantage.errors import RunDirError
+from advantage.metrics import read_metrics
+
+DEFAULT_METRICS = ("train/episode_return", "eval/return_mean")
+
+
+def _series(rows: list[dict], metric: str) -> tuple[list[int], list[float]]:
+    xs, ys = [], []
+    for r in rows:
+        v = r.get(metric)
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            xs.append(r["step"])
+            ys.append(float(v))
+    return xs, ys
+
+
+def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, metrics: Sequence[str] = DEFAULT_METRICS,
+              labels: Sequence[str] | None = None) -> Path:
+    """Plot ``metrics`` (x: environment steps) of every run into ``out`` (PNG). ``eval/return_mean`` is
+    drawn with a ±1 std band when ``eval/return_std`` is logged. Returns the written path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [Path(d) for d in run_dirs]
+    data = {}
+    for d in runs:
+        if not (d / "metrics.jsonl").is_file():
+            raise RunDirError(f"{d} is not a run folder (no metrics.jsonl)")
+        data[d] = read_metrics(d)
+    shown = [m for m in metrics if any(_series(rows, m)[0] for rows in data.values())]
+    if not shown:
+        have = sorted({k for rows in data.values() for r in rows for k in r} - {"step", "time"})
+        raise RunDirError(f"none of the metrics {list(metrics)} was logged; logged: {', '.join(have) or 'nothing'}")
+    fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 4), squeeze=False)
+    for ax, metric in zip(axes[0], shown, strict=True):
+        for i, d in enumerate(runs):
+            xs, ys = _series(data[d], metric)
+            if not xs:
+                continue
+            label = labels[i] if labels else d.name
+            line = ax.plot(xs, ys, label=label, marker="o" if len(xs) < 30 else None, markersize=3)[0]
+            if metric.endswith("return_mean"):
+                _, sd = _series(data[d], metric.replace("return_mean", "return_std"))
+                if len(sd) == len(ys):
+                    lo = [y - s for y, s in zip(ys, sd, strict=True)]
+                    hi = [y + s for y, s in zip(ys, sd, strict=True)]
+                    ax.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color())
+        ax.set_title(metric)
+        ax.set_xlabel("environment steps")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(out)
+    return out

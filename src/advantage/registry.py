@@ -1,0 +1,82 @@
+"""The algorithm registry: the one place where a config picks code by name (``advantage train NAME``).
+
+Each algorithm module builds an :class:`Algorithm` and calls :func:`register`; ``advantage.algos`` imports
+the modules. Everything a run needs is on the record: the config dataclass, the training function, and the
+function that rebuilds the trained policy from checkpoint tensors (for ``eval`` and ``Run.act``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from advantage.config import Preset
+from advantage.errors import ConfigError
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+
+    from advantage.context import RunContext
+
+
+class Policy(Protocol):
+    """A trained policy: maps one observation to one action."""
+
+    def act(self, obs: Any, deterministic: bool = True) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """A registered algorithm.
+
+    Attributes:
+        name: the CLI name, e.g. ``q_learning``.
+        summary: one line for ``advantage list``.
+        config: the config dataclass (sections env/algorithm/model/trainer).
+        train: ``train(cfg, ctx)`` runs the loop; it reads ``ctx.restored`` to resume.
+        policy: ``policy(cfg, env, tensors) -> Policy`` rebuilds the trained policy from a checkpoint.
+        check_env: ``check_env(cfg, env)`` raises :class:`~advantage.errors.EnvError` for spaces the
+            algorithm cannot handle (called before the run folder is created).
+        defaults: dotted overrides applied before presets (e.g. ``{"algorithm.method": "sarsa"}``).
+        presets: named overrides, ``preset=NAME``.
+    """
+
+    name: str
+    summary: str
+    config: type
+    train: Callable[[Any, RunContext], None]
+    policy: Callable[[Any, gym.Env, Mapping[str, Any]], Policy]
+    check_env: Callable[[Any, gym.Env], None]
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    presets: Mapping[str, Preset] = field(default_factory=dict)
+
+
+ALGORITHMS: dict[str, Algorithm] = {}
+
+
+def register(algo: Algorithm) -> Algorithm:
+    if algo.name in ALGORITHMS:
+        raise RuntimeError(f"algorithm {algo.name!r} registered twice")
+    ALGORITHMS[algo.name] = algo
+    return algo
+
+
+def get_algorithm(name: str) -> Algorithm:
+    """The registered algorithm ``name``; an unknown name is a :class:`ConfigError` with suggestions."""
+    import advantage.algos  # noqa: F401  (registers every algorithm)
+
+    if name not in ALGORITHMS:
+        close = difflib.get_close_matches(name, list(ALGORITHMS), n=3, cutoff=0.5)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        raise ConfigError(
+            f"unknown algorithm {name!r}{hint} (available: {', '.join(sorted(ALGORITHMS))}; see `advantage list`)"
+        )
+    return ALGORITHMS[name]
+
+
+def all_algorithms() -> dict[str, Algorithm]:
+    import advantage.algos  # noqa: F401
+
+    return dict(ALGORITHMS)

@@ -1,0 +1,246 @@
+"""The Python API: ``train``, ``resume`` and ``Run``. The CLI is a thin layer over these.
+
+>>> import advantage
+>>> run = advantage.train("q_learning", **{"env.is_slippery": False, "trainer.total_steps": 20_000})
+>>> run.evaluate(episodes=100)["return_mean"]
+1.0
+>>> run.act(0)   # the trained policy's action in state 0
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from advantage.checkpoint import Checkpoint, atomic_write, load_checkpoint
+from advantage.config import ConfigError, dump_yaml, flatten, load_yaml, merge, nest, to_dict, validate
+from advantage.context import RunContext
+from advantage.envs import check_env_config, make_env
+from advantage.errors import RunDirError
+from advantage.evaluation import EVAL_SEED_OFFSET, evaluate_policy
+from advantage.metrics import read_metrics, truncate_metrics
+from advantage.registry import Algorithm, Policy, get_algorithm
+
+DEFAULT_ALGO = "q_learning"
+CONFIG_FILE = "config.yaml"
+_TOP_KEYS = ("algo", "preset")
+
+
+def resolve_config(
+    algo: str | None = None,
+    config: str | Path | Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> tuple[Algorithm, Any]:
+    """Build and validate a run config from defaults < algorithm defaults < preset < file < overrides.
+
+    Args:
+        algo: registered algorithm name; defaults to the file's ``algo`` key, then ``q_learning``.
+        config: a YAML path or a nested mapping (same shape as the saved ``config.yaml``).
+        overrides: dotted keys (``{"algorithm.gamma": 0.9}``) or nested mappings; ``preset`` picks a preset.
+
+    Raises:
+        ConfigError: listing every problem (unknown keys, types, ranges, env id and env kwargs).
+    """
+    tree = load_yaml(config) if isinstance(config, str | Path) else dict(config or {})
+    over = nest(flatten(dict(overrides or {})))
+    file_algo = tree.pop("algo", None)
+    name = algo or file_algo or DEFAULT_ALGO
+    if algo and file_algo and algo != file_algo:
+        raise ConfigError(f"the config file is for algorithm {file_algo!r}, but {algo!r} was asked for")
+    spec = get_algorithm(name)
+    preset_name = over.pop("preset", None) or tree.pop("preset", None)
+    tree.pop("preset", None)
+    preset: dict[str, Any] = {}
+    if preset_name is not None:
+        if preset_name not in spec.presets:
+            import difflib
+
+            close = difflib.get_close_matches(str(preset_name), list(spec.presets), n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise ConfigError(f"preset {preset_name!r} is not a preset of {name}{hint} "
+                              f"(available: {', '.join(spec.presets) or 'none'})")
+        preset = nest(dict(spec.presets[preset_name].overrides))
+    merged = merge(nest(dict(spec.defaults)), preset, tree, over)
+    problems: list[str] = []
+    try:
+        cfg = validate(spec.config, merged)
+    except ConfigError as e:
+        problems.extend(e.problems)
+        cfg = None
+    env_id = merged.get("env", {}).get("id") if isinstance(merged.get("env"), dict) else None
+    if cfg is not None:
+        problems.extend(check_env_config(cfg.env))
+    elif isinstance(env_id, str):
+        from advantage.envs.make import check_env_id
+
+        problems.extend(check_env_id(env_id))
+    if problems:
+        raise ConfigError(problems)
+    return spec, cfg
+
+
+def config_yaml(spec: Algorithm, cfg: Any) -> str:
+    return dump_yaml({"algo": spec.name, **to_dict(cfg)})
+
+
+def _default_run_dir(spec: Algorithm, cfg: Any) -> Path:
+    env = re.sub(r"[^A-Za-z0-9._-]+", "_", cfg.env.id)
+    base = Path("runs") / f"{spec.name}-{env}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, i = base, 1
+    while path.exists():
+        path, i = base.with_name(f"{base.name}-{i}"), i + 1
+    return path
+
+
+def _check_spaces(spec: Algorithm, cfg: Any) -> None:
+    env = make_env(cfg.env)
+    try:
+        spec.check_env(cfg, env)
+    finally:
+        env.close()
+
+
+def train(
+    algo: str | None = None,
+    config: str | Path | Mapping[str, Any] | None = None,
+    *,
+    quiet: bool = False,
+    **overrides: Any,
+) -> Run:
+    """Train ``algo`` and return the finished :class:`Run`.
+
+    Args:
+        algo: algorithm name (``advantage list``); default: the config's ``algo`` or ``q_learning``.
+        config: a YAML file or a nested mapping.
+        quiet: no progress display and no "run folder" line.
+        **overrides: dotted keys, e.g. ``train("q_learning", **{"algorithm.gamma": 0.9})``, or
+            ``preset="frozenlake"``.
+
+    Everything is validated before the run folder is created, so a bad input leaves nothing behind.
+    """
+    spec, cfg = resolve_config(algo, config, overrides)
+    _check_spaces(spec, cfg)
+    run_dir = Path(cfg.trainer.run_dir) if cfg.trainer.run_dir else _default_run_dir(spec, cfg)
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise RunDirError(f"trainer.run_dir {str(run_dir)!r} already exists and is not empty; "
+                          f"pick another folder, or continue it with `advantage resume {run_dir}`")
+    cfg.trainer.run_dir = str(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
+    if not quiet:
+        print(f"run folder: {run_dir}", flush=True)
+    ctx = RunContext(spec, cfg, run_dir, quiet=quiet)
+    try:
+        spec.train(cfg, ctx)
+    finally:
+        ctx.close()
+    return Run(run_dir)
+
+
+def resume(run_dir: str | Path, *, quiet: bool = False, **overrides: Any) -> Run:
+    """Continue a run from its latest checkpoint, in the same folder. Typically
+    ``resume(run, **{"trainer.total_steps": 200_000})``. Changing a non-``trainer`` value prints a
+    warning with the old and new value (the run then mixes two settings)."""
+    run_dir = Path(run_dir)
+    old = Run(run_dir)
+    spec, cfg = resolve_config(old.algo.name, run_dir / CONFIG_FILE, overrides)
+    before, after = flatten(to_dict(old.config)), flatten(to_dict(cfg))
+    for key in sorted(set(before) | set(after)):
+        if not key.startswith("trainer.") and before.get(key) != after.get(key):
+            print(f"warning: {key} changed on resume: {before.get(key)!r} -> {after.get(key)!r}", file=sys.stderr)
+    cfg.trainer.run_dir = str(run_dir)
+    ckpt = load_checkpoint(run_dir / "checkpoints")
+    atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
+    if ckpt.step >= cfg.trainer.total_steps:
+        if not quiet:
+            print(f"{run_dir} is already at step {ckpt.step} >= trainer.total_steps={cfg.trainer.total_steps}; "
+                  "pass a larger trainer.total_steps to train longer", file=sys.stderr)
+        return Run(run_dir)
+    truncate_metrics(run_dir, ckpt.step)
+    if not quiet:
+        print(f"run folder: {run_dir} (resuming at step {ckpt.step})", flush=True)
+    ctx = RunContext(spec, cfg, run_dir, restored=ckpt, quiet=quiet)
+    try:
+        spec.train(cfg, ctx)
+    finally:
+        ctx.close()
+    return Run(run_dir)
+
+
+class Run:
+    """A run folder: its config, metrics, latest checkpoint and trained policy.
+
+    ``Run(path)`` and ``Run.load(path)`` are the same. The checkpoint and policy load lazily.
+    """
+
+    def __init__(self, run_dir: str | Path):
+        self.dir = Path(run_dir)
+        if not self.dir.is_dir():
+            raise RunDirError(f"run folder {str(self.dir)!r} does not exist")
+        if not (self.dir / CONFIG_FILE).is_file():
+            raise RunDirError(f"{str(self.dir)!r} is not a run folder: {CONFIG_FILE} is missing")
+        self.algo, self.config = resolve_config(None, self.dir / CONFIG_FILE)
+        self._checkpoint: Checkpoint | None = None
+        self._policy: Policy | None = None
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> Run:
+        return cls(run_dir)
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.dir)!r}, algo={self.algo.name!r}, env={self.config.env.id!r})"
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        if self._checkpoint is None:
+            self._checkpoint = load_checkpoint(self.dir / "checkpoints")
+        return self._checkpoint
+
+    @property
+    def step(self) -> int:
+        """Environment steps of the latest checkpoint."""
+        return self.checkpoint.step
+
+    @property
+    def metrics(self) -> list[dict[str, Any]]:
+        """Every row of ``metrics.jsonl``."""
+        return read_metrics(self.dir)
+
+    @property
+    def policy(self) -> Policy:
+        if self._policy is None:
+            env = make_env(self.config.env)
+            try:
+                self._policy = self.algo.policy(self.config, env, self.checkpoint.tensors)
+            finally:
+                env.close()
+        return self._policy
+
+    def act(self, obs: Any, deterministic: bool = True) -> Any:
+        """The trained policy's action for one observation."""
+        action = self.policy.act(obs, deterministic=deterministic)
+        return action.item() if isinstance(action, np.generic) else action
+
+    def evaluate(self, episodes: int | None = None, seed: int | None = None,
+                 deterministic: bool = True) -> dict[str, Any]:
+        """Evaluate the latest checkpoint's policy. Defaults: ``trainer.eval_episodes`` episodes and the
+        evaluation seeds used during training, so a deterministic policy reproduces ``eval/return_mean``."""
+        t = self.config.trainer
+        env = make_env(self.config.env)
+        try:
+            return evaluate_policy(self.policy, env, episodes or t.eval_episodes,
+                                   seed=t.seed + EVAL_SEED_OFFSET if seed is None else seed,
+                                   deterministic=deterministic)
+        finally:
+            env.close()
+
+    def plot(self, out: str | Path | None = None) -> Path:
+        from advantage.plotting import plot_runs
+
+        return plot_runs([self.dir], out or self.dir / "plots" / "learning_curve.png")
