@@ -82,7 +82,9 @@ def _to_tensor(name: str, value: Any) -> torch.Tensor:
     if isinstance(value, np.ndarray):
         value = torch.from_numpy(np.ascontiguousarray(value))
     if not isinstance(value, torch.Tensor):
-        raise TypeError(f"checkpoint tensor {name!r} must be a numpy array or torch tensor, got {type(value)}")
+        raise TypeError(
+            f"checkpoint tensor {name!r} must be a numpy array or torch tensor, got {type(value)}"
+        )
     return value.detach().cpu().contiguous().clone()
 
 
@@ -100,7 +102,12 @@ def save_checkpoint(
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
-    name = f"step_{step:012d}"
+    # A step saved before (a resumed run ending where it started) gets a new folder: the old one is never
+    # touched before `latest` points at the new one, and rotation then removes it.
+    name, n = f"step_{step:012d}", 0
+    while (root / name).exists():
+        n += 1
+        name = f"step_{step:012d}-{n}"
     final = root / name
     blobs = {
         TENSORS: st_save({k: _to_tensor(k, v) for k, v in tensors.items()}, metadata={"step": str(step)}),
@@ -118,19 +125,14 @@ def save_checkpoint(
         for fname, data in blobs.items():
             _write_synced(tmp / fname, data)
         _fsync_dir(tmp)
-        if final.exists():
-            # Same step saved before (e.g. a resumed run ending where it started): swap it out.
-            trash = root / f".tmp-old-{name}-{os.getpid()}"
-            os.rename(final, trash)
-            os.rename(tmp, final)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.rename(tmp, final)
+        os.rename(tmp, final)
         _fsync_dir(root)
         atomic_write(root / LATEST, name + "\n")
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"could not write checkpoint {final}: {e.strerror or e}; previous checkpoint kept") from e
+        raise CheckpointError(
+            f"could not write checkpoint {final}: {e.strerror or e}; previous checkpoint kept"
+        ) from e
     _rotate(root, keep, protect=name)
     return final
 
@@ -149,7 +151,7 @@ def latest_checkpoint(root: str | Path) -> Path:
     if not pointer.is_file():
         raise CheckpointError(f"no checkpoint: {pointer} does not exist")
     name = pointer.read_text().strip()
-    if not name.startswith("step_") or "/" in name or not (root / name).is_dir():
+    if not name.startswith("step_") or "/" in name or "\\" in name or not (root / name).is_dir():
         raise CheckpointError(f"{pointer} names {name!r}, which is not a checkpoint folder in {root}")
     return root / name
 
@@ -160,7 +162,9 @@ def _read_verified(folder: Path, fname: str, entry: Mapping[str, Any]) -> bytes:
         raise CheckpointError(f"{path}: file missing")
     data = path.read_bytes()
     if len(data) != entry.get("bytes"):
-        raise CheckpointError(f"{path}: {len(data)} bytes, manifest says {entry.get('bytes')} (truncated or altered)")
+        raise CheckpointError(
+            f"{path}: {len(data)} bytes, manifest says {entry.get('bytes')} (truncated or altered)"
+        )
     if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
         raise CheckpointError(f"{path}: SHA-256 does not match the manifest (corrupt or altered)")
     return data

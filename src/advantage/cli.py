@@ -54,8 +54,10 @@ def _print_final(run) -> None:
     if evals:
         last = evals[-1]
         extra = f", success_rate {last['eval/success_rate']:.3f}" if "eval/success_rate" in last else ""
-        print(f"done: step {last['step']}, eval/return_mean {last['eval/return_mean']:.4g} "
-              f"± {last.get('eval/return_std', 0.0):.3g}{extra} — {run.dir}")
+        print(
+            f"done: step {last['step']}, eval/return_mean {last['eval/return_mean']:.4g} "
+            f"± {last.get('eval/return_std', 0.0):.3g}{extra} — {run.dir}"
+        )
 
 
 def cmd_resume(ns: argparse.Namespace) -> int:
@@ -89,8 +91,11 @@ def cmd_plot(ns: argparse.Namespace) -> int:
 
     from advantage.plotting import DEFAULT_METRICS, plot_runs
 
-    out = ns.out or (Path(ns.run_dirs[0]) / "plots" / "learning_curve.png" if len(ns.run_dirs) == 1
-                     else Path("learning_curves.png"))
+    out = ns.out or (
+        Path(ns.run_dirs[0]) / "plots" / "learning_curve.png"
+        if len(ns.run_dirs) == 1
+        else Path("learning_curves.png")
+    )
     path = plot_runs(ns.run_dirs, out, metrics=ns.metric or DEFAULT_METRICS)
     print(path)
     return 0
@@ -122,7 +127,9 @@ def cmd_list(ns: argparse.Namespace) -> int:
     for name, algo in sorted(all_algorithms().items()):
         table.add_row(name, algo.summary, ", ".join(algo.presets) or "-")
     console.print(table)
-    console.print("`advantage list ALGO` shows its options; `advantage train ALGO preset=NAME` uses a preset.")
+    console.print(
+        "`advantage list ALGO` shows its options; `advantage train ALGO preset=NAME` uses a preset."
+    )
     return 0
 
 
@@ -130,25 +137,34 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="advantage", description="Reinforcement learning, from Q-tables to GRPO.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    t = sub.add_parser("train", help="train an algorithm; prints the run folder",
-                       description="Train ALGO (default q_learning). Options are key=value overrides of "
-                                   "the config sections env/algorithm/model/trainer, or preset=NAME.",
-                       epilog=EPILOG_TRAIN, formatter_class=argparse.RawDescriptionHelpFormatter)
+    t = sub.add_parser(
+        "train",
+        help="train an algorithm; prints the run folder",
+        description="Train ALGO (default q_learning). Options are key=value overrides of "
+        "the config sections env/algorithm/model/trainer, or preset=NAME.",
+        epilog=EPILOG_TRAIN,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     t.add_argument("args", nargs="*", metavar="[ALGO] [key=value ...]")
     t.add_argument("--config", metavar="F", help="YAML config file (e.g. a run's config.yaml)")
     t.add_argument("--quiet", action="store_true", help="no progress display")
     t.set_defaults(fn=cmd_train)
 
-    r = sub.add_parser("resume", help="continue a run from its latest checkpoint",
-                       description="Continue RUN_DIR from its latest checkpoint, e.g. with a larger "
-                                   "trainer.total_steps.")
+    r = sub.add_parser(
+        "resume",
+        help="continue a run from its latest checkpoint",
+        description="Continue RUN_DIR from its latest checkpoint, e.g. with a larger trainer.total_steps.",
+    )
     r.add_argument("run_dir")
     r.add_argument("overrides", nargs="*", metavar="key=value")
     r.add_argument("--quiet", action="store_true", help="no progress display")
     r.set_defaults(fn=cmd_resume)
 
-    e = sub.add_parser("eval", help="evaluate a run's latest checkpoint",
-                       description="Evaluate the latest checkpoint of RUN_DIR for whole episodes.")
+    e = sub.add_parser(
+        "eval",
+        help="evaluate a run's latest checkpoint",
+        description="Evaluate the latest checkpoint of RUN_DIR for whole episodes.",
+    )
     e.add_argument("run_dir")
     e.add_argument("--episodes", type=int, help="episodes (default: the run's trainer.eval_episodes)")
     e.add_argument("--seed", type=int, help="seed of the first episode (default: the run's evaluation seed)")
@@ -156,16 +172,28 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(fn=cmd_eval)
 
-    pl = sub.add_parser("plot", help="plot learning curves of one or more runs",
-                        description="Plot learning curves of RUN_DIRs on one figure.")
+    pl = sub.add_parser(
+        "plot",
+        help="plot learning curves of one or more runs",
+        description="Plot learning curves of RUN_DIRs on one figure.",
+    )
     pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    pl.add_argument("--out", metavar="F.png", help="output file (default: RUN_DIR/plots/learning_curve.png "
-                                                   "for one run, ./learning_curves.png for several)")
-    pl.add_argument("--metric", action="append", help="metric to plot (repeatable; default: "
-                                                      "train/episode_return and eval/return_mean)")
+    pl.add_argument(
+        "--out",
+        metavar="F.png",
+        help="output file (default: RUN_DIR/plots/learning_curve.png "
+        "for one run, ./learning_curves.png for several)",
+    )
+    pl.add_argument(
+        "--metric",
+        action="append",
+        help="metric to plot (repeatable; default: train/episode_return and eval/return_mean)",
+    )
     pl.set_defaults(fn=cmd_plot)
 
-    ls = sub.add_parser("list", help="algorithms and presets", description="List algorithms, or one's options.")
+    ls = sub.add_parser(
+        "list", help="algorithms and presets", description="List algorithms, or one's options."
+    )
     ls.add_argument("algo", nargs="?", help="show this algorithm's options and presets")
     ls.set_defaults(fn=cmd_list)
     return p

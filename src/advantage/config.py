@@ -148,7 +148,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"--config {str(path)!r} must hold a mapping of sections, got {type(data).__name__}")
+        raise ConfigError(
+            f"--config {str(path)!r} must hold a mapping of sections, got {type(data).__name__}"
+        )
     return data
 
 
@@ -240,11 +242,13 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
     for key, value in data.items():
         name = f"{prefix}{key}"
         f = fields.get(key)
-        if f is None or key == "kwargs" and cls is EnvConfig:
+        if f is None or (key == "kwargs" and cls is EnvConfig):
             if cls is EnvConfig:
                 extra[key] = value  # environment kwargs; checked against the env by advantage.envs
                 continue
-            problems.append(f"unknown key {name}{_suggest(str(key), fields, prefix)} (allowed: {', '.join(fields)})")
+            problems.append(
+                f"unknown key {name}{_suggest(str(key), fields, prefix)} (allowed: {', '.join(fields)})"
+            )
             continue
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
@@ -268,11 +272,17 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
     return obj
 
 
-def validate(cls: type, data: Mapping[str, Any]) -> Any:
-    """Build the config dataclass ``cls`` from nested ``data``; raise :class:`ConfigError` listing every
-    problem. A section may add cross-field checks with a ``problems(self) -> list[str]`` method."""
+def build(cls: type, data: Mapping[str, Any]) -> tuple[Any, list[str]]:
+    """Build the config dataclass ``cls`` from nested ``data``, returning it with the list of problems
+    (invalid values are left at their defaults). A section may add cross-field checks with a
+    ``problems(self) -> list[str]`` method."""
     problems: list[str] = []
-    obj = _build(cls, data, "", problems)
+    return _build(cls, data, "", problems), problems
+
+
+def validate(cls: type, data: Mapping[str, Any]) -> Any:
+    """Like :func:`build`, but raise :class:`ConfigError` listing every problem."""
+    obj, problems = build(cls, data)
     if problems:
         raise ConfigError(problems)
     return obj

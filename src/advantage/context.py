@@ -53,8 +53,14 @@ class _Window:
 
 
 class RunContext:
-    def __init__(self, algo: Algorithm, cfg: Any, run_dir: Path, restored: Checkpoint | None = None,
-                 quiet: bool = False):
+    def __init__(
+        self,
+        algo: Algorithm,
+        cfg: Any,
+        run_dir: Path,
+        restored: Checkpoint | None = None,
+        quiet: bool = False,
+    ):
         self.algo, self.cfg, self.run_dir, self.restored = algo, cfg, Path(run_dir), restored
         t = cfg.trainer
         run_state = restored.state.get("run", {}) if restored else {}
@@ -64,13 +70,20 @@ class RunContext:
         self._last_return: float | None = run_state.get("last_return")
         self._next_log = start - start % t.log_every + t.log_every
         self._next_eval = start - start % t.eval_every + t.eval_every if t.eval_every else math.inf
-        self._next_ckpt = start - start % t.checkpoint_every + t.checkpoint_every if t.checkpoint_every else math.inf
+        self._next_ckpt = (
+            start - start % t.checkpoint_every + t.checkpoint_every if t.checkpoint_every else math.inf
+        )
         self._stop_signal: str | None = None
         self._old_handlers: dict[int, Any] = {}
-        self.writer = MetricsWriter(self.run_dir, tensorboard=t.tensorboard,
-                                    elapsed=run_state.get("elapsed", 0.0), purge_step=start + 1 if restored else None)
-        self.progress = Progress(t.total_steps, start=start, mode="none" if quiet else t.progress,
-                                 description=algo.name)
+        self.writer = MetricsWriter(
+            self.run_dir,
+            tensorboard=t.tensorboard,
+            elapsed=run_state.get("elapsed", 0.0),
+            purge_step=start + 1 if restored else None,
+        )
+        self.progress = Progress(
+            t.total_steps, start=start, mode="none" if quiet else t.progress, description=algo.name
+        )
         self._eval_env: gym.Env | None = None
         self._last_eval: tuple[int, dict[str, Any]] | None = None
         self._last_saved: int | None = None
@@ -123,8 +136,12 @@ class RunContext:
     def evaluate(self, step: int, policy: Policy) -> dict[str, Any]:
         if self._eval_env is None:
             self._eval_env = make_env(self.cfg.env)
-        res = evaluate_policy(policy, self._eval_env, self.cfg.trainer.eval_episodes,
-                              seed=self.cfg.trainer.seed + EVAL_SEED_OFFSET)
+        res = evaluate_policy(
+            policy,
+            self._eval_env,
+            self.cfg.trainer.eval_episodes,
+            seed=self.cfg.trainer.seed + EVAL_SEED_OFFSET,
+        )
         self.writer.log(step, {f"eval/{k}": v for k, v in res.items()})
         self._last_eval = (step, res)
         return res
@@ -138,9 +155,13 @@ class RunContext:
             "window_lengths": self._window.lengths,
             "last_return": self._last_return,
         }
-        return save_checkpoint(self.run_dir / "checkpoints", step, snap.tensors,
-                               {"algo": dict(snap.state), "run": run_state},
-                               keep=self.cfg.trainer.keep_checkpoints)
+        return save_checkpoint(
+            self.run_dir / "checkpoints",
+            step,
+            snap.tensors,
+            {"algo": dict(snap.state), "run": run_state},
+            keep=self.cfg.trainer.keep_checkpoints,
+        )
 
     def tick(self, step: int, snapshot: Callable[[], Snapshot]) -> bool:
         """Call after every step (or rollout). Logs, evaluates and checkpoints when due; returns True if

@@ -58,8 +58,13 @@ class MetricsWriter:
         purge_step: on resume, TensorBoard drops events after this step.
     """
 
-    def __init__(self, run_dir: str | Path, tensorboard: bool = True, elapsed: float = 0.0,
-                 purge_step: int | None = None):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        tensorboard: bool = True,
+        elapsed: float = 0.0,
+        purge_step: int | None = None,
+    ):
         self.run_dir = Path(run_dir)
         self._start = time.perf_counter() - elapsed
         self._file = open(self.run_dir / METRICS_FILE, "a")  # noqa: SIM115  (closed in close())

@@ -21,8 +21,12 @@ def _series(rows: list[dict], metric: str) -> tuple[list[int], list[float]]:
     return xs, ys
 
 
-def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, metrics: Sequence[str] = DEFAULT_METRICS,
-              labels: Sequence[str] | None = None) -> Path:
+def plot_runs(
+    run_dirs: Sequence[str | Path],
+    out: str | Path,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    labels: Sequence[str] | None = None,
+) -> Path:
     """Plot ``metrics`` (x: environment steps) of every run into ``out`` (PNG). ``eval/return_mean`` is
     drawn with a ±1 std band when ``eval/return_std`` is logged. Returns the written path."""
     import matplotlib
@@ -39,7 +43,9 @@ def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, metrics: Sequence
     shown = [m for m in metrics if any(_series(rows, m)[0] for rows in data.values())]
     if not shown:
         have = sorted({k for rows in data.values() for r in rows for k in r} - {"step", "time"})
-        raise RunDirError(f"none of the metrics {list(metrics)} was logged; logged: {', '.join(have) or 'nothing'}")
+        raise RunDirError(
+            f"none of the metrics {list(metrics)} was logged; logged: {', '.join(have) or 'nothing'}"
+        )
     fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 4), squeeze=False)
     for ax, metric in zip(axes[0], shown, strict=True):
         for i, d in enumerate(runs):

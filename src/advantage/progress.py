@@ -17,8 +17,14 @@ class Progress:
         stream: where to write (stderr by default, so stdout stays machine-readable).
     """
 
-    def __init__(self, total: int, start: int = 0, mode: str = "auto", stream: TextIO | None = None,
-                 description: str = "train"):
+    def __init__(
+        self,
+        total: int,
+        start: int = 0,
+        mode: str = "auto",
+        stream: TextIO | None = None,
+        description: str = "train",
+    ):
         self.total, self.start, self.step = max(total, 1), start, start
         self.stream = stream or sys.stderr
         if mode == "auto":
@@ -30,13 +36,18 @@ class Progress:
         self._bar = None
         if mode == "bar":
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn)
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
             from rich.progress import Progress as RichProgress
 
             self._bar = RichProgress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]} steps/s"), TextColumn("return {task.fields[ret]}"),
-                TimeRemainingColumn(), console=Console(file=self.stream), transient=False,
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]} steps/s"),
+                TextColumn("return {task.fields[ret]}"),
+                TimeRemainingColumn(),
+                console=Console(file=self.stream),
+                transient=False,
             )
             self._task = self._bar.add_task(description, total=self.total, completed=start, rate="-", ret="-")
             self._bar.start()
@@ -60,8 +71,10 @@ class Progress:
     def _line(self, ret: str) -> None:
         eta = (self.total - self.step) / self.rate if self.rate > 0 else float("nan")
         pct = 100 * self.step / self.total
-        self.stream.write(f"[{pct:3.0f}%] step {self.step}/{self.total} | {self.rate:,.0f} steps/s | "
-                          f"return {ret} | eta {eta:.0f}s\n")
+        self.stream.write(
+            f"[{pct:3.0f}%] step {self.step}/{self.total} | {self.rate:,.0f} steps/s | "
+            f"return {ret} | eta {eta:.0f}s\n"
+        )
         self.stream.flush()
 
     def close(self) -> None:

@@ -71,7 +71,8 @@ def get_algorithm(name: str) -> Algorithm:
         close = difflib.get_close_matches(name, list(ALGORITHMS), n=3, cutoff=0.5)
         hint = f"; did you mean {' or '.join(close)}?" if close else ""
         raise ConfigError(
-            f"unknown algorithm {name!r}{hint} (available: {', '.join(sorted(ALGORITHMS))}; see `advantage list`)"
+            f"unknown algorithm {name!r}{hint} "
+            f"(available: {', '.join(sorted(ALGORITHMS))}; see `advantage list`)"
         )
     return ALGORITHMS[name]
 

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from advantage.checkpoint import Checkpoint, atomic_write, load_checkpoint
-from advantage.config import ConfigError, dump_yaml, flatten, load_yaml, merge, nest, to_dict, validate
+from advantage.config import build, dump_yaml, flatten, load_yaml, merge, nest, to_dict
 from advantage.context import RunContext
 from advantage.envs import check_env_config, make_env
-from advantage.errors import RunDirError
+from advantage.errors import ConfigError, RunDirError
 from advantage.evaluation import EVAL_SEED_OFFSET, evaluate_policy
 from advantage.metrics import read_metrics, truncate_metrics
 from advantage.registry import Algorithm, Policy, get_algorithm
@@ -63,23 +63,14 @@ def resolve_config(
 
             close = difflib.get_close_matches(str(preset_name), list(spec.presets), n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]}?" if close else ""
-            raise ConfigError(f"preset {preset_name!r} is not a preset of {name}{hint} "
-                              f"(available: {', '.join(spec.presets) or 'none'})")
+            raise ConfigError(
+                f"preset {preset_name!r} is not a preset of {name}{hint} "
+                f"(available: {', '.join(spec.presets) or 'none'})"
+            )
         preset = nest(dict(spec.presets[preset_name].overrides))
     merged = merge(nest(dict(spec.defaults)), preset, tree, over)
-    problems: list[str] = []
-    try:
-        cfg = validate(spec.config, merged)
-    except ConfigError as e:
-        problems.extend(e.problems)
-        cfg = None
-    env_id = merged.get("env", {}).get("id") if isinstance(merged.get("env"), dict) else None
-    if cfg is not None:
-        problems.extend(check_env_config(cfg.env))
-    elif isinstance(env_id, str):
-        from advantage.envs.make import check_env_id
-
-        problems.extend(check_env_id(env_id))
+    cfg, problems = build(spec.config, merged)
+    problems.extend(check_env_config(cfg.env))
     if problems:
         raise ConfigError(problems)
     return spec, cfg
@@ -128,8 +119,10 @@ def train(
     _check_spaces(spec, cfg)
     run_dir = Path(cfg.trainer.run_dir) if cfg.trainer.run_dir else _default_run_dir(spec, cfg)
     if run_dir.exists() and any(run_dir.iterdir()):
-        raise RunDirError(f"trainer.run_dir {str(run_dir)!r} already exists and is not empty; "
-                          f"pick another folder, or continue it with `advantage resume {run_dir}`")
+        raise RunDirError(
+            f"trainer.run_dir {str(run_dir)!r} already exists and is not empty; "
+            f"pick another folder, or continue it with `advantage resume {run_dir}`"
+        )
     cfg.trainer.run_dir = str(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
@@ -153,14 +146,20 @@ def resume(run_dir: str | Path, *, quiet: bool = False, **overrides: Any) -> Run
     before, after = flatten(to_dict(old.config)), flatten(to_dict(cfg))
     for key in sorted(set(before) | set(after)):
         if not key.startswith("trainer.") and before.get(key) != after.get(key):
-            print(f"warning: {key} changed on resume: {before.get(key)!r} -> {after.get(key)!r}", file=sys.stderr)
+            print(
+                f"warning: {key} changed on resume: {before.get(key)!r} -> {after.get(key)!r}",
+                file=sys.stderr,
+            )
     cfg.trainer.run_dir = str(run_dir)
     ckpt = load_checkpoint(run_dir / "checkpoints")
     atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
     if ckpt.step >= cfg.trainer.total_steps:
         if not quiet:
-            print(f"{run_dir} is already at step {ckpt.step} >= trainer.total_steps={cfg.trainer.total_steps}; "
-                  "pass a larger trainer.total_steps to train longer", file=sys.stderr)
+            print(
+                f"{run_dir} is already at step {ckpt.step} >= trainer.total_steps={cfg.trainer.total_steps}; "
+                "pass a larger trainer.total_steps to train longer",
+                file=sys.stderr,
+            )
         return Run(run_dir)
     truncate_metrics(run_dir, ckpt.step)
     if not quiet:
@@ -227,16 +226,21 @@ class Run:
         action = self.policy.act(obs, deterministic=deterministic)
         return action.item() if isinstance(action, np.generic) else action
 
-    def evaluate(self, episodes: int | None = None, seed: int | None = None,
-                 deterministic: bool = True) -> dict[str, Any]:
+    def evaluate(
+        self, episodes: int | None = None, seed: int | None = None, deterministic: bool = True
+    ) -> dict[str, Any]:
         """Evaluate the latest checkpoint's policy. Defaults: ``trainer.eval_episodes`` episodes and the
         evaluation seeds used during training, so a deterministic policy reproduces ``eval/return_mean``."""
         t = self.config.trainer
         env = make_env(self.config.env)
         try:
-            return evaluate_policy(self.policy, env, episodes or t.eval_episodes,
-                                   seed=t.seed + EVAL_SEED_OFFSET if seed is None else seed,
-                                   deterministic=deterministic)
+            return evaluate_policy(
+                self.policy,
+                env,
+                episodes or t.eval_episodes,
+                seed=t.seed + EVAL_SEED_OFFSET if seed is None else seed,
+                deterministic=deterministic,
+            )
         finally:
             env.close()
 

@@ -19,7 +19,11 @@ from advantage.errors import EnvError
 
 # Toy-text tasks with a goal: an episode that terminates there is a success (info["is_success"], the key
 # Stable-Baselines3 and Gymnasium-Robotics use), so evaluation can report a success rate.
-_SUCCESS_ON_TERMINATION = {"FrozenLakeEnv": "positive_reward", "CliffWalkingEnv": "any", "TaxiEnv": "positive_reward"}
+_SUCCESS_ON_TERMINATION = {
+    "FrozenLakeEnv": "positive_reward",
+    "CliffWalkingEnv": "any",
+    "TaxiEnv": "positive_reward",
+}
 
 
 class SuccessInfo(gym.Wrapper):
@@ -132,6 +136,4 @@ def describe_space(space: gym.Space) -> str:
 def require_space(algo: str, env_id: str, which: str, space: gym.Space, kind: type[gym.Space]) -> None:
     """Raise ``EnvError("q_learning needs a Discrete observation space; CartPole-v1 has Box(4,)")``."""
     if not isinstance(space, kind):
-        raise EnvError(
-            f"{algo} needs a {kind.__name__} {which} space; {env_id} has {describe_space(space)}"
-        )
+        raise EnvError(f"{algo} needs a {kind.__name__} {which} space; {env_id} has {describe_space(space)}")

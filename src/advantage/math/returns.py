@@ -29,7 +29,9 @@ def _as_bool(x: Tensor | None, like: Tensor) -> Tensor:
     if x is None:
         return torch.zeros_like(like, dtype=torch.bool)
     if x.shape != like.shape:
-        raise ValueError(f"episode flags must have the shape of rewards {tuple(like.shape)}, got {tuple(x.shape)}")
+        raise ValueError(
+            f"episode flags must have the shape of rewards {tuple(like.shape)}, got {tuple(x.shape)}"
+        )
     return x.to(dtype=torch.bool, device=like.device)
 
 
@@ -88,7 +90,11 @@ def n_step_returns(
     gamma: float,
     n: int,
 ) -> Tensor:
-    r"""n-step returns :math:`G^{(n)}_t = \sum_{l=0}^{k-1} \gamma^l r_{t+l} + \gamma^k (1-\text{term}_{t+k-1}) V(s_{t+k})`.
+    r"""n-step returns, truncated at episode and rollout ends.
+
+    .. math::
+        G^{(n)}_t = \sum_{l=0}^{k-1} \gamma^l r_{t+l} + \gamma^k (1-\text{term}_{t+k-1}) V(s_{t+k})
+
 
     ``k = min(n, steps to the end of the episode or of the row)``: the sum stops at the first step that
     ends an episode (terminated or truncated) or at the end of the rollout, and bootstraps there with the
@@ -113,7 +119,7 @@ def n_step_returns(
     out = torch.zeros_like(rewards)
     alive = torch.ones_like(rewards, dtype=torch.bool)  # row t still accumulating
     discount = 1.0
-    for lag in range(n):
+    for lag in range(min(n, T)):
         # Step t + lag for each start t; starts whose window runs past the row have already stopped.
         width = T - lag
         r = rewards[..., lag:]
@@ -197,7 +203,11 @@ def mc_update(
     returns: Tensor,
     first_visit: bool = True,
 ) -> tuple[Tensor, Tensor]:
-    r"""Monte Carlo estimate update with the incremental mean :math:`N \mathrel{+}= 1,\ V \mathrel{+}= (G - V)/N`.
+    r"""Monte Carlo estimate update with the incremental mean.
+
+    .. math::
+        N \mathrel{+}= 1, \qquad V \mathrel{+}= (G - V)/N
+
 
     Seed 002 / SPEC T2: every visit (or only the first visit) of a state in an episode contributes its
     return ``G_t``; the running mean avoids storing all returns. Visits are applied in time order, so the

@@ -25,8 +25,9 @@ class EpsilonSchedule:
 
     epsilon_start: float = option(1.0, "ε at step 0", lo=0, hi=1)
     epsilon_end: float = option(0.05, "ε after the decay", lo=0, hi=1)
-    epsilon_decay_fraction: float = option(0.5, "fraction of trainer.total_steps over which ε decays linearly",
-                                           lo=0, hi=1, lo_open=True)
+    epsilon_decay_fraction: float = option(
+        0.5, "fraction of trainer.total_steps over which ε decays linearly", lo=0, hi=1, lo_open=True
+    )
 
 
 def linear_schedule(start: float, end: float, fraction: float, step: int, total: int) -> float:

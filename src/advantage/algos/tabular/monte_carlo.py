@@ -51,12 +51,16 @@ from advantage.registry import Algorithm, register
 @dataclass
 class MCControlAlgorithm(EpsilonSchedule):
     gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
-    visit: str = option("first", "which visits of a state-action pair in an episode count", choices=("first", "every"))
+    visit: str = option(
+        "first", "which visits of a state-action pair in an episode count", choices=("first", "every")
+    )
 
     def problems(self) -> list[str]:
         if self.epsilon_end > self.epsilon_start:
-            return [f"algorithm.epsilon_end ({self.epsilon_end}) must be <= algorithm.epsilon_start "
-                    f"({self.epsilon_start})"]
+            return [
+                f"algorithm.epsilon_end ({self.epsilon_end}) must be <= algorithm.epsilon_start "
+                f"({self.epsilon_start})"
+            ]
         return []
 
 
@@ -68,7 +72,10 @@ class MCPredictionAlgorithm:
 
     def problems(self) -> list[str]:
         if self.policy != "random" and not (Path(self.policy) / "config.yaml").is_file():
-            return [f"algorithm.policy must be 'random' or a run folder, got {self.policy!r} (no config.yaml there)"]
+            return [
+                f"algorithm.policy must be 'random' or a run folder, got {self.policy!r} "
+                "(no config.yaml there)"
+            ]
         return []
 
 
@@ -96,7 +103,9 @@ def fixed_policy_table(spec: str, n_states: int, n_actions: int) -> np.ndarray:
 
     policy = Run(spec).policy
     if not isinstance(policy, TablePolicy) or policy.table.shape != (n_states, n_actions):
-        raise ConfigError(f"algorithm.policy {spec!r} is not a tabular policy for a {n_states}x{n_actions} table")
+        raise ConfigError(
+            f"algorithm.policy {spec!r} is not a tabular policy for a {n_states}x{n_actions} table"
+        )
     if policy.kind == "probs":
         return policy.table / policy.table.sum(axis=1, keepdims=True)
     return np.eye(n_actions)[policy.table.argmax(axis=1)]
@@ -126,8 +135,9 @@ def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: b
     pi = None if control else fixed_policy_table(a_cfg.policy, n_states, n_actions)
 
     def epsilon(step: int) -> float:
-        return linear_schedule(a_cfg.epsilon_start, a_cfg.epsilon_end, a_cfg.epsilon_decay_fraction,
-                               step, t.total_steps)
+        return linear_schedule(
+            a_cfg.epsilon_start, a_cfg.epsilon_end, a_cfg.epsilon_decay_fraction, step, t.total_steps
+        )
 
     if ctx.restored is None:
         est = torch.full((n_keys,), cfg.model.init_value, dtype=torch.float64)
@@ -176,8 +186,9 @@ def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: b
             keys = torch.tensor(episode.states, dtype=torch.long)
             if control:
                 keys = keys * n_actions + torch.tensor(episode.actions, dtype=torch.long)
-            est, counts = mc_update(est, counts, keys, episode.returns(a_cfg.gamma, boot),
-                                    first_visit=a_cfg.visit == "first")
+            est, counts = mc_update(
+                est, counts, keys, episode.returns(a_cfg.gamma, boot), first_visit=a_cfg.visit == "first"
+            )
             ctx.episode(step, sum(episode.rewards), len(episode.rewards))
             episode = _Episode()
             obs, _ = env.reset()
@@ -196,8 +207,9 @@ def _control_policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
 
 def _prediction_policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
     n_states, n_actions = table_shape(env)
-    return TablePolicy(fixed_policy_table(cfg.algorithm.policy, n_states, n_actions), kind="probs",
-                       seed=cfg.trainer.seed)
+    return TablePolicy(
+        fixed_policy_table(cfg.algorithm.policy, n_states, n_actions), kind="probs", seed=cfg.trainer.seed
+    )
 
 
 def _train_control(cfg: MCControlConfig, ctx: RunContext) -> None:
@@ -208,20 +220,31 @@ def _train_prediction(cfg: MCPredictionConfig, ctx: RunContext) -> None:
     train(cfg, ctx, control=False)
 
 
-register(Algorithm(
-    name="mc_control",
-    summary="Monte Carlo control: first-/every-visit returns, incremental mean, ε-soft policy (seed 002)",
-    config=MCControlConfig, train=_train_control, policy=_control_policy, check_env=check_discrete("mc_control"),
-    presets={
-        "frozenlake": Preset("deterministic FrozenLake 4x4", {"env.is_slippery": False, "trainer.total_steps": 50_000}),
-        "every_visit": Preset("every-visit instead of first-visit", {"algorithm.visit": "every"}),
-    },
-))
+register(
+    Algorithm(
+        name="mc_control",
+        summary="Monte Carlo control: first-/every-visit returns, incremental mean, ε-soft policy (seed 002)",
+        config=MCControlConfig,
+        train=_train_control,
+        policy=_control_policy,
+        check_env=check_discrete("mc_control"),
+        presets={
+            "frozenlake": Preset(
+                "deterministic FrozenLake 4x4", {"env.is_slippery": False, "trainer.total_steps": 50_000}
+            ),
+            "every_visit": Preset("every-visit instead of first-visit", {"algorithm.visit": "every"}),
+        },
+    )
+)
 
-register(Algorithm(
-    name="mc_prediction",
-    summary="Monte Carlo prediction of V^π for a fixed policy (uniform random, or a run's)",
-    config=MCPredictionConfig, train=_train_prediction, policy=_prediction_policy,
-    check_env=check_discrete("mc_prediction"),
-    presets={"every_visit": Preset("every-visit instead of first-visit", {"algorithm.visit": "every"})},
-))
+register(
+    Algorithm(
+        name="mc_prediction",
+        summary="Monte Carlo prediction of V^π for a fixed policy (uniform random, or a run's)",
+        config=MCPredictionConfig,
+        train=_train_prediction,
+        policy=_prediction_policy,
+        check_env=check_discrete("mc_prediction"),
+        presets={"every_visit": Preset("every-visit instead of first-visit", {"algorithm.visit": "every"})},
+    )
+)

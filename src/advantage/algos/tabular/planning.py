@@ -49,18 +49,21 @@ def policy_evaluation(model: TabularModel, pi: np.ndarray, gamma: float) -> np.n
     try:
         v = np.linalg.solve(a, r_pi)
     except np.linalg.LinAlgError:
-        raise ValueError(f"(I - γ P_π) is singular for γ={gamma}: the policy can loop forever; use γ < 1") from None
+        raise ValueError(
+            f"(I - γ P_π) is singular for γ={gamma}: the policy can loop forever; use γ < 1"
+        ) from None
     if not np.all(np.isfinite(v)) or np.linalg.cond(a) > 1e12:
         raise ValueError(f"(I - γ P_π) is singular for γ={gamma}: the policy can loop forever; use γ < 1")
     return v
 
 
-def value_iteration(model: TabularModel, gamma: float, theta: float = 1e-10,
-                    max_iterations: int = 100_000) -> tuple[np.ndarray, np.ndarray, int]:
+def value_iteration(
+    model: TabularModel, gamma: float, theta: float = 1e-10, max_iterations: int = 100_000
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Bellman optimality iteration :math:`V \\leftarrow \\max_a [R + γ P V]` until
     :math:`\\max_s |ΔV| < θ`. Returns ``(V* [S], Q* [S, A], iterations)``."""
     v = np.zeros(model.num_states)
-    for it in range(1, max_iterations + 1):
+    for it in range(1, max_iterations + 1):  # noqa: B007  (`it` is returned)
         q = q_from_v(model, v, gamma)
         v_new = q.max(axis=1)
         delta = float(np.max(np.abs(v_new - v)))
@@ -80,12 +83,15 @@ def greedy(q: np.ndarray, previous: np.ndarray | None = None, tol: float = 1e-12
     return np.where(keep, previous, best)
 
 
-def policy_iteration(model: TabularModel, gamma: float,
-                     max_iterations: int = 10_000) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Howard's policy iteration from the all-zeros policy. Returns ``(V* [S], Q* [S, A], π* [S], iterations)``."""
+def policy_iteration(
+    model: TabularModel, gamma: float, max_iterations: int = 10_000
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Howard's policy iteration from the all-zeros policy.
+
+    Returns ``(V* [S], Q* [S, A], π* [S], iterations)``."""
     actions = np.zeros(model.num_states, dtype=np.int64)
     eye = np.eye(model.num_actions)
-    for it in range(1, max_iterations + 1):
+    for it in range(1, max_iterations + 1):  # noqa: B007  (`it` is returned)
         v = policy_evaluation(model, eye[actions], gamma)
         q = q_from_v(model, v, gamma)
         new = greedy(q, actions)
@@ -102,8 +108,9 @@ def policy_iteration(model: TabularModel, gamma: float,
 @dataclass
 class PlanningAlgorithm:
     gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
-    theta: float = option(1e-10, "value iteration stops when the largest value change is below θ", lo=0,
-                          lo_open=True)
+    theta: float = option(
+        1e-10, "value iteration stops when the largest value change is below θ", lo=0, lo_open=True
+    )
     max_iterations: int = option(100_000, "iteration limit", lo=1)
     policy: str = option("random", "policy_evaluation only: 'random' (uniform) or a tabular run folder")
 
@@ -166,8 +173,14 @@ _SUMMARIES = {
 }
 
 for _name, _summary in _SUMMARIES.items():
-    register(Algorithm(
-        name=_name, summary=_summary, config=PlanningConfig, train=partial(train, method=_name),
-        policy=_policy, check_env=_check_env(_name),
-        defaults={"trainer.total_steps": 0, "trainer.eval_every": 0},
-    ))
+    register(
+        Algorithm(
+            name=_name,
+            summary=_summary,
+            config=PlanningConfig,
+            train=partial(train, method=_name),
+            policy=_policy,
+            check_env=_check_env(_name),
+            defaults={"trainer.total_steps": 0, "trainer.eval_every": 0},
+        )
+    )

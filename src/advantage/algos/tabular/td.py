@@ -51,13 +51,17 @@ from advantage.registry import Algorithm, register
 class TDAlgorithm(EpsilonSchedule):
     gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
     alpha: float = option(0.1, "step size α", lo=0, hi=1, lo_open=True)
-    alpha_end: float | None = option(None, "if set, α decays linearly to this over the run", lo=0, hi=1)
+    alpha_end: float | None = option(
+        0.01, "α decays linearly to this over the run (null: constant α)", lo=0, hi=1
+    )
 
     def problems(self) -> list[str]:
         out = []
         if self.epsilon_end > self.epsilon_start:
-            out.append(f"algorithm.epsilon_end ({self.epsilon_end}) must be <= algorithm.epsilon_start "
-                       f"({self.epsilon_start})")
+            out.append(
+                f"algorithm.epsilon_end ({self.epsilon_end}) must be <= algorithm.epsilon_start "
+                f"({self.epsilon_start})"
+            )
         if self.alpha_end is not None and self.alpha_end > self.alpha:
             out.append(f"algorithm.alpha_end ({self.alpha_end}) must be <= algorithm.alpha ({self.alpha})")
         return out
@@ -86,8 +90,9 @@ def train(cfg: TDConfig, ctx: RunContext, method: str) -> None:
     n_states, n_actions = table_shape(env)
 
     def epsilon(step: int) -> float:
-        return linear_schedule(a_cfg.epsilon_start, a_cfg.epsilon_end, a_cfg.epsilon_decay_fraction,
-                               step, t.total_steps)
+        return linear_schedule(
+            a_cfg.epsilon_start, a_cfg.epsilon_end, a_cfg.epsilon_decay_fraction, step, t.total_steps
+        )
 
     def alpha(step: int) -> float:
         if a_cfg.alpha_end is None:
@@ -106,11 +111,23 @@ def train(cfg: TDConfig, ctx: RunContext, method: str) -> None:
         rng = restore_rng(s["rng"])
         env.reset(seed=t.seed)
         set_env_state(env, s["env"])
-        obs, action, step, ep_return, ep_len = s["obs"], s["action"], ctx.restored.step, s["ep_return"], s["ep_len"]
+        obs, action, step, ep_return, ep_len = (
+            s["obs"],
+            s["action"],
+            ctx.restored.step,
+            s["ep_return"],
+            s["ep_len"],
+        )
 
     def snapshot() -> Snapshot:
-        state = {"rng": rng_state(rng), "env": env_state(env), "obs": int(obs), "action": int(action),
-                 "ep_return": ep_return, "ep_len": ep_len}
+        state = {
+            "rng": rng_state(rng),
+            "env": env_state(env),
+            "obs": int(obs),
+            "action": int(action),
+            "ep_return": ep_return,
+            "ep_len": ep_len,
+        }
         return Snapshot(TablePolicy(q.copy()), {"q": q}, state)
 
     while step < t.total_steps:
@@ -148,20 +165,42 @@ def _policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
 
 
 _PRESETS = {
-    "frozenlake": Preset("deterministic FrozenLake 4x4", {"env.id": "FrozenLake-v1", "env.is_slippery": False,
-                                                         "trainer.total_steps": 20_000}),
+    "frozenlake": Preset(
+        "deterministic FrozenLake 4x4",
+        {"env.id": "FrozenLake-v1", "env.is_slippery": False, "trainer.total_steps": 20_000},
+    ),
     "frozenlake_slippery": Preset(
         "slippery FrozenLake 4x4, tuned to match value iteration's success rate",
-        {"env.id": "FrozenLake-v1", "env.is_slippery": True, "trainer.total_steps": 300_000,
-         "algorithm.alpha": 0.1, "algorithm.alpha_end": 0.01, "algorithm.epsilon_decay_fraction": 0.5},
+        {
+            "env.id": "FrozenLake-v1",
+            "env.is_slippery": True,
+            "trainer.total_steps": 150_000,
+            "algorithm.alpha": 0.1,
+            "algorithm.alpha_end": 0.01,
+            "trainer.eval_episodes": 1000,
+        },
     ),
-    "frozenlake8x8": Preset("deterministic FrozenLake 8x8", {"env.id": "FrozenLake-v1", "env.map_name": "8x8",
-                                                            "env.is_slippery": False,
-                                                            "trainer.total_steps": 100_000}),
-    "cliffwalking": Preset("CliffWalking (γ=1: the classic Q-learning vs SARSA comparison)",
-                           {"env.id": "CliffWalking-v1", "algorithm.gamma": 1.0, "algorithm.alpha": 0.5,
-                            "algorithm.epsilon_start": 0.1, "algorithm.epsilon_end": 0.1,
-                            "trainer.total_steps": 50_000, "trainer.eval_episodes": 1}),
+    "frozenlake8x8": Preset(
+        "deterministic FrozenLake 8x8",
+        {
+            "env.id": "FrozenLake-v1",
+            "env.map_name": "8x8",
+            "env.is_slippery": False,
+            "trainer.total_steps": 100_000,
+        },
+    ),
+    "cliffwalking": Preset(
+        "CliffWalking (γ=1: the classic Q-learning vs SARSA comparison)",
+        {
+            "env.id": "CliffWalking-v1",
+            "algorithm.gamma": 1.0,
+            "algorithm.alpha": 0.5,
+            "algorithm.epsilon_start": 0.1,
+            "algorithm.epsilon_end": 0.1,
+            "trainer.total_steps": 50_000,
+            "trainer.eval_episodes": 1,
+        },
+    ),
     "taxi": Preset("Taxi", {"env.id": "Taxi-v4", "trainer.total_steps": 300_000, "algorithm.alpha": 0.2}),
 }
 
@@ -172,7 +211,16 @@ _SUMMARIES = {
 }
 
 for _name, _summary in _SUMMARIES.items():
-    register(Algorithm(
-        name=_name, summary=_summary, config=TDConfig, train=partial(train, method=_name),
-        policy=_policy, check_env=check_discrete(_name), presets=_PRESETS,
-    ))
+    register(
+        Algorithm(
+            name=_name,
+            summary=_summary,
+            config=TDConfig,
+            train=partial(train, method=_name),
+            policy=_policy,
+            check_env=check_discrete(_name),
+            presets=_PRESETS,
+            # The defaults learn slippery FrozenLake-v1 (the default env) to value iteration's success rate.
+            defaults={"trainer.total_steps": 150_000},
+        )
+    )

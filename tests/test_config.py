@@ -1,0 +1,133 @@
+"""Config: sections, YAML, dotted overrides, presets, validation with every problem listed at once."""
+
+import pytest
+
+from advantage.config import flatten, nest, parse_overrides, to_dict
+from advantage.errors import ConfigError
+from advantage.runs import config_yaml, resolve_config
+
+
+def test_defaults_and_dotted_overrides():
+    spec, cfg = resolve_config("q_learning", overrides={"algorithm.gamma": 0.9, "env.is_slippery": False})
+    assert spec.name == "q_learning"
+    assert cfg.algorithm.gamma == 0.9
+    assert cfg.env.kwargs == {"is_slippery": False}
+    assert cfg.trainer.seed == 0
+
+
+def test_cli_strings_are_parsed_as_yaml_scalars():
+    over = parse_overrides(["algorithm.gamma=0.9", "env.is_slippery=false", "trainer.total_steps=20000"])
+    assert over == {
+        "algorithm": {"gamma": 0.9},
+        "env": {"is_slippery": False},
+        "trainer": {"total_steps": 20000},
+    }
+
+
+def test_override_without_equals_is_an_error():
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_overrides(["algorithm.gamma"])
+
+
+def test_int_accepted_for_float_and_integral_float_for_int():
+    _, cfg = resolve_config("q_learning", overrides={"algorithm.gamma": 1, "trainer.total_steps": 1000.0})
+    assert cfg.algorithm.gamma == 1.0 and isinstance(cfg.algorithm.gamma, float)
+    assert cfg.trainer.total_steps == 1000 and isinstance(cfg.trainer.total_steps, int)
+
+
+def test_every_problem_reported_at_once():
+    with pytest.raises(ConfigError) as info:
+        resolve_config(
+            "q_learning",
+            overrides={
+                "algorithm.gama": 0.9,  # unknown, close to gamma
+                "algorithm.alpha": 1.5,  # out of range
+                "trainer.total_steps": "many",  # wrong type
+                "trainer.progress": "fancy",  # not a choice
+                "trainer.seed": True,  # bool is not an int
+                "env.is_slipery": True,  # unknown env kwarg
+            },
+        )
+    problems = info.value.problems
+    assert len(problems) == 6, problems
+    text = "\n".join(problems)
+    assert "unknown key algorithm.gama; did you mean algorithm.gamma?" in text
+    assert "algorithm.alpha must be in (0, 1], got 1.5" in text
+    assert "trainer.total_steps must be an integer, got 'many' (str)" in text
+    assert "trainer.progress must be one of auto, bar, lines, none; got 'fancy'" in text
+    assert "trainer.seed must be an integer, got True" in text
+    assert "unknown key env.is_slipery for FrozenLake-v1; did you mean env.is_slippery?" in text
+
+
+def test_env_kwarg_type_checked_against_constructor():
+    with pytest.raises(ConfigError, match="env.is_slippery must be true or false, got 'maybe'"):
+        resolve_config("q_learning", overrides={"env.is_slippery": "maybe"})
+
+
+def test_cross_field_check():
+    with pytest.raises(
+        ConfigError, match=r"algorithm.epsilon_end \(0.5\) must be <= algorithm.epsilon_start"
+    ):
+        resolve_config("q_learning", overrides={"algorithm.epsilon_start": 0.1, "algorithm.epsilon_end": 0.5})
+
+
+def test_unknown_env_suggests_close_names():
+    with pytest.raises(ConfigError, match="did you mean FrozenLake-v1"):
+        resolve_config("q_learning", overrides={"env.id": "FrozenLak-v1"})
+    with pytest.raises(ConfigError, match="available versions: FrozenLake-v1"):
+        resolve_config("q_learning", overrides={"env.id": "FrozenLake-v0"})
+
+
+def test_unknown_algorithm_suggests():
+    with pytest.raises(ConfigError, match="did you mean q_learning"):
+        resolve_config("q_learnin")
+
+
+def test_presets_and_unknown_preset():
+    _, cfg = resolve_config("q_learning", overrides={"preset": "frozenlake"})
+    assert cfg.env.kwargs["is_slippery"] is False
+    # a later override beats the preset
+    _, cfg = resolve_config("q_learning", overrides={"preset": "frozenlake", "trainer.total_steps": 5})
+    assert cfg.trainer.total_steps == 5
+    with pytest.raises(ConfigError, match="did you mean frozenlake"):
+        resolve_config("q_learning", overrides={"preset": "frozenlak"})
+
+
+def test_yaml_file_and_round_trip(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("algo: sarsa\nalgorithm:\n  gamma: 0.8\nenv:\n  id: CliffWalking-v1\n")
+    spec, cfg = resolve_config(None, f)
+    assert spec.name == "sarsa" and cfg.algorithm.gamma == 0.8 and cfg.env.id == "CliffWalking-v1"
+    saved = tmp_path / "saved.yaml"
+    saved.write_text(config_yaml(spec, cfg))
+    spec2, cfg2 = resolve_config(None, saved)
+    assert spec2.name == "sarsa" and to_dict(cfg2) == to_dict(cfg)
+    # command-line overrides beat the file
+    _, cfg3 = resolve_config(None, f, {"algorithm.gamma": 0.5})
+    assert cfg3.algorithm.gamma == 0.5
+
+
+def test_yaml_errors_name_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algorithm: [unclosed\n")
+    with pytest.raises(ConfigError, match="bad.yaml"):
+        resolve_config("q_learning", bad)
+    with pytest.raises(ConfigError, match="no such file"):
+        resolve_config("q_learning", tmp_path / "missing.yaml")
+    other = tmp_path / "other.yaml"
+    other.write_text("algo: sarsa\n")
+    with pytest.raises(ConfigError, match="for algorithm 'sarsa'"):
+        resolve_config("q_learning", other)
+
+
+def test_env_var_interpolation(monkeypatch, tmp_path):
+    monkeypatch.setenv("ADV_TEST_GAMMA", "0.7")
+    f = tmp_path / "c.yaml"
+    f.write_text("algorithm:\n  gamma: ${oc.decode:${oc.env:ADV_TEST_GAMMA}}\n")
+    _, cfg = resolve_config("q_learning", f)
+    assert cfg.algorithm.gamma == 0.7
+
+
+def test_nest_flatten_inverse():
+    d = {"a.b": 1, "a.c.d": 2, "e": 3}
+    assert flatten(nest(d)) == d
