@@ -131,3 +131,13 @@ def test_env_var_interpolation(monkeypatch, tmp_path):
 def test_nest_flatten_inverse():
     d = {"a.b": 1, "a.c.d": 2, "e": 3}
     assert flatten(nest(d)) == d
+
+
+def test_example_configs_are_valid():
+    from pathlib import Path
+
+    examples = sorted((Path(__file__).parent.parent / "examples").glob("*.yaml"))
+    assert examples
+    for path in examples:
+        spec, cfg = resolve_config(None, path)
+        assert spec.name and cfg.env.id
