@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import signal
+from collections import deque
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -67,7 +68,8 @@ class RunContext:
         start = restored.step if restored else 0
         self.episodes: int = run_state.get("episodes", 0)
         self._window = _Window(run_state.get("window_returns", []), run_state.get("window_lengths", []))
-        self._last_return: float | None = run_state.get("last_return")
+        # The progress display shows the mean return of the last 100 episodes.
+        self._recent: deque[float] = deque(run_state.get("recent_returns", []), maxlen=100)
         self._next_log = start - start % t.log_every + t.log_every
         self._next_eval = start - start % t.eval_every + t.eval_every if t.eval_every else math.inf
         self._next_ckpt = (
@@ -117,7 +119,7 @@ class RunContext:
         self.episodes += 1
         self._window.returns.append(float(ret))
         self._window.lengths.append(int(length))
-        self._last_return = float(ret)
+        self._recent.append(float(ret))
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         self.writer.log(step, metrics)
@@ -153,7 +155,7 @@ class RunContext:
             "episodes": self.episodes,
             "window_returns": self._window.returns,
             "window_lengths": self._window.lengths,
-            "last_return": self._last_return,
+            "recent_returns": list(self._recent),
         }
         return save_checkpoint(
             self.run_dir / "checkpoints",
@@ -166,7 +168,7 @@ class RunContext:
     def tick(self, step: int, snapshot: Callable[[], Snapshot]) -> bool:
         """Call after every step (or rollout). Logs, evaluates and checkpoints when due; returns True if
         the loop should stop now (a signal arrived)."""
-        self.progress.update(step, self._last_return)
+        self.progress.update(step, sum(self._recent) / len(self._recent) if self._recent else None)
         if step >= self._next_log:
             self._log_train(step)
             self._next_log = step - step % self.cfg.trainer.log_every + self.cfg.trainer.log_every

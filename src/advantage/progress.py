@@ -34,6 +34,7 @@ class Progress:
         self._t0 = time.perf_counter()
         self._next_line = start + self.total // 10
         self._bar = None
+        self._last_draw = 0.0
         if mode == "bar":
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
@@ -58,15 +59,21 @@ class Progress:
         return (self.step - self.start) / dt if dt > 0 else 0.0
 
     def update(self, step: int, recent_return: float | None = None) -> None:
+        """Called every step: cheap unless a redraw (at most 10 per second) or a line is due."""
         self.step = step
         if recent_return is not None:
             self.recent = recent_return
-        ret = "-" if self.recent is None else f"{self.recent:.3g}"
         if self._bar is not None:
-            self._bar.update(self._task, completed=step, rate=f"{self.rate:,.0f}", ret=ret)
+            now = time.perf_counter()
+            if now - self._last_draw >= 0.1 or step >= self.total:
+                self._last_draw = now
+                self._bar.update(self._task, completed=step, rate=f"{self.rate:,.0f}", ret=self._ret())
         elif self.mode == "lines" and step >= self._next_line:
             self._next_line = step + self.total // 10
-            self._line(ret)
+            self._line(self._ret())
+
+    def _ret(self) -> str:
+        return "-" if self.recent is None else f"{self.recent:.3g}"
 
     def _line(self, ret: str) -> None:
         eta = (self.total - self.step) / self.rate if self.rate > 0 else float("nan")
