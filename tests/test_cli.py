@@ -14,13 +14,25 @@ from advantage.cli import main
 
 
 def _run(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "advantage.cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "advantage.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_train_eval_plot_list_resume(tmp_path, capsys):
-    assert main(["train", "q_learning", "preset=frozenlake", "trainer.total_steps=4000",
-                 "trainer.run_dir=r1", "trainer.eval_every=2000"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "q_learning",
+                "preset=frozenlake",
+                "trainer.total_steps=4000",
+                "trainer.run_dir=r1",
+                "trainer.eval_every=2000",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "run folder: r1" in out
     run = Path("r1")
@@ -35,9 +47,10 @@ def test_train_eval_plot_list_resume(tmp_path, capsys):
     res = json.loads(capsys.readouterr().out)
     assert res["episodes"] == 7 and {"return_mean", "return_std", "success_rate"} <= res.keys()
 
-    assert main(["train", "--config", "r1/config.yaml", "trainer.run_dir=r2", "trainer.progress=none"]) == 0
-    capsys.readouterr()
-    assert main(["plot", "r1", "r2", "--out", "both.png"]) == 0
+    assert main(["train", "--config", "r1/config.yaml", "trainer.progress=none"]) == 0
+    r2 = capsys.readouterr().out.split("run folder: ")[1].split()[0]
+    assert r2.startswith("runs/q_learning-FrozenLake-v1-")
+    assert main(["plot", "r1", r2, "--out", "both.png"]) == 0
     assert Path("both.png").stat().st_size > 1000
 
     assert main(["resume", "r1", "trainer.total_steps=6000"]) == 0
@@ -45,8 +58,16 @@ def test_train_eval_plot_list_resume(tmp_path, capsys):
 
     assert main(["list"]) == 0
     listing = capsys.readouterr().out
-    for algo in ("q_learning", "sarsa", "expected_sarsa", "mc_control", "mc_prediction", "value_iteration",
-                 "policy_iteration", "policy_evaluation"):
+    for algo in (
+        "q_learning",
+        "sarsa",
+        "expected_sarsa",
+        "mc_control",
+        "mc_prediction",
+        "value_iteration",
+        "policy_iteration",
+        "policy_evaluation",
+    ):
         assert algo in listing
     assert main(["list", "q_learning"]) == 0
     assert "algorithm.gamma" in capsys.readouterr().out
@@ -56,11 +77,16 @@ def test_train_eval_plot_list_resume(tmp_path, capsys):
     "args, message",
     [
         (["train", "q_learnin"], "unknown algorithm 'q_learnin'; did you mean q_learning?"),
-        (["train", "q_learning", "env.id=CartPole-v1"],
-         "q_learning needs a Discrete observation space; CartPole-v1 has Box(4,)"),
+        (
+            ["train", "q_learning", "env.id=CartPole-v1"],
+            "q_learning needs a Discrete observation space; CartPole-v1 has Box(4,)",
+        ),
         (["train", "q_learning", "env.id=FrozenLak-v1"], "did you mean FrozenLake-v1"),
         (["train", "q_learning", "algorithm.gamma=1.5"], "algorithm.gamma must be in [0, 1], got 1.5"),
-        (["train", "q_learning", "trainer.total_steps=abc"], "trainer.total_steps must be an integer, got 'abc'"),
+        (
+            ["train", "q_learning", "trainer.total_steps=abc"],
+            "trainer.total_steps must be an integer, got 'abc'",
+        ),
         (["train", "q_learning", "algorithm.gama=0.9"], "did you mean algorithm.gamma?"),
         (["train", "q_learning", "preset=nope"], "preset 'nope' is not a preset of q_learning"),
         (["train", "q_learning", "--config", "missing.yaml"], "no such file"),
@@ -101,8 +127,19 @@ def test_existing_run_dir_is_refused(capsys):
 
 
 def test_corrupt_checkpoint_eval_names_the_file(capsys):
-    assert main(["train", "preset=frozenlake", "trainer.total_steps=500", "trainer.run_dir=r",
-                 "trainer.progress=none", "trainer.tensorboard=false"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "preset=frozenlake",
+                "trainer.total_steps=500",
+                "trainer.run_dir=r",
+                "trainer.progress=none",
+                "trainer.tensorboard=false",
+            ]
+        )
+        == 0
+    )
     ck = next(Path("r/checkpoints").glob("step_*"))
     t = ck / "tensors.safetensors"
     t.write_bytes(t.read_bytes()[:-3])
@@ -121,14 +158,27 @@ def test_help_everywhere():
 def test_sigterm_checkpoints_and_exits_0(tmp_path):
     """SIGTERM mid-training: checkpoint at the next step boundary, exit 0, `resume` finishes the run."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    p = subprocess.Popen([sys.executable, "-m", "advantage.cli", "train", "q_learning",
-                          "trainer.total_steps=5000000", "trainer.run_dir=big", "trainer.progress=none",
-                          "trainer.eval_every=0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=env)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "advantage.cli",
+            "train",
+            "q_learning",
+            "trainer.total_steps=5000000",
+            "trainer.run_dir=big",
+            "trainer.progress=none",
+            "trainer.eval_every=0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert "run folder: big" in p.stdout.readline()
     time.sleep(2.0)
     p.send_signal(signal.SIGTERM)
-    out, err = p.communicate(timeout=60)
+    _, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     latest = Path("big/checkpoints/latest").read_text().strip()
     step = int(latest.split("_")[1])

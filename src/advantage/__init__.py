@@ -9,6 +9,8 @@ The Python API mirrors the CLI::
     advantage.Run.load(run.dir).metrics
 """
 
+from typing import TYPE_CHECKING
+
 from advantage.errors import (
     AdvantageError,
     CheckpointError,
@@ -17,9 +19,22 @@ from advantage.errors import (
     NonFiniteError,
     RunDirError,
 )
-from advantage.runs import Run, resume, train
+
+if TYPE_CHECKING:
+    from advantage.runs import Run, resume, train
 
 __version__ = "0.1.0"
+
+_LAZY = {"Run", "resume", "train"}  # imported on first use, so `advantage --help` starts instantly
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from advantage import runs
+
+        return getattr(runs, name)
+    raise AttributeError(f"module 'advantage' has no attribute {name!r}")
+
 
 __all__ = [
     "AdvantageError",

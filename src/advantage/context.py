@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 import signal
-from collections import deque
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path

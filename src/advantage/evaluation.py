@@ -20,10 +20,11 @@ def evaluate_policy(
     episodes: int,
     seed: int,
     deterministic: bool = True,
-    max_steps: int = 100_000,
+    max_steps: int = 10_000,
 ) -> dict[str, Any]:
     """Run ``episodes`` episodes; episode ``i`` starts from ``env.reset(seed=seed + i)``, so a result
-    depends only on the policy and the seed.
+    depends only on the policy and the seed. An episode is cut after ``max_steps`` steps (environments
+    without a time limit, such as CliffWalking, would otherwise let a looping policy run forever).
 
     Returns:
         ``return_mean``, ``return_std`` (population std), ``length_mean``, ``episodes``, and

@@ -77,7 +77,11 @@ def resolve_config(
 
 
 def config_yaml(spec: Algorithm, cfg: Any) -> str:
-    return dump_yaml({"algo": spec.name, **to_dict(cfg)})
+    """The saved ``config.yaml``. ``trainer.run_dir`` is left out (null): the file lives in the run folder,
+    and feeding it back with ``--config`` should start a new run, not collide with this one."""
+    tree = to_dict(cfg)
+    tree["trainer"]["run_dir"] = None
+    return dump_yaml({"algo": spec.name, **tree})
 
 
 def _default_run_dir(spec: Algorithm, cfg: Any) -> Path:
