@@ -21,13 +21,21 @@ class TableModel:
 
 @dataclass
 class EpsilonSchedule:
-    """Mixin-free ε fields, embedded by the algorithm sections that explore ε-greedily."""
+    """The ε fields of the algorithm sections that explore ε-greedily (a base of those sections)."""
 
     epsilon_start: float = option(1.0, "ε at step 0", lo=0, hi=1)
     epsilon_end: float = option(0.05, "ε after the decay", lo=0, hi=1)
     epsilon_decay_fraction: float = option(
         0.5, "fraction of trainer.total_steps over which ε decays linearly", lo=0, hi=1, lo_open=True
     )
+
+    def problems(self) -> list[str]:
+        if self.epsilon_end > self.epsilon_start:
+            return [
+                f"algorithm.epsilon_end ({self.epsilon_end}) must be <= algorithm.epsilon_start "
+                f"({self.epsilon_start})"
+            ]
+        return []
 
 
 def linear_schedule(start: float, end: float, fraction: float, step: int, total: int) -> float:

@@ -55,14 +55,6 @@ class MCControlAlgorithm(EpsilonSchedule):
         "first", "which visits of a state-action pair in an episode count", choices=("first", "every")
     )
 
-    def problems(self) -> list[str]:
-        if self.epsilon_end > self.epsilon_start:
-            return [
-                f"algorithm.epsilon_end ({self.epsilon_end}) must be <= algorithm.epsilon_start "
-                f"({self.epsilon_start})"
-            ]
-        return []
-
 
 @dataclass
 class MCPredictionAlgorithm:

@@ -56,12 +56,7 @@ class TDAlgorithm(EpsilonSchedule):
     )
 
     def problems(self) -> list[str]:
-        out = []
-        if self.epsilon_end > self.epsilon_start:
-            out.append(
-                f"algorithm.epsilon_end ({self.epsilon_end}) must be <= algorithm.epsilon_start "
-                f"({self.epsilon_start})"
-            )
+        out = super().problems()
         if self.alpha_end is not None and self.alpha_end > self.alpha:
             out.append(f"algorithm.alpha_end ({self.alpha_end}) must be <= algorithm.alpha ({self.alpha})")
         return out
