@@ -64,6 +64,17 @@ class EnvConfig:
 
 
 @dataclass
+class VecEnvConfig(EnvConfig):
+    """The ``env`` section of algorithms that step several environments at once."""
+
+    num_envs: int = option(8, "environments stepped together (a gymnasium vector env)", lo=1)
+    vectorization: str = option(
+        "auto", "auto: the env's own vectorized version when it has one, else sync; sync; async",
+        choices=("auto", "sync", "async"),
+    )
+
+
+@dataclass
 class TrainerConfig:
     """The ``trainer`` section, common to every algorithm."""
 
@@ -71,12 +82,15 @@ class TrainerConfig:
     total_steps: int = option(100_000, "environment steps to train for", lo=0)
     eval_every: int = option(10_000, "evaluate every N environment steps (0: only at the end)", lo=0)
     eval_episodes: int = option(100, "episodes per evaluation", lo=1)
+    stop_at_return: float | None = option(None, "stop training once eval/return_mean reaches this")
     checkpoint_every: int = option(0, "checkpoint every N environment steps (0: only at the end)", lo=0)
     keep_checkpoints: int = option(3, "how many checkpoints to keep (the newest)", lo=1)
     log_every: int = option(1000, "log training metrics every N environment steps", lo=1)
     run_dir: str | None = option(None, "run folder (default runs/<algo>-<env>-<YYYYmmdd-HHMMSS>)")
     progress: str = option("auto", "progress display", choices=("auto", "bar", "lines", "none"))
     tensorboard: bool = option(True, "write TensorBoard event files")
+    torch_threads: int = option(1, "torch CPU threads (small networks are fastest on one)", lo=1)
+    device: str = option("cpu", "torch device for networks: cpu, cuda, cuda:N")
 
 
 @dataclass(frozen=True)
@@ -159,7 +173,10 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def _type_name(tp: Any) -> str:
-    names = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "a mapping"}
+    names = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "a mapping",
+             list: "a list"}
+    if typing.get_origin(tp) is list:
+        return f"a list of {_type_name(typing.get_args(tp)[0]).split(' ', 1)[-1]}s"
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         return " or ".join("null" if a is type(None) else names.get(a, str(a)) for a in typing.get_args(tp))
     return names.get(typing.get_origin(tp) or tp, str(tp))
@@ -178,7 +195,9 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
             if ok:
                 return True, v
         return False, value
-    tp = origin or tp
+    orig_tp, tp = tp, origin or tp
+    if tp is typing.Any:
+        return True, value
     if tp is bool:
         return isinstance(value, bool), value
     if tp is int:
@@ -197,6 +216,14 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
         return isinstance(value, str), value
     if tp is dict:
         return isinstance(value, dict), value
+    if tp in (list, tuple):
+        (item_tp,) = typing.get_args(orig_tp)[:1] or (typing.Any,)
+        if not isinstance(value, list | tuple):
+            return False, value
+        items = [_coerce(v, item_tp) for v in value]
+        if not all(ok for ok, _ in items):
+            return False, value
+        return True, [v for _, v in items]
     return True, value
 
 
@@ -242,8 +269,8 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
     for key, value in data.items():
         name = f"{prefix}{key}"
         f = fields.get(key)
-        if f is None or (key == "kwargs" and cls is EnvConfig):
-            if cls is EnvConfig:
+        if f is None or (key == "kwargs" and issubclass(cls, EnvConfig)):
+            if issubclass(cls, EnvConfig):
                 extra[key] = value  # environment kwargs; checked against the env by advantage.envs
                 continue
             problems.append(
@@ -263,7 +290,7 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
             problems.append(msg)
             continue
         kwargs[key] = coerced
-    if cls is EnvConfig:
+    if issubclass(cls, EnvConfig):
         kwargs["kwargs"] = extra
     obj = cls(**kwargs)
     check = getattr(obj, "problems", None)

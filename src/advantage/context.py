@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import signal
+import time
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -138,14 +139,19 @@ class RunContext:
     def evaluate(self, step: int, policy: Policy) -> dict[str, Any]:
         if self._eval_env is None:
             self._eval_env = make_env(self.cfg.env)
+        start = time.perf_counter()
         res = evaluate_policy(
             policy,
             self._eval_env,
             self.cfg.trainer.eval_episodes,
             seed=self.cfg.trainer.seed + EVAL_SEED_OFFSET,
         )
+        res["seconds"] = time.perf_counter() - start
         self.writer.log(step, {f"eval/{k}": v for k, v in res.items()})
         self._last_eval = (step, res)
+        target = self.cfg.trainer.stop_at_return
+        if target is not None and res["return_mean"] >= target:
+            self._stop_signal = self._stop_signal or "stop_at_return"
         return res
 
     def save(self, step: int, snap: Snapshot) -> Path:
@@ -191,12 +197,12 @@ class RunContext:
         try:
             if self._window.returns:
                 self._log_train(step)
+            if self._last_eval is not None and self._last_eval[0] == step:
+                result = self._last_eval[1]
+            elif self._stop_signal is None:
+                result = self.evaluate(step, snap.policy)
             if self._stop_signal is not None:
                 self.writer.log(step, {"run/stopped_by": self._stop_signal})
-            elif self._last_eval is not None and self._last_eval[0] == step:
-                result = self._last_eval[1]
-            else:
-                result = self.evaluate(step, snap.policy)
             if self._last_saved != step:
                 self.save(step, snap)
         finally:

@@ -14,7 +14,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from advantage.config import EnvConfig
+from advantage.config import EnvConfig, VecEnvConfig
 from advantage.errors import EnvError
 
 # Toy-text tasks with a goal: an episode that terminates there is a success (info["is_success"], the key
@@ -122,6 +122,38 @@ def make_env(cfg: EnvConfig, *, render_mode: str | None = None) -> gym.Env:
     rule = _SUCCESS_ON_TERMINATION.get(type(env.unwrapped).__name__)
     if rule is not None:
         env = SuccessInfo(env, rule)
+    return env
+
+
+def make_vec_env(cfg: VecEnvConfig) -> gym.vector.VectorEnv:
+    """A Gymnasium vector env of ``cfg.num_envs`` copies, with the ``NEXT_STEP`` autoreset of Gymnasium 1.x:
+    the step that ends an episode returns its *final* observation, and the env's next step resets it
+    (ignoring the action, reward 0). Collectors mask that reset step out of the batch.
+
+    ``vectorization=auto`` uses the environment's own vectorized implementation when Gymnasium has one
+    (e.g. ``CartPoleVectorEnv``: all copies stepped in one numpy call), otherwise a ``SyncVectorEnv``.
+    """
+    problems = check_env_config(cfg)
+    if problems:
+        raise EnvError("; ".join(problems))
+    kwargs = dict(cfg.kwargs)
+    if cfg.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = cfg.max_episode_steps
+    mode = cfg.vectorization
+    if mode == "auto":
+        mode = "vector_entry_point" if gym.spec(cfg.id).vector_entry_point is not None else "sync"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            env = gym.make_vec(cfg.id, num_envs=cfg.num_envs, vectorization_mode=mode, **kwargs)
+    except gym.error.Error as e:
+        raise EnvError(f"cannot make env.id {cfg.id!r} x{cfg.num_envs}: {e}") from None
+    except (TypeError, ValueError) as e:
+        raise EnvError(f"cannot make env.id {cfg.id!r} x{cfg.num_envs} with {kwargs}: {e}") from None
+    autoreset = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+    if autoreset != gym.vector.AutoresetMode.NEXT_STEP:
+        env.close()
+        raise EnvError(f"{cfg.id}: vector env autoreset mode {autoreset} is not supported (need NEXT_STEP)")
     return env
 
 

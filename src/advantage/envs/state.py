@@ -43,10 +43,14 @@ def _decode(enc: dict[str, Any], current: Any) -> Any:
     return enc["v"]
 
 
-def _layers(env: gym.Env) -> list[Any]:
+def _layers(env: Any) -> list[Any]:
+    """Every wrapper and base env below ``env``; for a Sync vector env, also every sub-environment."""
     layers, node = [], env
     while True:
         layers.append(node)
+        for sub in getattr(node, "envs", None) or []:
+            if isinstance(sub, gym.Env):
+                layers.extend(_layers(sub))
         if not hasattr(node, "env") or node.env is node:
             return layers
         node = node.env
@@ -58,7 +62,7 @@ def env_state(env: gym.Env) -> list[dict[str, Any]]:
     for layer in _layers(env):
         attrs = {}
         for k, v in vars(layer).items():
-            if k == "env":
+            if k in ("env", "envs"):
                 continue
             enc = _encode(v)
             if enc is not None:

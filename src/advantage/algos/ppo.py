@@ -1,0 +1,347 @@
+"""Proximal Policy Optimization (Schulman et al. 2017), clipped and adaptive-KL-penalty objectives.
+
+Seed 003 "PPO-Clip" / "PPO-Penalty", seed 000's inverted-pendulum walkthrough. The loop is
+``collect → GAE → epochs × minibatches → step → log → checkpoint``; the math is the shared core:
+:func:`advantage.math.gae`, :data:`advantage.math.POLICY_LOSSES` (``ppo_clip`` / ``ppo_penalty``),
+:data:`advantage.math.VALUE_LOSSES`, :func:`advantage.math.masked_whiten`,
+:class:`advantage.math.AdaptiveKLController`.
+
+Implementation details (numbered as in "The 37 implementation details of PPO", Huang et al. 2022, where
+they coincide):
+
+1. Vectorized envs with Gymnasium's ``NEXT_STEP`` autoreset; the reset step that follows an episode end
+   is masked out of the batch (``mask = 0``), so the batch is ``[N envs, T steps]`` plus a mask.
+2. Orthogonal initialisation; separate actor and critic trunks; Adam (ε = 1e-5).
+3. Learning rate and clip range optionally annealed linearly to 0.
+4. GAE with ``terminated`` → bootstrap 0 and ``truncated`` / rollout end → bootstrap with V(final obs)
+   (the final observation is the one the reset step received, so ``next_values[t] = values[t + 1]``).
+5. Minibatch advantage normalisation; clipped surrogate; optional value clipping; entropy bonus;
+   global gradient-norm clipping.
+6. Early stop of the epochs when the approximate KL exceeds ``1.5 · target_kl`` (as Stable-Baselines3).
+7. PPO-Penalty: loss ``−ρA + β·KL``; after each update β follows seed 003's rule
+   (``d < d_targ/1.5 → β/2``, ``d > 1.5·d_targ → 2β``).
+8. Optional observation normalisation and reward scaling by the std of the discounted return; their
+   statistics are saved in checkpoints.
+9. Discrete actions: categorical. Box actions: Gaussian with state-independent log-std, optionally
+   tanh-squashed with the log-det correction (:mod:`advantage.nn.actor_critic`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
+from advantage.context import RunContext, Snapshot
+from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
+from advantage.errors import EnvError, NonFiniteError
+from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, gae, masked_whiten
+from advantage.nn import ActorCritic
+from advantage.registry import Algorithm, register
+from advantage.torch_state import RunningMeanStd, load_module, load_optimizer, module_tensors, optimizer_state
+
+
+@dataclass
+class PPOAlgorithm:
+    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
+    gae_lambda: float = option(0.95, "GAE λ", lo=0, hi=1)
+    n_steps: int = option(128, "steps per environment per rollout", lo=1)
+    n_epochs: int = option(10, "passes over each rollout", lo=1)
+    minibatch_size: int = option(64, "transitions per minibatch", lo=1)
+    learning_rate: float = option(3e-4, "Adam learning rate", lo=0, lo_open=True)
+    lr_schedule: str = option("constant", "learning-rate schedule", choices=("constant", "linear"))
+    objective: str = option("clip", "clip: PPO-Clip; penalty: PPO-Penalty with adaptive β",
+                            choices=("clip", "penalty"))
+    clip_range: float = option(0.2, "ε of the clipped ratio (low side, and high side unless set)", lo=0, hi=1,
+                               lo_open=True)
+    clip_range_high: float | None = option(None, "ε of the high side (clip-higher), default clip_range", lo=0,
+                                           lo_open=True)
+    clip_schedule: str = option("constant", "clip-range schedule", choices=("constant", "linear"))
+    dual_clip: float | None = option(None, "dual-clip constant c > 1 for negative advantages", lo=1, lo_open=True)
+    kl_beta: float = option(1.0, "PPO-Penalty: initial β", lo=0)
+    kl_target: float = option(0.01, "PPO-Penalty: target KL d_targ", lo=0, lo_open=True)
+    target_kl: float | None = option(None, "stop the epochs early when approx KL > 1.5·target_kl", lo=0,
+                                     lo_open=True)
+    vf_coef: float = option(0.5, "value-loss coefficient", lo=0)
+    value_loss: str = option("mse", "value loss", choices=("mse", "clipped", "huber"))
+    value_clip: float = option(0.2, "clipped value loss: clip range", lo=0, lo_open=True)
+    ent_coef: float = option(0.0, "entropy bonus coefficient", lo=0)
+    max_grad_norm: float = option(0.5, "global gradient-norm clip (0: none)", lo=0)
+    normalize_advantage: bool = option(True, "normalise advantages per minibatch")
+    normalize_obs: bool = option(False, "normalise observations by running mean/std")
+    normalize_reward: bool = option(False, "scale rewards by the running std of the discounted return")
+    clip_obs: float = option(10.0, "clip normalised observations to ±clip_obs", lo=0, lo_open=True)
+
+
+@dataclass
+class PPOModel:
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "MLP hidden sizes"})
+    activation: str = option("tanh", "hidden activation", choices=("tanh", "relu"))
+    shared_trunk: bool = option(False, "actor and critic share one trunk")
+    log_std_init: float = option(0.0, "Box actions: initial log σ")
+    squash: bool = option(False, "Box actions: tanh-squash to the bounds (with log-det correction)")
+
+
+@dataclass
+class PPOConfig:
+    env: VecEnvConfig = section(VecEnvConfig)
+    algorithm: PPOAlgorithm = section(PPOAlgorithm)
+    model: PPOModel = section(PPOModel)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+    def problems(self) -> list[str]:
+        rollout = self.env.num_envs * self.algorithm.n_steps
+        if self.algorithm.minibatch_size > rollout:
+            return [f"algorithm.minibatch_size ({self.algorithm.minibatch_size}) must be <= the rollout size "
+                    f"env.num_envs × algorithm.n_steps = {rollout}"]
+        return []
+
+
+class ObsNormalizer:
+    """Observation normalisation (identity when disabled)."""
+
+    def __init__(self, shape: tuple[int, ...], enabled: bool, clip: float):
+        self.rms, self.enabled, self.clip = RunningMeanStd(shape), enabled, clip
+
+    def __call__(self, obs: np.ndarray, update: bool = False) -> np.ndarray:
+        if not self.enabled:
+            return obs
+        if update:
+            self.rms.update(obs)
+        return np.clip((obs - self.rms.mean) / np.sqrt(self.rms.var + 1e-8), -self.clip, self.clip)
+
+
+class PPOPolicy:
+    """The trained policy for evaluation: one observation in, one action out."""
+
+    def __init__(self, model: ActorCritic, obs_norm: ObsNormalizer):
+        self.model, self.obs_norm = model, obs_norm
+
+    def act(self, obs: Any, deterministic: bool = True) -> Any:
+        x = self.obs_norm(np.asarray(obs, dtype=np.float64)[None])
+        action, _, _ = self.model.act(torch.as_tensor(x, dtype=torch.float32), deterministic)
+        a = self.model.head.to_env(action)[0]
+        return a.item() if a.ndim == 0 else a
+
+
+def make_model(cfg: PPOConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
+    m = cfg.model
+    return ActorCritic(obs_space, action_space, list(m.hidden_sizes), m.activation, m.shared_trunk,
+                       m.log_std_init, m.squash)
+
+
+def check_env(cfg: PPOConfig, env: gym.Env) -> None:
+    if not isinstance(env.observation_space, gym.spaces.Box):
+        raise EnvError(f"ppo needs a Box observation space; {cfg.env.id} has {describe_space(env.observation_space)}")
+    if not isinstance(env.action_space, gym.spaces.Discrete | gym.spaces.Box):
+        raise EnvError(f"ppo needs a Discrete or Box action space; {cfg.env.id} has "
+                       f"{describe_space(env.action_space)}")
+    if cfg.model.squash and not isinstance(env.action_space, gym.spaces.Box):
+        raise EnvError(f"model.squash=true needs a Box action space; {cfg.env.id} has "
+                       f"{describe_space(env.action_space)}")
+
+
+def train(cfg: PPOConfig, ctx: RunContext) -> None:
+    a, t = cfg.algorithm, cfg.trainer
+    torch.set_num_threads(t.torch_threads)
+    torch.set_flush_denormal(True)  # tiny Adam moments turn denormal and slow CPU math down several-fold
+    torch.manual_seed(t.seed)
+    env = make_vec_env(cfg.env)
+    N, T = cfg.env.num_envs, a.n_steps
+    obs_space, act_space = env.single_observation_space, env.single_action_space
+    model = make_model(cfg, obs_space, act_space)
+    # The fused kernel updates every parameter in one call: a large share of a small network's step time.
+    opt = torch.optim.Adam(model.parameters(), lr=a.learning_rate, eps=1e-5, fused=True)
+    obs_norm = ObsNormalizer(obs_space.shape, a.normalize_obs, a.clip_obs)
+    ret_rms = RunningMeanStd(())
+    kl_ctl = AdaptiveKLController(a.kl_beta, a.kl_target)
+    discrete = isinstance(act_space, gym.spaces.Discrete)
+
+    if ctx.restored is None:
+        step = 0
+        raw_obs, _ = env.reset(seed=t.seed)
+        obs = obs_norm(raw_obs, update=True)
+        autoreset = np.zeros(N, dtype=bool)
+        ep_ret, ep_len, disc_ret = np.zeros(N), np.zeros(N, dtype=np.int64), np.zeros(N)
+    else:
+        ck, s = ctx.restored, ctx.restored.state["algo"]
+        load_module("model", model, ck.tensors, str(ck.path))
+        load_optimizer("optim", opt, ck.tensors, s["optim"])
+        obs_norm.rms.load("obs_rms", ck.tensors)
+        ret_rms.load("ret_rms", ck.tensors)
+        torch.set_rng_state(ck.tensors["torch_rng"])
+        env.reset(seed=t.seed)
+        set_env_state(env, s["env"])
+        kl_ctl.beta = s["beta"]
+        step = ck.step
+        obs = ck.tensors["obs"].numpy().copy()
+        autoreset = ck.tensors["autoreset"].numpy().copy()
+        ep_ret, ep_len, disc_ret = (ck.tensors[k].numpy().copy() for k in ("ep_ret", "ep_len", "disc_ret"))
+
+    def snapshot() -> Snapshot:
+        tensors = {**module_tensors("model", model), **obs_norm.rms.tensors("obs_rms"), **ret_rms.tensors("ret_rms"),
+                   "torch_rng": torch.get_rng_state(), "obs": torch.as_tensor(obs),
+                   "autoreset": torch.as_tensor(autoreset), "ep_ret": torch.as_tensor(ep_ret),
+                   "ep_len": torch.as_tensor(ep_len), "disc_ret": torch.as_tensor(disc_ret)}
+        opt_tensors, opt_meta = optimizer_state("optim", opt)
+        tensors.update(opt_tensors)
+        return Snapshot(PPOPolicy(model, obs_norm), tensors, {"optim": opt_meta, "env": env_state(env),
+                                                              "beta": kl_ctl.beta})
+
+    # Rollout storage, [T, N] (time first while collecting; transposed to [N, T] for GAE).
+    obs_buf = torch.zeros((T, N, *obs_space.shape))
+    act_buf = torch.zeros((T, N), dtype=torch.long) if discrete else torch.zeros((T, N, *act_space.shape))
+    logp_buf, val_buf, rew_buf = torch.zeros((T, N)), torch.zeros((T, N)), torch.zeros((T, N))
+    term_buf, trunc_buf = torch.zeros((T, N), dtype=torch.bool), torch.zeros((T, N), dtype=torch.bool)
+    mask_buf = torch.zeros((T, N), dtype=torch.bool)
+    policy_loss = partial(POLICY_LOSSES["ppo_clip"]) if a.objective == "clip" else None
+    value_hp = {"clip": a.value_clip} if a.value_loss == "clipped" else {}
+    value_loss = partial(VALUE_LOSSES[a.value_loss], **value_hp)
+
+    while step < t.total_steps:
+        progress_left = 1.0 - step / max(t.total_steps, 1)
+        lr = a.learning_rate * (progress_left if a.lr_schedule == "linear" else 1.0)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        clip = a.clip_range * (progress_left if a.clip_schedule == "linear" else 1.0)
+        clip_high = (a.clip_range_high if a.clip_range_high is not None else a.clip_range) * (
+            progress_left if a.clip_schedule == "linear" else 1.0)
+        if a.objective == "clip":
+            policy_loss = partial(POLICY_LOSSES["ppo_clip"], clip_low=clip, clip_high=clip_high, dual_clip=a.dual_clip)
+        else:
+            policy_loss = partial(POLICY_LOSSES["ppo_penalty"], beta=kl_ctl.beta)
+
+        # ---- collect T steps from N envs -----------------------------------------------------------
+        for i in range(T):
+            obs_t = torch.as_tensor(obs, dtype=torch.float32)
+            action, logp, value = model.act(obs_t)
+            raw_next, reward, term, trunc, _ = env.step(model.head.to_env(action))
+            valid = ~autoreset
+            step += int(valid.sum())
+            if not np.all(np.isfinite(reward)):
+                raise NonFiniteError(f"step {step}: reward from the environment is {reward[~np.isfinite(reward)][0]}")
+            if not np.all(np.isfinite(raw_next)):
+                raise NonFiniteError(f"step {step}: observation from the environment contains NaN or inf")
+            ep_ret += reward * valid
+            ep_len += valid
+            r = reward.astype(np.float64)
+            if a.normalize_reward:
+                disc_ret = disc_ret * a.gamma + r
+                ret_rms.update(disc_ret[valid])
+                r = r / math.sqrt(ret_rms.var + 1e-8)
+                disc_ret[term | trunc] = 0.0
+            obs_buf[i] = obs_t
+            act_buf[i] = action
+            logp_buf[i], val_buf[i] = logp, value
+            rew_buf[i] = torch.as_tensor(r * valid)
+            term_buf[i], trunc_buf[i] = torch.as_tensor(term & valid), torch.as_tensor(trunc & valid)
+            mask_buf[i] = torch.as_tensor(valid)
+            for j in np.flatnonzero((term | trunc) & valid):
+                ctx.episode(step, float(ep_ret[j]), int(ep_len[j]))
+                ep_ret[j], ep_len[j] = 0.0, 0
+            autoreset = term | trunc
+            obs = obs_norm(raw_next, update=True)
+
+        # ---- advantages ------------------------------------------------------------------------------
+        with torch.no_grad():
+            last_value = model.value(torch.as_tensor(obs, dtype=torch.float32))
+        next_values = torch.cat([val_buf[1:], last_value[None]])
+        adv = gae(rew_buf.T, val_buf.T, next_values.T, term_buf.T, trunc_buf.T, a.gamma, a.gae_lambda).T
+        returns = adv + val_buf
+        idx = mask_buf.flatten().nonzero().squeeze(-1)
+        b_obs = obs_buf.reshape(T * N, *obs_space.shape)[idx]
+        b_act = act_buf.reshape(T * N, *act_buf.shape[2:])[idx]
+        b_logp, b_val = logp_buf.flatten()[idx], val_buf.flatten()[idx]
+        b_adv, b_ret = adv.flatten()[idx], returns.flatten()[idx]
+
+        # ---- epochs × minibatches ---------------------------------------------------------------------
+        n = idx.shape[0]
+        stats: dict[str, list[float]] = {}
+        epochs_run = 0
+        for _epoch in range(a.n_epochs):
+            epochs_run += 1
+            perm = torch.randperm(n)
+            stop = False
+            for start in range(0, n, a.minibatch_size):
+                mb = perm[start : start + a.minibatch_size]
+                logp, entropy, value = model.evaluate(b_obs[mb], b_act[mb])
+                ones = torch.ones_like(logp)
+                mb_adv = masked_whiten(b_adv[mb], ones) if a.normalize_advantage and mb.shape[0] > 1 else b_adv[mb]
+                pl, pm = policy_loss(logp, b_logp[mb], mb_adv, ones)
+                vl = value_loss(value, b_val[mb], b_ret[mb], ones)
+                loss = pl.mean() + a.vf_coef * vl.mean() - a.ent_coef * entropy.mean()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if a.max_grad_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), a.max_grad_norm)
+                opt.step()
+                for k, v in {"policy_loss": pl.mean(), "value_loss": vl.mean(), "entropy": entropy.mean(),
+                             **pm}.items():
+                    stats.setdefault(k, []).append(float(v.detach()))
+                if a.target_kl is not None and float(pm["approx_kl"]) > 1.5 * a.target_kl:
+                    stop = True
+                    break
+            if stop:
+                break
+        if not math.isfinite(stats["policy_loss"][-1]) or not math.isfinite(stats["value_loss"][-1]):
+            raise NonFiniteError(f"step {step}: loss is NaN/inf (policy {stats['policy_loss'][-1]}, "
+                                 f"value {stats['value_loss'][-1]})")
+        row = {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}
+        var_y = float(b_ret.var())
+        row["train/explained_variance"] = float("nan") if var_y == 0 else 1 - float((b_ret - b_val).var()) / var_y
+        row.update({"train/learning_rate": lr, "train/clip_range": clip, "train/epochs": epochs_run})
+        if a.objective == "penalty":
+            with torch.no_grad():
+                new_logp, _, _ = model.evaluate(b_obs, b_act)
+                log_r = new_logp - b_logp
+                d = float(((log_r.exp() - 1) - log_r).mean())  # k3 estimate of KL(π_old ‖ π)
+            row.update({"train/kl": d, "train/beta": kl_ctl.beta})
+            kl_ctl.update(d)
+        ctx.log(step, row)
+        if ctx.tick(step, snapshot):
+            break
+    ctx.finish(step, snapshot())
+    env.close()
+
+
+def _policy(cfg: PPOConfig, env: gym.Env, tensors: Any) -> PPOPolicy:
+    model = make_model(cfg, env.observation_space, env.action_space)
+    load_module("model", model, tensors)
+    obs_norm = ObsNormalizer(env.observation_space.shape, cfg.algorithm.normalize_obs, cfg.algorithm.clip_obs)
+    obs_norm.rms.load("obs_rms", tensors)
+    return PPOPolicy(model, obs_norm)
+
+
+PRESETS = {
+    "cartpole": Preset("CartPole-v1, tuned for wall-clock time to 475", {
+        "env.id": "CartPole-v1", "env.num_envs": 8, "algorithm.n_steps": 32, "algorithm.minibatch_size": 256,
+        "algorithm.n_epochs": 20, "algorithm.gamma": 0.98, "algorithm.gae_lambda": 0.8,
+        "algorithm.learning_rate": 1e-3, "algorithm.lr_schedule": "linear", "algorithm.clip_schedule": "linear",
+        "trainer.total_steps": 100_000}),
+    "acrobot": Preset("Acrobot-v1 (rl-baselines3-zoo settings)", {
+        "env.id": "Acrobot-v1", "env.num_envs": 16, "algorithm.n_steps": 256, "algorithm.gae_lambda": 0.94,
+        "algorithm.n_epochs": 4, "algorithm.ent_coef": 0.0, "algorithm.normalize_obs": True,
+        "trainer.total_steps": 1_000_000}),
+    "pendulum": Preset("Pendulum-v1", {
+        "env.id": "Pendulum-v1", "env.num_envs": 4, "algorithm.n_steps": 1024, "algorithm.gae_lambda": 0.95,
+        "algorithm.gamma": 0.9, "algorithm.n_epochs": 10, "algorithm.learning_rate": 1e-3,
+        "algorithm.clip_range": 0.2, "algorithm.minibatch_size": 64, "algorithm.ent_coef": 0.0,
+        "model.log_std_init": -0.5, "trainer.total_steps": 200_000}),
+    "mujoco": Preset("MuJoCo locomotion (Hopper/HalfCheetah/Walker2d/Ant; needs the mujoco extra)", {
+        "env.id": "HalfCheetah-v5", "env.num_envs": 1, "algorithm.n_steps": 2048, "algorithm.minibatch_size": 64,
+        "algorithm.n_epochs": 10, "algorithm.learning_rate": 3e-4, "algorithm.lr_schedule": "linear",
+        "algorithm.normalize_obs": True, "algorithm.normalize_reward": True, "trainer.total_steps": 1_000_000}),
+}
+
+register(Algorithm(
+    name="ppo",
+    summary="PPO-Clip / PPO-Penalty with GAE over vectorized envs; Discrete and Box actions (seed 003)",
+    config=PPOConfig, train=train, policy=_policy, check_env=check_env, presets=PRESETS,
+    defaults={k: v for k, v in PRESETS["cartpole"].overrides.items()},
+))

@@ -1,0 +1,195 @@
+r"""Policy-gradient surrogate losses: vanilla PG, PPO-Clip (with asymmetric and dual clipping), PPO-Penalty.
+
+One signature for the whole registry, hyperparameters bound with ``functools.partial``::
+
+    loss_fn = partial(POLICY_LOSSES["ppo_clip"], clip_low=0.2, clip_high=0.28)
+    loss, metrics = loss_fn(logp, old_logp, advantages, mask)      # all [B, T]
+    scalar = aggregate(loss, mask, "token_mean")
+
+Each function returns the *per-element* loss (shape of ``logp``, 0 at masked positions; aggregation is the
+caller's choice, see :func:`advantage.math.masked.aggregate`) and a dict of detached scalar metrics (masked
+means over the valid elements).
+
+Ratios are formed in log space, :math:`\rho = \exp(\text{clamp}(\log\pi - \log\pi_\text{old}, -c, c))`,
+in float32 (float64 if the inputs are float64), so bf16 log-probs and a policy that moved far never give
+``inf``. Masked-out positions may hold anything (``-inf`` log-probs of padding, NaN advantages); they
+never reach the loss or the gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from advantage.math.masked import masked_mean
+
+__all__ = ["POLICY_LOSSES", "pg", "ppo_clip", "ppo_penalty"]
+
+
+def _valid(mask: Tensor, like: Tensor) -> Tensor:
+    if mask.shape != like.shape:
+        raise ValueError(f"mask must have the shape of logp {tuple(like.shape)}, got {tuple(mask.shape)}")
+    return mask.to(device=like.device) != 0
+
+
+def _compute_dtype(*xs: Tensor) -> torch.dtype:
+    dtype = torch.float32
+    for x in xs:
+        dtype = torch.promote_types(dtype, x.dtype)
+    return dtype
+
+
+def _log_ratio(logp: Tensor, old_logp: Tensor, valid: Tensor, clamp: float) -> tuple[Tensor, Tensor]:
+    """``(log ρ, ρ)`` in fp32/fp64, log ρ clamped to ``[-clamp, clamp]`` and 0 at masked positions."""
+    if clamp <= 0:
+        raise ValueError(f"log_ratio_clamp must be > 0, got {clamp}")
+    dtype = _compute_dtype(logp, old_logp)
+    lr = logp.to(dtype) - old_logp.to(dtype)
+    # Zero the padding before exp: -inf - (-inf) is NaN, and NaN would leak into the gradient.
+    lr = torch.where(valid, lr, torch.zeros_like(lr)).clamp(-clamp, clamp)
+    return lr, torch.exp(lr)
+
+
+def _clean(x: Tensor, valid: Tensor, dtype: torch.dtype) -> Tensor:
+    x = x.to(dtype)
+    return torch.where(valid, x, torch.zeros_like(x))
+
+
+def pg(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    r"""Vanilla policy gradient (REINFORCE surrogate; Williams 1992, seed 003 "Policy gradient").
+
+    .. math::
+        \ell_t = -\hat A_t \log\pi_\theta(a_t \mid s_t), \qquad
+        \nabla_\theta \ell_t = -\hat A_t \nabla_\theta \log\pi_\theta(a_t \mid s_t)
+
+    ``advantages`` are constants (detach them; a return, a baseline-subtracted return or GAE). Valid only
+    on fresh samples from the current policy; ``old_logp`` is unused (kept for the shared signature).
+
+    Args:
+        logp, old_logp, advantages, mask: ``[B, T]`` or ``[N]``.
+
+    Returns:
+        ``(loss, {})``; loss has the shape of ``logp``, 0 where masked.
+    """
+    valid = _valid(mask, logp)
+    dtype = _compute_dtype(logp)
+    loss = -_clean(advantages, valid, dtype) * _clean(logp, valid, dtype)
+    return loss, {}
+
+
+def ppo_clip(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_low: float = 0.2,
+    clip_high: float | None = None,
+    dual_clip: float | None = None,
+    log_ratio_clamp: float = 20.0,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    r"""PPO-Clip surrogate (Schulman et al. 2017; seed 003 "PPO-Clip").
+
+    .. math::
+        \rho_t = \frac{\pi_\theta(a_t|s_t)}{\pi_{\text{old}}(a_t|s_t)}, \qquad
+        \ell_t = -\min\big(\rho_t \hat A_t,\ \text{clip}(\rho_t, 1-\epsilon_\text{lo}, 1+\epsilon_\text{hi})
+        \hat A_t\big)
+
+    ``clip_high`` different from ``clip_low`` is DAPO's "clip-higher" (Yu et al. 2025). With
+    ``dual_clip = c > 1`` (Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL"), the
+    objective for :math:`\hat A_t < 0` is also bounded below by :math:`c \hat A_t`, i.e. the loss is capped
+    at :math:`-c \hat A_t`, so a negative-advantage action whose ratio has grown huge cannot dominate.
+    Where a branch is clipped, the loss is constant in θ and the gradient is 0.
+
+    Args:
+        logp: ``[B, T]`` log-probs of the taken actions under the current policy (with grad).
+        old_logp: ``[B, T]`` log-probs under the policy that collected the data (no grad).
+        advantages: ``[B, T]`` (no grad).
+        mask: ``[B, T]`` float or bool.
+        clip_low: :math:`\epsilon_\text{lo}` in [0, 1).
+        clip_high: :math:`\epsilon_\text{hi} \ge 0`; ``None`` means ``clip_low``.
+        dual_clip: ``None``, or c > 1.
+        log_ratio_clamp: :math:`\log\rho` is clamped to ``[-c, c]`` before ``exp``.
+
+    Returns:
+        ``(loss, metrics)``: loss has the shape of ``logp`` (fp32, or fp64 for fp64 input), 0 where masked.
+        Metrics (masked means): ``clipfrac`` — fraction of valid elements where the clipped term is the
+        active one (strictly smaller objective, so the gradient is 0); ``approx_kl`` — k3 estimate of
+        :math:`KL(\pi_\text{old}\|\pi_\theta)`, mean of :math:`(\rho-1) - \log\rho`; ``ratio_mean``; and
+        ``dual_clipfrac`` when ``dual_clip`` is set.
+    """
+    if not 0.0 <= clip_low < 1.0:
+        raise ValueError(f"clip_low must be in [0, 1), got {clip_low}")
+    if clip_high is None:
+        clip_high = clip_low
+    if clip_high < 0.0:
+        raise ValueError(f"clip_high must be >= 0, got {clip_high}")
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
+    valid = _valid(mask, logp)
+    log_ratio, ratio = _log_ratio(logp, old_logp, valid, log_ratio_clamp)
+    adv = _clean(advantages, valid, ratio.dtype)
+
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * adv
+    objective = torch.minimum(unclipped, clipped)
+    metrics: dict[str, Tensor] = {}
+    if dual_clip is not None:
+        floor = dual_clip * adv
+        dual_active = (adv < 0) & (objective < floor)
+        objective = torch.where(dual_active, floor, objective)
+        metrics["dual_clipfrac"] = masked_mean(dual_active.to(ratio.dtype), mask).detach()
+    loss = torch.where(valid, -objective, torch.zeros_like(objective))
+
+    with torch.no_grad():
+        metrics["clipfrac"] = masked_mean((clipped < unclipped).to(ratio.dtype), mask)
+        metrics["approx_kl"] = masked_mean((ratio - 1.0) - log_ratio, mask)
+        metrics["ratio_mean"] = masked_mean(ratio, mask)
+    return loss, metrics
+
+
+def ppo_penalty(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    beta: float | Tensor,
+    log_ratio_clamp: float = 20.0,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    r"""PPO-Penalty (adaptive-KL) surrogate (Schulman et al. 2017 §4; seed 003 "PPO-Penalty").
+
+    .. math::
+        \ell_t = -\rho_t \hat A_t + \beta\,\big[(\rho_t - 1) - \log\rho_t\big]
+
+    The bracket is the k3 estimator of :math:`KL(\pi_\text{old}\|\pi_\theta)` per sample: unbiased and
+    non-negative under samples from :math:`\pi_\text{old}` (which is how the batch was collected). At
+    :math:`\rho = 1` the penalty's gradient :math:`\beta(\rho - 1)\nabla\log\pi` vanishes, so the first
+    step equals vanilla PG's. Adapt β between iterations with
+    :class:`advantage.math.kl.AdaptiveKLController`, fed the ``approx_kl`` metric.
+
+    Args:
+        logp, old_logp, advantages, mask: ``[B, T]`` or ``[N]`` (see :func:`ppo_clip`).
+        beta: penalty coefficient β >= 0 (keyword; no default, it changes every iteration).
+        log_ratio_clamp: :math:`\log\rho` is clamped to ``[-c, c]`` before ``exp``.
+
+    Returns:
+        ``(loss, metrics)``: per-element loss, 0 where masked; ``approx_kl`` (mean k3) and ``ratio_mean``.
+    """
+    valid = _valid(mask, logp)
+    log_ratio, ratio = _log_ratio(logp, old_logp, valid, log_ratio_clamp)
+    adv = _clean(advantages, valid, ratio.dtype)
+    k3 = (ratio - 1.0) - log_ratio
+    loss = -ratio * adv + beta * k3
+    loss = torch.where(valid, loss, torch.zeros_like(loss))
+    with torch.no_grad():
+        metrics = {"approx_kl": masked_mean(k3, mask), "ratio_mean": masked_mean(ratio, mask)}
+    return loss, metrics
+
+
+POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, Tensor]]]] = {
+    "pg": pg,
+    "ppo_clip": ppo_clip,
+    "ppo_penalty": ppo_penalty,
+}

@@ -1,0 +1,86 @@
+r"""Critic (value-function) losses: MSE, PPO2-style clipped, Huber.
+
+One signature for the registry, hyperparameters bound with ``functools.partial``::
+
+    value_loss = partial(VALUE_LOSSES["clipped"], clip=0.2)
+    loss = value_loss(values, old_values, returns, mask)            # [B, T] per element
+    scalar = aggregate(loss, mask, "token_mean")
+
+Each returns the per-element loss with the shape of ``values``, 0 at masked positions (which may hold
+anything, NaN included). ``old_values`` are the critic's predictions at collection time (used by
+``clipped`` only); ``returns`` are the regression targets (e.g. GAE advantages + old values), no grad.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["VALUE_LOSSES", "clipped", "huber", "mse"]
+
+
+def _prepare(values: Tensor, others: tuple[Tensor, ...], mask: Tensor) -> tuple[Tensor, list[Tensor]]:
+    if mask.shape != values.shape:
+        raise ValueError(f"mask must have the shape of values {tuple(values.shape)}, got {tuple(mask.shape)}")
+    valid = mask.to(device=values.device) != 0
+    # Zero the padding first, so NaN targets at masked positions cannot reach the gradient.
+    zero = torch.zeros_like(values)
+    return valid, [torch.where(valid, x.to(values.dtype), zero) for x in (values, *others)]
+
+
+def mse(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor) -> Tensor:
+    r"""Squared error :math:`\ell_t = \tfrac12 (V_\theta(s_t) - R_t)^2`. ``old_values`` is unused.
+
+    Args:
+        values, old_values, returns, mask: ``[B, T]`` or ``[N]``.
+    """
+    valid, (v, r) = _prepare(values, (returns,), mask)
+    return torch.where(valid, 0.5 * (v - r) ** 2, torch.zeros_like(v))
+
+
+def clipped(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, clip: float = 0.2) -> Tensor:
+    r"""Clipped value loss of OpenAI baselines' PPO2 (Huang et al. 2022, "37 implementation details", #9).
+
+    .. math::
+        V^\text{clip}_t = V_\text{old} + \text{clip}(V_\theta - V_\text{old}, -\epsilon, \epsilon), \qquad
+        \ell_t = \tfrac12 \max\big((V_\theta - R_t)^2,\ (V^\text{clip}_t - R_t)^2\big)
+
+    The max makes it pessimistic: moving the prediction further than ε from the old one earns no
+    reduction in loss (gradient 0 when the clipped branch is the larger one).
+
+    Args:
+        values, old_values, returns, mask: ``[B, T]`` or ``[N]``.
+        clip: ε >= 0, in the units of the values.
+    """
+    if clip < 0:
+        raise ValueError(f"clip must be >= 0, got {clip}")
+    valid, (v, old, r) = _prepare(values, (old_values, returns), mask)
+    v_clip = old + (v - old).clamp(-clip, clip)
+    loss = 0.5 * torch.maximum((v - r) ** 2, (v_clip - r) ** 2)
+    return torch.where(valid, loss, torch.zeros_like(loss))
+
+
+def huber(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, delta: float = 1.0) -> Tensor:
+    r"""Huber loss (``torch.nn.functional.huber_loss``, ``reduction="none"``); smooth-L1 for δ = 1.
+
+    .. math::
+        \ell_t = \begin{cases} \tfrac12 e^2, & |e| \le \delta \\ \delta(|e| - \tfrac12\delta), & |e| > \delta
+        \end{cases}, \qquad e = V_\theta - R_t
+
+    ``old_values`` is unused.
+
+    Args:
+        values, old_values, returns, mask: ``[B, T]`` or ``[N]``.
+        delta: δ > 0, where the quadratic turns linear.
+    """
+    if delta <= 0:
+        raise ValueError(f"delta must be > 0, got {delta}")
+    valid, (v, r) = _prepare(values, (returns,), mask)
+    loss = F.huber_loss(v, r, reduction="none", delta=delta)
+    return torch.where(valid, loss, torch.zeros_like(loss))
+
+
+VALUE_LOSSES: dict[str, Callable[..., Tensor]] = {"mse": mse, "clipped": clipped, "huber": huber}

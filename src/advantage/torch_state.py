@@ -1,0 +1,96 @@
+"""Torch objects <-> checkpoint tensors + JSON (never pickle): modules, optimizers, RNG, running stats."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from advantage.errors import CheckpointError
+
+
+def module_tensors(prefix: str, module: nn.Module) -> dict[str, torch.Tensor]:
+    return {f"{prefix}.{k}": v for k, v in module.state_dict().items()}
+
+
+def load_module(prefix: str, module: nn.Module, tensors: dict[str, torch.Tensor], where: str = "checkpoint") -> None:
+    """Strict load: missing keys, unexpected keys and shape mismatches are one error listing them all."""
+    own = module.state_dict()
+    got = {k[len(prefix) + 1 :]: v for k, v in tensors.items() if k.startswith(prefix + ".")}
+    missing = sorted(set(own) - set(got))
+    unexpected = sorted(set(got) - set(own))
+    shapes = [f"{k}: checkpoint {tuple(got[k].shape)} vs model {tuple(own[k].shape)}"
+              for k in sorted(set(own) & set(got)) if got[k].shape != own[k].shape]
+    if missing or unexpected or shapes:
+        parts = []
+        if missing:
+            parts.append(f"missing keys {missing}")
+        if unexpected:
+            parts.append(f"unexpected keys {unexpected}")
+        if shapes:
+            parts.append(f"wrong shapes {shapes}")
+        raise CheckpointError(f"{where}: {prefix} does not match the model: " + "; ".join(parts))
+    module.load_state_dict(got)
+
+
+def optimizer_state(prefix: str, opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Split ``opt.state_dict()`` into tensors (moments, step counts) and JSON (param groups)."""
+    sd = opt.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for idx, st in sd["state"].items():
+        for key, value in st.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"{prefix}.{idx}.{key}"] = value
+            else:
+                scalars.setdefault(str(idx), {})[key] = value
+    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in sd["param_groups"]]
+    return tensors, {"param_groups": groups, "scalars": scalars}
+
+
+def load_optimizer(prefix: str, opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
+                   meta: dict[str, Any]) -> None:
+    state: dict[int, dict[str, Any]] = {}
+    for name, value in tensors.items():
+        if name.startswith(prefix + "."):
+            idx, key = name[len(prefix) + 1 :].split(".", 1)
+            state.setdefault(int(idx), {})[key] = value
+    for idx, extra in meta.get("scalars", {}).items():
+        state.setdefault(int(idx), {}).update(extra)
+    groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in meta["param_groups"]]
+    opt.load_state_dict({"state": state, "param_groups": groups})
+
+
+class RunningMeanStd:
+    """Running mean and variance of a stream of batches (Chan et al. parallel update), float64.
+
+    Used for observation normalisation and for reward scaling by the std of the discounted return
+    (the VecNormalize scheme of Stable-Baselines3 / OpenAI baselines)."""
+
+    def __init__(self, shape: tuple[int, ...] = ()):
+        self.mean = np.zeros(shape, dtype=np.float64)
+        self.var = np.ones(shape, dtype=np.float64)
+        self.count = 1e-4
+
+    def update(self, batch: np.ndarray) -> None:
+        batch = np.asarray(batch, dtype=np.float64)
+        b_mean, b_var, n = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
+        if n == 0:
+            return
+        delta = b_mean - self.mean
+        total = self.count + n
+        self.mean = self.mean + delta * n / total
+        m2 = self.var * self.count + b_var * n + delta**2 * self.count * n / total
+        self.var = m2 / total
+        self.count = total
+
+    def tensors(self, prefix: str) -> dict[str, torch.Tensor]:
+        return {f"{prefix}.mean": torch.from_numpy(self.mean.copy()), f"{prefix}.var": torch.from_numpy(self.var.copy()),
+                f"{prefix}.count": torch.tensor(self.count, dtype=torch.float64)}
+
+    def load(self, prefix: str, tensors: dict[str, torch.Tensor]) -> None:
+        self.mean = tensors[f"{prefix}.mean"].numpy().copy()
+        self.var = tensors[f"{prefix}.var"].numpy().copy()
+        self.count = float(tensors[f"{prefix}.count"])
