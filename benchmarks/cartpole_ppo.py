@@ -1,7 +1,7 @@
 """PPO on CartPole-v1: advantage vs Stable-Baselines3, side by side, same machine, one invocation.
 
     pip install -e . stable-baselines3
-    python benchmarks/cartpole_ppo.py            # 3 seeds each; writes benchmarks/results/cartpole_ppo.{md,json,png}
+    python benchmarks/cartpole_ppo.py   # 3 seeds each -> benchmarks/results/cartpole_ppo.{md,json,png}
 
 Both libraries use the rl-baselines3-zoo CartPole-v1 hyperparameters (8 envs, n_steps 32, batch 256,
 20 epochs, γ 0.98, λ 0.8, lr 1e-3 → 0 linearly, clip 0.2 → 0 linearly, no entropy bonus, 64-64 tanh MLPs),
@@ -75,14 +75,31 @@ def run_sb3(seed: int, max_steps: int) -> dict:
         return lambda progress_remaining: progress_remaining * v
 
     env = make_vec_env("CartPole-v1", n_envs=ZOO["n_envs"], seed=seed)
-    model = PPO("MlpPolicy", env, n_steps=ZOO["n_steps"], batch_size=ZOO["batch_size"], n_epochs=ZOO["n_epochs"],
-                gamma=ZOO["gamma"], gae_lambda=ZOO["gae_lambda"], learning_rate=linear(ZOO["lr"]),
-                clip_range=linear(ZOO["clip"]), ent_coef=0.0, seed=seed, device="cpu", verbose=0)
+    model = PPO(
+        "MlpPolicy",
+        env,
+        n_steps=ZOO["n_steps"],
+        batch_size=ZOO["batch_size"],
+        n_epochs=ZOO["n_epochs"],
+        gamma=ZOO["gamma"],
+        gae_lambda=ZOO["gae_lambda"],
+        learning_rate=linear(ZOO["lr"]),
+        clip_range=linear(ZOO["clip"]),
+        ent_coef=0.0,
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
     harness = Harness()
     model.learn(total_timesteps=max_steps, callback=harness)
     total = time.perf_counter() - t0
     steps, train_s = harness.hit or (model.num_timesteps, None)
-    return {"steps": steps, "train_seconds": train_s, "total_seconds": total, "reached": harness.hit is not None}
+    return {
+        "steps": steps,
+        "train_seconds": train_s,
+        "total_seconds": total,
+        "reached": harness.hit is not None,
+    }
 
 
 def run_advantage(seed: int, max_steps: int) -> dict:
@@ -90,11 +107,22 @@ def run_advantage(seed: int, max_steps: int) -> dict:
 
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        run = advantage.train("ppo", quiet=True, **{
-            "preset": "cartpole", "trainer.seed": seed, "trainer.total_steps": max_steps,
-            "trainer.eval_every": EVAL_EVERY, "trainer.eval_episodes": EVAL_EPISODES,
-            "trainer.stop_at_return": TARGET, "trainer.tensorboard": False, "trainer.progress": "none",
-            "trainer.torch_threads": 1, "trainer.run_dir": os.path.join(tmp, "run")})
+        run = advantage.train(
+            "ppo",
+            quiet=True,
+            **{
+                "preset": "cartpole",
+                "trainer.seed": seed,
+                "trainer.total_steps": max_steps,
+                "trainer.eval_every": EVAL_EVERY,
+                "trainer.eval_episodes": EVAL_EPISODES,
+                "trainer.stop_at_return": TARGET,
+                "trainer.tensorboard": False,
+                "trainer.progress": "none",
+                "trainer.torch_threads": 1,
+                "trainer.run_dir": os.path.join(tmp, "run"),
+            },
+        )
         rows = run.metrics
     total = time.perf_counter() - t0
     evals = [r for r in rows if "eval/return_mean" in r]
@@ -102,8 +130,12 @@ def run_advantage(seed: int, max_steps: int) -> dict:
     if hit is None:
         return {"steps": max_steps, "train_seconds": None, "total_seconds": total, "reached": False}
     eval_before = sum(r["eval/seconds"] for r in evals if r["step"] <= hit["step"])
-    return {"steps": hit["step"], "train_seconds": hit["time"] - eval_before, "total_seconds": total,
-            "reached": True}
+    return {
+        "steps": hit["step"],
+        "train_seconds": hit["time"] - eval_before,
+        "total_seconds": total,
+        "reached": True,
+    }
 
 
 def worker(lib: str, seed: int, max_steps: int) -> None:
@@ -133,9 +165,22 @@ def main() -> None:
     results = []
     for seed in range(args.seeds):
         for lib in ("sb3", "advantage"):  # interleaved, so machine load affects both alike
-            out = subprocess.run([sys.executable, __file__, "--worker", lib, "--seed", str(seed),
-                                  "--max-steps", str(args.max_steps)], capture_output=True, text=True, env=env,
-                                 check=True)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    lib,
+                    "--seed",
+                    str(seed),
+                    "--max-steps",
+                    str(args.max_steps),
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=True,
+            )
             results.append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(json.dumps(results[-1]), flush=True)
     report(results, Path(args.out))
@@ -148,28 +193,47 @@ def report(results: list[dict], out: Path) -> None:
         vals = [r[key] for r in results if r["lib"] == lib and r.get(key) is not None]
         return statistics.median(vals) if vals else None
 
-    lines = ["# PPO on CartPole-v1: advantage vs Stable-Baselines3", "",
-             f"Target: mean of {EVAL_EPISODES} deterministic episodes ≥ {TARGET:g}, evaluated every "
-             f"{EVAL_EVERY:,} steps; one torch thread; medians over seeds.", "",
-             "| library | seed | reached | env steps | train s | total s | steps/s | peak RSS MB |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# PPO on CartPole-v1: advantage vs Stable-Baselines3",
+        "",
+        f"Target: mean of {EVAL_EPISODES} deterministic episodes ≥ {TARGET:g}, evaluated every "
+        f"{EVAL_EVERY:,} steps; one torch thread; medians over seeds.",
+        "",
+        "| library | seed | reached | env steps | train s | total s | steps/s | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         ts = f"{r['train_seconds']:.2f}" if r["train_seconds"] else "-"
         sps = f"{r.get('steps_per_second', 0):,.0f}" if r.get("steps_per_second") else "-"
-        lines.append(f"| {r['lib']} | {r['seed']} | {r['reached']} | {r['steps']:,} | {ts} | "
-                     f"{r['total_seconds']:.2f} | {sps} | {r['peak_rss_mb']:.0f} |")
+        lines.append(
+            f"| {r['lib']} | {r['seed']} | {r['reached']} | {r['steps']:,} | {ts} | "
+            f"{r['total_seconds']:.2f} | {sps} | {r['peak_rss_mb']:.0f} |"
+        )
     ours, theirs = med("advantage", "train_seconds"), med("sb3", "train_seconds")
-    lines += ["", "| library | median env steps | median train s | median total s | median peak RSS MB |",
-              "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| library | median env steps | median train s | median total s | median peak RSS MB |",
+        "|---|---|---|---|---|",
+    ]
     for lib in ("sb3", "advantage"):
         ts = med(lib, "train_seconds")
-        lines.append(f"| {lib} | {med(lib, 'steps'):,.0f} | {ts:.2f} | {med(lib, 'total_seconds'):.2f} | "
-                     f"{med(lib, 'peak_rss_mb'):.0f} |" if ts else f"| {lib} | - | - | - | - |")
+        lines.append(
+            f"| {lib} | {med(lib, 'steps'):,.0f} | {ts:.2f} | {med(lib, 'total_seconds'):.2f} | "
+            f"{med(lib, 'peak_rss_mb'):.0f} |"
+            if ts
+            else f"| {lib} | - | - | - | - |"
+        )
     ratio = ours / theirs if ours and theirs else None
-    lines += ["", f"**Ratio of median training wall time, advantage / SB3: "
-                  f"{ratio:.3f}**" if ratio else "**Ratio: n/a (a library did not reach the target)**"]
+    lines += [
+        "",
+        f"**Ratio of median training wall time, advantage / SB3: {ratio:.3f}**"
+        if ratio
+        else "**Ratio: n/a (a library did not reach the target)**",
+    ]
     (out / "cartpole_ppo.md").write_text("\n".join(lines) + "\n")
-    (out / "cartpole_ppo.json").write_text(json.dumps({"results": results, "ratio_train_seconds": ratio}, indent=1))
+    (out / "cartpole_ppo.json").write_text(
+        json.dumps({"results": results, "ratio_train_seconds": ratio}, indent=1)
+    )
     print("\n".join(lines))
 
     import matplotlib

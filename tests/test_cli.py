@@ -188,3 +188,25 @@ def test_sigterm_checkpoints_and_exits_0(tmp_path):
     done = _run("resume", "big", "trainer.total_steps=" + str(step + 1000), "--quiet")
     assert done.returncode == 0, done.stderr
     assert Path("big/checkpoints/latest").read_text().strip().endswith(str(step + 1000))
+
+
+def test_eval_video_writes_an_mp4(capsys):
+    assert (
+        main(
+            [
+                "train",
+                "preset=frozenlake",
+                "trainer.total_steps=3000",
+                "trainer.run_dir=v",
+                "trainer.progress=none",
+                "trainer.tensorboard=false",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["eval", "v", "--episodes", "1", "--json", "--video"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    video = Path(res["video"])
+    assert video.parent == Path("v/videos") and video.suffix == ".mp4"
+    assert video.read_bytes()[4:8] == b"ftyp"  # an MP4 container

@@ -78,6 +78,8 @@ def cmd_eval(ns: argparse.Namespace) -> int:
     run = Run(ns.run_dir)
     res = run.evaluate(episodes=ns.episodes, seed=ns.seed, deterministic=not ns.stochastic)
     res = {"run_dir": str(run.dir), "step": run.step, **res}
+    if ns.video:
+        res["video"] = str(run.video(seed=ns.seed, deterministic=not ns.stochastic))
     if ns.json:
         print(json.dumps(res))
     else:
@@ -170,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, help="seed of the first episode (default: the run's evaluation seed)")
     e.add_argument("--stochastic", action="store_true", help="sample actions instead of acting greedily")
     e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.add_argument("--video", action="store_true", help="also record one episode to RUN_DIR/videos/*.mp4")
     e.set_defaults(fn=cmd_eval)
 
     pl = sub.add_parser(

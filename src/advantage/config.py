@@ -69,7 +69,8 @@ class VecEnvConfig(EnvConfig):
 
     num_envs: int = option(8, "environments stepped together (a gymnasium vector env)", lo=1)
     vectorization: str = option(
-        "auto", "auto: the env's own vectorized version when it has one, else sync; sync; async",
+        "auto",
+        "auto: the env's own vectorized version when it has one, else sync; sync; async",
         choices=("auto", "sync", "async"),
     )
 
@@ -173,8 +174,14 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def _type_name(tp: Any) -> str:
-    names = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "a mapping",
-             list: "a list"}
+    names = {
+        int: "an integer",
+        float: "a number",
+        bool: "true or false",
+        str: "a string",
+        dict: "a mapping",
+        list: "a list",
+    }
     if typing.get_origin(tp) is list:
         return f"a list of {_type_name(typing.get_args(tp)[0]).split(' ', 1)[-1]}s"
     if typing.get_origin(tp) in (typing.Union, types.UnionType):

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 import signal
-import time
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field

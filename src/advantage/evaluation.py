@@ -57,3 +57,31 @@ def evaluate_policy(
     if successes:
         out["success_rate"] = float(np.mean(successes))
     return out
+
+
+def record_video(
+    policy: Policy, env: gym.Env, path: str, seed: int, deterministic: bool = True, max_steps: int = 10_000
+) -> dict[str, Any]:
+    """Play one episode in ``env`` (made with ``render_mode="rgb_array"``) and write it to ``path`` (mp4,
+    at the env's ``render_fps``). Returns ``{"path", "return", "length"}``."""
+    import imageio.v2 as imageio
+
+    obs, _ = env.reset(seed=seed)
+    frames = [env.render()]
+    total, n = 0.0, 0
+    while True:
+        obs, reward, terminated, truncated, _ = env.step(policy.act(obs, deterministic=deterministic))
+        frames.append(env.render())
+        total += float(reward)
+        n += 1
+        if terminated or truncated or n >= max_steps:
+            break
+    fps = env.metadata.get("render_fps", 30)
+    tmp = f"{path}.tmp.mp4"
+    with imageio.get_writer(tmp, fps=fps, macro_block_size=1) as writer:
+        for frame in frames:
+            writer.append_data(np.asarray(frame))
+    import os
+
+    os.replace(tmp, path)
+    return {"path": path, "return": total, "length": n}

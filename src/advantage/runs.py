@@ -248,6 +248,28 @@ class Run:
         finally:
             env.close()
 
+    def video(
+        self, path: str | Path | None = None, seed: int | None = None, deterministic: bool = True
+    ) -> Path:
+        """Record one evaluation episode as an mp4 (default ``RUN/videos/step_<N>.mp4``)."""
+        from advantage.evaluation import record_video
+
+        out = Path(path) if path else self.dir / "videos" / f"step_{self.step}.mp4"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        env = make_env(self.config.env, render_mode="rgb_array")
+        try:
+            t = self.config.trainer
+            record_video(
+                self.policy,
+                env,
+                str(out),
+                seed=t.seed + EVAL_SEED_OFFSET if seed is None else seed,
+                deterministic=deterministic,
+            )
+        finally:
+            env.close()
+        return out
+
     def plot(self, out: str | Path | None = None) -> Path:
         from advantage.plotting import plot_runs
 

@@ -15,14 +15,19 @@ def module_tensors(prefix: str, module: nn.Module) -> dict[str, torch.Tensor]:
     return {f"{prefix}.{k}": v for k, v in module.state_dict().items()}
 
 
-def load_module(prefix: str, module: nn.Module, tensors: dict[str, torch.Tensor], where: str = "checkpoint") -> None:
+def load_module(
+    prefix: str, module: nn.Module, tensors: dict[str, torch.Tensor], where: str = "checkpoint"
+) -> None:
     """Strict load: missing keys, unexpected keys and shape mismatches are one error listing them all."""
     own = module.state_dict()
     got = {k[len(prefix) + 1 :]: v for k, v in tensors.items() if k.startswith(prefix + ".")}
     missing = sorted(set(own) - set(got))
     unexpected = sorted(set(got) - set(own))
-    shapes = [f"{k}: checkpoint {tuple(got[k].shape)} vs model {tuple(own[k].shape)}"
-              for k in sorted(set(own) & set(got)) if got[k].shape != own[k].shape]
+    shapes = [
+        f"{k}: checkpoint {tuple(got[k].shape)} vs model {tuple(own[k].shape)}"
+        for k in sorted(set(own) & set(got))
+        if got[k].shape != own[k].shape
+    ]
     if missing or unexpected or shapes:
         parts = []
         if missing:
@@ -35,7 +40,9 @@ def load_module(prefix: str, module: nn.Module, tensors: dict[str, torch.Tensor]
     module.load_state_dict(got)
 
 
-def optimizer_state(prefix: str, opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def optimizer_state(
+    prefix: str, opt: torch.optim.Optimizer
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Split ``opt.state_dict()`` into tensors (moments, step counts) and JSON (param groups)."""
     sd = opt.state_dict()
     tensors: dict[str, torch.Tensor] = {}
@@ -50,8 +57,9 @@ def optimizer_state(prefix: str, opt: torch.optim.Optimizer) -> tuple[dict[str, 
     return tensors, {"param_groups": groups, "scalars": scalars}
 
 
-def load_optimizer(prefix: str, opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
-                   meta: dict[str, Any]) -> None:
+def load_optimizer(
+    prefix: str, opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any]
+) -> None:
     state: dict[int, dict[str, Any]] = {}
     for name, value in tensors.items():
         if name.startswith(prefix + "."):
@@ -87,8 +95,11 @@ class RunningMeanStd:
         self.count = total
 
     def tensors(self, prefix: str) -> dict[str, torch.Tensor]:
-        return {f"{prefix}.mean": torch.from_numpy(self.mean.copy()), f"{prefix}.var": torch.from_numpy(self.var.copy()),
-                f"{prefix}.count": torch.tensor(self.count, dtype=torch.float64)}
+        return {
+            f"{prefix}.mean": torch.from_numpy(np.array(self.mean, dtype=np.float64)),
+            f"{prefix}.var": torch.from_numpy(np.array(self.var, dtype=np.float64)),
+            f"{prefix}.count": torch.tensor(self.count, dtype=torch.float64),
+        }
 
     def load(self, prefix: str, tensors: dict[str, torch.Tensor]) -> None:
         self.mean = tensors[f"{prefix}.mean"].numpy().copy()

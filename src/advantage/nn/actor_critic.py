@@ -109,8 +109,16 @@ class ActorCritic(nn.Module):
     """Policy and value networks (separate trunks by default, as SB3/CleanRL for MuJoCo-style tasks;
     ``shared=True`` shares one trunk)."""
 
-    def __init__(self, obs_space: gym.Space, action_space: gym.Space, hidden: list[int], activation: str = "tanh",
-                 shared: bool = False, log_std_init: float = 0.0, squash: bool = False):
+    def __init__(
+        self,
+        obs_space: gym.Space,
+        action_space: gym.Space,
+        hidden: list[int],
+        activation: str = "tanh",
+        shared: bool = False,
+        log_std_init: float = 0.0,
+        squash: bool = False,
+    ):
         super().__init__()
         obs_dim = int(np.prod(obs_space.shape))
         self.pi_body = mlp([obs_dim, *hidden], activation)
