@@ -217,12 +217,13 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
             {"optim": opt_meta, "env": env_state(env), "beta": kl_ctl.beta},
         )
 
-    # Rollout storage, [T, N] (time first while collecting; transposed to [N, T] for GAE).
+    # Rollout storage, [T, N] (time first while collecting; transposed to [N, T] for GAE). What the env
+    # returns stays in numpy until the rollout ends: one conversion per rollout, not one per step.
     obs_buf = torch.zeros((T, N, *obs_space.shape))
     act_buf = torch.zeros((T, N), dtype=torch.long) if discrete else torch.zeros((T, N, *act_space.shape))
-    logp_buf, val_buf, rew_buf = torch.zeros((T, N)), torch.zeros((T, N)), torch.zeros((T, N))
-    term_buf, trunc_buf = torch.zeros((T, N), dtype=torch.bool), torch.zeros((T, N), dtype=torch.bool)
-    mask_buf = torch.zeros((T, N), dtype=torch.bool)
+    logp_buf, val_buf = torch.zeros((T, N)), torch.zeros((T, N))
+    rew_np = np.zeros((T, N))
+    term_np, trunc_np, mask_np = (np.zeros((T, N), dtype=bool) for _ in range(3))
     policy_loss = partial(POLICY_LOSSES["ppo_clip"]) if a.objective == "clip" else None
     value_hp = {"clip": a.value_clip} if a.value_loss == "clipped" else {}
     value_loss = partial(VALUE_LOSSES[a.value_loss], **value_hp)
@@ -250,39 +251,37 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
             raw_next, reward, term, trunc, _ = env.step(model.head.to_env(action))
             valid = ~autoreset
             step += int(valid.sum())
-            if not np.all(np.isfinite(reward)):
-                raise NonFiniteError(
-                    f"step {step}: reward from the environment is {reward[~np.isfinite(reward)][0]}"
-                )
-            if not np.all(np.isfinite(raw_next)):
-                raise NonFiniteError(f"step {step}: observation from the environment contains NaN or inf")
+            if not (np.isfinite(reward).all() and np.isfinite(raw_next).all()):
+                what = "reward" if not np.isfinite(reward).all() else "observation"
+                bad = reward[~np.isfinite(reward)][0] if what == "reward" else "NaN or inf"
+                raise NonFiniteError(f"step {step}: {what} from the environment is {bad}")
             ep_ret += reward * valid
             ep_len += valid
-            r = reward.astype(np.float64)
+            done = term | trunc
+            r = reward
             if a.normalize_reward:
-                disc_ret = disc_ret * a.gamma + r
+                disc_ret = disc_ret * a.gamma + reward
                 ret_rms.update(disc_ret[valid])
-                r = r / math.sqrt(ret_rms.var + 1e-8)
-                disc_ret[term | trunc] = 0.0
-            obs_buf[i] = obs_t
-            act_buf[i] = action
-            logp_buf[i], val_buf[i] = logp, value
-            rew_buf[i] = torch.as_tensor(r * valid)
-            term_buf[i], trunc_buf[i] = torch.as_tensor(term & valid), torch.as_tensor(trunc & valid)
-            mask_buf[i] = torch.as_tensor(valid)
-            for j in np.flatnonzero((term | trunc) & valid):
-                ctx.episode(step, float(ep_ret[j]), int(ep_len[j]))
-                ep_ret[j], ep_len[j] = 0.0, 0
-            autoreset = term | trunc
+                r = reward / math.sqrt(ret_rms.var + 1e-8)
+                disc_ret[done] = 0.0
+            obs_buf[i], act_buf[i], logp_buf[i], val_buf[i] = obs_t, action, logp, value
+            rew_np[i], term_np[i], trunc_np[i], mask_np[i] = r * valid, term & valid, trunc & valid, valid
+            if done.any():
+                for j in np.flatnonzero(done & valid):
+                    ctx.episode(step, float(ep_ret[j]), int(ep_len[j]))
+                    ep_ret[j], ep_len[j] = 0.0, 0
+            autoreset = done
             obs = obs_norm(raw_next, update=True)
 
         # ---- advantages ------------------------------------------------------------------------------
         with torch.no_grad():
             last_value = model.value(torch.as_tensor(obs, dtype=torch.float32))
         next_values = torch.cat([val_buf[1:], last_value[None]])
+        rew_buf = torch.as_tensor(rew_np, dtype=torch.float32)
+        term_buf, trunc_buf = torch.as_tensor(term_np), torch.as_tensor(trunc_np)
         adv = gae(rew_buf.T, val_buf.T, next_values.T, term_buf.T, trunc_buf.T, a.gamma, a.gae_lambda).T
         returns = adv + val_buf
-        idx = mask_buf.flatten().nonzero().squeeze(-1)
+        idx = torch.as_tensor(mask_np).flatten().nonzero().squeeze(-1)
         b_obs = obs_buf.reshape(T * N, *obs_space.shape)[idx]
         b_act = act_buf.reshape(T * N, *act_buf.shape[2:])[idx]
         b_logp, b_val = logp_buf.flatten()[idx], val_buf.flatten()[idx]
@@ -290,6 +289,10 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
 
         # ---- epochs × minibatches ---------------------------------------------------------------------
         n = idx.shape[0]
+        # A minibatch that is the whole batch is normalised once here, not again in every epoch.
+        whole_batch = a.minibatch_size >= n
+        if a.normalize_advantage and whole_batch and n > 1:
+            b_adv = masked_whiten(b_adv, torch.ones_like(b_adv))
         stats: dict[str, list[float]] = {}
         epochs_run = 0
         for _epoch in range(a.n_epochs):
@@ -300,9 +303,9 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
                 mb = perm[start : start + a.minibatch_size]
                 logp, entropy, value = model.evaluate(b_obs[mb], b_act[mb])
                 ones = torch.ones_like(logp)
-                mb_adv = (
-                    masked_whiten(b_adv[mb], ones) if a.normalize_advantage and mb.shape[0] > 1 else b_adv[mb]
-                )
+                mb_adv = b_adv[mb]
+                if a.normalize_advantage and not whole_batch and mb.shape[0] > 1:
+                    mb_adv = masked_whiten(mb_adv, ones)
                 pl, pm = policy_loss(logp, b_logp[mb], mb_adv, ones)
                 vl = value_loss(value, b_val[mb], b_ret[mb], ones)
                 loss = pl.mean() + a.vf_coef * vl.mean()

@@ -138,7 +138,7 @@ class ActorCritic(nn.Module):
     def value(self, obs: Tensor) -> Tensor:
         return self.value_head(self.v_body(obs)).squeeze(-1)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def act(self, obs: Tensor, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
         """``(action [N, ...], logp [N], value [N])`` for a batch of observations, without gradients."""
         h = self.pi_body(obs)
