@@ -131,6 +131,7 @@ def test_corrupt_checkpoint_eval_names_the_file(capsys):
         main(
             [
                 "train",
+                "q_learning",
                 "preset=frozenlake",
                 "trainer.total_steps=500",
                 "trainer.run_dir=r",
@@ -195,6 +196,7 @@ def test_eval_video_writes_an_mp4(capsys):
         main(
             [
                 "train",
+                "q_learning",
                 "preset=frozenlake",
                 "trainer.total_steps=3000",
                 "trainer.run_dir=v",
@@ -210,3 +212,10 @@ def test_eval_video_writes_an_mp4(capsys):
     video = Path(res["video"])
     assert video.parent == Path("v/videos") and video.suffix == ".mp4"
     assert video.read_bytes()[4:8] == b"ftyp"  # an MP4 container
+
+
+def test_default_algorithm_is_ppo_on_cartpole():
+    from advantage.runs import resolve_config
+
+    spec, cfg = resolve_config()
+    assert spec.name == "ppo" and cfg.env.id == "CartPole-v1"

@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser(
         "train",
         help="train an algorithm; prints the run folder",
-        description="Train ALGO (default q_learning). Options are key=value overrides of "
+        description="Train ALGO (default ppo, on CartPole-v1). Options are key=value overrides of "
         "the config sections env/algorithm/model/trainer, or preset=NAME.",
         epilog=EPILOG_TRAIN,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -27,7 +27,7 @@ from advantage.evaluation import EVAL_SEED_OFFSET, evaluate_policy
 from advantage.metrics import read_metrics, truncate_metrics
 from advantage.registry import Algorithm, Policy, get_algorithm
 
-DEFAULT_ALGO = "q_learning"
+DEFAULT_ALGO = "ppo"
 CONFIG_FILE = "config.yaml"
 _TOP_KEYS = ("algo", "preset")
 
@@ -40,7 +40,7 @@ def resolve_config(
     """Build and validate a run config from defaults < algorithm defaults < preset < file < overrides.
 
     Args:
-        algo: registered algorithm name; defaults to the file's ``algo`` key, then ``q_learning``.
+        algo: registered algorithm name; defaults to the file's ``algo`` key, then ``ppo``.
         config: a YAML path or a nested mapping (same shape as the saved ``config.yaml``).
         overrides: dotted keys (``{"algorithm.gamma": 0.9}``) or nested mappings; ``preset`` picks a preset.
 
@@ -111,7 +111,7 @@ def train(
     """Train ``algo`` and return the finished :class:`Run`.
 
     Args:
-        algo: algorithm name (``advantage list``); default: the config's ``algo`` or ``q_learning``.
+        algo: algorithm name (``advantage list``); default: the config's ``algo`` or ``ppo``.
         config: a YAML file or a nested mapping.
         quiet: no progress display and no "run folder" line.
         **overrides: dotted keys, e.g. ``train("q_learning", **{"algorithm.gamma": 0.9})``, or
