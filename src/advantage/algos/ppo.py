@@ -170,7 +170,8 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
     obs_space, act_space = env.single_observation_space, env.single_action_space
     model = make_model(cfg, obs_space, act_space)
     # The fused kernel updates every parameter in one call: a large share of a small network's step time.
-    opt = torch.optim.Adam(model.parameters(), lr=a.learning_rate, eps=1e-5, fused=True)
+    params = list(model.parameters())
+    opt = torch.optim.Adam(params, lr=a.learning_rate, eps=1e-5, fused=True)
     obs_norm = ObsNormalizer(obs_space.shape, a.normalize_obs, a.clip_obs)
     ret_rms = RunningMeanStd(())
     kl_ctl = AdaptiveKLController(a.kl_beta, a.kl_target)
@@ -316,7 +317,10 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if a.max_grad_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), a.max_grad_norm)
+                    grads = [p.grad for p in params if p.grad is not None]
+                    torch.nn.utils.clip_grads_with_norm_(
+                        params, a.max_grad_norm, torch.nn.utils.get_total_norm(grads)
+                    )
                 opt.step()
                 for k, v in {
                     "policy_loss": pl.mean(),

@@ -51,8 +51,8 @@ class CategoricalHead(nn.Module):
         if deterministic:
             action = logp_all.argmax(dim=-1)
         else:
-            gumbel = -torch.log(-torch.log(torch.rand_like(logp_all).clamp_min(1e-20)))
-            action = (logp_all + gumbel).argmax(dim=-1)
+            # argmax(log p + G) with G = −log E, E ~ Exp(1), is a Gumbel-max sample: two ops per step.
+            action = (logp_all - torch.empty_like(logp_all).exponential_().log()).argmax(dim=-1)
         return action, logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
 
     def log_prob_entropy(self, h: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
