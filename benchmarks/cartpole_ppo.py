@@ -1,6 +1,6 @@
 """PPO on CartPole-v1: advantage vs Stable-Baselines3, side by side, same machine, one invocation.
 
-    pip install -e . stable-baselines3
+    pip install -e ".[bench]"
     python benchmarks/cartpole_ppo.py   # 3 seeds each -> benchmarks/results/cartpole_ppo.{md,json,png}
 
 Both libraries use the rl-baselines3-zoo CartPole-v1 hyperparameters (8 envs, n_steps 32, batch 256,

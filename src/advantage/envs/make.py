@@ -13,6 +13,7 @@ import warnings
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from advantage.config import EnvConfig, VecEnvConfig
 from advantage.errors import EnvError
@@ -161,6 +162,9 @@ def describe_space(space: gym.Space) -> str:
     if isinstance(space, gym.spaces.Discrete):
         return f"Discrete({space.n})"
     if isinstance(space, gym.spaces.Box):
+        low, high = np.unique(space.low), np.unique(space.high)
+        if low.size == 1 and high.size == 1:  # uniform bounds read best: Box(-2.0, 2.0, (1,))
+            return f"Box({float(low[0])}, {float(high[0])}, {tuple(space.shape)})"
         return f"Box{tuple(space.shape)}"
     return type(space).__name__
 

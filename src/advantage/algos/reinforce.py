@@ -1,0 +1,542 @@
+r"""REINFORCE (Williams 1992): Monte Carlo policy gradient over whole episodes, on- and off-policy.
+
+Seed 003 "Direct policy differentiation", "Reduce Variance", "Off-Policy Policy Gradients", "Introducing
+Discount Factors"; seed 002 (reward-to-go with decay, a state baseline). A batch is E complete episodes
+``[E, T]`` plus a mask, and the loss is
+
+.. math::
+    L(\theta) = -\frac1E \sum_{i=1}^{E} \sum_t \operatorname{sg}[\Psi_{i,t}]\,\log\pi_\theta(a_{i,t}\mid s_{i,t}),
+    \qquad \Psi_t = w_t\,(R_t - \bar\rho_{0:t}\, b_t),
+
+whose negative gradient estimates :math:`\nabla_\theta J`, :math:`J = \mathbb E[\sum_t \gamma^t r_t]`.
+
+Implementation details:
+
+1. Whole episodes, chosen before they are played: after ``env.reset()`` at the start of a batch,
+   environment j of N runs a fixed quota of episodes (``episodes_per_update`` split evenly). A vector env
+   steps every copy, so one that has met its quota keeps stepping; those steps are discarded, not counted
+   in ``trainer.total_steps`` (``train/discarded_steps``). Taking "the first E episodes to finish" instead
+   would bias every batch towards short episodes.
+2. A time-limit truncation ends the episode like a termination: the objective is the return of the
+   episode as the environment cuts it, so no bootstrap (a Monte Carlo method has no critic to ask).
+3. ``return_type``: ``whole`` weighs every step by :math:`R_t = G_0 = \sum_t \gamma^t r_t` (seed 002's
+   first estimator); ``reward_to_go`` by :math:`R_t = G_t = \sum_{t' \ge t}\gamma^{t'-t} r_{t'}`
+   (:func:`advantage.math.reward_to_go`; "don't let the past distract you").
+4. ``discount_weight`` (default **false**): :math:`w_t = \gamma^t`, the outer weight of seed 003's
+   discounted estimator. Without it the reward-to-go estimator is *biased* for γ < 1 — its expectation
+   weighs states by undiscounted visit counts, not the discounted ones in :math:`\nabla J` (Thomas 2014;
+   ``tests/test_policy_gradient_exact.py`` measures the bias). Most implementations (Spinning Up, SB3,
+   CleanRL) drop it silently, and so does the default here, because the biased direction learns faster
+   on long tasks; set it to true for the unbiased estimator. ``whole`` needs no outer weight (its
+   expectation is :math:`\nabla J` either way), but the option applies to it too.
+5. ``baseline``, every choice keeping the estimator unbiased:
+   ``none``; ``mean`` — the *leave-one-out* batch mean of the other episodes' returns (for ``whole``,
+   their whole returns; for ``reward_to_go``, their reward-to-go at the same time step t, over the
+   episodes still running at t), so the baseline never depends on the episode it is applied to (RLOO,
+   Kool et al. 2019); ``value`` — a learned :math:`V_\phi(s_t)`, trained by MSE on :math:`G_t` (needs
+   ``reward_to_go``: V estimates the return from t, not the whole return); ``optimal`` — the
+   variance-optimal constant of seed 003, :math:`b^* = E[\|\nabla\log\pi(\tau)\|^2 R]/E[\|\nabla\log\pi(\tau)\|^2]`,
+   in the general form :math:`b^* = \sum_i \langle c_i, g_i\rangle / \sum_i \|c_i\|^2` with
+   :math:`g_i = \nabla\sum_t w_t R_t \log\pi_t` and :math:`c_i = \nabla\sum_t w_t\bar\rho_{0:t}\log\pi_t`
+   per episode (it reduces to the seed's formula for ``whole`` without ``discount_weight``), also
+   leave-one-out. Cost: two per-episode policy gradients, one vmapped backward pass over the batch with
+   2E cotangents (``is_grads_batched``) — about 2E times the backward of the loss, memory 2E × (policy
+   parameters) floats. Worth it for small policies only.
+6. Loss: :data:`advantage.math.POLICY_LOSSES` ``pg`` aggregated by ``loss_aggregation``; the default
+   ``seq_mean_token_sum_norm`` with ``max_len = 1`` is "sum over the steps of an episode, mean over
+   episodes", the estimator of :math:`\nabla J` itself (``token_mean`` divides by the batch's step count
+   instead, a batch-dependent step size).
+7. ``normalize_returns``: whiten :math:`R_t - \bar\rho b_t` over the batch's steps (the PyTorch-example
+   trick; a scale-free step size, at the price of a small bias). Adam, separate policy and critic
+   learning rates, optional global gradient-norm clipping and entropy bonus.
+8. ``reinforce_is``: each batch, collected by :math:`\mu` (the policy at collection time; its log-probs
+   are stored), serves ``reuse`` updates. Update k > 0 is off-policy, with seed 003's per-decision
+   weights: the reward at t' is weighed by :math:`\rho_{0:t'} = \prod_{k\le t'}\pi_\theta(a_k|s_k)/\mu(a_k|s_k)`,
+   so :math:`R_t = \sum_{t'\ge t}\gamma^{t'-t} r_{t'}\rho_{0:t'}` and the baseline term is
+   :math:`\rho_{0:t} b_t`. The cumulative weight is clipped at ``max_weight`` (computed in log space);
+   clipping trades bias for variance (unbiased when it never binds). Update 0 has ρ = 1: plain REINFORCE.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor
+
+from advantage.algos.ppo import ObsNormalizer
+from advantage.algos.ppo import PPOPolicy as ActorCriticPolicy
+from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
+from advantage.context import RunContext, Snapshot
+from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
+from advantage.errors import EnvError, NonFiniteError
+from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, masked_mean, masked_whiten, reward_to_go
+from advantage.nn import ActorCritic
+from advantage.registry import Algorithm, register
+from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
+
+MAX_BATCH_STEPS = 1_000_000  # a batch waits for whole episodes; an env that never ends must not hang it
+
+# ----------------------------------------------------------------------------------------------------
+# Config
+
+
+@dataclass
+class ReinforceAlgorithm:
+    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
+    episodes_per_update: int = option(8, "complete episodes per batch (one gradient step)", lo=1)
+    return_type: str = option(
+        "reward_to_go", "weight of log π(a_t|s_t): whole (G_0) or reward_to_go (G_t)",
+        choices=("whole", "reward_to_go"),
+    )
+    baseline: str = option(
+        "value", "none, mean (leave-one-out batch mean), value (learned V(s)), optimal (variance-optimal b)",
+        choices=("none", "mean", "value", "optimal"),
+    )
+    discount_weight: bool = option(False, "multiply the term at step t by γ^t (unbiased for ∇J)")
+    normalize_returns: bool = option(False, "whiten R_t − b_t over the batch")
+    loss_aggregation: str = option(
+        "seq_mean_token_sum_norm",
+        "seq_mean_token_sum_norm: Σ_t per episode, mean over episodes; token_mean: mean over steps",
+        choices=("seq_mean_token_sum_norm", "token_mean"),
+    )
+    learning_rate: float = option(1e-3, "policy Adam learning rate", lo=0, lo_open=True)
+    value_learning_rate: float = option(1e-3, "critic Adam learning rate (baseline=value)", lo=0, lo_open=True)
+    value_steps: int = option(1, "critic gradient steps per batch (baseline=value)", lo=1)
+    ent_coef: float = option(0.0, "entropy bonus coefficient", lo=0)
+    max_grad_norm: float = option(0.0, "global gradient-norm clip (0: none)", lo=0)
+
+
+@dataclass
+class ReinforceISAlgorithm(ReinforceAlgorithm):
+    reuse: int = option(4, "updates per batch; all but the first are importance-weighted", lo=1)
+    max_weight: float | None = option(
+        10.0, "clip the cumulative weight ρ_{0:t} at this value (null: no clip)", lo=1
+    )
+
+
+@dataclass
+class ReinforceModel:
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "MLP hidden sizes"})
+    activation: str = option("tanh", "hidden activation", choices=("tanh", "relu"))
+    log_std_init: float = option(0.0, "Box actions: initial log σ")
+    squash: bool = option(False, "Box actions: tanh-squash to the bounds (with log-det correction)")
+
+
+def _problems(env: VecEnvConfig, a: ReinforceAlgorithm, off_policy: bool) -> list[str]:
+    out = []
+    if env.num_envs > a.episodes_per_update:
+        out.append(
+            f"env.num_envs ({env.num_envs}) must be <= algorithm.episodes_per_update "
+            f"({a.episodes_per_update}): every environment plays at least one episode of each batch"
+        )
+    if a.baseline == "value" and a.return_type != "reward_to_go":
+        out.append(
+            "algorithm.baseline=value needs algorithm.return_type=reward_to_go (V(s_t) estimates the return "
+            f"from t, not the whole return), got return_type={a.return_type}"
+        )
+    if off_policy and a.return_type != "reward_to_go":
+        out.append(
+            "reinforce_is needs algorithm.return_type=reward_to_go (per-decision importance weights), "
+            f"got {a.return_type}"
+        )
+    return out
+
+
+@dataclass
+class ReinforceConfig:
+    env: VecEnvConfig = section(VecEnvConfig)
+    algorithm: ReinforceAlgorithm = section(ReinforceAlgorithm)
+    model: ReinforceModel = section(ReinforceModel)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+    def problems(self) -> list[str]:
+        return _problems(self.env, self.algorithm, off_policy=False)
+
+
+@dataclass
+class ReinforceISConfig:
+    env: VecEnvConfig = section(VecEnvConfig)
+    algorithm: ReinforceISAlgorithm = section(ReinforceISAlgorithm)
+    model: ReinforceModel = section(ReinforceModel)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+    def problems(self) -> list[str]:
+        return _problems(self.env, self.algorithm, off_policy=True)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The estimator's pieces: pure tensor functions, all [E, T] (E episodes, padded to T steps, plus a mask)
+
+
+def episode_returns(rewards: Tensor, mask: Tensor, gamma: float, return_type: str) -> Tensor:
+    """:math:`R_t`: the reward-to-go :math:`G_t`, or the whole return :math:`G_0` at every step; 0 where
+    masked. ``rewards`` must be 0 on padding (a row holds one episode from its first step)."""
+    g = reward_to_go(torch.where(mask != 0, rewards, torch.zeros_like(rewards)), gamma)
+    if return_type == "whole":
+        g = g[..., :1].expand_as(g)
+    return torch.where(mask != 0, g, torch.zeros_like(g))
+
+
+def outer_weights(mask: Tensor, gamma: float, discount_weight: bool) -> Tensor:
+    """:math:`w_t = \\gamma^t` (seed 003's outer discount) or 1; 0 where masked."""
+    t = torch.arange(mask.shape[-1], dtype=torch.float64, device=mask.device)
+    w = gamma**t if discount_weight else torch.ones_like(t)
+    return torch.where(mask != 0, w.to(torch.get_default_dtype()).expand(mask.shape), torch.zeros(()))
+
+
+def cumulative_weights(logp: Tensor, behaviour_logp: Tensor, mask: Tensor, max_weight: float | None) -> Tensor:
+    r"""Per-decision importance weights :math:`\bar\rho_{0:t} = \min(\prod_{k\le t}\pi(a_k|s_k)/\mu(a_k|s_k),
+    \text{max\_weight})`, formed in log space (no overflow); 0 where masked. No gradient."""
+    valid = mask != 0
+    log_rho = torch.where(valid, (logp - behaviour_logp).detach(), torch.zeros_like(logp)).cumsum(-1)
+    if max_weight is not None:
+        log_rho = log_rho.clamp(max=math.log(max_weight))
+    return torch.where(valid, log_rho.exp(), torch.zeros_like(log_rho))
+
+
+def leave_one_out_mean(returns: Tensor, mask: Tensor, per_step: bool) -> Tensor:
+    r"""The mean of the *other* episodes' returns: at the same step t over the episodes still running at t
+    (``per_step``), or of their step-0 values (whole returns). 0 where no other episode counts.
+
+    .. math::
+        b_{i,t} = \frac{\sum_{j\ne i} m_{j,t} R_{j,t}}{\sum_{j\ne i} m_{j,t}}
+
+    Independent of episode i, so :math:`E[b_{i,t}\nabla\log\pi(a_{i,t}|s_{i,t})] = 0`: unbiased at any E.
+    """
+    m = (mask != 0).to(returns.dtype)
+    r = torch.where(mask != 0, returns, torch.zeros_like(returns))
+    if not per_step:
+        r, m = r[..., :1], m[..., :1]
+    total, count = r.sum(0, keepdim=True) - r, m.sum(0, keepdim=True) - m
+    b = total / count.clamp(min=1)
+    return b.expand_as(returns) if not per_step else b
+
+
+def optimal_constant_baseline(g: Tensor, c: Tensor) -> Tensor:
+    r"""Leave-one-out variance-optimal constant baseline ``[E]`` from per-episode gradients ``[E, P]``.
+
+    The estimator of episode i is :math:`g_i - b\,c_i`; its total variance :math:`E\|g - bc\|^2 - \|\nabla J\|^2`
+    is smallest at :math:`b^* = E\langle c, g\rangle / E\|c\|^2` (seed 003, "Introducing Baselines", with
+    :math:`c = \nabla\log\pi(\tau)` and :math:`g = R\,c` for whole returns). Episode i gets the estimate
+    from the other episodes, so its baseline is independent of it.
+    """
+    num, den = (c * g).sum(-1), (c * c).sum(-1)
+    loo_den = den.sum() - den
+    return torch.where(loo_den > 0, (num.sum() - num) / loo_den.clamp(min=1e-30), torch.zeros_like(num))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Collection: whole episodes
+
+
+@dataclass
+class Episodes:
+    """E complete episodes, padded to the longest; ``mask`` is 1 on the episode's steps."""
+
+    obs: Tensor  # [E, T, *obs_shape]
+    actions: Tensor  # [E, T] (Discrete) or [E, T, *action_shape] (Box)
+    logp: Tensor  # [E, T] log μ(a_t|s_t) of the policy that collected them
+    rewards: Tensor  # [E, T]
+    mask: Tensor  # [E, T] float
+
+
+def episode_quotas(num_envs: int, episodes: int) -> np.ndarray:
+    """How many episodes each environment plays in a batch: ``episodes`` split as evenly as possible."""
+    return episodes // num_envs + (np.arange(num_envs) < episodes % num_envs)
+
+
+def collect_episodes(
+    env: gym.vector.VectorEnv, model: ActorCritic, quotas: np.ndarray, step: int, ctx: RunContext
+) -> tuple[Episodes, int, int]:
+    """Reset every environment, then play until environment j has finished ``quotas[j]`` episodes.
+
+    Returns ``(episodes, step, discarded)``: the batch, the step counter advanced by the batch's steps,
+    and the number of steps of environments past their quota."""
+    raw, _ = env.reset()
+    N = len(quotas)
+    finished = np.zeros(N, dtype=np.int64)
+    autoreset = np.zeros(N, dtype=bool)
+    ep_ret, ep_len = np.zeros(N), np.zeros(N, dtype=np.int64)
+    rows: list[tuple[Tensor, Tensor, Tensor, np.ndarray, np.ndarray, np.ndarray]] = []
+    discarded = 0
+    while (finished < quotas).any():
+        if len(rows) >= MAX_BATCH_STEPS:
+            raise EnvError(
+                f"an episode ran past {MAX_BATCH_STEPS} steps; REINFORCE needs episodes that end "
+                "(set env.max_episode_steps)"
+            )
+        obs_t = torch.as_tensor(raw, dtype=torch.float32)
+        action, logp, _ = model.act(obs_t)
+        raw_next, reward, term, trunc, _ = env.step(model.head.to_env(action))
+        live = ~autoreset
+        use = live & (finished < quotas)
+        discarded += int((live & ~use).sum())
+        step += int(use.sum())
+        if not (np.isfinite(reward[use]).all() and np.isfinite(raw_next[use]).all()):
+            what = "reward" if not np.isfinite(reward[use]).all() else "observation"
+            bad = reward[use][~np.isfinite(reward[use])][0] if what == "reward" else "NaN or inf"
+            raise NonFiniteError(f"step {step}: {what} from the environment is {bad}")
+        done = term | trunc
+        ep_ret += np.where(use, reward, 0.0)
+        ep_len += use
+        for j in np.flatnonzero(done & use):
+            ctx.episode(step, float(ep_ret[j]), int(ep_len[j]))
+            ep_ret[j], ep_len[j] = 0.0, 0
+            finished[j] += 1
+        rows.append((obs_t, action, logp, np.asarray(reward, dtype=np.float64), use, done & use))
+        autoreset = done
+        raw = raw_next
+    return _pad(rows, N), step, discarded
+
+
+def _pad(rows: list, num_envs: int) -> Episodes:
+    obs = torch.stack([r[0] for r in rows])  # [L, N, ...]
+    act = torch.stack([r[1] for r in rows])
+    logp = torch.stack([r[2] for r in rows])
+    rew = torch.as_tensor(np.stack([r[3] for r in rows]), dtype=torch.float32)
+    use, ends = np.stack([r[4] for r in rows]), np.stack([r[5] for r in rows])
+    spans = []  # (env, step indices of one episode), env by env, in order
+    for j in range(num_envs):
+        idx = np.flatnonzero(use[:, j])
+        cuts = np.flatnonzero(ends[idx, j]) + 1
+        spans += [(j, torch.as_tensor(seg)) for seg in np.split(idx, cuts[:-1])]
+    E, T = len(spans), max(len(s) for _, s in spans)
+    out = Episodes(
+        obs=torch.zeros((E, T, *obs.shape[2:])),
+        actions=torch.zeros((E, T, *act.shape[2:]), dtype=act.dtype),
+        logp=torch.zeros((E, T)),
+        rewards=torch.zeros((E, T)),
+        mask=torch.zeros((E, T)),
+    )
+    for e, (j, s) in enumerate(spans):
+        n = len(s)
+        out.obs[e, :n], out.actions[e, :n], out.logp[e, :n] = obs[s, j], act[s, j], logp[s, j]
+        out.rewards[e, :n], out.mask[e, :n] = rew[s, j], 1.0
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# Model and loss
+
+
+class ReinforceModelParts:
+    """The model's parameters split into the policy's and the critic's (separate learning rates)."""
+
+    def __init__(self, model: ActorCritic):
+        self.policy = [*model.pi_body.parameters(), *model.head.parameters()]
+        own = {id(p) for p in self.policy}
+        self.critic = [p for p in model.parameters() if id(p) not in own]
+
+
+def make_model(cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
+    m = cfg.model
+    return ActorCritic(obs_space, action_space, list(m.hidden_sizes), m.activation, False, m.log_std_init, m.squash)
+
+
+def _evaluate(model: ActorCritic, batch: Episodes) -> tuple[Tensor, Tensor, Tensor]:
+    E, T = batch.mask.shape
+    logp, entropy, values = model.evaluate(
+        batch.obs.reshape(E * T, *batch.obs.shape[2:]), batch.actions.reshape(E * T, *batch.actions.shape[2:])
+    )
+    return logp.view(E, T), entropy.view(E, T), values.view(E, T)
+
+
+def per_episode_gradients(logp: Tensor, coefs: list[Tensor], params: list[Tensor]) -> list[Tensor]:
+    """For each ``coef [E, T]``, the per-episode gradients ``[E, P]`` of :math:`\\sum_t coef_{i,t}\\log\\pi_{i,t}`,
+    by one vmapped backward pass (``is_grads_batched``) over the graph of ``logp``."""
+    E = logp.shape[0]
+    y = torch.cat([(k * logp).sum(-1) for k in coefs])  # [len(coefs) · E]
+    eye = torch.eye(y.shape[0], dtype=y.dtype)
+    grads = torch.autograd.grad(y, params, grad_outputs=eye, is_grads_batched=True, retain_graph=True)
+    flat = torch.cat([g.reshape(y.shape[0], -1) for g in grads], dim=1)
+    return list(flat.split(E))
+
+
+def loss_fn(
+    model: ActorCritic, parts: ReinforceModelParts, batch: Episodes, a: Any, off_policy: bool
+) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+    """``(policy_loss, value_loss, metrics)`` of one batch of episodes (details 3–8 of the docstring)."""
+    mask = batch.mask
+    logp, entropy, values = _evaluate(model, batch)
+    w = outer_weights(mask, a.gamma, a.discount_weight)
+    G = episode_returns(batch.rewards, mask, a.gamma, a.return_type)  # [E, T] on-policy returns
+    metrics: dict[str, Tensor] = {}
+    if off_policy:
+        rho = cumulative_weights(logp, batch.logp, mask, a.max_weight)  # [E, T] ρ̄_{0:t}
+        R = reward_to_go(batch.rewards * rho, a.gamma)  # Σ_{t'≥t} γ^{t'−t} r_{t'} ρ̄_{0:t'}
+        last = (mask.sum(-1).long() - 1).clamp(min=0)
+        metrics["rho_episode_mean"] = rho.gather(-1, last[:, None]).mean()
+        if a.max_weight is not None:
+            metrics["rho_clipped_frac"] = masked_mean((rho >= a.max_weight * (1 - 1e-6)).float(), mask)
+    else:
+        rho, R = mask, G
+    if a.baseline == "mean":
+        b = leave_one_out_mean(G, mask, per_step=a.return_type == "reward_to_go")
+    elif a.baseline == "value":
+        b = values.detach()
+    elif a.baseline == "optimal":
+        g, c = per_episode_gradients(logp, [w * R, w * rho], parts.policy)
+        b = optimal_constant_baseline(g, c)[:, None].expand_as(R)
+        metrics["baseline_optimal"] = b[:, 0].mean()
+    else:
+        b = torch.zeros_like(R)
+    adv = torch.where(mask != 0, R - rho * b, torch.zeros_like(R))
+    if a.normalize_returns:
+        adv = masked_whiten(adv, mask)
+    psi = (w * adv).detach()
+    pl, _ = POLICY_LOSSES["pg"](logp, batch.logp, psi, mask)
+    policy_loss = aggregate(pl, mask, a.loss_aggregation, max_len=1)
+    if a.ent_coef > 0:
+        policy_loss = policy_loss - a.ent_coef * masked_mean(entropy, mask)
+    value_loss = aggregate(VALUE_LOSSES["mse"](values, values, G, mask), mask, "token_mean")
+    metrics.update({"entropy": masked_mean(entropy.detach(), mask), "return_mean": G[:, 0].mean()})
+    return policy_loss, value_loss, metrics
+
+
+def check_env(cfg: Any, env: gym.Env, name: str = "reinforce") -> None:
+    if not isinstance(env.observation_space, gym.spaces.Box):
+        raise EnvError(
+            f"{name} needs a Box observation space; {cfg.env.id} has {describe_space(env.observation_space)}"
+        )
+    if not isinstance(env.action_space, gym.spaces.Discrete | gym.spaces.Box):
+        raise EnvError(
+            f"{name} needs a Discrete or Box action space; {cfg.env.id} has {describe_space(env.action_space)}"
+        )
+    if cfg.model.squash and not isinstance(env.action_space, gym.spaces.Box):
+        raise EnvError(
+            f"model.squash=true needs a Box action space; {cfg.env.id} has {describe_space(env.action_space)}"
+        )
+
+
+# ----------------------------------------------------------------------------------------------------
+# The loop
+
+
+def train(cfg: Any, ctx: RunContext, off_policy: bool = False) -> None:
+    a, t = cfg.algorithm, cfg.trainer
+    torch.set_num_threads(t.torch_threads)
+    torch.set_flush_denormal(True)
+    torch.manual_seed(t.seed)
+    env = make_vec_env(cfg.env)
+    model = make_model(cfg, env.single_observation_space, env.single_action_space)
+    parts = ReinforceModelParts(model)
+    use_critic = a.baseline == "value"
+    groups = [{"params": parts.policy, "lr": a.learning_rate}]
+    if use_critic:
+        groups.append({"params": parts.critic, "lr": a.value_learning_rate})
+    opt = torch.optim.Adam(groups, eps=1e-5)
+    quotas = episode_quotas(cfg.env.num_envs, a.episodes_per_update)
+    reuse = a.reuse if off_policy else 1
+
+    if ctx.restored is None:
+        step = 0
+        env.reset(seed=t.seed)  # seeds the environments' generators; every batch then resets afresh
+    else:
+        ck, s = ctx.restored, ctx.restored.state["algo"]
+        load_module("model", model, ck.tensors, str(ck.path))
+        load_optimizer("optim", opt, ck.tensors, s["optim"])
+        torch.set_rng_state(ck.tensors["torch_rng"])
+        env.reset(seed=t.seed)
+        set_env_state(env, s["env"])
+        step = ck.step
+
+    def snapshot() -> Snapshot:
+        opt_tensors, opt_meta = optimizer_state("optim", opt)
+        tensors = {**module_tensors("model", model), "torch_rng": torch.get_rng_state(), **opt_tensors}
+        policy = ActorCriticPolicy(model, ObsNormalizer(env.single_observation_space.shape, False, 1.0))
+        return Snapshot(policy, tensors, {"optim": opt_meta, "env": env_state(env)})
+
+    while step < t.total_steps:
+        batch, step, discarded = collect_episodes(env, model, quotas, step, ctx)
+        stats: dict[str, list[float]] = {}
+        for k in range(reuse):
+            for i in range(a.value_steps if use_critic else 1):
+                pl, vl, m = loss_fn(model, parts, batch, a, off_policy=off_policy and k > 0)
+                loss = (pl if i == 0 else 0.0) + (vl if use_critic else 0.0)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if a.max_grad_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), a.max_grad_norm)
+                if i > 0:  # extra critic steps: the policy stays where the first step left it
+                    for p in parts.policy:
+                        p.grad = None
+                opt.step()
+                for key, v in {"policy_loss": pl, "value_loss": vl, **m}.items():
+                    if i == 0 or key == "value_loss":
+                        stats.setdefault(key, []).append(float(v.detach()))
+        if not math.isfinite(stats["policy_loss"][-1]):
+            raise NonFiniteError(f"step {step}: policy loss is {stats['policy_loss'][-1]}")
+        row = {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}
+        row["train/discarded_steps"] = discarded
+        row["train/batch_steps"] = int(batch.mask.sum())
+        ctx.log(step, row)
+        if ctx.tick(step, snapshot):
+            break
+    ctx.finish(step, snapshot())
+    env.close()
+
+
+def _policy(cfg: Any, env: gym.Env, tensors: Any) -> ActorCriticPolicy:
+    model = make_model(cfg, env.observation_space, env.action_space)
+    load_module("model", model, tensors)
+    return ActorCriticPolicy(model, ObsNormalizer(env.observation_space.shape, False, 1.0))
+
+
+PRESETS = {
+    "cartpole": Preset(
+        "CartPole-v1: reward-to-go with a learned value baseline",
+        {
+            "env.id": "CartPole-v1",
+            "env.num_envs": 8,
+            "algorithm.episodes_per_update": 8,
+            "algorithm.baseline": "value",
+            "trainer.total_steps": 500_000,
+        },
+    ),
+}
+
+PRESETS_IS = {
+    "cartpole": Preset(
+        "CartPole-v1: each batch reused for 4 importance-weighted updates",
+        {
+            "env.id": "CartPole-v1",
+            "env.num_envs": 8,
+            "algorithm.episodes_per_update": 8,
+            "algorithm.baseline": "value",
+            "algorithm.reuse": 4,
+            "trainer.total_steps": 500_000,
+        },
+    ),
+}
+
+register(
+    Algorithm(
+        name="reinforce",
+        summary="REINFORCE over whole episodes: reward-to-go, baselines (mean/value/optimal), γ^t weight",
+        config=ReinforceConfig,
+        train=train,
+        policy=_policy,
+        check_env=check_env,
+        presets=PRESETS,
+        defaults=dict(PRESETS["cartpole"].overrides),
+    )
+)
+
+register(
+    Algorithm(
+        name="reinforce_is",
+        summary="off-policy REINFORCE: batches reused with per-decision importance weights (seed 003)",
+        config=ReinforceISConfig,
+        train=partial(train, off_policy=True),
+        policy=_policy,
+        check_env=partial(check_env, name="reinforce_is"),
+        presets=PRESETS_IS,
+        defaults=dict(PRESETS_IS["cartpole"].overrides),
+    )
+)
