@@ -153,3 +153,20 @@ def test_ppo_penalty_learns_cartpole_and_beta_follows_the_rule():
         d, beta = before["train/kl"], before["train/beta"]
         expected = beta / 2 if d < target / 1.5 else 2 * beta if d > 1.5 * target else beta
         assert after["train/beta"] == pytest.approx(expected)
+
+
+@pytest.mark.slow
+def test_ppo_pendulum_reaches_minus_250_within_200k_steps():
+    run = advantage.train(
+        "ppo",
+        quiet=True,
+        **{
+            "preset": "pendulum",
+            "trainer.seed": 0,
+            "trainer.eval_every": 20_000,
+            "trainer.eval_episodes": 10,
+            "trainer.tensorboard": False,
+        },
+    )
+    evals = [r["eval/return_mean"] for r in run.metrics if "eval/return_mean" in r]
+    assert run.step <= 204_800 and evals[-1] >= -250, evals
