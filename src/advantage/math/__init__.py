@@ -21,6 +21,7 @@ from advantage.math.masked import (
     masked_whiten,
 )
 from advantage.math.policy_losses import POLICY_LOSSES, pg, ppo_clip, ppo_penalty
+from advantage.math.q_targets import double_q_target, dueling_combine, polyak_update, td_target
 from advantage.math.returns import (
     discounted_return,
     first_visit_mask,
@@ -40,6 +41,8 @@ __all__ = [
     "adaptive_kl_beta",
     "aggregate",
     "discounted_return",
+    "double_q_target",
+    "dueling_combine",
     "first_visit_mask",
     "gae",
     "kl_k1",
@@ -52,7 +55,9 @@ __all__ = [
     "mc_update",
     "n_step_returns",
     "pg",
+    "polyak_update",
     "ppo_clip",
     "ppo_penalty",
     "reward_to_go",
+    "td_target",
 ]

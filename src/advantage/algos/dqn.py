@@ -1,0 +1,417 @@
+"""Deep Q-Networks: DQN, Double DQN, Dueling heads, prioritized replay, n-step targets (SPEC V1–V5).
+
+Seed 000: a network replaces the Q-table; its regression target is ``r + γ max_a' Q_target(s', a')``.
+Double DQN picks ``a'`` with the online network and values it with the target network (van Hasselt
+et al. 2016), because the max over noisy estimates is biased upwards — the overestimation the seed
+explains and this module logs. Dueling heads compute ``Q = V + (A − max A)`` (seed 000) or the mean
+variant (Wang et al. 2016).
+
+The loop is ``act ε-greedily → store → every train_freq steps, gradient_steps × (sample → target →
+loss → step) → update target``, composed from :mod:`advantage.math.q_targets` and
+:mod:`advantage.data.replay`.
+
+Implementation details:
+
+1. Vectorized envs with Gymnasium's ``NEXT_STEP`` autoreset; the reset step is not stored.
+2. n-step transitions are assembled in the buffer; each carries its own discount γ^k, so a transition
+   cut short by the end of an episode bootstraps with the right power of γ. A truncated episode
+   bootstraps from its final observation (never treated as terminal).
+3. ε decays linearly from ``epsilon_start`` to ``epsilon_end`` over ``exploration_fraction`` of the run.
+4. The target network is updated every ``target_update_interval`` environment steps with Polyak
+   weight ``tau`` (``tau = 1``: a hard copy, the Nature DQN rule).
+5. Huber (smooth L1) or MSE TD loss; prioritized replay weights the per-sample loss by its importance
+   weight and feeds ``|δ|`` back as the new priority.
+6. Overestimation made visible: for the states of the most recent finished training episodes, the mean
+   predicted ``max_a Q(s, a)`` is logged next to the discounted return actually obtained from those
+   states (``train/q_predicted``, ``train/q_realized``, ``train/overestimation``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
+from advantage.context import RunContext, Snapshot
+from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
+from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
+from advantage.errors import EnvError, NonFiniteError
+from advantage.math import double_q_target, dueling_combine, polyak_update, reward_to_go, td_target
+from advantage.nn import mlp
+from advantage.registry import Algorithm, register
+from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
+
+
+@dataclass
+class DQNAlgorithm:
+    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
+    learning_rate: float = option(2.3e-3, "Adam learning rate", lo=0, lo_open=True)
+    buffer_size: int = option(100_000, "replay capacity (transitions)", lo=1)
+    learning_starts: int = option(1000, "environment steps before the first update", lo=0)
+    batch_size: int = option(64, "transitions per gradient step", lo=1)
+    train_freq: int = option(256, "environment steps between updates", lo=1)
+    gradient_steps: int = option(128, "gradient steps per update", lo=1)
+    target_update_interval: int = option(10, "environment steps between target-network updates", lo=1)
+    tau: float = option(1.0, "Polyak weight of the target update (1: hard copy)", lo=0, hi=1, lo_open=True)
+    epsilon_start: float = option(1.0, "ε at step 0", lo=0, hi=1)
+    epsilon_end: float = option(0.04, "ε after exploration", lo=0, hi=1)
+    exploration_fraction: float = option(
+        0.16, "fraction of the run over which ε decays", lo=0, hi=1, lo_open=True
+    )
+    double: bool = option(False, "Double DQN target (online argmax, target value)")
+    loss: str = option("huber", "TD loss", choices=("huber", "mse"))
+    max_grad_norm: float = option(10.0, "global gradient-norm clip (0: none)", lo=0)
+    n_step: int = option(1, "n-step targets", lo=1)
+    prioritized: bool = option(False, "proportional prioritized replay (Schaul et al. 2016)")
+    per_alpha: float = option(0.6, "prioritized replay: priority exponent α", lo=0, hi=1)
+    per_beta_start: float = option(0.4, "prioritized replay: initial importance exponent β", lo=0, hi=1)
+    overestimation_episodes: int = option(10, "recent episodes whose states measure overestimation", lo=1)
+
+    def problems(self) -> list[str]:
+        if self.epsilon_end > self.epsilon_start:
+            return [
+                f"algorithm.epsilon_end ({self.epsilon_end}) must be <= algorithm.epsilon_start "
+                f"({self.epsilon_start})"
+            ]
+        return []
+
+
+@dataclass
+class DQNModel:
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256], metadata={"help": "MLP hidden sizes"})
+    activation: str = option("relu", "hidden activation", choices=("relu", "tanh"))
+    dueling: str = option(
+        "none", "dueling head: none, max (seed 000), mean (Wang et al.)", choices=("none", "max", "mean")
+    )
+    cnn: bool = option(False, "Nature CNN trunk for image observations (Atari)")
+
+
+@dataclass
+class DQNConfig:
+    env: VecEnvConfig = section(VecEnvConfig)
+    algorithm: DQNAlgorithm = section(DQNAlgorithm)
+    model: DQNModel = section(DQNModel)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+    def problems(self) -> list[str]:
+        a, out = self.algorithm, []
+        if a.batch_size > a.buffer_size:
+            out.append(
+                f"algorithm.batch_size ({a.batch_size}) must be <= algorithm.buffer_size ({a.buffer_size})"
+            )
+        if a.learning_starts < a.batch_size:
+            out.append(
+                f"algorithm.learning_starts ({a.learning_starts}) must be >= algorithm.batch_size "
+                f"({a.batch_size}): the first update samples a full batch"
+            )
+        return out
+
+
+class NatureCNN(nn.Module):
+    """Mnih et al. 2015: 3 conv layers + 512 units, on ``[C, 84, 84]`` uint8 frames scaled to [0, 1]."""
+
+    def __init__(self, channels: int, out: int = 512):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(channels, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(64 * 7 * 7, out),
+            nn.ReLU(),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x.float() / 255.0)
+
+
+class QNetwork(nn.Module):
+    """``Q(s, ·)``: an MLP (or Nature CNN) trunk and a plain or dueling head."""
+
+    def __init__(self, obs_space: gym.spaces.Box, n_actions: int, cfg: DQNModel):
+        super().__init__()
+        self.dueling = cfg.dueling
+        hidden = list(cfg.hidden_sizes)
+        if cfg.cnn:
+            self.trunk: nn.Module = NatureCNN(obs_space.shape[0])
+            width = 512
+        else:
+            self.trunk = mlp([int(np.prod(obs_space.shape)), *hidden], cfg.activation)
+            self.trunk.append(nn.ReLU() if cfg.activation == "relu" else nn.Tanh())
+            width = hidden[-1]
+        self.advantage = nn.Linear(width, n_actions)
+        self.value = nn.Linear(width, 1) if cfg.dueling != "none" else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        h = self.trunk(obs)
+        if self.value is None:
+            return self.advantage(h)
+        return dueling_combine(self.value(h), self.advantage(h), self.dueling)
+
+
+class DQNPolicy:
+    def __init__(self, q: QNetwork):
+        self.q = q
+
+    @torch.inference_mode()
+    def act(self, obs: Any, deterministic: bool = True) -> int:
+        return int(self.q(torch.as_tensor(np.asarray(obs)[None], dtype=torch.float32)).argmax(-1))
+
+
+def check_env(cfg: DQNConfig, env: gym.Env) -> None:
+    if not isinstance(env.action_space, gym.spaces.Discrete):
+        raise EnvError(
+            f"dqn needs a Discrete action space; {cfg.env.id} has {describe_space(env.action_space)}"
+        )
+    if not isinstance(env.observation_space, gym.spaces.Box):
+        raise EnvError(
+            f"dqn needs a Box observation space; {cfg.env.id} has {describe_space(env.observation_space)}"
+        )
+
+
+def make_q(cfg: DQNConfig, obs_space: gym.spaces.Box, n_actions: int) -> QNetwork:
+    return QNetwork(obs_space, n_actions, cfg.model)
+
+
+def train(cfg: DQNConfig, ctx: RunContext) -> None:
+    a, t = cfg.algorithm, cfg.trainer
+    torch.set_num_threads(t.torch_threads)
+    torch.set_flush_denormal(True)
+    torch.manual_seed(t.seed)
+    env = make_vec_env(cfg.env)
+    N = cfg.env.num_envs
+    obs_space, n_actions = env.single_observation_space, int(env.single_action_space.n)
+    q, q_target = make_q(cfg, obs_space, n_actions), make_q(cfg, obs_space, n_actions)
+    q_target.load_state_dict(q.state_dict())
+    q_target.requires_grad_(False)
+    params = list(q.parameters())
+    opt = torch.optim.Adam(params, lr=a.learning_rate, fused=True)
+    buffer_args = dict(
+        capacity=a.buffer_size,
+        obs_shape=obs_space.shape,
+        obs_dtype=obs_space.dtype,
+        action_shape=(),
+        action_dtype=np.int64,
+        num_envs=N,
+        n_step=a.n_step,
+        gamma=a.gamma,
+        seed=t.seed,
+    )
+    if a.prioritized:
+        beta_steps = max(1, (t.total_steps - a.learning_starts) // a.train_freq * a.gradient_steps)
+        buffer: ReplayBuffer | PrioritizedReplayBuffer = PrioritizedReplayBuffer(
+            **buffer_args, alpha=a.per_alpha, beta_start=a.per_beta_start, beta_steps=beta_steps
+        )
+    else:
+        buffer = ReplayBuffer(**buffer_args)
+    rng = np.random.default_rng(t.seed)
+    recent: deque[tuple[np.ndarray, np.ndarray]] = deque(maxlen=a.overestimation_episodes)
+
+    if ctx.restored is None:
+        step, next_train, next_target = 0, a.learning_starts + a.train_freq, a.target_update_interval
+        obs, _ = env.reset(seed=t.seed)
+        autoreset = np.zeros(N, dtype=bool)
+        ep_ret, ep_len = np.zeros(N), np.zeros(N, dtype=np.int64)
+        ep_obs: list[list[np.ndarray]] = [[] for _ in range(N)]
+        ep_rew: list[list[float]] = [[] for _ in range(N)]
+    else:
+        ck, s = ctx.restored, ctx.restored.state["algo"]
+        load_module("q", q, ck.tensors, str(ck.path))
+        load_module("q_target", q_target, ck.tensors, str(ck.path))
+        load_optimizer("optim", opt, ck.tensors, s["optim"])
+        buffer.load_state_dict(
+            {k[len("buffer.") :]: v.numpy() for k, v in ck.tensors.items() if k.startswith("buffer.")}
+            | s["buffer"]
+        )
+        torch.set_rng_state(ck.tensors["torch_rng"])
+        rng.bit_generator.state = s["rng"]
+        env.reset(seed=t.seed)
+        set_env_state(env, s["env"])
+        step, next_train, next_target = ck.step, s["next_train"], s["next_target"]
+        obs = ck.tensors["obs"].numpy().copy()
+        autoreset = ck.tensors["autoreset"].numpy().copy()
+        ep_ret, ep_len = ck.tensors["ep_ret"].numpy().copy(), ck.tensors["ep_len"].numpy().copy()
+        ep_obs = [[np.asarray(o) for o in os_] for os_ in s["ep_obs"]]
+        ep_rew = s["ep_rew"]
+
+    def snapshot() -> Snapshot:
+        buf_arrays, buf_meta = split_state(buffer.state_dict())
+        opt_tensors, opt_meta = optimizer_state("optim", opt)
+        tensors = {
+            **module_tensors("q", q),
+            **module_tensors("q_target", q_target),
+            **opt_tensors,
+            **{f"buffer.{k}": torch.as_tensor(v) for k, v in buf_arrays.items()},
+            "torch_rng": torch.get_rng_state(),
+            "obs": torch.as_tensor(obs),
+            "autoreset": torch.as_tensor(autoreset),
+            "ep_ret": torch.as_tensor(ep_ret),
+            "ep_len": torch.as_tensor(ep_len),
+        }
+        state = {
+            "optim": opt_meta,
+            "buffer": buf_meta,
+            "rng": rng.bit_generator.state,
+            "env": env_state(env),
+            "next_train": next_train,
+            "next_target": next_target,
+            "ep_obs": [[o.tolist() for o in os_] for os_ in ep_obs],
+            "ep_rew": ep_rew,
+        }
+        return Snapshot(DQNPolicy(q), tensors, state)
+
+    def epsilon(step: int) -> float:
+        frac = min(1.0, step / max(1.0, a.exploration_fraction * t.total_steps))
+        return a.epsilon_start + frac * (a.epsilon_end - a.epsilon_start)
+
+    def overestimation() -> dict[str, float]:
+        states = np.concatenate([s_ for s_, _ in recent])
+        realized = np.concatenate([g for _, g in recent])
+        with torch.inference_mode():
+            predicted = q(torch.as_tensor(states, dtype=torch.float32)).max(-1).values.numpy()
+        return {
+            "train/q_predicted": float(predicted.mean()),
+            "train/q_realized": float(realized.mean()),
+            "train/overestimation": float(predicted.mean() - realized.mean()),
+        }
+
+    while step < t.total_steps:
+        # ---- act ε-greedily in N envs ----------------------------------------------------------------
+        eps = epsilon(step)
+        with torch.inference_mode():
+            greedy = q(torch.as_tensor(obs, dtype=torch.float32)).argmax(-1).numpy()
+        explore = rng.random(N) < eps
+        actions = np.where(explore, rng.integers(n_actions, size=N), greedy)
+        next_obs, reward, term, trunc, _ = env.step(actions)
+        valid = ~autoreset
+        step += int(valid.sum())
+        if not np.isfinite(reward).all():
+            raise NonFiniteError(
+                f"step {step}: reward from the environment is {reward[~np.isfinite(reward)][0]}"
+            )
+        buffer.add(obs, actions, reward, next_obs, term, trunc, valid=valid)
+        ep_ret += reward * valid
+        ep_len += valid
+        for j in np.flatnonzero(valid):
+            ep_obs[j].append(obs[j])
+            ep_rew[j].append(float(reward[j]))
+            if term[j] or trunc[j]:
+                ctx.episode(step, float(ep_ret[j]), int(ep_len[j]))
+                g = reward_to_go(torch.tensor(ep_rew[j], dtype=torch.float64), a.gamma).numpy()
+                if term[j]:  # a truncated episode's realized return is unknown beyond the cut
+                    recent.append((np.stack(ep_obs[j]), g))
+                ep_ret[j], ep_len[j], ep_obs[j], ep_rew[j] = 0.0, 0, [], []
+        autoreset = term | trunc
+        obs = next_obs
+
+        # ---- learn ---------------------------------------------------------------------------------
+        if step >= next_train:
+            next_train += a.train_freq
+            losses = []
+            for _ in range(a.gradient_steps):
+                losses.append(gradient_step(q, q_target, opt, params, buffer, a))
+            row: dict[str, Any] = {"train/loss": sum(losses) / len(losses), "train/epsilon": eps}
+            if not math.isfinite(row["train/loss"]):
+                raise NonFiniteError(f"step {step}: TD loss is {row['train/loss']}")
+            if recent:
+                row.update(overestimation())
+            ctx.log(step, row)
+        if step >= next_target:
+            next_target += a.target_update_interval
+            polyak_update(list(q_target.parameters()), params, a.tau)
+        if ctx.tick(step, snapshot):
+            break
+    ctx.finish(step, snapshot())
+    env.close()
+
+
+def gradient_step(
+    q: QNetwork,
+    q_target: QNetwork,
+    opt: torch.optim.Optimizer,
+    params: list[nn.Parameter],
+    buffer: ReplayBuffer | PrioritizedReplayBuffer,
+    a: DQNAlgorithm,
+) -> float:
+    """One TD regression step on a sampled batch; returns the loss."""
+    b = buffer.sample(a.batch_size)
+    obs = torch.as_tensor(b["obs"], dtype=torch.float32)
+    next_obs = torch.as_tensor(b["next_obs"], dtype=torch.float32)
+    actions = torch.as_tensor(b["actions"], dtype=torch.long)
+    rewards = torch.as_tensor(b["rewards"], dtype=torch.float32)
+    terminated = torch.as_tensor(b["terminated"])
+    discounts = torch.as_tensor(b["discounts"], dtype=torch.float32)
+    with torch.no_grad():
+        next_q_target = q_target(next_obs)
+        if a.double:
+            target = double_q_target(rewards, q(next_obs), next_q_target, terminated, discounts)
+        else:
+            target = td_target(rewards, next_q_target, terminated, discounts)
+    pred = q(obs).gather(1, actions[:, None]).squeeze(1)
+    if a.loss == "huber":
+        per_sample = nn.functional.smooth_l1_loss(pred, target, reduction="none")
+    else:
+        per_sample = 0.5 * (pred - target) ** 2
+    weights = torch.as_tensor(b["weights"], dtype=torch.float32)
+    loss = (per_sample * weights).mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if a.max_grad_norm > 0:
+        grads = [p.grad for p in params if p.grad is not None]
+        torch.nn.utils.clip_grads_with_norm_(params, a.max_grad_norm, torch.nn.utils.get_total_norm(grads))
+    opt.step()
+    if isinstance(buffer, PrioritizedReplayBuffer):
+        buffer.update_priorities(b["indices"], (pred - target).detach().abs().cpu().numpy())
+    return float(loss.detach())
+
+
+def split_state(state: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """A buffer's state_dict split into numpy arrays (to safetensors) and JSON-able values."""
+    arrays = {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
+    meta = {k: v for k, v in state.items() if not isinstance(v, np.ndarray)}
+    return arrays, meta
+
+
+def _policy(cfg: DQNConfig, env: gym.Env, tensors: Any) -> DQNPolicy:
+    q = make_q(cfg, env.observation_space, int(env.action_space.n))
+    load_module("q", q, tensors)
+    return DQNPolicy(q)
+
+
+PRESETS = {
+    "dqn": Preset("DQN on CartPole-v1 (rl-baselines3-zoo settings)", {"env.id": "CartPole-v1"}),
+    "double_dqn": Preset("Double DQN", {"algorithm.double": True}),
+    "dueling_dqn": Preset("Dueling DQN (max variant of seed 000)", {"model.dueling": "max"}),
+    "rainbow_lite": Preset(
+        "Double + dueling + prioritized replay + 3-step targets",
+        {
+            "algorithm.double": True,
+            "model.dueling": "mean",
+            "algorithm.prioritized": True,
+            "algorithm.n_step": 3,
+        },
+    ),
+}
+
+register(
+    Algorithm(
+        name="dqn",
+        summary="DQN with Double, Dueling, prioritized replay and n-step options; overestimation logged (seed 000)",
+        config=DQNConfig,
+        train=train,
+        policy=_policy,
+        check_env=check_env,
+        presets=PRESETS,
+        defaults={"env.id": "CartPole-v1", "env.num_envs": 1, "trainer.total_steps": 50_000},
+    )
+)
