@@ -1,0 +1,103 @@
+"""DQN: bad inputs, exact resume, learning CartPole, overestimation logging."""
+
+import signal
+
+import pytest
+import torch
+
+import advantage
+from advantage.context import RunContext
+from advantage.errors import ConfigError, EnvError
+
+FAST = {"trainer.tensorboard": False, "trainer.eval_episodes": 2, "trainer.eval_every": 0}
+
+
+def test_continuous_actions_rejected_with_the_space():
+    with pytest.raises(
+        EnvError, match=r"dqn needs a Discrete action space; Pendulum-v1 has Box\(-2.0, 2.0, \(1,\)\)"
+    ):
+        advantage.train("dqn", quiet=True, **{"env.id": "Pendulum-v1"})
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("algorithm.buffer_size", -5, "algorithm.buffer_size must be >= 1, got -5"),
+        ("algorithm.n_step", 0, "algorithm.n_step must be >= 1, got 0"),
+        ("algorithm.epsilon_end", 1.5, "algorithm.epsilon_end must be in [0, 1], got 1.5"),
+        ("algorithm.learning_starts", 10, "algorithm.learning_starts (10) must be >= algorithm.batch_size"),
+    ],
+)
+def test_invalid_options_are_config_errors(key, value, message):
+    with pytest.raises(
+        ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+    ):
+        advantage.train("dqn", quiet=True, **{key: value})
+
+
+@pytest.mark.parametrize("preset", ["dqn", "rainbow_lite"])
+def test_resume_is_exact(tmp_path, monkeypatch, preset):
+    common = {
+        **FAST,
+        "preset": preset,
+        "trainer.total_steps": 1500,
+        "env.num_envs": 2,
+        "algorithm.learning_starts": 200,
+        "algorithm.train_freq": 64,
+        "algorithm.gradient_steps": 4,
+        "algorithm.buffer_size": 1000,
+    }
+    straight = advantage.train("dqn", quiet=True, **common, **{"trainer.run_dir": str(tmp_path / "a")})
+    original, stopped = RunContext.tick, []
+
+    def tick(self, step, snapshot):
+        if step >= 700 and not stopped:
+            stopped.append(step)
+            signal.raise_signal(signal.SIGTERM)
+        return original(self, step, snapshot)
+
+    monkeypatch.setattr(RunContext, "tick", tick)
+    half = advantage.train("dqn", quiet=True, **common, **{"trainer.run_dir": str(tmp_path / "b")})
+    monkeypatch.setattr(RunContext, "tick", original)
+    assert half.step == stopped[0]
+    resumed = advantage.resume(half.dir, quiet=True)
+    a, b = straight.checkpoint.tensors, resumed.checkpoint.tensors
+    assert straight.step == resumed.step and a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_overestimation_is_logged():
+    run = advantage.train(
+        "dqn",
+        quiet=True,
+        **FAST,
+        **{
+            "trainer.total_steps": 3000,
+            "algorithm.learning_starts": 500,
+            "algorithm.train_freq": 256,
+            "algorithm.gradient_steps": 8,
+        },
+    )
+    rows = [r for r in run.metrics if "train/overestimation" in r]
+    assert rows
+    r = rows[-1]
+    assert r["train/overestimation"] == pytest.approx(r["train/q_predicted"] - r["train/q_realized"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dqn_default_solves_cartpole_within_50k_steps(seed):
+    run = advantage.train(
+        "dqn",
+        quiet=True,
+        **{
+            "trainer.seed": seed,
+            "trainer.eval_every": 2500,
+            "trainer.eval_episodes": 10,
+            "trainer.stop_at_return": 475,
+            "trainer.tensorboard": False,
+        },
+    )
+    evals = [r["eval/return_mean"] for r in run.metrics if "eval/return_mean" in r]
+    assert max(evals) >= 475 and run.step <= 50_000, evals
