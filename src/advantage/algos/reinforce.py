@@ -5,7 +5,7 @@ Discount Factors"; seed 002 (reward-to-go with decay, a state baseline). A batch
 ``[E, T]`` plus a mask, and the loss is
 
 .. math::
-    L(\theta) = -\frac1E \sum_{i=1}^{E} \sum_t \operatorname{sg}[\Psi_{i,t}]\,\log\pi_\theta(a_{i,t}\mid s_{i,t}),
+    L(\theta) = -\frac1E \sum_{i=1}^{E} \sum_t \operatorname{sg}[\Psi_{i,t}]\,\log\pi_\theta(a_{i,t}|s_{i,t}),
     \qquad \Psi_t = w_t\,(R_t - \bar\rho_{0:t}\, b_t),
 
 whose negative gradient estimates :math:`\nabla_\theta J`, :math:`J = \mathbb E[\sum_t \gamma^t r_t]`.
@@ -23,25 +23,26 @@ Implementation details:
    first estimator); ``reward_to_go`` by :math:`R_t = G_t = \sum_{t' \ge t}\gamma^{t'-t} r_{t'}`
    (:func:`advantage.math.reward_to_go`; "don't let the past distract you").
 4. ``discount_weight`` (default **false**): :math:`w_t = \gamma^t`, the outer weight of seed 003's
-   discounted estimator. Without it the reward-to-go estimator is *biased* for γ < 1 — its expectation
-   weighs states by undiscounted visit counts, not the discounted ones in :math:`\nabla J` (Thomas 2014;
-   ``tests/test_policy_gradient_exact.py`` measures the bias). Most implementations (Spinning Up, SB3,
-   CleanRL) drop it silently, and so does the default here, because the biased direction learns faster
-   on long tasks; set it to true for the unbiased estimator. ``whole`` needs no outer weight (its
-   expectation is :math:`\nabla J` either way), but the option applies to it too.
+   discounted reward-to-go estimator. Without it the estimator is *biased* for γ < 1: its expectation
+   weighs states by undiscounted visit counts, :math:`\sum_s \eta(s)\sum_a\nabla\pi(a|s)Q^\gamma(s,a)`,
+   not by the discounted ones of :math:`\nabla J` (Thomas 2014; ``tests/test_policy_gradient_exact.py``
+   measures the bias). Most implementations drop it silently (Spinning Up's VPG, and the A2C/PPO of
+   SB3 and CleanRL), and so does the default here, because γ^t starves the late steps of long episodes
+   of gradient; set it to true for the unbiased estimator. Reward-to-go only: ``whole`` is unbiased
+   without it (G_0 already carries :math:`\gamma^t`), and biased with it.
 5. ``baseline``, every choice keeping the estimator unbiased:
    ``none``; ``mean`` — the *leave-one-out* batch mean of the other episodes' returns (for ``whole``,
    their whole returns; for ``reward_to_go``, their reward-to-go at the same time step t, over the
    episodes still running at t), so the baseline never depends on the episode it is applied to (RLOO,
    Kool et al. 2019); ``value`` — a learned :math:`V_\phi(s_t)`, trained by MSE on :math:`G_t` (needs
    ``reward_to_go``: V estimates the return from t, not the whole return); ``optimal`` — the
-   variance-optimal constant of seed 003, :math:`b^* = E[\|\nabla\log\pi(\tau)\|^2 R]/E[\|\nabla\log\pi(\tau)\|^2]`,
-   in the general form :math:`b^* = \sum_i \langle c_i, g_i\rangle / \sum_i \|c_i\|^2` with
+   variance-optimal constant of seed 003,
+   :math:`b^* = E[\|\nabla\log\pi(\tau)\|^2 R]/E[\|\nabla\log\pi(\tau)\|^2]`, in the general form
+   :math:`b^* = \sum_i \langle c_i, g_i\rangle / \sum_i \|c_i\|^2` with per-episode gradients
    :math:`g_i = \nabla\sum_t w_t R_t \log\pi_t` and :math:`c_i = \nabla\sum_t w_t\bar\rho_{0:t}\log\pi_t`
-   per episode (it reduces to the seed's formula for ``whole`` without ``discount_weight``), also
-   leave-one-out. Cost: two per-episode policy gradients, one vmapped backward pass over the batch with
-   2E cotangents (``is_grads_batched``) — about 2E times the backward of the loss, memory 2E × (policy
-   parameters) floats. Worth it for small policies only.
+   (the seed's formula for ``whole`` without ``discount_weight``), also leave-one-out. Cost: one
+   vmapped backward pass over the batch with 2E cotangents (``is_grads_batched``), about 2E times the
+   backward of the loss, and 2E × (policy parameters) floats of memory: for small policies only.
 6. Loss: :data:`advantage.math.POLICY_LOSSES` ``pg`` aggregated by ``loss_aggregation``; the default
    ``seq_mean_token_sum_norm`` with ``max_len = 1`` is "sum over the steps of an episode, mean over
    episodes", the estimator of :math:`\nabla J` itself (``token_mean`` divides by the batch's step count
@@ -51,10 +52,13 @@ Implementation details:
    learning rates, optional global gradient-norm clipping and entropy bonus.
 8. ``reinforce_is``: each batch, collected by :math:`\mu` (the policy at collection time; its log-probs
    are stored), serves ``reuse`` updates. Update k > 0 is off-policy, with seed 003's per-decision
-   weights: the reward at t' is weighed by :math:`\rho_{0:t'} = \prod_{k\le t'}\pi_\theta(a_k|s_k)/\mu(a_k|s_k)`,
-   so :math:`R_t = \sum_{t'\ge t}\gamma^{t'-t} r_{t'}\rho_{0:t'}` and the baseline term is
+   weights: the reward at t' is weighed by
+   :math:`\rho_{0:t'} = \prod_{k\le t'}\pi_\theta(a_k|s_k)/\mu(a_k|s_k)`, so
+   :math:`R_t = \sum_{t'\ge t}\gamma^{t'-t} r_{t'}\rho_{0:t'}` and the baseline term is
    :math:`\rho_{0:t} b_t`. The cumulative weight is clipped at ``max_weight`` (computed in log space);
    clipping trades bias for variance (unbiased when it never binds). Update 0 has ρ = 1: plain REINFORCE.
+   The ``mean`` and ``value`` baselines come from the unweighted returns (V of μ, close to π's); any
+   function of the state, times :math:`\rho_{0:t}`, leaves the estimator unbiased.
 """
 
 from __future__ import annotations
@@ -91,11 +95,13 @@ class ReinforceAlgorithm:
     gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
     episodes_per_update: int = option(8, "complete episodes per batch (one gradient step)", lo=1)
     return_type: str = option(
-        "reward_to_go", "weight of log π(a_t|s_t): whole (G_0) or reward_to_go (G_t)",
+        "reward_to_go",
+        "weight of log π(a_t|s_t): whole (G_0) or reward_to_go (G_t)",
         choices=("whole", "reward_to_go"),
     )
     baseline: str = option(
-        "value", "none, mean (leave-one-out batch mean), value (learned V(s)), optimal (variance-optimal b)",
+        "value",
+        "none, mean (leave-one-out batch mean), value (learned V(s)), optimal (variance-optimal b)",
         choices=("none", "mean", "value", "optimal"),
     )
     discount_weight: bool = option(False, "multiply the term at step t by γ^t (unbiased for ∇J)")
@@ -106,7 +112,9 @@ class ReinforceAlgorithm:
         choices=("seq_mean_token_sum_norm", "token_mean"),
     )
     learning_rate: float = option(1e-3, "policy Adam learning rate", lo=0, lo_open=True)
-    value_learning_rate: float = option(1e-3, "critic Adam learning rate (baseline=value)", lo=0, lo_open=True)
+    value_learning_rate: float = option(
+        1e-3, "critic Adam learning rate (baseline=value)", lo=0, lo_open=True
+    )
     value_steps: int = option(1, "critic gradient steps per batch (baseline=value)", lo=1)
     ent_coef: float = option(0.0, "entropy bonus coefficient", lo=0)
     max_grad_norm: float = option(0.0, "global gradient-norm clip (0: none)", lo=0)
@@ -139,6 +147,12 @@ def _problems(env: VecEnvConfig, a: ReinforceAlgorithm, off_policy: bool) -> lis
         out.append(
             "algorithm.baseline=value needs algorithm.return_type=reward_to_go (V(s_t) estimates the return "
             f"from t, not the whole return), got return_type={a.return_type}"
+        )
+    if a.discount_weight and a.return_type != "reward_to_go":
+        out.append(
+            "algorithm.discount_weight=true needs algorithm.return_type=reward_to_go: the whole return G_0 "
+            "already carries γ^t (with both, step t would be weighed by γ^2t, a biased estimator), "
+            f"got return_type={a.return_type}"
         )
     if off_policy and a.return_type != "reward_to_go":
         out.append(
@@ -185,12 +199,15 @@ def episode_returns(rewards: Tensor, mask: Tensor, gamma: float, return_type: st
 
 def outer_weights(mask: Tensor, gamma: float, discount_weight: bool) -> Tensor:
     """:math:`w_t = \\gamma^t` (seed 003's outer discount) or 1; 0 where masked."""
+    dtype = mask.dtype if mask.is_floating_point() else torch.get_default_dtype()
     t = torch.arange(mask.shape[-1], dtype=torch.float64, device=mask.device)
-    w = gamma**t if discount_weight else torch.ones_like(t)
-    return torch.where(mask != 0, w.to(torch.get_default_dtype()).expand(mask.shape), torch.zeros(()))
+    w = (gamma**t if discount_weight else torch.ones_like(t)).to(dtype).expand(mask.shape)
+    return torch.where(mask != 0, w, torch.zeros_like(w))
 
 
-def cumulative_weights(logp: Tensor, behaviour_logp: Tensor, mask: Tensor, max_weight: float | None) -> Tensor:
+def cumulative_weights(
+    logp: Tensor, behaviour_logp: Tensor, mask: Tensor, max_weight: float | None
+) -> Tensor:
     r"""Per-decision importance weights :math:`\bar\rho_{0:t} = \min(\prod_{k\le t}\pi(a_k|s_k)/\mu(a_k|s_k),
     \text{max\_weight})`, formed in log space (no overflow); 0 where masked. No gradient."""
     valid = mask != 0
@@ -208,27 +225,31 @@ def leave_one_out_mean(returns: Tensor, mask: Tensor, per_step: bool) -> Tensor:
         b_{i,t} = \frac{\sum_{j\ne i} m_{j,t} R_{j,t}}{\sum_{j\ne i} m_{j,t}}
 
     Independent of episode i, so :math:`E[b_{i,t}\nabla\log\pi(a_{i,t}|s_{i,t})] = 0`: unbiased at any E.
+
+    Args:
+        returns, mask: ``[..., E, T]``; episodes along dim -2 (leading dims: independent batches).
     """
     m = (mask != 0).to(returns.dtype)
     r = torch.where(mask != 0, returns, torch.zeros_like(returns))
     if not per_step:
         r, m = r[..., :1], m[..., :1]
-    total, count = r.sum(0, keepdim=True) - r, m.sum(0, keepdim=True) - m
-    b = total / count.clamp(min=1)
-    return b.expand_as(returns) if not per_step else b
+    total, count = r.sum(-2, keepdim=True) - r, m.sum(-2, keepdim=True) - m
+    return (total / count.clamp(min=1)).expand_as(returns)
 
 
 def optimal_constant_baseline(g: Tensor, c: Tensor) -> Tensor:
-    r"""Leave-one-out variance-optimal constant baseline ``[E]`` from per-episode gradients ``[E, P]``.
+    r"""Leave-one-out variance-optimal constant baseline ``[..., E]`` from per-episode gradients
+    ``[..., E, P]``.
 
-    The estimator of episode i is :math:`g_i - b\,c_i`; its total variance :math:`E\|g - bc\|^2 - \|\nabla J\|^2`
-    is smallest at :math:`b^* = E\langle c, g\rangle / E\|c\|^2` (seed 003, "Introducing Baselines", with
-    :math:`c = \nabla\log\pi(\tau)` and :math:`g = R\,c` for whole returns). Episode i gets the estimate
-    from the other episodes, so its baseline is independent of it.
+    The estimator of episode i is :math:`g_i - b\,c_i`; its total variance
+    :math:`E\|g - bc\|^2 - \|\nabla J\|^2` is smallest at :math:`b^* = E\langle c, g\rangle / E\|c\|^2`
+    (seed 003, "Introducing Baselines", with :math:`c = \nabla\log\pi(\tau)` and :math:`g = R\,c` for
+    whole returns). Episode i gets the estimate from the other episodes of its batch (dim -2), so its
+    baseline is independent of it.
     """
     num, den = (c * g).sum(-1), (c * c).sum(-1)
-    loo_den = den.sum() - den
-    return torch.where(loo_den > 0, (num.sum() - num) / loo_den.clamp(min=1e-30), torch.zeros_like(num))
+    loo_num, loo_den = num.sum(-1, keepdim=True) - num, den.sum(-1, keepdim=True) - den
+    return torch.where(loo_den > 0, loo_num / loo_den.clamp(min=1e-30), torch.zeros_like(num))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -336,7 +357,9 @@ class ReinforceModelParts:
 
 def make_model(cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
     m = cfg.model
-    return ActorCritic(obs_space, action_space, list(m.hidden_sizes), m.activation, False, m.log_std_init, m.squash)
+    return ActorCritic(
+        obs_space, action_space, list(m.hidden_sizes), m.activation, False, m.log_std_init, m.squash
+    )
 
 
 def _evaluate(model: ActorCritic, batch: Episodes) -> tuple[Tensor, Tensor, Tensor]:
@@ -348,8 +371,9 @@ def _evaluate(model: ActorCritic, batch: Episodes) -> tuple[Tensor, Tensor, Tens
 
 
 def per_episode_gradients(logp: Tensor, coefs: list[Tensor], params: list[Tensor]) -> list[Tensor]:
-    """For each ``coef [E, T]``, the per-episode gradients ``[E, P]`` of :math:`\\sum_t coef_{i,t}\\log\\pi_{i,t}`,
-    by one vmapped backward pass (``is_grads_batched``) over the graph of ``logp``."""
+    """For each ``coef [E, T]``, the per-episode gradients ``[E, P]`` of
+    :math:`\\sum_t coef_{i,t}\\log\\pi_{i,t}`, by one vmapped backward pass (``is_grads_batched``) over
+    the graph of ``logp``."""
     E = logp.shape[0]
     y = torch.cat([(k * logp).sum(-1) for k in coefs])  # [len(coefs) · E]
     eye = torch.eye(y.shape[0], dtype=y.dtype)
@@ -399,6 +423,22 @@ def loss_fn(
     return policy_loss, value_loss, metrics
 
 
+def value_loss_fn(model: ActorCritic, batch: Episodes, a: Any) -> Tensor:
+    """MSE of the critic against the reward-to-go :math:`G_t`, mean over the batch's steps."""
+    E, T = batch.mask.shape
+    values = model.value(batch.obs.reshape(E * T, *batch.obs.shape[2:])).view(E, T)
+    G = episode_returns(batch.rewards, batch.mask, a.gamma, "reward_to_go")
+    return aggregate(VALUE_LOSSES["mse"](values, values, G, batch.mask), batch.mask, "token_mean")
+
+
+def _step(opt: torch.optim.Optimizer, model: ActorCritic, loss: Tensor, max_grad_norm: float) -> None:
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if max_grad_norm > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    opt.step()
+
+
 def check_env(cfg: Any, env: gym.Env, name: str = "reinforce") -> None:
     if not isinstance(env.observation_space, gym.spaces.Box):
         raise EnvError(
@@ -406,7 +446,8 @@ def check_env(cfg: Any, env: gym.Env, name: str = "reinforce") -> None:
         )
     if not isinstance(env.action_space, gym.spaces.Discrete | gym.spaces.Box):
         raise EnvError(
-            f"{name} needs a Discrete or Box action space; {cfg.env.id} has {describe_space(env.action_space)}"
+            f"{name} needs a Discrete or Box action space; "
+            f"{cfg.env.id} has {describe_space(env.action_space)}"
         )
     if cfg.model.squash and not isinstance(env.action_space, gym.spaces.Box):
         raise EnvError(
@@ -456,20 +497,12 @@ def train(cfg: Any, ctx: RunContext, off_policy: bool = False) -> None:
         batch, step, discarded = collect_episodes(env, model, quotas, step, ctx)
         stats: dict[str, list[float]] = {}
         for k in range(reuse):
-            for i in range(a.value_steps if use_critic else 1):
-                pl, vl, m = loss_fn(model, parts, batch, a, off_policy=off_policy and k > 0)
-                loss = (pl if i == 0 else 0.0) + (vl if use_critic else 0.0)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if a.max_grad_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), a.max_grad_norm)
-                if i > 0:  # extra critic steps: the policy stays where the first step left it
-                    for p in parts.policy:
-                        p.grad = None
-                opt.step()
-                for key, v in {"policy_loss": pl, "value_loss": vl, **m}.items():
-                    if i == 0 or key == "value_loss":
-                        stats.setdefault(key, []).append(float(v.detach()))
+            pl, vl, m = loss_fn(model, parts, batch, a, off_policy=off_policy and k > 0)
+            _step(opt, model, pl + vl if use_critic else pl, a.max_grad_norm)
+            for key, v in {"policy_loss": pl, "value_loss": vl, **m}.items():
+                stats.setdefault(key, []).append(float(v.detach()))
+            for _ in range(a.value_steps - 1 if use_critic else 0):  # extra critic steps: policy untouched
+                _step(opt, model, value_loss_fn(model, batch, a), a.max_grad_norm)
         if not math.isfinite(stats["policy_loss"][-1]):
             raise NonFiniteError(f"step {step}: policy loss is {stats['policy_loss'][-1]}")
         row = {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}

@@ -1,0 +1,317 @@
+r"""Advantage actor-critic, synchronous (A2C; Mnih et al. 2016, the synchronous variant of A3C).
+
+Seed 003 "Actor Critic Methods" (advantage :math:`\hat A = r + \gamma V(s') - V(s)`, a critic trained
+towards a Monte Carlo or a bootstrapped TD target with stop-gradient, the surrogate
+:math:`-\operatorname{sg}[\hat A]\log\pi`) and "Generalized Advantage Estimation"; seed 002 (the n-step
+advantages and GAE). One update per rollout of ``n_steps`` steps from each of N environments:
+
+.. math::
+    L = -\frac1{|D|}\sum_{D}\operatorname{sg}[\hat A_t]\log\pi_\theta(a_t|s_t)
+        + c_v\,\frac1{|D|}\sum_{D}\tfrac12\big(V_\phi(s_t) - \operatorname{sg}[\hat R_t]\big)^2
+        - c_e\,\frac1{|D|}\sum_{D}\mathcal H[\pi_\theta(\cdot|s_t)]
+
+Implementation details (those of Stable-Baselines3's A2C unless stated):
+
+1. Vectorized envs with Gymnasium's ``NEXT_STEP`` autoreset; the reset step after an episode end is
+   masked out of the ``[N, T]`` batch (as :mod:`advantage.algos.ppo`). ``n_steps`` = 5 by default.
+2. Advantages by :func:`advantage.math.gae` with ``gae_lambda`` (default 1): ``terminated`` bootstraps
+   with 0, ``truncated`` and the rollout end with :math:`V` of the final observation. λ = 1 with the
+   rollout-end bootstrap is the n-step advantage :math:`\sum_{l<k}\gamma^l r_{t+l} + \gamma^k V(s_{t+k}) -
+   V(s_t)`; λ = 0 is the TD error.
+3. ``critic_target``: ``td`` — :math:`\hat R_t = \hat A_t + V(s_t)`, the bootstrapped λ-return of the
+   advantages (λ = 0: seed 003's one-step target :math:`r + \gamma V(s')`); ``mc`` — the discounted
+   reward-to-go to the end of the rollout (:func:`advantage.math.reward_to_go`), bootstrapped with the
+   critic only where it cannot see the end: at a time-limit truncation and at the rollout end; 0 at a
+   termination. That is the λ = 1 return whatever ``gae_lambda`` is, so ``td`` and ``mc`` coincide at
+   λ = 1 (the default) and differ for λ < 1. Either way the target is a constant (stop-gradient): the
+   values entering it were computed at collection time without gradients.
+4. One gradient step per rollout on the mean over the valid steps (no epochs, no minibatches).
+   ``optimizer=rmsprop`` is ``torch.optim.RMSprop(alpha=0.99, eps=1e-5)`` as SB3 (whose own
+   ``RMSpropTFLike`` puts ε inside the square root; TF-era results used that); ``adam`` uses ε = 1e-5.
+5. The value loss is :math:`\tfrac12(V - \hat R)^2` (``VALUE_LOSSES["mse"]``, as CleanRL and the PPO
+   here), so ``vf_coef = 0.5`` weighs the critic as SB3's ``vf_coef = 0.25`` (SB3 drops the ½).
+6. Orthogonal init, separate actor and critic trunks (:class:`advantage.nn.ActorCritic`), global
+   gradient-norm clipping (0.5), entropy bonus, optional linear learning-rate decay, optional advantage
+   normalisation over the rollout (off by default, as SB3) and observation normalisation.
+7. Exact resume: model, optimizer moments, torch RNG, observation statistics, the environments' state,
+   the current observations and the running episode returns are all in the checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor
+
+from advantage.algos.ppo import ObsNormalizer
+from advantage.algos.ppo import PPOPolicy as ActorCriticPolicy
+from advantage.algos.reinforce import check_env as _check_env
+from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
+from advantage.context import RunContext, Snapshot
+from advantage.envs import env_state, make_vec_env, set_env_state
+from advantage.errors import NonFiniteError
+from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, gae, masked_whiten, reward_to_go
+from advantage.nn import ActorCritic
+from advantage.registry import Algorithm, register
+from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
+
+
+@dataclass
+class A2CAlgorithm:
+    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
+    gae_lambda: float = option(1.0, "GAE λ (1: n-step returns)", lo=0, hi=1)
+    n_steps: int = option(5, "steps per environment per rollout (one update each)", lo=1)
+    critic_target: str = option(
+        "td", "td: bootstrapped λ-return; mc: reward-to-go to the rollout end", choices=("td", "mc")
+    )
+    optimizer: str = option("rmsprop", "rmsprop (SB3's default) or adam", choices=("rmsprop", "adam"))
+    learning_rate: float = option(7e-4, "learning rate", lo=0, lo_open=True)
+    lr_schedule: str = option("constant", "learning-rate schedule", choices=("constant", "linear"))
+    rmsprop_alpha: float = option(0.99, "RMSprop smoothing constant", lo=0, hi=1, hi_open=True)
+    optimizer_eps: float = option(1e-5, "ε of RMSprop / Adam", lo=0, lo_open=True)
+    vf_coef: float = option(0.5, "value-loss coefficient", lo=0)
+    ent_coef: float = option(0.0, "entropy bonus coefficient", lo=0)
+    max_grad_norm: float = option(0.5, "global gradient-norm clip (0: none)", lo=0)
+    normalize_advantage: bool = option(False, "normalise advantages over each rollout")
+    normalize_obs: bool = option(False, "normalise observations by running mean/std")
+    clip_obs: float = option(10.0, "clip normalised observations to ±clip_obs", lo=0, lo_open=True)
+
+
+@dataclass
+class A2CModel:
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "MLP hidden sizes"})
+    activation: str = option("tanh", "hidden activation", choices=("tanh", "relu"))
+    shared_trunk: bool = option(False, "actor and critic share one trunk")
+    log_std_init: float = option(0.0, "Box actions: initial log σ")
+    squash: bool = option(False, "Box actions: tanh-squash to the bounds (with log-det correction)")
+
+
+@dataclass
+class A2CConfig:
+    env: VecEnvConfig = section(VecEnvConfig)
+    algorithm: A2CAlgorithm = section(A2CAlgorithm)
+    model: A2CModel = section(A2CModel)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+
+def make_model(cfg: A2CConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
+    m = cfg.model
+    return ActorCritic(
+        obs_space, action_space, list(m.hidden_sizes), m.activation, m.shared_trunk, m.log_std_init, m.squash
+    )
+
+
+def critic_targets(
+    rewards: Tensor,
+    values: Tensor,
+    next_values: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    advantages: Tensor,
+    gamma: float,
+    target: str,
+) -> Tensor:
+    """Regression targets of the critic, ``[N, T]`` (detail 3): ``td`` the λ-return ``advantages + values``;
+    ``mc`` the reward-to-go with the critic's value added only at truncations and the rollout end."""
+    if target == "td":
+        return advantages + values
+    # A truncated step's return is r + γ V(final obs): fold the bootstrap into its reward, then restart.
+    boot = torch.where(truncated, gamma * next_values, torch.zeros_like(rewards))
+    return reward_to_go(rewards + boot, gamma, terminated | truncated, bootstrap=next_values[..., -1])
+
+
+def loss_fn(
+    model: ActorCritic, batch: dict[str, Tensor], a: A2CAlgorithm
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """One A2C loss over the valid steps of a rollout (flat ``[n]`` tensors)."""
+    logp, entropy, value = model.evaluate(batch["obs"], batch["actions"])
+    ones = torch.ones_like(logp)
+    adv = batch["advantages"]
+    if a.normalize_advantage and adv.shape[0] > 1:
+        adv = masked_whiten(adv, ones)
+    pl, _ = POLICY_LOSSES["pg"](logp, batch["logp"], adv, ones)
+    vl = VALUE_LOSSES["mse"](value, batch["values"], batch["returns"], ones)
+    policy_loss, value_loss = aggregate(pl, ones, "token_mean"), aggregate(vl, ones, "token_mean")
+    ent = entropy.mean()
+    loss = policy_loss + a.vf_coef * value_loss - a.ent_coef * ent
+    return loss, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": ent}
+
+
+def train(cfg: A2CConfig, ctx: RunContext) -> None:
+    a, t = cfg.algorithm, cfg.trainer
+    torch.set_num_threads(t.torch_threads)
+    torch.set_flush_denormal(True)
+    torch.manual_seed(t.seed)
+    env = make_vec_env(cfg.env)
+    N, T = cfg.env.num_envs, a.n_steps
+    obs_space, act_space = env.single_observation_space, env.single_action_space
+    model = make_model(cfg, obs_space, act_space)
+    if a.optimizer == "rmsprop":
+        opt: torch.optim.Optimizer = torch.optim.RMSprop(
+            model.parameters(), lr=a.learning_rate, alpha=a.rmsprop_alpha, eps=a.optimizer_eps
+        )
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=a.learning_rate, eps=a.optimizer_eps)
+    obs_norm = ObsNormalizer(obs_space.shape, a.normalize_obs, a.clip_obs)
+    discrete = isinstance(act_space, gym.spaces.Discrete)
+
+    if ctx.restored is None:
+        step = 0
+        raw_obs, _ = env.reset(seed=t.seed)
+        obs = obs_norm(raw_obs, update=True)
+        autoreset = np.zeros(N, dtype=bool)
+        ep_ret, ep_len = np.zeros(N), np.zeros(N, dtype=np.int64)
+    else:
+        ck, s = ctx.restored, ctx.restored.state["algo"]
+        load_module("model", model, ck.tensors, str(ck.path))
+        load_optimizer("optim", opt, ck.tensors, s["optim"])
+        obs_norm.rms.load("obs_rms", ck.tensors)
+        torch.set_rng_state(ck.tensors["torch_rng"])
+        env.reset(seed=t.seed)
+        set_env_state(env, s["env"])
+        step = ck.step
+        obs = ck.tensors["obs"].numpy().copy()
+        autoreset = ck.tensors["autoreset"].numpy().copy()
+        ep_ret, ep_len = (ck.tensors[k].numpy().copy() for k in ("ep_ret", "ep_len"))
+
+    def snapshot() -> Snapshot:
+        opt_tensors, opt_meta = optimizer_state("optim", opt)
+        tensors = {
+            **module_tensors("model", model),
+            **obs_norm.rms.tensors("obs_rms"),
+            **opt_tensors,
+            "torch_rng": torch.get_rng_state(),
+            "obs": torch.as_tensor(obs),
+            "autoreset": torch.as_tensor(autoreset),
+            "ep_ret": torch.as_tensor(ep_ret),
+            "ep_len": torch.as_tensor(ep_len),
+        }
+        return Snapshot(
+            ActorCriticPolicy(model, obs_norm), tensors, {"optim": opt_meta, "env": env_state(env)}
+        )
+
+    # Rollout storage [T, N], time first while collecting, transposed to [N, T] for the returns.
+    obs_buf = torch.zeros((T, N, *obs_space.shape))
+    act_buf = torch.zeros((T, N), dtype=torch.long) if discrete else torch.zeros((T, N, *act_space.shape))
+    logp_buf, val_buf = torch.zeros((T, N)), torch.zeros((T, N))
+    rew_np = np.zeros((T, N))
+    term_np, trunc_np, mask_np = (np.zeros((T, N), dtype=bool) for _ in range(3))
+    stats: dict[str, list[float]] = {}
+    next_log = step - step % t.log_every + t.log_every
+
+    while step < t.total_steps:
+        lr = a.learning_rate * ((1.0 - step / max(t.total_steps, 1)) if a.lr_schedule == "linear" else 1.0)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        # ---- collect T steps from N envs ---------------------------------------------------------------
+        for i in range(T):
+            obs_t = torch.as_tensor(obs, dtype=torch.float32)
+            action, logp, value = model.act(obs_t)
+            raw_next, reward, term, trunc, _ = env.step(model.head.to_env(action))
+            valid = ~autoreset
+            step += int(valid.sum())
+            if not (np.isfinite(reward).all() and np.isfinite(raw_next).all()):
+                what = "reward" if not np.isfinite(reward).all() else "observation"
+                bad = reward[~np.isfinite(reward)][0] if what == "reward" else "NaN or inf"
+                raise NonFiniteError(f"step {step}: {what} from the environment is {bad}")
+            ep_ret += reward * valid
+            ep_len += valid
+            done = term | trunc
+            obs_buf[i], act_buf[i], logp_buf[i], val_buf[i] = obs_t, action, logp, value
+            rew_np[i], term_np[i], trunc_np[i], mask_np[i] = (
+                reward * valid,
+                term & valid,
+                trunc & valid,
+                valid,
+            )
+            for j in np.flatnonzero(done & valid):
+                ctx.episode(step, float(ep_ret[j]), int(ep_len[j]))
+                ep_ret[j], ep_len[j] = 0.0, 0
+            autoreset = done
+            obs = obs_norm(raw_next, update=True)
+
+        # ---- advantages and critic targets [N, T] ----------------------------------------------------------
+        with torch.no_grad():
+            last_value = model.value(torch.as_tensor(obs, dtype=torch.float32))
+        # With NEXT_STEP autoreset the (masked) reset step's input is the final observation, so
+        # values[t + 1] is the bootstrap value of a truncated step t.
+        next_values = torch.cat([val_buf[1:], last_value[None]]).T
+        rew = torch.as_tensor(rew_np, dtype=torch.float32).T
+        term_b, trunc_b = torch.as_tensor(term_np).T, torch.as_tensor(trunc_np).T
+        values = val_buf.T
+        adv = gae(rew, values, next_values, term_b, trunc_b, a.gamma, a.gae_lambda)
+        returns = critic_targets(rew, values, next_values, term_b, trunc_b, adv, a.gamma, a.critic_target)
+        idx = torch.as_tensor(mask_np).T.flatten().nonzero().squeeze(-1)
+        batch = {
+            "obs": obs_buf.transpose(0, 1).reshape(N * T, *obs_space.shape)[idx],
+            "actions": act_buf.transpose(0, 1).reshape(N * T, *act_buf.shape[2:])[idx],
+            "logp": logp_buf.T.flatten()[idx],
+            "values": values.flatten()[idx],
+            "advantages": adv.flatten()[idx],
+            "returns": returns.flatten()[idx],
+        }
+
+        # ---- one gradient step ------------------------------------------------------------------------
+        loss, m = loss_fn(model, batch, a)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if a.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), a.max_grad_norm)
+        opt.step()
+        if not math.isfinite(float(loss.detach())):
+            raise NonFiniteError(
+                f"step {step}: loss is NaN/inf "
+                f"(policy {float(m['policy_loss'])}, value {float(m['value_loss'])})"
+            )
+        for k, v in m.items():
+            stats.setdefault(k, []).append(float(v.detach()))
+        if step >= next_log:  # one row per trainer.log_every steps: an update is only N·T steps
+            row = {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}
+            row["train/learning_rate"] = lr
+            ctx.log(step, row)
+            stats = {}
+            next_log = step - step % t.log_every + t.log_every
+        if ctx.tick(step, snapshot):
+            break
+    ctx.finish(step, snapshot())
+    env.close()
+
+
+def _policy(cfg: A2CConfig, env: gym.Env, tensors: Any) -> ActorCriticPolicy:
+    model = make_model(cfg, env.observation_space, env.action_space)
+    load_module("model", model, tensors)
+    obs_norm = ObsNormalizer(env.observation_space.shape, cfg.algorithm.normalize_obs, cfg.algorithm.clip_obs)
+    obs_norm.rms.load("obs_rms", tensors)
+    return ActorCriticPolicy(model, obs_norm)
+
+
+PRESETS = {
+    "cartpole": Preset(
+        "CartPole-v1 (rl-baselines3-zoo: 8 envs, n_steps 5, RMSprop 7e-4)",
+        {
+            "env.id": "CartPole-v1",
+            "env.num_envs": 8,
+            "algorithm.n_steps": 5,
+            "trainer.total_steps": 500_000,
+        },
+    ),
+}
+
+register(
+    Algorithm(
+        name="a2c",
+        summary="synchronous advantage actor-critic: n-step rollouts, GAE, TD or MC critic target (seed 003)",
+        config=A2CConfig,
+        train=train,
+        policy=_policy,
+        check_env=partial(_check_env, name="a2c"),
+        presets=PRESETS,
+        defaults=dict(PRESETS["cartpole"].overrides),
+    )
+)
