@@ -42,7 +42,7 @@ from advantage.context import RunContext, Snapshot
 from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, gae, masked_whiten
-from advantage.nn import ActorCritic
+from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer
 from advantage.registry import Algorithm, register
 from advantage.torch_state import RunningMeanStd, load_module, load_optimizer, module_tensors, optimizer_state
 
@@ -109,33 +109,6 @@ class PPOConfig:
                 f"env.num_envs × algorithm.n_steps = {rollout}"
             ]
         return []
-
-
-class ObsNormalizer:
-    """Observation normalisation (identity when disabled)."""
-
-    def __init__(self, shape: tuple[int, ...], enabled: bool, clip: float):
-        self.rms, self.enabled, self.clip = RunningMeanStd(shape), enabled, clip
-
-    def __call__(self, obs: np.ndarray, update: bool = False) -> np.ndarray:
-        if not self.enabled:
-            return obs
-        if update:
-            self.rms.update(obs)
-        return np.clip((obs - self.rms.mean) / np.sqrt(self.rms.var + 1e-8), -self.clip, self.clip)
-
-
-class PPOPolicy:
-    """The trained policy for evaluation: one observation in, one action out."""
-
-    def __init__(self, model: ActorCritic, obs_norm: ObsNormalizer):
-        self.model, self.obs_norm = model, obs_norm
-
-    def act(self, obs: Any, deterministic: bool = True) -> Any:
-        x = self.obs_norm(np.asarray(obs, dtype=np.float64)[None])
-        action, _, _ = self.model.act(torch.as_tensor(x, dtype=torch.float32), deterministic)
-        a = self.model.head.to_env(action)[0]
-        return a.item() if a.ndim == 0 else a
 
 
 def make_model(cfg: PPOConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
@@ -213,7 +186,7 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
         opt_tensors, opt_meta = optimizer_state("optim", opt)
         tensors.update(opt_tensors)
         return Snapshot(
-            PPOPolicy(model, obs_norm),
+            ActorCriticPolicy(model, obs_norm),
             tensors,
             {"optim": opt_meta, "env": env_state(env), "beta": kl_ctl.beta},
         )
@@ -359,12 +332,12 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
     env.close()
 
 
-def _policy(cfg: PPOConfig, env: gym.Env, tensors: Any) -> PPOPolicy:
+def _policy(cfg: PPOConfig, env: gym.Env, tensors: Any) -> ActorCriticPolicy:
     model = make_model(cfg, env.observation_space, env.action_space)
     load_module("model", model, tensors)
     obs_norm = ObsNormalizer(env.observation_space.shape, cfg.algorithm.normalize_obs, cfg.algorithm.clip_obs)
     obs_norm.rms.load("obs_rms", tensors)
-    return PPOPolicy(model, obs_norm)
+    return ActorCriticPolicy(model, obs_norm)
 
 
 PRESETS = {

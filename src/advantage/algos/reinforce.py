@@ -73,14 +73,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from advantage.algos.ppo import ObsNormalizer
-from advantage.algos.ppo import PPOPolicy as ActorCriticPolicy
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
 from advantage.context import RunContext, Snapshot
 from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, masked_mean, masked_whiten, reward_to_go
-from advantage.nn import ActorCritic
+from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer
 from advantage.registry import Algorithm, register
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
