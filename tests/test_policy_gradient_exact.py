@@ -28,16 +28,16 @@ import numpy as np
 import pytest
 import torch
 
-from advantage.algos.reinforce import (
+from advantage.algos.tabular.planning import policy_evaluation
+from advantage.envs import TabularModel
+from advantage.math import POLICY_LOSSES, aggregate, reward_to_go
+from advantage.math.policy_gradient import (
     cumulative_weights,
     episode_returns,
     leave_one_out_mean,
     optimal_constant_baseline,
     outer_weights,
 )
-from advantage.algos.tabular.planning import policy_evaluation
-from advantage.envs import TabularModel
-from advantage.math import POLICY_LOSSES, aggregate, reward_to_go
 
 F64 = torch.float64
 S, A, GAMMA, K = 4, 2, 0.8, 8  # states, actions, discount, episodes per batch

@@ -20,6 +20,13 @@ from advantage.math.masked import (
     masked_var,
     masked_whiten,
 )
+from advantage.math.policy_gradient import (
+    cumulative_weights,
+    episode_returns,
+    leave_one_out_mean,
+    optimal_constant_baseline,
+    outer_weights,
+)
 from advantage.math.policy_losses import POLICY_LOSSES, pg, ppo_clip, ppo_penalty
 from advantage.math.q_targets import double_q_target, dueling_combine, polyak_update, td_target
 from advantage.math.returns import (
@@ -40,20 +47,25 @@ __all__ = [
     "AdaptiveKLController",
     "adaptive_kl_beta",
     "aggregate",
+    "cumulative_weights",
     "discounted_return",
     "double_q_target",
     "dueling_combine",
+    "episode_returns",
     "first_visit_mask",
     "gae",
     "kl_k1",
     "kl_k2",
     "kl_k3",
+    "leave_one_out_mean",
     "masked_mean",
     "masked_sum",
     "masked_var",
     "masked_whiten",
     "mc_update",
     "n_step_returns",
+    "optimal_constant_baseline",
+    "outer_weights",
     "pg",
     "polyak_update",
     "ppo_clip",
