@@ -170,3 +170,22 @@ def test_ppo_pendulum_reaches_minus_250_within_200k_steps():
     )
     evals = [r["eval/return_mean"] for r in run.metrics if "eval/return_mean" in r]
     assert run.step <= 204_800 and evals[-1] >= -250, evals
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_eval_video_for_classic_control(env_id):
+    run = advantage.train(
+        "ppo",
+        quiet=True,
+        **FAST,
+        **{
+            "env.id": env_id,
+            "env.num_envs": 2,
+            "algorithm.n_steps": 64,
+            "algorithm.minibatch_size": 64,
+            "trainer.total_steps": 128,
+        },
+    )
+    video = run.video()
+    assert video.parent == run.dir / "videos" and video.stat().st_size > 1000
+    assert video.read_bytes()[4:8] == b"ftyp"
