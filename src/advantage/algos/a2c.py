@@ -40,7 +40,7 @@ Implementation details (those of Stable-Baselines3's A2C unless stated):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -55,7 +55,7 @@ from advantage.context import RunContext, Snapshot
 from advantage.envs import env_state, make_vec_env, set_env_state
 from advantage.errors import NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, gae, masked_whiten, reward_to_go
-from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer
+from advantage.nn import ActorCritic, ActorCriticModel, ActorCriticPolicy, ObsNormalizer
 from advantage.registry import Algorithm, register
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
@@ -82,27 +82,15 @@ class A2CAlgorithm:
 
 
 @dataclass
-class A2CModel:
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "MLP hidden sizes"})
-    activation: str = option("tanh", "hidden activation", choices=("tanh", "relu"))
-    shared_trunk: bool = option(False, "actor and critic share one trunk")
-    log_std_init: float = option(0.0, "Box actions: initial log σ")
-    squash: bool = option(False, "Box actions: tanh-squash to the bounds (with log-det correction)")
-
-
-@dataclass
 class A2CConfig:
     env: VecEnvConfig = section(VecEnvConfig)
     algorithm: A2CAlgorithm = section(A2CAlgorithm)
-    model: A2CModel = section(A2CModel)
+    model: ActorCriticModel = section(ActorCriticModel)
     trainer: TrainerConfig = section(TrainerConfig)
 
 
 def make_model(cfg: A2CConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
-    m = cfg.model
-    return ActorCritic(
-        obs_space, action_space, list(m.hidden_sizes), m.activation, m.shared_trunk, m.log_std_init, m.squash
-    )
+    return cfg.model.build(obs_space, action_space)
 
 
 def critic_targets(

@@ -29,7 +29,7 @@ they coincide):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -42,7 +42,7 @@ from advantage.context import RunContext, Snapshot
 from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, gae, masked_whiten
-from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer
+from advantage.nn import ActorCritic, ActorCriticModel, ActorCriticPolicy, ObsNormalizer
 from advantage.registry import Algorithm, register
 from advantage.torch_state import RunningMeanStd, load_module, load_optimizer, module_tensors, optimizer_state
 
@@ -86,19 +86,10 @@ class PPOAlgorithm:
 
 
 @dataclass
-class PPOModel:
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "MLP hidden sizes"})
-    activation: str = option("tanh", "hidden activation", choices=("tanh", "relu"))
-    shared_trunk: bool = option(False, "actor and critic share one trunk")
-    log_std_init: float = option(0.0, "Box actions: initial log σ")
-    squash: bool = option(False, "Box actions: tanh-squash to the bounds (with log-det correction)")
-
-
-@dataclass
 class PPOConfig:
     env: VecEnvConfig = section(VecEnvConfig)
     algorithm: PPOAlgorithm = section(PPOAlgorithm)
-    model: PPOModel = section(PPOModel)
+    model: ActorCriticModel = section(ActorCriticModel)
     trainer: TrainerConfig = section(TrainerConfig)
 
     def problems(self) -> list[str]:
@@ -112,10 +103,7 @@ class PPOConfig:
 
 
 def make_model(cfg: PPOConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
-    m = cfg.model
-    return ActorCritic(
-        obs_space, action_space, list(m.hidden_sizes), m.activation, m.shared_trunk, m.log_std_init, m.squash
-    )
+    return cfg.model.build(obs_space, action_space)
 
 
 def check_env(cfg: PPOConfig, env: gym.Env) -> None:
