@@ -64,7 +64,10 @@ def plot(results: dict[str, list[dict]], path: Path) -> None:
     fig, (ax, ax_gap) = plt.subplots(1, 2, figsize=(12, 4.2))
     for i, (preset, rows) in enumerate(results.items()):
         color = f"C{i}"
-        for metric, style, what in (("train/q_predicted", "-", "predicted"), ("train/q_realized", "--", "realized")):
+        for metric, style, what in (
+            ("train/q_predicted", "-", "predicted"),
+            ("train/q_realized", "--", "realized"),
+        ):
             ax.plot(*series(rows, metric), style, color=color, label=f"{PRESETS[preset]}: {what}")
         ax_gap.plot(*series(rows, "train/overestimation"), color=color, label=PRESETS[preset])
     ax.set_title("max_a Q(s, a) predicted vs discounted return realized")
@@ -102,9 +105,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=OUT, help="folder for the .png and .md")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        results = {
-            preset: train(preset, args.steps, args.seed, Path(tmp) / preset) for preset in PRESETS
-        }
+        results = {preset: train(preset, args.steps, args.seed, Path(tmp) / preset) for preset in PRESETS}
     plot(results, args.out / "dqn_overestimation.png")
     md = table(results, args.steps, args.seed)
     (args.out / "dqn_overestimation.md").write_text(md)
