@@ -88,6 +88,7 @@ def ppo_clip(
     clip_high: float | None = None,
     dual_clip: float | None = None,
     log_ratio_clamp: float = 20.0,
+    with_metrics: bool = True,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     r"""PPO-Clip surrogate (Schulman et al. 2017; seed 003 "PPO-Clip").
 
@@ -111,6 +112,7 @@ def ppo_clip(
         clip_high: :math:`\epsilon_\text{hi} \ge 0`; ``None`` means ``clip_low``.
         dual_clip: ``None``, or c > 1.
         log_ratio_clamp: :math:`\log\rho` is clamped to ``[-c, c]`` before ``exp``.
+        with_metrics: compute the metrics below (False skips them, e.g. in all but the logged epoch).
 
     Returns:
         ``(loss, metrics)``: loss has the shape of ``logp`` (fp32, or fp64 for fp64 input), 0 where masked.
@@ -139,13 +141,15 @@ def ppo_clip(
         floor = dual_clip * adv
         dual_active = (adv < 0) & (objective < floor)
         objective = torch.where(dual_active, floor, objective)
-        metrics["dual_clipfrac"] = masked_mean(dual_active.to(ratio.dtype), mask).detach()
+        if with_metrics:
+            metrics["dual_clipfrac"] = masked_mean(dual_active.to(ratio.dtype), mask).detach()
     loss = torch.where(valid, -objective, torch.zeros_like(objective))
 
-    with torch.no_grad():
-        metrics["clipfrac"] = masked_mean((clipped < unclipped).to(ratio.dtype), mask)
-        metrics["approx_kl"] = masked_mean((ratio - 1.0) - log_ratio, mask)
-        metrics["ratio_mean"] = masked_mean(ratio, mask)
+    if with_metrics:
+        with torch.no_grad():
+            metrics["clipfrac"] = masked_mean((clipped < unclipped).to(ratio.dtype), mask)
+            metrics["approx_kl"] = masked_mean((ratio - 1.0) - log_ratio, mask)
+            metrics["ratio_mean"] = masked_mean(ratio, mask)
     return loss, metrics
 
 
@@ -157,6 +161,7 @@ def ppo_penalty(
     *,
     beta: float | Tensor,
     log_ratio_clamp: float = 20.0,
+    with_metrics: bool = True,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     r"""PPO-Penalty (adaptive-KL) surrogate (Schulman et al. 2017 §4; seed 003 "PPO-Penalty").
 
@@ -173,6 +178,7 @@ def ppo_penalty(
         logp, old_logp, advantages, mask: ``[B, T]`` or ``[N]`` (see :func:`ppo_clip`).
         beta: penalty coefficient β >= 0 (keyword; no default, it changes every iteration).
         log_ratio_clamp: :math:`\log\rho` is clamped to ``[-c, c]`` before ``exp``.
+        with_metrics: compute the metrics (False returns ``{}``).
 
     Returns:
         ``(loss, metrics)``: per-element loss, 0 where masked; ``approx_kl`` (mean k3) and ``ratio_mean``.
@@ -183,8 +189,10 @@ def ppo_penalty(
     k3 = (ratio - 1.0) - log_ratio
     loss = -ratio * adv + beta * k3
     loss = torch.where(valid, loss, torch.zeros_like(loss))
-    with torch.no_grad():
-        metrics = {"approx_kl": masked_mean(k3, mask), "ratio_mean": masked_mean(ratio, mask)}
+    metrics: dict[str, Tensor] = {}
+    if with_metrics:
+        with torch.no_grad():
+            metrics = {"approx_kl": masked_mean(k3, mask), "ratio_mean": masked_mean(ratio, mask)}
     return loss, metrics
 
 
