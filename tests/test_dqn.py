@@ -101,3 +101,47 @@ def test_dqn_default_solves_cartpole_within_50k_steps(seed):
     )
     evals = [r["eval/return_mean"] for r in run.metrics if "eval/return_mean" in r]
     assert max(evals) >= 475 and run.step <= 50_000, evals
+
+
+def test_atari_id_without_the_extra_names_it(monkeypatch):
+    import builtins
+
+    import gymnasium as gym
+
+    if "ALE/Pong-v5" in gym.registry:
+        pytest.skip("ALE ids already registered in this process")
+    real_import = builtins.__import__
+
+    def no_ale(name, *args, **kwargs):
+        if name == "ale_py":
+            raise ImportError("no ale_py")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ale)
+    with pytest.raises(ConfigError, match=r"needs the Atari extra: pip install 'advantage\[atari\]'"):
+        advantage.train("dqn", quiet=True, **{"preset": "atari"})
+
+
+@pytest.mark.slow
+def test_atari_preset_runs_10k_steps_of_pong_on_cpu():
+    pytest.importorskip("ale_py", reason="the atari extra (part of dev) is not installed")
+    run = advantage.train(
+        "dqn",
+        quiet=True,
+        **{
+            "preset": "atari",
+            "env.id": "ALE/Pong-v5",
+            "trainer.total_steps": 10_000,
+            "algorithm.learning_starts": 9_000,
+            "algorithm.buffer_size": 10_000,
+            "trainer.eval_every": 0,
+            "trainer.eval_episodes": 1,
+            "trainer.tensorboard": False,
+        },
+    )
+    assert run.step == 10_000
+    q = run.checkpoint.tensors
+    assert q["q.trunk.net.0.weight"].shape == (32, 4, 8, 8)  # Nature CNN on 4 stacked 84x84 frames
+    evals = [r for r in run.metrics if "eval/return_mean" in r]
+    assert -21 <= evals[-1]["eval/return_mean"] <= 21  # a real Pong score, unclipped
+    assert any("train/loss" in r for r in run.metrics)

@@ -60,6 +60,11 @@ class EnvConfig:
 
     id: str = option("FrozenLake-v1", "Gymnasium environment id")
     max_episode_steps: int | None = option(None, "override the environment's time limit", lo=1)
+    wrappers: str = option(
+        "none",
+        "preprocessing: none, or atari (frame skip, 84x84 gray, 4-frame stack)",
+        choices=("none", "atari"),
+    )
     kwargs: dict[str, Any] = field(default_factory=dict, metadata={"help": "extra gymnasium.make kwargs"})
 
 

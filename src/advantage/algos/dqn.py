@@ -48,6 +48,8 @@ from advantage.nn import mlp
 from advantage.registry import Algorithm, register
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
+OBS_STRIDE = 8  # overestimation is measured on every 8th state of recent episodes
+
 
 @dataclass
 class DQNAlgorithm:
@@ -241,7 +243,7 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
         obs = ck.tensors["obs"].numpy().copy()
         autoreset = ck.tensors["autoreset"].numpy().copy()
         ep_ret, ep_len = ck.tensors["ep_ret"].numpy().copy(), ck.tensors["ep_len"].numpy().copy()
-        ep_obs = [[np.asarray(o) for o in os_] for os_ in s["ep_obs"]]
+        ep_obs = [list(ck.tensors[f"ep_obs.{j}"].numpy()) for j in range(N)]
         ep_rew = s["ep_rew"]
 
     def snapshot() -> Snapshot:
@@ -257,6 +259,12 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
             "autoreset": torch.as_tensor(autoreset),
             "ep_ret": torch.as_tensor(ep_ret),
             "ep_len": torch.as_tensor(ep_len),
+            **{
+                f"ep_obs.{j}": torch.as_tensor(
+                    np.stack(o) if o else np.zeros((0, *obs_space.shape), obs_space.dtype)
+                )
+                for j, o in enumerate(ep_obs)
+            },
         }
         state = {
             "optim": opt_meta,
@@ -265,7 +273,6 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
             "env": env_state(env),
             "next_train": next_train,
             "next_target": next_target,
-            "ep_obs": [[o.tolist() for o in os_] for os_ in ep_obs],
             "ep_rew": ep_rew,
         }
         return Snapshot(DQNPolicy(q), tensors, state)
@@ -303,13 +310,14 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
         ep_ret += reward * valid
         ep_len += valid
         for j in np.flatnonzero(valid):
-            ep_obs[j].append(obs[j])
+            if len(ep_rew[j]) % OBS_STRIDE == 0:  # every 8th state: enough for a mean, small for images
+                ep_obs[j].append(obs[j])
             ep_rew[j].append(float(reward[j]))
             if term[j] or trunc[j]:
                 ctx.episode(step, float(ep_ret[j]), int(ep_len[j]))
                 g = reward_to_go(torch.tensor(ep_rew[j], dtype=torch.float64), a.gamma).numpy()
                 if term[j]:  # a truncated episode's realized return is unknown beyond the cut
-                    recent.append((np.stack(ep_obs[j]), g))
+                    recent.append((np.stack(ep_obs[j]), g[::OBS_STRIDE]))
                 ep_ret[j], ep_len[j], ep_obs[j], ep_rew[j] = 0.0, 0, [], []
         autoreset = term | trunc
         obs = next_obs
@@ -399,6 +407,29 @@ PRESETS = {
     "double_dqn": Preset("Double DQN: online argmax, target value", {**_PLAIN, "algorithm.double": True}),
     "dueling_dqn": Preset(
         "Dueling DQN, Q = V + (A − max A) as in seed 000", {**_PLAIN, "model.dueling": "max"}
+    ),
+    "atari": Preset(
+        "Atari (e.g. env.id=ALE/Pong-v5; needs the atari extra): Nature CNN, standard wrappers",
+        {
+            **_PLAIN,
+            "env.id": "ALE/Pong-v5",
+            "env.frameskip": 1,
+            "env.wrappers": "atari",
+            "env.num_envs": 1,
+            "model.cnn": True,
+            "algorithm.buffer_size": 50_000,
+            "algorithm.learning_starts": 10_000,
+            "algorithm.batch_size": 32,
+            "algorithm.learning_rate": 1e-4,
+            "algorithm.train_freq": 4,
+            "algorithm.gradient_steps": 1,
+            "algorithm.target_update_interval": 1000,
+            "algorithm.exploration_fraction": 0.1,
+            "algorithm.epsilon_end": 0.01,
+            "trainer.total_steps": 10_000_000,
+            "trainer.eval_every": 250_000,
+            "trainer.eval_episodes": 3,
+        },
     ),
     "rainbow_lite": Preset(
         "Double + dueling (mean) + prioritized replay + 3-step targets",

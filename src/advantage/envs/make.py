@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 from advantage.config import EnvConfig, VecEnvConfig
+from advantage.envs.atari import atari_wrappers, register_ale
 from advantage.errors import EnvError
 
 # Toy-text tasks with a goal: an episode that terminates there is a success (info["is_success"], the key
@@ -56,6 +57,10 @@ def _entry_point_class(env_id: str) -> Any:
 
 def check_env_id(env_id: str) -> list[str]:
     """Problems with an env id: unknown, or an old version (with the registered ones suggested)."""
+    try:
+        register_ale(env_id)
+    except EnvError as e:
+        return [str(e)]
     if env_id in gym.registry:
         return []
     ids = list(gym.registry)
@@ -120,6 +125,8 @@ def make_env(cfg: EnvConfig, *, render_mode: str | None = None) -> gym.Env:
         raise EnvError(f"cannot make env.id {cfg.id!r}: {e}") from None
     except (TypeError, ValueError) as e:
         raise EnvError(f"cannot make env.id {cfg.id!r} with {kwargs}: {e}") from None
+    if cfg.wrappers == "atari":
+        env = atari_wrappers(env, training=False)  # evaluation: real scores, whole games
     rule = _SUCCESS_ON_TERMINATION.get(type(env.unwrapped).__name__)
     if rule is not None:
         env = SuccessInfo(env, rule)
@@ -146,7 +153,12 @@ def make_vec_env(cfg: VecEnvConfig) -> gym.vector.VectorEnv:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            env = gym.make_vec(cfg.id, num_envs=cfg.num_envs, vectorization_mode=mode, **kwargs)
+            wrappers = [lambda e: atari_wrappers(e, training=True)] if cfg.wrappers == "atari" else None
+            if wrappers and mode == "vector_entry_point":
+                mode = "sync"
+            env = gym.make_vec(
+                cfg.id, num_envs=cfg.num_envs, vectorization_mode=mode, wrappers=wrappers, **kwargs
+            )
     except gym.error.Error as e:
         raise EnvError(f"cannot make env.id {cfg.id!r} x{cfg.num_envs}: {e}") from None
     except (TypeError, ValueError) as e:
