@@ -327,10 +327,9 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
 
 def _policy(cfg: PPOConfig, env: gym.Env, tensors: Any) -> ActorCriticPolicy:
     model = make_model(cfg, env.observation_space, env.action_space)
-    load_module("model", model, tensors)
-    obs_norm = ObsNormalizer(env.observation_space.shape, cfg.algorithm.normalize_obs, cfg.algorithm.clip_obs)
-    obs_norm.rms.load("obs_rms", tensors)
-    return ActorCriticPolicy(model, obs_norm)
+    return ActorCriticPolicy.from_checkpoint(
+        model, cfg.algorithm.normalize_obs, cfg.algorithm.clip_obs, tensors
+    )
 
 
 PRESETS = {

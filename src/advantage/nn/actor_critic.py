@@ -123,6 +123,7 @@ class ActorCritic(nn.Module):
         squash: bool = False,
     ):
         super().__init__()
+        self.obs_shape = tuple(obs_space.shape)
         obs_dim = int(np.prod(obs_space.shape))
         self.pi_body = mlp([obs_dim, *hidden], activation)
         self.pi_body.append(_ACTIVATIONS[activation]())

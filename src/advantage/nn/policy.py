@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from advantage.nn.actor_critic import ActorCritic
-from advantage.torch_state import RunningMeanStd
+from advantage.torch_state import RunningMeanStd, load_module
 
 
 class ObsNormalizer:
@@ -36,3 +36,13 @@ class ActorCriticPolicy:
         action, _, _ = self.model.act(torch.as_tensor(x, dtype=torch.float32), deterministic)
         a = self.model.head.to_env(action)[0]
         return a.item() if a.ndim == 0 else a
+
+    @classmethod
+    def from_checkpoint(
+        cls, model: ActorCritic, normalize_obs: bool, clip_obs: float, tensors: dict[str, torch.Tensor]
+    ) -> ActorCriticPolicy:
+        """The policy of a checkpoint saved as ``model.*`` (+ ``obs_rms.*``) tensors."""
+        load_module("model", model, tensors)
+        obs_norm = ObsNormalizer(tuple(model.obs_shape), normalize_obs, clip_obs)
+        obs_norm.rms.load("obs_rms", tensors)
+        return cls(model, obs_norm)
