@@ -8,6 +8,11 @@ Layout of ``RUN/checkpoints``::
         manifest.json         {"format": 1, "step": ..., "files": {name: {"bytes": n, "sha256": h}}}
     latest                    the name of the newest complete checkpoint folder
 
+An algorithm may add files of its own (``files=``): a language model's checkpoint carries its
+``save_pretrained`` files (``config.json``, ``model.safetensors``, tokenizer files), so the folder is also
+a model folder that ``from_pretrained`` and ``model.path`` accept. They are in the manifest and verified
+like the others.
+
 A checkpoint is written into a hidden temporary folder, every file fsynced, the folder renamed into place
 and the parent fsynced; only then is ``latest`` replaced (temp file + fsync + rename). A process killed at
 any moment leaves ``latest`` pointing at the previous complete checkpoint; leftover temporary folders are
@@ -76,6 +81,7 @@ class Checkpoint:
     tensors: dict[str, torch.Tensor]
     state: dict[str, Any]
     path: Path
+    files: tuple[str, ...] = ()  # extra verified files in ``path`` (e.g. a model's save_pretrained files)
 
 
 def _to_tensor(name: str, value: Any) -> torch.Tensor:
@@ -94,11 +100,16 @@ def save_checkpoint(
     tensors: Mapping[str, Any],
     state: Mapping[str, Any],
     keep: int = 3,
+    files: Mapping[str, bytes] | None = None,
 ) -> Path:
     """Write checkpoint ``root/step_<step>`` atomically, point ``latest`` at it, and keep the newest
-    ``keep``. Returns the checkpoint folder. An OSError (disk full, file-size limit) leaves the previous
+    ``keep``. ``files`` are extra plain files (name -> bytes) written, hashed and verified with the rest.
+    Returns the checkpoint folder. An OSError (disk full, file-size limit) leaves the previous
     checkpoint and ``latest`` untouched."""
     root = Path(root)
+    for fname in files or {}:
+        if fname in (TENSORS, STATE, MANIFEST) or "/" in fname or "\\" in fname or fname.startswith("."):
+            raise ValueError(f"checkpoint file name {fname!r} is reserved or not a plain file name")
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
@@ -112,6 +123,7 @@ def save_checkpoint(
     blobs = {
         TENSORS: st_save({k: _to_tensor(k, v) for k, v in tensors.items()}, metadata={"step": str(step)}),
         STATE: json.dumps(dict(state), sort_keys=True).encode(),
+        **dict(files or {}),
     }
     manifest = {
         "format": FORMAT,
@@ -183,8 +195,13 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         step = int(manifest["step"])
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"{mpath}: not a valid manifest ({e})") from None
-    if manifest.get("format") != FORMAT or set(files) != {TENSORS, STATE}:
+    if manifest.get("format") != FORMAT or not {TENSORS, STATE} <= set(files):
         raise CheckpointError(f"{mpath}: unsupported checkpoint format {manifest.get('format')!r}")
+    extra = tuple(sorted(set(files) - {TENSORS, STATE}))
+    for fname in extra:
+        if fname == MANIFEST or "/" in fname or "\\" in fname or fname.startswith("."):
+            raise CheckpointError(f"{mpath}: lists {fname!r}, which is not a plain file name")
+        _read_verified(folder, fname, files[fname])
     raw_tensors = _read_verified(folder, TENSORS, files[TENSORS])
     raw_state = _read_verified(folder, STATE, files[STATE])
     try:
@@ -195,4 +212,4 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         state = json.loads(raw_state)
     except ValueError as e:
         raise CheckpointError(f"{folder / STATE}: not valid JSON ({e})") from None
-    return Checkpoint(step=step, tensors=tensors, state=state, path=folder)
+    return Checkpoint(step=step, tensors=tensors, state=state, path=folder, files=extra)

@@ -76,7 +76,18 @@ def cmd_eval(ns: argparse.Namespace) -> int:
     if ns.episodes is not None and ns.episodes < 1:
         raise AdvantageError(f"--episodes must be >= 1, got {ns.episodes}")
     run = Run(ns.run_dir)
-    res = run.evaluate(episodes=ns.episodes, seed=ns.seed, deterministic=not ns.stochastic)
+    if run.algo.uses_env:
+        if ns.samples is not None or ns.split is not None or ns.limit is not None:
+            raise AdvantageError("--samples, --split and --limit are for language-model runs")
+        res = run.evaluate(episodes=ns.episodes, seed=ns.seed, deterministic=not ns.stochastic)
+    else:
+        if ns.episodes is not None or ns.stochastic or ns.video:
+            raise AdvantageError(
+                f"{run.algo.name} trains a language model: use --samples K, --split and --limit "
+                "(--episodes, --stochastic and --video are for environment runs)"
+            )
+        options = {"samples": ns.samples, "split": ns.split, "limit": ns.limit}
+        res = run.evaluate(seed=ns.seed, **{k: v for k, v in options.items() if v is not None})
     res = {"run_dir": str(run.dir), "step": run.step, **res}
     if ns.video:
         res["video"] = str(run.video(seed=ns.seed, deterministic=not ns.stochastic))
@@ -165,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser(
         "eval",
         help="evaluate a run's latest checkpoint",
-        description="Evaluate the latest checkpoint of RUN_DIR for whole episodes.",
+        description="Evaluate the latest checkpoint of RUN_DIR: whole episodes for an environment run; "
+        "greedy accuracy, pass@K and maj@K on held-out prompts for a language-model run.",
     )
     e.add_argument("run_dir")
     e.add_argument("--episodes", type=int, help="episodes (default: the run's trainer.eval_episodes)")
@@ -173,6 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--stochastic", action="store_true", help="sample actions instead of acting greedily")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--video", action="store_true", help="also record one episode to RUN_DIR/videos/*.mp4")
+    e.add_argument(
+        "--samples",
+        type=int,
+        metavar="K",
+        help="language models: sample K completions per prompt for pass@K and maj@K",
+    )
+    e.add_argument("--split", help="language models: the prompt split (default test)")
+    e.add_argument("--limit", type=int, metavar="N", help="language models: evaluate the first N prompts")
     e.set_defaults(fn=cmd_eval)
 
     pl = sub.add_parser(

@@ -65,7 +65,9 @@ class EnvConfig:
         "preprocessing: none, or atari (frame skip, 84x84 gray, 4-frame stack)",
         choices=("none", "atari"),
     )
-    kwargs: dict[str, Any] = field(default_factory=dict, metadata={"help": "extra gymnasium.make kwargs"})
+    kwargs: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "extra gymnasium.make kwargs", "extra": True}
+    )
 
 
 @dataclass
@@ -266,6 +268,12 @@ def _check_range(name: str, value: Any, meta: Mapping[str, Any]) -> str | None:
     return f"{name} must be {allowed}, got {value!r}"
 
 
+def _takes_extra(cls: type) -> bool:
+    """A section whose ``kwargs`` field collects the keys it does not declare (``env.is_slippery``,
+    ``data.digits``): they are passed on to the environment or task, which checks them."""
+    return any(f.name == "kwargs" and f.metadata.get("extra") for f in dataclasses.fields(cls))
+
+
 def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
     """Build ``cls`` from ``data``, appending every problem found to ``problems``."""
     where = prefix.rstrip(".") or "config"
@@ -276,14 +284,15 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
         return cls()
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    takes_extra = _takes_extra(cls)
     kwargs: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
         f = fields.get(key)
-        if f is None or (key == "kwargs" and issubclass(cls, EnvConfig)):
-            if issubclass(cls, EnvConfig):
-                extra[key] = value  # environment kwargs; checked against the env by advantage.envs
+        if f is None or (key == "kwargs" and takes_extra):
+            if takes_extra:
+                extra[key] = value  # e.g. environment kwargs; checked by the section's owner
                 continue
             problems.append(
                 f"unknown key {name}{_suggest(str(key), fields, prefix)} (allowed: {', '.join(fields)})"
@@ -302,7 +311,7 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
             problems.append(msg)
             continue
         kwargs[key] = coerced
-    if issubclass(cls, EnvConfig):
+    if takes_extra:
         kwargs["kwargs"] = extra
     obj = cls(**kwargs)
     check = getattr(obj, "problems", None)
@@ -328,12 +337,13 @@ def validate(cls: type, data: Mapping[str, Any]) -> Any:
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
-    """The config as plain nested dicts, env kwargs flattened into the ``env`` section (as a user writes
-    them), ready for YAML."""
+    """The config as plain nested dicts, env and task kwargs flattened into their sections (as a user
+    writes them), ready for YAML."""
     out = dataclasses.asdict(cfg)
-    env = out.get("env")
-    if isinstance(env, dict) and "kwargs" in env:
-        env.update(env.pop("kwargs"))
+    for name in ("env", "data"):
+        sec = out.get(name)
+        if isinstance(sec, dict) and isinstance(sec.get("kwargs"), dict):
+            sec.update(sec.pop("kwargs"))
     return out
 
 

@@ -39,11 +39,13 @@ from advantage.registry import Algorithm, Policy
 
 @dataclass
 class Snapshot:
-    """The algorithm's state at a step boundary: its policy, its tensors and its JSON state."""
+    """The algorithm's state at a step boundary: its policy, its tensors and its JSON state (and, for a
+    language model, its ``save_pretrained`` files, so the checkpoint is also a model folder)."""
 
     policy: Policy
     tensors: Mapping[str, Any]
     state: Mapping[str, Any]
+    files: Mapping[str, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -137,17 +139,22 @@ class RunContext:
 
     # -- evaluation and checkpoints ------------------------------------------------------------------
     def evaluate(self, step: int, policy: Policy) -> dict[str, Any]:
-        if self._eval_env is None:
-            self._eval_env = make_env(self.cfg.env)
         start = time.perf_counter()
-        res = evaluate_policy(
-            policy,
-            self._eval_env,
-            self.cfg.trainer.eval_episodes,
-            seed=self.cfg.trainer.seed + EVAL_SEED_OFFSET,
-        )
+        if self.algo.evaluate is not None:  # a language model: accuracy, pass@K, maj@K on prompts
+            res = dict(self.algo.evaluate(self.cfg, policy))
+        else:
+            if self._eval_env is None:
+                self._eval_env = make_env(self.cfg.env)
+            res = evaluate_policy(
+                policy,
+                self._eval_env,
+                self.cfg.trainer.eval_episodes,
+                seed=self.cfg.trainer.seed + EVAL_SEED_OFFSET,
+            )
         res["seconds"] = time.perf_counter() - start
-        self.writer.log(step, {f"eval/{k}": v for k, v in res.items()})
+        self.writer.log(
+            step, {f"eval/{k}": v for k, v in res.items() if isinstance(v, int | float | bool)}
+        )
         self._last_eval = (step, res)
         target = self.cfg.trainer.stop_at_return
         if target is not None and res["return_mean"] >= target:
@@ -169,6 +176,7 @@ class RunContext:
             snap.tensors,
             {"algo": dict(snap.state), "run": run_state},
             keep=self.cfg.trainer.keep_checkpoints,
+            files=snap.files,
         )
 
     def tick(self, step: int, snapshot: Callable[[], Snapshot]) -> bool:

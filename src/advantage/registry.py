@@ -18,6 +18,8 @@ from advantage.errors import ConfigError
 if TYPE_CHECKING:
     import gymnasium as gym
 
+    from advantage.checkpoint import Checkpoint
+
     from advantage.context import RunContext
 
 
@@ -41,16 +43,30 @@ class Algorithm:
             algorithm cannot handle (called before the run folder is created).
         defaults: dotted overrides applied before presets (e.g. ``{"algorithm.method": "sarsa"}``).
         presets: named overrides, ``preset=NAME``.
+        load_policy: for algorithms without a Gymnasium environment (language models):
+            ``load_policy(cfg, checkpoint) -> Policy`` replaces ``policy``.
+        evaluate: for those algorithms: ``evaluate(cfg, policy, **options) -> metrics`` replaces the
+            episode evaluation; its ``return_mean`` is what ``trainer.stop_at_return`` compares.
+        check: ``check(cfg) -> problems`` — extra validation before the run folder is created (for
+            example the task's options).
     """
 
     name: str
     summary: str
     config: type
     train: Callable[[Any, RunContext], None]
-    policy: Callable[[Any, gym.Env, Mapping[str, Any]], Policy]
-    check_env: Callable[[Any, gym.Env], None]
+    policy: Callable[[Any, gym.Env, Mapping[str, Any]], Policy] | None = None
+    check_env: Callable[[Any, gym.Env], None] | None = None
     defaults: Mapping[str, Any] = field(default_factory=dict)
     presets: Mapping[str, Preset] = field(default_factory=dict)
+    load_policy: Callable[[Any, Checkpoint], Policy] | None = None
+    evaluate: Callable[..., dict[str, Any]] | None = None
+    check: Callable[[Any], list[str]] | None = None
+
+    @property
+    def uses_env(self) -> bool:
+        """False for algorithms that train on data (SFT, DPO, GRPO) rather than a Gymnasium env."""
+        return self.load_policy is None
 
 
 ALGORITHMS: dict[str, Algorithm] = {}

@@ -70,7 +70,10 @@ def resolve_config(
         preset = nest(dict(spec.presets[preset_name].overrides))
     merged = merge(nest(dict(spec.defaults)), preset, tree, over)
     cfg, problems = build(spec.config, merged)
-    problems.extend(check_env_config(cfg.env))
+    if spec.uses_env:
+        problems.extend(check_env_config(cfg.env))
+    if spec.check is not None and not problems:
+        problems.extend(spec.check(cfg))
     if problems:
         raise ConfigError(problems)
     return spec, cfg
@@ -84,8 +87,13 @@ def config_yaml(spec: Algorithm, cfg: Any) -> str:
     return dump_yaml({"algo": spec.name, **tree})
 
 
+def run_subject(spec: Algorithm, cfg: Any) -> str:
+    """What a run trains on: the env id, or the language-model task."""
+    return cfg.env.id if spec.uses_env else cfg.data.task
+
+
 def _default_run_dir(spec: Algorithm, cfg: Any) -> Path:
-    env = re.sub(r"[^A-Za-z0-9._-]+", "_", cfg.env.id)
+    env = re.sub(r"[^A-Za-z0-9._-]+", "_", run_subject(spec, cfg))
     base = Path("runs") / f"{spec.name}-{env}-{time.strftime('%Y%m%d-%H%M%S')}"
     path, i = base, 1
     while path.exists():
@@ -94,6 +102,8 @@ def _default_run_dir(spec: Algorithm, cfg: Any) -> Path:
 
 
 def _check_spaces(spec: Algorithm, cfg: Any) -> None:
+    if spec.check_env is None:
+        return
     env = make_env(cfg.env)
     try:
         spec.check_env(cfg, env)
@@ -197,7 +207,8 @@ class Run:
         return cls(run_dir)
 
     def __repr__(self) -> str:
-        return f"Run({str(self.dir)!r}, algo={self.algo.name!r}, env={self.config.env.id!r})"
+        kind = "env" if self.algo.uses_env else "task"
+        return f"Run({str(self.dir)!r}, algo={self.algo.name!r}, {kind}={run_subject(self.algo, self.config)!r})"
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -217,7 +228,10 @@ class Run:
 
     @property
     def policy(self) -> Policy:
+        if self._policy is None and self.algo.load_policy is not None:
+            self._policy = self.algo.load_policy(self.config, self.checkpoint)
         if self._policy is None:
+            assert self.algo.policy is not None
             env = make_env(self.config.env)
             try:
                 self._policy = self.algo.policy(self.config, env, self.checkpoint.tensors)
@@ -226,16 +240,30 @@ class Run:
         return self._policy
 
     def act(self, obs: Any, deterministic: bool = True) -> Any:
-        """The trained policy's action for one observation."""
+        """The trained policy's action for one observation (for a language model: the greedy completion
+        of one prompt)."""
         action = self.policy.act(obs, deterministic=deterministic)
         return action.item() if isinstance(action, np.generic) else action
 
     def evaluate(
-        self, episodes: int | None = None, seed: int | None = None, deterministic: bool = True
+        self,
+        episodes: int | None = None,
+        seed: int | None = None,
+        deterministic: bool = True,
+        **options: Any,
     ) -> dict[str, Any]:
         """Evaluate the latest checkpoint's policy. Defaults: ``trainer.eval_episodes`` episodes and the
-        evaluation seeds used during training, so a deterministic policy reproduces ``eval/return_mean``."""
+        evaluation seeds used during training, so a deterministic policy reproduces ``eval/return_mean``.
+
+        For a language model, ``options`` go to the algorithm's evaluation (``samples=K`` for pass@K and
+        maj@K, ``split="test"``, ``limit=N`` prompts)."""
         t = self.config.trainer
+        if self.algo.evaluate is not None:
+            if seed is not None:
+                options["seed"] = seed
+            return self.algo.evaluate(self.config, self.policy, **options)
+        if options:
+            raise ConfigError(f"{self.algo.name} evaluation takes no options {sorted(options)}")
         env = make_env(self.config.env)
         try:
             return evaluate_policy(
@@ -254,6 +282,8 @@ class Run:
         """Record one evaluation episode as an mp4 (default ``RUN/videos/step_<N>.mp4``)."""
         from advantage.evaluation import record_video
 
+        if not self.algo.uses_env:
+            raise ConfigError(f"{self.algo.name} trains a language model: there is no episode to film")
         out = Path(path) if path else self.dir / "videos" / f"step_{self.step}.mp4"
         out.parent.mkdir(parents=True, exist_ok=True)
         env = make_env(self.config.env, render_mode="rgb_array")
