@@ -1,0 +1,33 @@
+"""Text tasks with rule-based verifiable rewards (RLVR) for SFT, GRPO and PPO on language models.
+
+Generated tasks (``addition``, ``multiplication``, ``countdown``, ``reverse``, ``sort``) and tasks read
+from disk (``dataset``: exact match; ``math``: ``\\boxed{}`` answers checked with math_verify), all built
+with :func:`make_task` and verified with the rules of :mod:`advantage.envs.text.core`.
+"""
+
+from advantage.envs.text.core import SPLITS, Example, Reward, Task, extract_tagged, split_of
+from advantage.envs.text.countdown import CountdownTask, evaluate_expression
+from advantage.envs.text.datasets import DatasetTask, MathTask, extract_boxed, load_examples, math_equal
+from advantage.envs.text.registry import TASKS, make_task, task_options
+from advantage.envs.text.tasks import ArithmeticTask, SequenceTask
+
+__all__ = [
+    "SPLITS",
+    "TASKS",
+    "ArithmeticTask",
+    "CountdownTask",
+    "DatasetTask",
+    "Example",
+    "MathTask",
+    "Reward",
+    "SequenceTask",
+    "Task",
+    "evaluate_expression",
+    "extract_boxed",
+    "extract_tagged",
+    "load_examples",
+    "make_task",
+    "math_equal",
+    "split_of",
+    "task_options",
+]

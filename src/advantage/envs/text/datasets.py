@@ -1,0 +1,380 @@
+r"""Tasks from a dataset on disk: :func:`load_examples`, the exact-match ``dataset`` task and the ``math``
+task verified with Math-Verify (Hugging Face's ``math_verify``).
+
+Files: ``.jsonl`` (one object per line, blank lines skipped), ``.json`` (a list of objects) and
+``.parquet`` (read with pyarrow). Each row needs the prompt and answer columns (answers that are ints or
+floats become strings); the other columns go to :attr:`Example.meta`. Every problem raises
+:class:`~advantage.errors.ConfigError` naming the file (and the line or row and the columns present).
+
+Splits: a column named ``split`` (values ``train``/``validation``/``test``; ``val``, ``valid`` and ``dev``
+mean ``validation``) is used as given — its disjointness is the file's business. Without it a row's split
+is a BLAKE2b hash of its prompt, 90/5/5, so identical prompts always share a split.
+``examples(split, n, seed)`` shuffles that split's rows with the seed and takes the first ``n``.
+
+Verification:
+
+- ``dataset``: exact match after stripping, with the answer-tag rules of
+  :mod:`advantage.envs.text.core` (``answer_format`` plain or tagged).
+- ``math``: the completion must hold exactly one ``\boxed{…}`` (balanced braces): none → score 0
+  ``"no \boxed answer"``, several → score 0 ``"N boxed answers"`` (``format_ok`` False in both). The boxed
+  content is compared with the gold answer by ``math_verify.verify(parse(gold), parse(pred))``, each
+  wrapped in ``\boxed{}`` so plain text like ``x+1`` is parsed too; ``\frac{1}{2}`` matches gold ``0.5``.
+  An exception or timeout inside math_verify counts as wrong. Its timeouts use ``signal.alarm``, which
+  only works in the main thread, so outside it they are switched off (``parsing_timeout=None``).
+  The extracted answer (for majority voting) is the raw boxed text, so equal values written differently
+  vote separately.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+import threading
+from collections.abc import Mapping
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+from advantage.envs.text.core import (
+    SPLITS,
+    Example,
+    Reward,
+    alphabet_of,
+    check_common,
+    check_format_reward,
+    check_n,
+    check_split,
+    make_reward,
+    render_target,
+    split_of,
+    tag_tokens,
+    verify_exact,
+)
+from advantage.errors import ConfigError
+
+__all__ = [
+    "DatasetTask",
+    "MathTask",
+    "dataset_task",
+    "extract_boxed",
+    "load_examples",
+    "math_equal",
+    "math_task",
+]
+
+SUFFIXES = (".jsonl", ".json", ".parquet")
+_SPLIT_ALIASES = {"val": "validation", "valid": "validation", "dev": "validation"}
+BOXED = "\\boxed"
+
+
+def _read_rows(path: Path) -> list[Any]:
+    """The raw rows of a dataset file (not yet checked to be objects)."""
+    if path.suffix == ".jsonl":
+        rows = []
+        with path.open(encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ConfigError(f"{path}:{lineno}: malformed JSON line ({e.msg})") from e
+        return rows
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}:{e.lineno}: malformed JSON ({e.msg})") from e
+        if not isinstance(data, list):
+            raise ConfigError(f"{path}: a .json dataset must be a list of objects, got {type(data).__name__}")
+        return data
+    import pyarrow.parquet as pq  # lazy: pyarrow is only needed for parquet files
+
+    try:
+        return pq.read_table(path).to_pylist()
+    except Exception as e:  # pyarrow raises ArrowInvalid/OSError subclasses for corrupt files
+        raise ConfigError(f"{path}: not a readable parquet file ({e})") from e
+
+
+def _text(path: Path, i: int, row: Mapping[str, Any], key: str, numbers_ok: bool) -> str:
+    """``row[key]`` as a string; ints/floats become strings when ``numbers_ok``."""
+    if key not in row:
+        cols = ", ".join(map(str, row)) or "none"
+        raise ConfigError(f"{path}: row {i} has no column {key!r} (columns present: {cols})")
+    value = row[key]
+    if isinstance(value, str):
+        return value
+    if numbers_ok and isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    allowed = "a string or a number" if numbers_ok else "a string"
+    raise ConfigError(f"{path}: row {i} column {key!r} must be {allowed}, got {value!r}")
+
+
+def load_examples(
+    path: str | PathLike[str],
+    *,
+    prompt_key: str = "prompt",
+    answer_key: str = "answer",
+    target_key: str | None = None,
+) -> list[Example]:
+    """Read a ``.jsonl``/``.json``/``.parquet`` dataset into :class:`Example` s, in file order.
+
+    ``target`` is the ``target_key`` column, or the answer itself when ``target_key`` is None; the other
+    columns (including ``split``) go to ``meta``."""
+    p = Path(path)
+    if p.suffix not in SUFFIXES:
+        raise ConfigError(
+            f"dataset {str(p)!r} has unsupported suffix {p.suffix!r}; allowed: {', '.join(SUFFIXES)}"
+        )
+    if not p.is_file():
+        raise ConfigError(f"dataset file {str(p)!r} not found")
+    rows = _read_rows(p)
+    if not rows:
+        raise ConfigError(f"dataset {str(p)!r} is empty (no rows)")
+    used = {prompt_key, answer_key} | ({target_key} if target_key else set())
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise ConfigError(f"{p}: row {i} must be an object, got {type(row).__name__}")
+        prompt = _text(p, i, row, prompt_key, numbers_ok=False)
+        answer = _text(p, i, row, answer_key, numbers_ok=True)
+        if not answer.strip():
+            raise ConfigError(f"{p}: row {i} column {answer_key!r} is empty; every row needs an answer")
+        target = _text(p, i, row, target_key, numbers_ok=True) if target_key else answer
+        meta = {k: v for k, v in row.items() if k not in used}
+        out.append(Example(prompt=prompt, answer=answer, target=target, meta=meta))
+    return out
+
+
+def _split_rows(path: Path, rows: list[Example]) -> dict[str, list[Example]]:
+    """Rows by split: the ``split`` column when present (aliases allowed), else a hash of the prompt."""
+    out: dict[str, list[Example]] = {s: [] for s in SPLITS}
+    for i, ex in enumerate(rows):
+        if "split" in ex.meta:
+            raw = ex.meta["split"]
+            split = _SPLIT_ALIASES.get(raw, raw) if isinstance(raw, str) else raw
+            if split not in out:
+                allowed = ", ".join([*SPLITS, *_SPLIT_ALIASES])
+                raise ConfigError(f"{path}: row {i} column 'split' must be one of {allowed}, got {raw!r}")
+        else:
+            split = split_of(ex.prompt)
+        out[split].append(ex)
+    return out
+
+
+class _DiskTask:
+    """Shared state of the tasks read from a file (composition helper, not a public base class)."""
+
+    def __init__(self, name: str, path: Any, examples: list[Example]):
+        self.name, self.path = name, Path(path)
+        self._splits = _split_rows(self.path, examples)
+        self.split_sizes = {s: len(rows) for s, rows in self._splits.items()}
+
+    def examples(self, split: str, n: int, seed: int) -> list[Example]:
+        """``n`` rows of ``split``: the split shuffled with ``seed``, first ``n`` taken."""
+        check_split(split)
+        check_n(n)
+        rows = list(self._splits[split])
+        if n > len(rows):
+            raise ConfigError(f"dataset {str(self.path)!r} has {len(rows)} {split} examples, asked for n={n}")
+        random.Random(f"{self.name}:{self.path.name}:{split}:{seed}").shuffle(rows)
+        return rows[:n]
+
+
+def _load(path: Any, prompt_key: str, answer_key: str, target_key: str | None) -> list[Example]:
+    if path is None:
+        raise ConfigError("data.path is required for a dataset task (a .jsonl, .json or .parquet file)")
+    return load_examples(path, prompt_key=prompt_key, answer_key=answer_key, target_key=target_key)
+
+
+class DatasetTask(_DiskTask):
+    """Exact-match answers from a file; see the module docstring."""
+
+    def __init__(
+        self,
+        path: Any,
+        *,
+        prompt_key: str,
+        answer_key: str,
+        target_key: str | None,
+        answer_format: str,
+        format_reward: float,
+    ):
+        problems: list[str] = []
+        check_common(problems, answer_format, format_reward)
+        if problems:
+            raise ConfigError(problems)
+        rows = _load(path, prompt_key, answer_key, target_key)
+        if target_key is None:  # the SFT target follows the answer format
+            rows = [
+                Example(
+                    ex.prompt, ex.answer.strip(), render_target(ex.answer.strip(), answer_format), ex.meta
+                )
+                for ex in rows
+            ]
+        super().__init__("dataset", path, rows)
+        self.answer_format, self.format_reward = answer_format, float(format_reward)
+        self.special_tokens = tag_tokens(answer_format)
+        self.alphabet = alphabet_of([*(ex.prompt + ex.target for ex in rows), *self.special_tokens])
+        self.options = {
+            "path": str(path),
+            "prompt_key": prompt_key,
+            "answer_key": answer_key,
+            "target_key": target_key,
+            "answer_format": answer_format,
+            "format_reward": format_reward,
+        }
+
+    def verify(self, completion: str, example: Example) -> Reward:
+        """Exact match after stripping; no answer grammar (see :func:`.core.verify_exact`)."""
+        return verify_exact(
+            completion,
+            example.answer.strip(),
+            answer_format=self.answer_format,
+            format_reward=self.format_reward,
+        )
+
+
+def extract_boxed(text: str) -> tuple[str | None, str]:
+    r"""The content of the one ``\boxed{…}`` in ``text`` (braces balanced, stripped), or
+    ``(None, reason)``: ``"no \boxed answer"``, ``"N boxed answers"``, or an unclosed/brace-less box."""
+    count = text.count(BOXED)
+    if count == 0:
+        return None, "no \\boxed answer"
+    if count > 1:
+        return None, f"{count} boxed answers"
+    start = text.index(BOXED) + len(BOXED)
+    while start < len(text) and text[start] == " ":
+        start += 1
+    if start >= len(text) or text[start] != "{":
+        return None, "\\boxed without {"
+    depth = 0
+    for j in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[start + 1 : j].strip(), "ok"
+    return None, "unclosed \\boxed{"
+
+
+@functools.lru_cache(maxsize=65536)
+def _parse_boxed(expr: str, timeout: int | None) -> Any:
+    """``math_verify.parse`` of ``\boxed{expr}`` (cached: the gold answers repeat for every sample)."""
+    from math_verify import parse
+
+    return parse(f"{BOXED}{{{expr}}}", parsing_timeout=timeout)  # type: ignore[arg-type]
+
+
+def math_equal(gold: str, pred: str, timeout_seconds: int = 5) -> tuple[bool, str]:
+    """``(equal, reason)`` by math_verify; exceptions and timeouts are ``(False, reason)``. Timeouts are
+    off outside the main thread (math_verify's ``signal.alarm`` raises there)."""
+    from math_verify import verify
+    from math_verify.errors import TimeoutException
+
+    timeout = timeout_seconds if threading.current_thread() is threading.main_thread() else None
+    try:
+        ok = bool(verify(_parse_boxed(gold, timeout), _parse_boxed(pred, timeout), timeout_seconds=timeout))
+    except TimeoutException:  # a BaseException, so listed on its own
+        return False, "math_verify timed out"
+    except Exception as e:
+        return False, f"math_verify failed ({type(e).__name__})"
+    return ok, "correct" if ok else f"wrong answer {pred[:40]!r} (expected {gold[:40]})"
+
+
+class MathTask(_DiskTask):
+    r"""Free-form math answers in ``\boxed{}``, checked with math_verify; see the module docstring."""
+
+    def __init__(
+        self,
+        path: Any,
+        *,
+        prompt_key: str,
+        answer_key: str,
+        target_key: str | None,
+        format_reward: float,
+        timeout_seconds: int,
+    ):
+        problems: list[str] = []
+        bad = check_format_reward(format_reward)
+        if bad:
+            problems.append(bad)
+        if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int) or timeout_seconds < 1:
+            problems.append(f"data.timeout_seconds must be an int >= 1, got {timeout_seconds!r}")
+        if problems:
+            raise ConfigError(problems)
+        try:
+            import math_verify  # noqa: F401  (fail at construction, not at the first reward)
+        except ImportError as e:
+            raise ImportError("the math task needs math-verify: pip install 'advantage[llm]'") from e
+        rows = _load(path, prompt_key, answer_key, target_key)
+        if target_key is None:
+            rows = [Example(ex.prompt, ex.answer, f"{BOXED}{{{ex.answer}}}", ex.meta) for ex in rows]
+        super().__init__("math", path, rows)
+        self.format_reward, self.timeout_seconds = float(format_reward), timeout_seconds
+        self.special_tokens: tuple[str, ...] = ()
+        self.alphabet = alphabet_of([*(ex.prompt + ex.target for ex in rows), BOXED + "{}"])
+        self.options = {
+            "path": str(path),
+            "prompt_key": prompt_key,
+            "answer_key": answer_key,
+            "target_key": target_key,
+            "format_reward": format_reward,
+            "timeout_seconds": timeout_seconds,
+        }
+
+    def verify(self, completion: str, example: Example) -> Reward:
+        r"""Exactly one ``\boxed{}``, its content equal to the gold answer by math_verify."""
+        w = self.format_reward
+        text = completion.strip()
+        if not text:
+            return make_reward(False, False, None, "empty completion", w)
+        got, why = extract_boxed(text)
+        if got is None:
+            return make_reward(False, False, None, why, w)
+        if not got:
+            return make_reward(False, True, got, "empty \\boxed{}", w)
+        gold = example.answer.strip()
+        if got == gold:  # math_verify agrees; skipping it saves sympy work on the common case
+            return make_reward(True, True, got, "correct", w)
+        ok, reason = math_equal(gold, got, self.timeout_seconds)
+        return make_reward(ok, True, got, reason, w)
+
+
+def dataset_task(
+    *,
+    path: str | None = None,
+    prompt_key: str = "prompt",
+    answer_key: str = "answer",
+    target_key: str | None = None,
+    answer_format: str = "plain",
+    format_reward: float = 0.0,
+) -> DatasetTask:
+    """Exact-match task over a ``.jsonl``/``.json``/``.parquet`` file (``data.path``)."""
+    return DatasetTask(
+        path,
+        prompt_key=prompt_key,
+        answer_key=answer_key,
+        target_key=target_key,
+        answer_format=answer_format,
+        format_reward=format_reward,
+    )
+
+
+def math_task(
+    *,
+    path: str | None = None,
+    prompt_key: str = "prompt",
+    answer_key: str = "answer",
+    target_key: str | None = None,
+    format_reward: float = 0.0,
+    timeout_seconds: int = 5,
+) -> MathTask:
+    r"""Math problems from a file, answers in ``\boxed{}`` checked by math_verify."""
+    return MathTask(
+        path,
+        prompt_key=prompt_key,
+        answer_key=answer_key,
+        target_key=target_key,
+        format_reward=format_reward,
+        timeout_seconds=timeout_seconds,
+    )
