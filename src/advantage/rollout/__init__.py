@@ -1,0 +1,14 @@
+"""Rollouts: sampling responses from a language model (the Gymnasium collectors live with their algorithms).
+
+``transformers`` (the ``llm`` extra) is imported only when a model is sampled, not by this import."""
+
+from advantage.rollout.generate import (
+    Generation,
+    SamplingParams,
+    encode_prompts,
+    generate,
+    max_prompt_length,
+    sample_tokens,
+)
+
+__all__ = ["Generation", "SamplingParams", "encode_prompts", "generate", "max_prompt_length", "sample_tokens"]

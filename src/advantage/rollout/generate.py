@@ -1,0 +1,294 @@
+"""Batched sampling from a causal LM with a KV cache: our own decoding loop, returning the ``[B, T]``
+tensors an on-policy LLM update consumes (response ids, mask, behaviour log-probs).
+
+Why not ``model.generate``: it recomputes nothing we need (no per-token log-probs without a second
+pass over ``output_scores``), and its per-step logits-processor and stopping-criteria machinery costs more
+than the forward pass of a small model (``benchmarks/lm_sampling.py`` measures the difference).
+
+The loop: one prefill forward over the left-padded prompts (position ids from the mask, as in
+:func:`advantage.nn.lm.sequence_logprobs`), then one token per step with ``DynamicCache``. Outputs are
+written into preallocated ``[B, max_new_tokens]`` buffers; the only host sync per step is the
+"every row finished" check. Finished rows keep emitting ``pad_id`` (ignored by the mask).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from advantage.errors import ConfigError
+from advantage.nn.lm import forward_accepts, position_ids_from_mask, response_mask
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = ["Generation", "SamplingParams", "encode_prompts", "generate", "max_prompt_length", "sample_tokens"]
+
+
+@dataclass
+class SamplingParams:
+    """How to pick each token. ``temperature`` 0 is greedy (argmax); ``top_k`` 0 and ``top_p`` 1 disable
+    those filters. Log-probs are always those of the unfiltered, temperature-scaled distribution."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 32
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.temperature >= 0:  # `not >=`: NaN fails too
+            problems.append(f"sampling.temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            problems.append(f"sampling.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            problems.append(f"sampling.top_k must be >= 0 (0 = off), got {self.top_k}")
+        if self.max_new_tokens < 1:
+            problems.append(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if problems:
+            raise ConfigError(problems)
+
+
+@dataclass
+class Generation:
+    """A batch of sampled responses. B = number of rows (prompts × samples per prompt), P = prompt
+    length (left-padded), T = steps actually decoded (≤ ``max_new_tokens``; fewer if all rows ended)."""
+
+    prompt_ids: Tensor  # [B, P] long, left-padded with pad_id
+    prompt_mask: Tensor  # [B, P], 1 on real prompt tokens
+    response_ids: Tensor  # [B, T] long, pad_id after the first EOS
+    response_mask: Tensor  # [B, T] float, 1 up to and including the first EOS
+    logprobs: Tensor  # [B, T] fp32, log π_τ(y_t | x, y_<t) of the sampled token, 0 where masked
+    lengths: Tensor  # [B] long, response tokens including the EOS
+    truncated: Tensor  # [B] bool, hit max_new_tokens without an EOS
+
+    def texts(self, tokenizer: PreTrainedTokenizerBase) -> list[str]:
+        """The decoded responses, special tokens (EOS, pad) removed."""
+        rows = [ids[:n].tolist() for ids, n in zip(self.response_ids, self.lengths.tolist(), strict=True)]
+        return tokenizer.batch_decode(rows, skip_special_tokens=True)
+
+    def sequences(self) -> tuple[Tensor, Tensor]:
+        """``(input_ids, attention_mask)`` ``[B, P + T]`` for :func:`~advantage.nn.lm.sequence_logprobs`
+        with ``response_start = P``."""
+        mask = torch.cat([self.prompt_mask.to(self.response_mask.dtype), self.response_mask], dim=1)
+        return torch.cat([self.prompt_ids, self.response_ids], dim=1), mask
+
+    def to(self, device: torch.device | str) -> Generation:
+        return Generation(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
+
+def max_prompt_length(model: PreTrainedModel, params: SamplingParams) -> int:
+    """The longest prompt that leaves room for ``max_new_tokens`` in the model's context
+    (``max_position_embeddings``); pass it to :func:`encode_prompts` as ``max_length``."""
+    context = int(model.config.max_position_embeddings)
+    if params.max_new_tokens >= context:
+        raise ConfigError(
+            f"sampling.max_new_tokens={params.max_new_tokens} leaves no room for a prompt in the model's "
+            f"context of {context} tokens; it must be < {context}"
+        )
+    return context - params.max_new_tokens
+
+
+def encode_prompts(
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    *,
+    max_length: int | None,
+    add_special_tokens: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Tokenize and left-pad ``prompts``: ``(ids [B, P] long, mask [B, P] long)``, P = longest prompt.
+
+    ``add_special_tokens`` is off by default because prompts are expected to be formatted already (e.g.
+    by ``apply_chat_template``, which writes any BOS itself). A prompt longer than ``max_length`` (for
+    instance :func:`max_prompt_length`) is refused rather than silently cut: cutting the left loses the
+    instruction, cutting the right loses the generation prompt.
+    """
+    if isinstance(prompts, str) or not prompts:
+        raise ConfigError(f"prompts must be a non-empty list of strings, got {prompts!r}")
+    pad_id = tokenizer.pad_token_id
+    if pad_id is None:
+        raise ConfigError(
+            "the tokenizer has no pad token; load it with load_pretrained(..., pad_to_eos=True)"
+        )
+    encoded = tokenizer(list(prompts), add_special_tokens=add_special_tokens)["input_ids"]
+    problems = []
+    for i, ids in enumerate(encoded):
+        if not ids:
+            problems.append(f"prompt {i} is empty (0 tokens); generation needs at least one prompt token")
+        elif max_length is not None and len(ids) > max_length:
+            problems.append(f"prompt {i} has {len(ids)} tokens, more than the limit max_length={max_length}")
+    if problems:
+        raise ConfigError(problems)
+    width = max(len(ids) for ids in encoded)
+    out = torch.full((len(encoded), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(encoded), width), dtype=torch.long)
+    for i, ids in enumerate(encoded):
+        out[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        mask[i, width - len(ids) :] = 1
+    return out, mask
+
+
+def sample_tokens(
+    logits: Tensor, params: SamplingParams, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor]:
+    r"""One token per row from ``logits`` ``[B, V]``: ``(tokens [B] long, logp [B] fp32)``.
+
+    ``logp = log_softmax(z / τ)[y]`` with τ = temperature (τ = 1 when greedy), before top-k / top-p,
+    so it is the quantity :func:`~advantage.nn.lm.sequence_logprobs` recomputes at the same τ. Sampling
+    is Gumbel-max in the exponential form, ``argmax_v p_v / E_v`` with ``E_v ~ Exp(1)`` drawn from
+    ``generator`` (the trick vLLM uses; no cumulative sum as in ``torch.multinomial``).
+    """
+    z = logits.float()
+    if params.temperature > 0:
+        z = z / params.temperature
+    logz = z.logsumexp(-1, keepdim=True)  # [B, 1]
+    if params.temperature == 0:
+        tokens = z.argmax(-1)
+    else:
+        filtered = _top_k_top_p(z, params.top_k, params.top_p)
+        probs = (filtered - logz).exp()  # [B, V]; 0 where filtered out
+        # clamp: an Exp(1) draw of exactly 0 would give 0/0 = NaN on a filtered token, and argmax picks NaN.
+        noise = (
+            torch.empty_like(probs)
+            .exponential_(generator=generator)
+            .clamp_(min=torch.finfo(probs.dtype).tiny)
+        )
+        tokens = (probs / noise).argmax(-1)
+    logp = z.gather(-1, tokens[:, None]) - logz
+    return tokens, logp.squeeze(-1)
+
+
+def _top_k_top_p(z: Tensor, top_k: int, top_p: float) -> Tensor:
+    """``z`` with -inf outside the top-k tokens and outside the smallest set of most likely tokens whose
+    probability reaches ``top_p`` (nucleus; Holtzman et al. 2020). The most likely token always stays."""
+    if 0 < top_k < z.shape[-1]:
+        kth = z.topk(top_k, dim=-1).values[:, -1:]  # [B, 1]
+        z = z.masked_fill(z < kth, float("-inf"))
+    if top_p < 1:
+        sorted_z, order = z.sort(dim=-1, descending=True)
+        probs = sorted_z.softmax(-1)
+        # drop a token when the mass strictly before it already reaches top_p
+        drop = (probs.cumsum(-1) - probs) >= top_p
+        z = z.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return z
+
+
+def _new_cache(model: PreTrainedModel) -> Any:
+    from transformers import DynamicCache
+
+    try:
+        return DynamicCache(config=model.config)
+    except TypeError:  # transformers < 4.56 takes no config
+        return DynamicCache()
+
+
+def _decode_mask(model: PreTrainedModel, mask: Tensor) -> Tensor:
+    """The attention mask for the one-token decode steps, built once for all steps.
+
+    A decode query sees every cached key, so only padding matters: for eager and SDPA attention this is
+    the additive 4-D mask ``[B, 1, 1, L]`` (0 visible, dtype-min hidden) that transformers would otherwise
+    rebuild from the 2-D mask at every step (about a tenth of a small model's step). Other attention
+    backends (flash-attention takes the 2-D mask) get the 2-D mask.
+    """
+    if getattr(model.config, "_attn_implementation", None) not in ("eager", "sdpa"):
+        return mask
+    dtype = model.dtype
+    hidden = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
+        mask == 0, torch.finfo(dtype).min
+    )
+    return hidden[:, None, None, :]
+
+
+def generate(
+    model: PreTrainedModel,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    params: SamplingParams,
+    *,
+    eos_id: int,
+    pad_id: int,
+    generator: torch.Generator | None = None,
+) -> Generation:
+    """Sample up to ``params.max_new_tokens`` tokens per row under ``torch.inference_mode``.
+
+    Greedy (``temperature=0``) gives the tokens of ``model.generate(do_sample=False)``; ``logprobs`` equal
+    :func:`~advantage.nn.lm.sequence_logprobs` on ``Generation.sequences()`` at the same temperature
+    (1e-5, tested). Reproducible for a seeded ``generator``. The model is used as it is (call
+    ``.eval()`` first if it has dropout).
+
+    Args:
+        prompt_ids: ``[B, P]`` long, left-padded (see :func:`encode_prompts`).
+        prompt_mask: ``[B, P]``, 1 on real tokens; every row needs at least one.
+        params: temperature, top-k, top-p and ``max_new_tokens`` (``T`` ≤ it: the loop stops once every
+            row has emitted ``eos_id``).
+        eos_id: the stop token; it is kept in the response and its mask.
+        pad_id: written after a row's EOS; may equal ``eos_id`` (masks never look at it).
+        generator: the source of sampling noise, on the model's device; ``None`` uses torch's global RNG.
+    """
+    if prompt_ids.dim() != 2 or prompt_ids.shape != prompt_mask.shape:
+        raise ValueError(
+            f"prompt_ids and prompt_mask must both be [B, P], got {tuple(prompt_ids.shape)} and "
+            f"{tuple(prompt_mask.shape)}"
+        )
+    if not bool(prompt_mask[:, -1].all()):
+        raise ValueError("prompts must be left-padded: prompt_mask[:, -1] must be 1 for every row")
+    batch, plen = prompt_ids.shape
+    n_new = params.max_new_tokens
+    device = prompt_ids.device
+    cache_key = "cache" if forward_accepts(model, "cache") else "past_key_values"  # renamed in transformers 5
+    cache = _new_cache(model)
+    # logits for the last position only: the vocabulary projection of the prompt is wasted work
+    last_only = {"logits_to_keep": 1} if forward_accepts(model, "logits_to_keep") else {}
+
+    tokens = torch.full((batch, n_new), pad_id, dtype=torch.long, device=device)  # [B, N]
+    logps = torch.zeros((batch, n_new), dtype=torch.float32, device=device)  # [B, N]
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [B]
+    # The mask over prompt + generated tokens, preallocated; step t passes the view [..., :P + t + 1].
+    # Finished rows keep attending to their pads, harmlessly: nothing they produce is kept.
+    mask = torch.ones((batch, plen + n_new), dtype=torch.long, device=device)
+    mask[:, :plen] = prompt_mask
+    step_mask = _decode_mask(model, mask)
+    next_pos = prompt_mask.long().sum(-1, keepdim=True)  # [B, 1] position of the first response token
+
+    steps = 0
+    with torch.inference_mode():
+        out = model(
+            input_ids=prompt_ids,
+            attention_mask=mask[:, :plen],
+            position_ids=position_ids_from_mask(prompt_mask),
+            use_cache=True,
+            **last_only,
+            **{cache_key: cache},
+        )
+        for t in range(n_new):
+            tok, lp = sample_tokens(out.logits[:, -1], params, generator)
+            tok = tok.masked_fill(finished, pad_id)
+            tokens[:, t] = tok
+            logps[:, t] = lp.masked_fill(finished, 0.0)
+            finished |= tok == eos_id
+            steps = t + 1
+            if steps == n_new or bool(finished.all()):  # the one host sync per step
+                break
+            out = model(
+                input_ids=tok[:, None],
+                attention_mask=step_mask[..., : plen + steps],
+                position_ids=next_pos + t,
+                use_cache=True,
+                **last_only,
+                **{cache_key: cache},
+            )
+
+    response_ids = tokens[:, :steps]
+    rmask = response_mask(response_ids, eos_id)  # [B, T]
+    return Generation(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        response_ids=response_ids,
+        response_mask=rmask,
+        logprobs=logps[:, :steps] * rmask,
+        lengths=rmask.sum(-1).long(),
+        truncated=~(response_ids == eos_id).any(-1),
+    )

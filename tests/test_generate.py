@@ -1,0 +1,258 @@
+"""advantage.rollout.generate: our KV-cache sampler against transformers' generate and our log-probs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from advantage.errors import ConfigError
+from advantage.nn.lm import build_char_tokenizer, build_scratch_model, sequence_logprobs
+from advantage.rollout import (
+    Generation,
+    SamplingParams,
+    encode_prompts,
+    generate,
+    max_prompt_length,
+    sample_tokens,
+)
+
+PROMPTS = ["1+2=", "12+34=", "9", "100-99=", "7-7=", "55+5="]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_char_tokenizer("0123456789+=- ")
+
+
+def sharp_model(arch: str, tokenizer, seed: int = 0, std: float = 0.5):
+    """A tiny model with large weights (std 0.5, 25 times the default): peaked, varied next-token
+    distributions, so greedy decoding does not repeat one token forever, EOS actually occurs, and argmax
+    ties never happen."""
+    if arch == "gpt2":  # absolute positions: wrong position ids for left-padded rows change its output
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cfg = GPT2Config(
+            vocab_size=len(tokenizer),
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=64,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        )
+        model = GPT2LMHeadModel(cfg).eval()
+    else:
+        model = build_scratch_model(arch, tokenizer, hidden_size=32, layers=2, heads=4, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2 or name.endswith("bias"):  # qwen2's q/k/v biases too; norms stay at 1
+                p.normal_(0.0, std, generator=g)
+    return model
+
+
+@pytest.fixture(scope="module", params=["qwen2", "llama", "gpt2"])
+def model(request, tok):
+    return sharp_model(request.param, tok, seed={"qwen2": 0, "llama": 1, "gpt2": 2}[request.param])
+
+
+@pytest.fixture(scope="module")
+def prompts(tok):
+    return encode_prompts(tok, PROMPTS, max_length=None)
+
+
+def run(model, prompts, tok, eos_id=None, seed=None, **params) -> Generation:
+    ids, mask = prompts
+    gen = None if seed is None else torch.Generator().manual_seed(seed)
+    eos = tok.eos_token_id if eos_id is None else eos_id
+    return generate(
+        model, ids, mask, SamplingParams(**params), eos_id=eos, pad_id=tok.pad_token_id, generator=gen
+    )
+
+
+def check_consistent(g: Generation, eos_id: int, pad_id: int, max_new: int) -> None:
+    """The invariants every Generation satisfies, checked against the tokens themselves."""
+    b, t = g.response_ids.shape
+    assert t <= max_new and g.logprobs.shape == g.response_mask.shape == (b, t)
+    for i in range(b):
+        row = g.response_ids[i].tolist()
+        n = row.index(eos_id) + 1 if eos_id in row else t
+        assert g.lengths[i].item() == n
+        assert g.truncated[i].item() == (eos_id not in row)
+        assert g.response_mask[i].tolist() == [1.0] * n + [0.0] * (t - n)
+        assert all(x == pad_id for x in row[n:])
+        assert (g.logprobs[i, n:] == 0).all() and (g.logprobs[i, :n] <= 0).all()
+
+
+def test_encode_prompts_left_pads(tok, prompts):
+    ids, mask = prompts
+    assert ids.shape == mask.shape == (6, 7) and ids.dtype == torch.long
+    assert ids[2].tolist() == [0] * 6 + [tok.convert_tokens_to_ids("9")]
+    assert mask[2].tolist() == [0] * 6 + [1] and mask[3].tolist() == [1] * 7
+    assert tok.decode(ids[1], skip_special_tokens=True) == "12+34="
+
+
+def test_encode_prompts_errors(tok):
+    with pytest.raises(ConfigError) as e:
+        encode_prompts(tok, ["12", "12345", "1"], max_length=3)
+    assert "prompt 1 has 5 tokens, more than the limit max_length=3" in str(e.value)
+    with pytest.raises(ConfigError, match="prompt 1 is empty"):
+        encode_prompts(tok, ["1", ""], max_length=None)
+    model = build_scratch_model("llama", tok, hidden_size=16, layers=1, heads=2, max_position_embeddings=40)
+    limit = max_prompt_length(model, SamplingParams(max_new_tokens=28))
+    assert limit == 12  # the context of 40 minus 28 new tokens
+    with pytest.raises(ConfigError, match="prompt 0 has 13 tokens, more than the limit max_length=12"):
+        encode_prompts(tok, ["1" * 13], max_length=limit)
+    with pytest.raises(ConfigError, match="sampling.max_new_tokens=40 leaves no room for a prompt"):
+        max_prompt_length(model, SamplingParams(max_new_tokens=40))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"temperature": -0.1}, "sampling.temperature"),
+        ({"temperature": float("nan")}, "sampling.temperature"),
+        ({"top_p": 0.0}, "sampling.top_p"),
+        ({"top_p": 1.5}, "sampling.top_p"),
+        ({"top_k": -1}, "sampling.top_k"),
+        ({"max_new_tokens": 0}, "sampling.max_new_tokens"),
+    ],
+)
+def test_sampling_params_validation(kwargs, field):
+    with pytest.raises(ConfigError, match=field) as e:
+        SamplingParams(**kwargs)
+    assert str(next(iter(kwargs.values()))) in str(e.value)
+
+
+def test_sampling_params_lists_every_problem():
+    with pytest.raises(ConfigError) as e:
+        SamplingParams(temperature=-1, top_k=-2)
+    assert len(e.value.problems) == 2
+
+
+def greedy_probe(model, prompts, tok, steps: int = 24) -> list[list[int]]:
+    """Greedy continuations with no EOS at all, to pick tokens that later tests use as the EOS."""
+    return run(model, prompts, tok, eos_id=-1, temperature=0, max_new_tokens=steps).response_ids.tolist()
+
+
+def test_greedy_equals_transformers_generate(model, prompts, tok):
+    ids, mask = prompts
+    # Row 3's third greedy token serves as EOS: row 3 ends after 3 tokens, the others later or never.
+    eos = greedy_probe(model, prompts, tok)[3][2]
+    ours = run(model, prompts, tok, eos_id=eos, temperature=0, max_new_tokens=24)
+    hf = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        do_sample=False,
+        max_new_tokens=24,
+        eos_token_id=eos,
+        pad_token_id=tok.pad_token_id,
+    )
+    assert torch.equal(ours.response_ids, hf[:, ids.shape[1] :])
+    assert ours.lengths[3].item() == 3 and not ours.truncated[3]
+    assert len(set(ours.response_ids.flatten().tolist())) >= 6  # a varied continuation, not one token
+    check_consistent(ours, eos, tok.pad_token_id, 24)
+
+
+@pytest.fixture(scope="module")
+def mild_model(tok):
+    # std 0.2: logits of a few units. The fp32 gap between the cached and the full forward grows with the
+    # logits' size (about 2e-5 at std 0.5, temperature 0.7; 2e-6 here; 2e-7 at the default init).
+    return {arch: sharp_model(arch, tok, seed=3, std=0.2) for arch in ("qwen2", "gpt2")}
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gpt2"])
+@pytest.mark.parametrize(("temperature", "top_k", "top_p"), [(1.0, 0, 1.0), (0.7, 5, 0.9), (0.0, 0, 1.0)])
+def test_logprobs_equal_recomputed(mild_model, prompts, tok, arch, temperature, top_k, top_p):
+    model = mild_model[arch]
+    g = run(model, prompts, tok, seed=1, temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=12)
+    check_consistent(g, tok.eos_token_id, tok.pad_token_id, 12)
+    ids, mask = g.sequences()
+    with torch.no_grad():
+        # the log-prob under the unfiltered distribution at the sampling temperature (1 for greedy)
+        logp = sequence_logprobs(
+            model, ids, mask, response_start=g.prompt_ids.shape[1], temperature=temperature or 1.0
+        )
+    assert (g.logprobs - logp * g.response_mask).abs().max() <= 1e-5
+    assert g.response_mask.sum() > 3 * g.response_ids.shape[0]  # real multi-token responses were compared
+
+
+def test_seeded_sampling_is_reproducible(model, prompts, tok):
+    a = run(model, prompts, tok, seed=5, max_new_tokens=10)
+    b = run(model, prompts, tok, seed=5, max_new_tokens=10)
+    c = run(model, prompts, tok, seed=6, max_new_tokens=10)
+    assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.logprobs, b.logprobs)
+    assert not torch.equal(a.response_ids, c.response_ids)
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy(model, prompts, tok):
+    greedy = run(model, prompts, tok, temperature=0, max_new_tokens=10)
+    for params in ({"top_k": 1}, {"top_p": 1e-6}):
+        g = run(model, prompts, tok, seed=3, temperature=1.5, max_new_tokens=10, **params)
+        assert torch.equal(g.response_ids, greedy.response_ids)
+    sampled = run(model, prompts, tok, seed=3, temperature=1.5, max_new_tokens=10)
+    assert not torch.equal(sampled.response_ids, greedy.response_ids)
+
+
+def test_stops_when_every_row_has_ended(model, prompts, tok):
+    rows = greedy_probe(model, prompts, tok)
+    # a token that both rows 1 and 3 emit within 8 steps: as EOS it ends both, at known steps
+    shared = set(rows[1][:8]) & set(rows[3][:8])
+    assert shared, (rows[1], rows[3])
+    eos = min(shared, key=lambda x: max(rows[1].index(x), rows[3].index(x)))
+    expected = [rows[1].index(eos) + 1, rows[3].index(eos) + 1]
+    ids, mask = encode_prompts(tok, [PROMPTS[1], PROMPTS[3]], max_length=None)
+    g = generate(model, ids, mask, SamplingParams(temperature=0, max_new_tokens=40), eos_id=eos, pad_id=0)
+    assert g.lengths.tolist() == expected and g.response_ids.shape == (2, max(expected))  # stopped early
+    assert not g.truncated.any()
+    check_consistent(g, eos, 0, 40)
+
+
+def test_truncated_when_no_eos(model, prompts, tok):
+    g = run(model, prompts, tok, eos_id=len(tok), seed=0, max_new_tokens=7)  # an id that cannot be sampled
+    assert g.response_ids.shape == (6, 7)
+    assert g.truncated.all() and g.lengths.tolist() == [7] * 6 and (g.response_mask == 1).all()
+
+
+def test_pad_equal_to_eos(model, prompts, tok):
+    eos = greedy_probe(model, prompts, tok, 12)[3][2]
+    ids, mask = prompts
+    g = generate(model, ids, mask, SamplingParams(temperature=0, max_new_tokens=12), eos_id=eos, pad_id=eos)
+    assert g.lengths[3].item() == 3 and g.response_mask[3].tolist() == [1.0] * 3 + [0.0] * 9
+    check_consistent(g, eos, eos, 12)  # the EOS kept, the EOS-valued pads after it masked
+
+
+def test_texts(model, prompts, tok):
+    g = run(model, prompts, tok, seed=2, max_new_tokens=8)
+    texts = g.texts(tok)
+    assert len(texts) == 6
+    for text, row, n in zip(texts, g.response_ids.tolist(), g.lengths.tolist(), strict=True):
+        expected = "".join(tok.convert_ids_to_tokens(x) for x in row[:n] if x not in tok.all_special_ids)
+        assert text == expected
+
+
+def test_generate_rejects_right_padding(model, tok):
+    ids = torch.tensor([[5, 6, 0]])
+    with pytest.raises(ValueError, match="left-padded"):
+        generate(model, ids, (ids != 0).long(), SamplingParams(), eos_id=2, pad_id=0)
+
+
+def test_sample_tokens_filters_and_logprobs():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = probs.log().expand(4000, 4)
+    gen = torch.Generator().manual_seed(0)
+    tokens, logp = sample_tokens(logits, SamplingParams(top_p=0.7), gen)
+    # nucleus 0.7: {0, 1} (0.5 < 0.7 before token 1; 0.8 ≥ 0.7 before token 2), renormalised to 5/8, 3/8
+    assert set(tokens.tolist()) == {0, 1}
+    assert abs((tokens == 0).float().mean().item() - 0.625) < 0.04
+    assert torch.allclose(logp, probs.log()[tokens])  # unfiltered log-probs
+    tokens, _ = sample_tokens(logits, SamplingParams(top_k=3), gen)
+    assert set(tokens.tolist()) == {0, 1, 2}
+    assert abs((tokens == 2).float().mean().item() - 0.15 / 0.95) < 0.03
+    tokens, logp = sample_tokens(logits, SamplingParams(temperature=0.5), gen)
+    sharpened = torch.softmax(probs.log() / 0.5, -1)
+    assert abs((tokens == 0).float().mean().item() - sharpened[0].item()) < 0.04
+    assert torch.allclose(logp, sharpened.log()[tokens])
