@@ -117,7 +117,16 @@ def test_make_task_errors():
         make_task("countdown", numbers=1, max_number=0)
     with pytest.raises(ConfigError, match="data.path is required"):
         make_task("math")
-    assert set(TASKS) == {"addition", "multiplication", "countdown", "reverse", "sort", "dataset", "math"}
+    assert set(TASKS) == {
+        "addition",
+        "multiplication",
+        "countdown",
+        "reverse",
+        "sort",
+        "dataset",
+        "math",
+        "code",
+    }
 
 
 def _ex(task, prompt_prefix):

@@ -1,10 +1,12 @@
 """Text tasks with rule-based verifiable rewards (RLVR) for SFT, GRPO and PPO on language models.
 
-Generated tasks (``addition``, ``multiplication``, ``countdown``, ``reverse``, ``sort``) and tasks read
-from disk (``dataset``: exact match; ``math``: ``\\boxed{}`` answers checked with math_verify), all built
-with :func:`make_task` and verified with the rules of :mod:`advantage.envs.text.core`.
+Generated tasks (``addition``, ``multiplication``, ``countdown``, ``reverse``, ``sort``), tasks read
+from disk (``dataset``: exact match; ``math``: ``\\boxed{}`` answers checked with math_verify) and ``code``
+(a Python function run on hidden tests in :mod:`advantage.sandbox`), all built with :func:`make_task` and
+verified with the rules of :mod:`advantage.envs.text.core`.
 """
 
+from advantage.envs.text.code import CodeTask, extract_code
 from advantage.envs.text.core import SPLITS, Example, Reward, Task, extract_tagged, split_of
 from advantage.envs.text.countdown import CountdownTask, evaluate_expression
 from advantage.envs.text.datasets import DatasetTask, MathTask, extract_boxed, load_examples, math_equal
@@ -15,6 +17,7 @@ __all__ = [
     "SPLITS",
     "TASKS",
     "ArithmeticTask",
+    "CodeTask",
     "CountdownTask",
     "DatasetTask",
     "Example",
@@ -24,6 +27,7 @@ __all__ = [
     "Task",
     "evaluate_expression",
     "extract_boxed",
+    "extract_code",
     "extract_tagged",
     "load_examples",
     "make_task",

@@ -8,6 +8,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from advantage.envs.text.code import code
 from advantage.envs.text.core import Task
 from advantage.envs.text.countdown import countdown
 from advantage.envs.text.datasets import dataset_task, math_task
@@ -24,6 +25,7 @@ TASKS: dict[str, Callable[..., Task]] = {
     "sort": sort,
     "dataset": dataset_task,
     "math": math_task,
+    "code": code,
 }
 
 

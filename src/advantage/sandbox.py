@@ -1,0 +1,303 @@
+r"""Run untrusted Python (model-written code) on inputs in a separate, isolated, time-limited process.
+
+``run_sandboxed(code, inputs, entry="f", limits=SandboxLimits())`` runs ``code``, calls ``entry(*args)`` for
+each ``args`` in ``inputs`` and returns the values, decoded from JSON, in a :class:`SandboxResult`. It
+never judges them: the caller (:class:`advantage.envs.text.code.CodeTask`) compares them with expected
+outputs that never leave the caller's process. So code that forges the result protocol, patches ``json`` or
+builtins, or exits early can at worst report values it computed itself — which is what it is asked for.
+
+Processes (protocol in :mod:`advantage._sandbox_child`). The trainer starts a *supervisor*,
+``python -I -S _sandbox_child.py`` (no user site, no ``PYTHONPATH``, no ``site``; environment ``PATH``,
+``LANG``, ``HOME``, ``PYTHONHASHSEED`` only, so no inherited secret; its own session and process group).
+The supervisor unshares namespaces and forks the *candidate* process, which isolates itself (below), runs
+the code and writes its results to a pipe to the supervisor. The supervisor, which the candidate can
+neither see nor signal, forwards them to the trainer on a pipe only the two of them hold, with a per-run
+nonce, the exit status and the CPU time. It kills the candidate at ``wall_seconds + 0.5`` on its own, so a
+run ends even if the trainer dies. The trainer kills the candidate at ``wall_seconds`` (SIGKILL to the
+PID-namespace init: the kernel then kills every process in the namespace), gives the supervisor 0.5 s to
+reap it, then kills the supervisor's process group and reaps the supervisor. No zombie, no orphan.
+
+Isolation, listed in :attr:`SandboxResult.isolation` as in effect for that run:
+
+1. ``rlimits``: CPU seconds (soft = hard, so the kernel sends SIGKILL), address space (``memory_bytes``:
+   large allocations raise MemoryError), file size, open files 64, no core files, and processes
+   (``RLIMIT_NPROC``). NPROC counts all processes of a user, and root ignores it, so it is made exact:
+   as root the candidate switches to a fresh random uid (``uid-drop``), which owns no other process; as
+   another user the count is per user namespace (Linux ≥ 5.14), which holds only the supervisor and the
+   candidate. The limit is that count plus ``max_processes`` (threads count too).
+2. ``netns`` ``pidns`` ``mountns`` ``ipcns`` ``utsns`` (+ ``userns`` when not root): ``unshare`` via
+   ctypes (``os.unshare`` needs Python 3.12). The network namespace has only a loopback that is down, so
+   every connection fails, 127.0.0.1 included. The candidate is PID 1 of its PID namespace and sees no
+   other process: ``/proc`` is remounted for it (``private-proc``; an empty tmpfs when the kernel refuses).
+3. ``readonly-fs``: every mount is remounted read-only (the harness, the repository and the trainer's
+   files cannot be changed); ``private-tmp``: an empty tmpfs of ``file_size_bytes`` (noexec) on ``/tmp``
+   is the working directory; ``hidden-home``: ``/root`` and ``/home`` are covered by an empty tmpfs, with
+   only the interpreter's prefix bound back inside, so key files and tokens there are unreadable.
+4. ``no-caps`` ``no-new-privs``: the bounding and permitted capability sets are emptied and
+   ``PR_SET_NO_NEW_PRIVS`` set, so the candidate cannot undo any of the above or gain privileges by exec.
+5. ``audit-hook:…``: where the kernel refuses namespaces (e.g. Docker's default seccomp profile), or with
+   ``isolation="python"``, a :func:`sys.addaudithook` hook (which Python code cannot remove) blocks, in
+   the candidate, sockets (``network``), fork/exec/kill (``process``), writes outside the working directory
+   and reads of other processes' ``/proc`` entries and of ``/root`` and ``/home`` (``files``), and ctypes
+   (``ctypes``, which could bypass the others). A user namespace entered as root gets the ``process``
+   part (kuid 0 ignores RLIMIT_NPROC). This is weaker than the kernel: a C extension the code writes and
+   loads is not stopped, and the working directory is a host temporary directory.
+
+Cost: one process start (~30 ms of interpreter start-up) plus the namespaces, about 45-80 ms per run on
+a 2-core machine. The trainer never compiles or runs the code itself.
+
+Limitations: values travel as JSON (tuples come back as lists, dict keys as strings); ``PYTHONHASHSEED``
+is set for programs the candidate might start, but ``-I`` makes its own interpreter ignore it, so string
+hashing is randomized; ``SandboxResult.isolation`` is empty after a wall-time kill (the report is lost);
+killing the candidate by PID has a window of microseconds in which the PID could have been reused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from advantage import _sandbox_child
+from advantage._sandbox_child import GRACE, MARKER
+from advantage.errors import ConfigError
+
+__all__ = ["ISOLATION_MODES", "Raised", "SandboxLimits", "SandboxResult", "run_sandboxed"]
+
+ISOLATION_MODES = ("auto", "namespaces", "python")
+_SCRIPT = os.path.abspath(_sandbox_child.__file__)
+_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "PYTHONHASHSEED": "0"}
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Limits of one run. ``wall_seconds`` bounds the whole run (start-up included); ``cpu_seconds`` the
+    candidate's CPU time (whole seconds, the kernel's granularity); ``memory_bytes`` its address space;
+    ``file_size_bytes`` the largest file it may write and the size of its ``/tmp``; ``max_processes``
+    the processes or threads it may start; ``output_bytes`` the size of its encoded results.
+    ``isolation``: ``auto`` (namespaces when the kernel allows, else the audit-hook fallback),
+    ``namespaces`` (fail the run rather than fall back) or ``python`` (the fallback only)."""
+
+    wall_seconds: float = 5.0
+    cpu_seconds: int = 2
+    memory_bytes: int = 512 * 2**20
+    file_size_bytes: int = 2**20
+    max_processes: int = 0
+    output_bytes: int = 2**20
+    isolation: str = "auto"
+
+    def __post_init__(self) -> None:
+        problems = []
+        wall = self.wall_seconds
+        if isinstance(wall, bool) or not isinstance(wall, int | float) or not 0 < wall <= 3600:
+            problems.append(f"sandbox.wall_seconds must be a number in (0, 3600], got {wall!r}")
+        bounds = {
+            "cpu_seconds": (1, 3600),
+            "memory_bytes": (64 * 2**20, 2**50),
+            "file_size_bytes": (4096, 2**40),
+            "max_processes": (0, 4096),
+            "output_bytes": (1024, 2**30),
+        }
+        for name, (lo, hi) in bounds.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                problems.append(f"sandbox.{name} must be an int in [{lo}, {hi}], got {value!r}")
+        if self.isolation not in ISOLATION_MODES:
+            problems.append(
+                f"sandbox.isolation must be one of {', '.join(ISOLATION_MODES)}, got {self.isolation!r}"
+            )
+        if problems:
+            raise ConfigError(problems)
+
+
+@dataclass(frozen=True)
+class Raised:
+    """In :attr:`SandboxResult.outputs`: the call raised (``error`` is ``"Type: message"``) or returned a
+    value that is not JSON. Never equal to a returned value."""
+
+    error: str
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """``outputs[i]`` is what ``entry(*inputs[i])`` returned (JSON-decoded) or a :class:`Raised`; None when
+    the run produced no results, then ``error`` says why and ``stage`` where it stopped: ``setup`` (the
+    sandbox could not start), ``syntax`` (the code does not compile), ``load`` (running its top level
+    raised), ``entry`` (no callable ``entry``) or ``run`` (killed, exited early or garbled results).
+    ``killed_by``: ``wall``, ``cpu``, ``output`` or ``signal SIGxxx`` when the candidate was killed.
+    ``seconds``: wall time of the whole run. ``isolation``: the measures in effect (module docstring)."""
+
+    outputs: list[Any] | None
+    error: str | None
+    seconds: float
+    killed_by: str | None
+    stage: str | None = None
+    isolation: tuple[str, ...] = ()
+
+
+def run_sandboxed(
+    code: str, inputs: list[list[Any]], *, entry: str = "f", limits: SandboxLimits | None = None
+) -> SandboxResult:
+    """Run ``code`` in a sandbox and call ``entry(*args)`` for each ``args`` in ``inputs`` (lists of
+    JSON-serializable positional arguments). Thread-safe; never raises for anything the code does."""
+    limits = limits or SandboxLimits()
+    if not isinstance(code, str):
+        raise TypeError(f"code must be a str, got {type(code).__name__}")
+    if not entry.isidentifier():
+        raise ValueError(f"entry must be a Python identifier, got {entry!r}")
+    if not all(isinstance(args, list | tuple) for args in inputs):
+        raise ValueError("inputs must be a list of argument lists, e.g. [[1], [2]] for f(1), f(2)")
+    nonce = secrets.token_hex(16)
+    payload = {"code": code, "entry": entry, "inputs": [list(a) for a in inputs], "nonce": nonce}
+    state: dict[str, Any] = {"inner": None, "final": None, "killed_by": None, "n": len(inputs)}
+    tail, start = "", time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="advantage-sandbox-") as workdir:  # the fallback's cwd
+        payload.update(limits=asdict(limits), workdir=os.path.realpath(workdir))
+        data = json.dumps(payload).encode()  # TypeError for inputs that are not JSON: the caller's bug
+        with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as stderr:
+            stdin.write(data)
+            stdin.seek(0)
+            read_fd, write_fd = os.pipe()
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-I", "-S", _SCRIPT, MARKER, str(write_fd)],
+                    stdin=stdin,
+                    stdout=subprocess.DEVNULL,
+                    stderr=stderr,
+                    env=_ENV,
+                    cwd=workdir,
+                    pass_fds=(write_fd,),
+                    start_new_session=True,  # its own process group, killed as a whole at the end
+                )
+            except OSError as e:
+                os.close(read_fd)
+                return SandboxResult(None, f"could not start the sandbox: {e}", 0.0, None, "setup")
+            finally:
+                os.close(write_fd)
+            try:
+                _read_messages(read_fd, nonce, start + limits.wall_seconds, limits.output_bytes, state)
+            finally:  # also on KeyboardInterrupt: leave no process behind
+                _stop(proc, state)
+                os.close(read_fd)
+            stderr.seek(max(0, stderr.seek(0, 2) - 600))
+            tail = stderr.read().decode(errors="replace").strip()
+    return _interpret(state, limits, time.monotonic() - start, tail)
+
+
+def _read_messages(fd: int, nonce: str, deadline: float, cap: int, state: dict[str, Any]) -> None:
+    """Read the supervisor's two lines (``{"inner": pid}`` at once, the final report at the end) until
+    EOF, the deadline, or more than ``cap`` bytes; record them in ``state``."""
+    poller = select.poll()  # not select.select: fd numbers above 1024 are fine
+    poller.register(fd, select.POLLIN)
+    buf = bytearray()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            state["killed_by"] = "wall"
+            return
+        if not poller.poll(left * 1000):
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        buf += chunk
+        if len(buf) > cap + 65536:
+            state["killed_by"] = "output"
+            return
+        if state["inner"] is None and b"\n" in buf:
+            hello = _decode(bytes(buf[: buf.index(b"\n")]), nonce)
+            state["inner"] = hello.get("inner") if hello else None
+    lines = bytes(buf).split(b"\n")
+    state["final"] = _decode(lines[1], nonce) if len(lines) > 1 else None
+
+
+def _decode(line: bytes, nonce: str) -> dict[str, Any] | None:
+    """One supervisor message, or None when it is not JSON or lacks this run's nonce."""
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return None
+    return msg if isinstance(msg, dict) and msg.get("nonce") == nonce else None
+
+
+def _stop(proc: Any, state: dict[str, Any]) -> None:
+    """Leave no process behind: kill the candidate (with its whole PID namespace) unless it has reported,
+    give the supervisor time to reap it, kill the supervisor's process group, reap the supervisor."""
+    inner = state["inner"]
+    if state["final"] is None and isinstance(inner, int) and inner > 1:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(inner, signal.SIGKILL)
+    try:  # wait for the supervisor's exit without reaping it, so its pid (= the group id) stays reserved
+        pidfd = os.pidfd_open(proc.pid)
+    except OSError:
+        pidfd = None
+    if pidfd is not None:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        poller.poll(GRACE * 1000)
+        os.close(pidfd)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the supervisor if stuck, and anything left in its group
+    proc.wait()
+
+
+def _interpret(state: dict[str, Any], limits: SandboxLimits, seconds: float, tail: str) -> SandboxResult:
+    """Turn the supervisor's final report (or its absence) into a :class:`SandboxResult`."""
+    final, killed_by = state["final"], state["killed_by"]
+    if killed_by == "wall":
+        error = f"wall time limit {limits.wall_seconds:g} s exceeded"
+        return SandboxResult(None, error, seconds, "wall", "run")
+    if killed_by == "output" or (final and final.get("overflow")):
+        return SandboxResult(None, f"results over {limits.output_bytes} bytes", seconds, "output", "run")
+    if final is None:
+        why = f": {tail.splitlines()[-1]}" if tail else ""
+        return SandboxResult(None, f"the sandbox supervisor failed{why}", seconds, None, "setup")
+    isolation = tuple(final.get("isolation") or ())
+    if final.get("error"):  # set by trusted code: the supervisor or the candidate process before the code ran
+        return SandboxResult(None, final["error"], seconds, None, "setup", isolation)
+    if final.get("timeout"):  # the supervisor's own deadline, later than ours: only if we were slow
+        error = f"wall time limit {limits.wall_seconds:g} s exceeded"
+        return SandboxResult(None, error, seconds, "wall", "run", isolation)
+    sig, cpu = final.get("signal"), float(final.get("cpu") or 0.0)
+    killed = None
+    # SIGKILL without a timeout or overflow comes from the kernel's CPU limit (rusage lags it a little)
+    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= 0.5 * limits.cpu_seconds):
+        killed = "cpu"
+    elif sig:
+        try:
+            killed = f"signal {signal.Signals(sig).name}"
+        except ValueError:
+            killed = f"signal {sig}"
+    if killed:
+        error = f"CPU time limit {limits.cpu_seconds} s exceeded" if killed == "cpu" else f"killed: {killed}"
+        return SandboxResult(None, error, seconds, killed, "run", isolation)
+    try:
+        report = json.loads(final.get("result") or "null")
+    except ValueError:
+        report = "garbled"
+    if report is None:
+        why = f"the program exited with status {final.get('status')} before reporting"
+        return SandboxResult(None, f"no results: {why}", seconds, None, "run", isolation)
+    stage = report.get("stage") if isinstance(report, dict) else None
+    if stage in ("syntax", "load", "entry") and isinstance(report.get("error"), str):
+        return SandboxResult(None, report["error"][:300], seconds, None, stage, isolation)
+    outputs = report.get("outputs") if stage == "done" else None
+    if not isinstance(outputs, list) or len(outputs) != state["n"] or not all(map(_well_formed, outputs)):
+        return SandboxResult(None, "garbled results from the sandbox", seconds, None, "run", isolation)
+    values = [o[1] if o[0] == "v" else Raised(o[1][:300]) for o in outputs]
+    return SandboxResult(values, None, seconds, None, None, isolation)
+
+
+def _well_formed(item: Any) -> bool:
+    """One encoded output: ``["v", value]`` or ``["e", "message"]``."""
+    ok = isinstance(item, list) and len(item) == 2 and item[0] in ("v", "e")
+    return ok and (item[0] == "v" or isinstance(item[1], str))
