@@ -54,6 +54,8 @@ def _print_final(run) -> None:
     if evals:
         last = evals[-1]
         extra = f", success_rate {last['eval/success_rate']:.3f}" if "eval/success_rate" in last else ""
+        if "eval/accuracy" in last:
+            extra += f", accuracy {last['eval/accuracy']:.3f}"
         print(
             f"done: step {last['step']}, eval/return_mean {last['eval/return_mean']:.4g} "
             f"± {last.get('eval/return_std', 0.0):.3g}{extra} — {run.dir}"
@@ -224,7 +226,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    ns = parser.parse_args(argv)
+    ns, extra = parser.parse_known_args(argv)
+    # Options may come between the overrides (`train sft a=1 --quiet b=2`): argparse leaves the
+    # overrides after the option unparsed, so they join the others here.
+    target = {"train": "args", "resume": "overrides"}.get(ns.command)
+    if extra and (target is None or any("=" not in x or x.startswith("-") for x in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        setattr(ns, target, [*getattr(ns, target), *extra])
     try:
         return ns.fn(ns)
     except AdvantageError as e:

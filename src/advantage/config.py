@@ -45,6 +45,8 @@ def option(
     """A config field with its help text and allowed values (closed ``[lo, hi]`` unless ``*_open``)."""
     meta = {"help": help, "lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open}
     meta["choices"] = tuple(choices) if choices is not None else None
+    if isinstance(default, list | dict):  # a fresh copy per instance, as dataclasses require
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
 
 
@@ -368,6 +370,11 @@ def describe(cls: type, prefix: str = "") -> list[tuple[str, Any, str]]:
         if dataclasses.is_dataclass(hints[f.name]):
             rows.extend(describe(hints[f.name], f"{prefix}{f.name}."))
         elif f.name != "kwargs":
-            default = f.default if f.default is not dataclasses.MISSING else None
+            if f.default is not dataclasses.MISSING:
+                default = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory()
+            else:
+                default = None
             rows.append((f"{prefix}{f.name}", default, f.metadata.get("help", "")))
     return rows

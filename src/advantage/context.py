@@ -45,7 +45,8 @@ class Snapshot:
     policy: Policy
     tensors: Mapping[str, Any]
     state: Mapping[str, Any]
-    files: Mapping[str, bytes] = field(default_factory=dict)
+    # Extra checkpoint files, or a function giving them (called only when a checkpoint is written).
+    files: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] = field(default_factory=dict)
 
 
 @dataclass
@@ -152,9 +153,7 @@ class RunContext:
                 seed=self.cfg.trainer.seed + EVAL_SEED_OFFSET,
             )
         res["seconds"] = time.perf_counter() - start
-        self.writer.log(
-            step, {f"eval/{k}": v for k, v in res.items() if isinstance(v, int | float | bool)}
-        )
+        self.writer.log(step, {f"eval/{k}": v for k, v in res.items() if isinstance(v, int | float | bool)})
         self._last_eval = (step, res)
         target = self.cfg.trainer.stop_at_return
         if target is not None and res["return_mean"] >= target:
@@ -176,7 +175,7 @@ class RunContext:
             snap.tensors,
             {"algo": dict(snap.state), "run": run_state},
             keep=self.cfg.trainer.keep_checkpoints,
-            files=snap.files,
+            files=snap.files() if callable(snap.files) else snap.files,
         )
 
     def tick(self, step: int, snapshot: Callable[[], Snapshot]) -> bool:

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     import gymnasium as gym
 
     from advantage.checkpoint import Checkpoint
-
     from advantage.context import RunContext
 
 

@@ -208,7 +208,9 @@ class Run:
 
     def __repr__(self) -> str:
         kind = "env" if self.algo.uses_env else "task"
-        return f"Run({str(self.dir)!r}, algo={self.algo.name!r}, {kind}={run_subject(self.algo, self.config)!r})"
+        return (
+            f"Run({str(self.dir)!r}, algo={self.algo.name!r}, {kind}={run_subject(self.algo, self.config)!r})"
+        )
 
     @property
     def checkpoint(self) -> Checkpoint:

@@ -216,22 +216,18 @@ def _check_model_folder(folder: Path, trust_remote_code: bool) -> None:
             )
 
 
-def load_pretrained(
-    path: str | Path,
-    *,
-    trust_remote_code: bool = False,
-    dtype: torch.dtype = torch.float32,
-    pad_to_eos: bool = False,
-    attn_implementation: str = ATTN_IMPLEMENTATION,
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """``(model, tokenizer)`` from a local folder written by ``save_pretrained``; never downloads.
+def load_tokenizer(
+    path: str | Path, *, trust_remote_code: bool = False, pad_to_eos: bool = False
+) -> PreTrainedTokenizerBase:
+    """The tokenizer of a local model folder, checked against the folder's model config (cheap: no
+    weights are read), so a run can refuse a bad folder before it starts.
 
-    The model is in eval mode with ``attn_implementation`` attention (default :data:`ATTN_IMPLEMENTATION`);
-    the tokenizer pads on the left.
     A tokenizer without a pad token is refused unless ``pad_to_eos=True``, which sets pad = eos (safe:
-    masks here are never inferred from the pad id, see :func:`response_mask`).
+    masks here are never inferred from the pad id, see :func:`response_mask`). A tokenizer with more
+    tokens than the model embeds is refused too: transformers invents a default pad token for a
+    tokenizer config that names none, and its id would fail deep inside the forward pass.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     folder = Path(path)
     _check_model_folder(folder, trust_remote_code)
@@ -243,12 +239,46 @@ def load_pretrained(
             raise ConfigError(
                 f"the tokenizer at {str(folder)!r} has no pad token; padding needs one. Setting pad = eos is "
                 "acceptable (masks come from the first EOS, not the pad id): pass pad_to_eos=True "
-                "(model.pad_token=eos)"
+                "(model.pad_to_eos=true)"
             )
         if tokenizer.eos_token is None:
             raise ConfigError(f"the tokenizer at {str(folder)!r} has neither a pad nor an eos token")
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
+    cfg = _read_json(folder / "config.json")
+    rows = cfg.get("vocab_size", cfg.get("text_config", {}).get("vocab_size"))
+    if isinstance(rows, int):
+        beyond = {
+            name: i
+            for name, i in (("pad", tokenizer.pad_token_id), ("eos", tokenizer.eos_token_id))
+            if i is not None and i >= rows
+        }
+        if beyond or len(tokenizer) > rows:
+            ids = f"({', '.join(f'{k} id {v}' for k, v in beyond.items())}) " if beyond else ""
+            raise ConfigError(
+                f"the tokenizer at {str(folder)!r} does not fit the model: {len(tokenizer)} tokens {ids}"
+                f"but the model embeds {rows}; the tokenizer config may lack its pad token"
+            )
+    return tokenizer
+
+
+def load_pretrained(
+    path: str | Path,
+    *,
+    trust_remote_code: bool = False,
+    dtype: torch.dtype = torch.float32,
+    pad_to_eos: bool = False,
+    attn_implementation: str = ATTN_IMPLEMENTATION,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """``(model, tokenizer)`` from a local folder written by ``save_pretrained``; never downloads.
+
+    The model is in eval mode with ``attn_implementation`` attention (default :data:`ATTN_IMPLEMENTATION`);
+    the tokenizer (:func:`load_tokenizer`, with its checks) pads on the left.
+    """
+    from transformers import AutoModelForCausalLM
+
+    folder = Path(path)
+    tokenizer = load_tokenizer(folder, trust_remote_code=trust_remote_code, pad_to_eos=pad_to_eos)
     model = AutoModelForCausalLM.from_pretrained(
         folder,
         local_files_only=True,

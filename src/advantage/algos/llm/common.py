@@ -1,0 +1,375 @@
+"""What every language-model algorithm shares: the ``data`` and ``model`` config sections, building the
+policy (a scratch model with a local tokenizer, or a local ``save_pretrained`` folder, optionally with
+LoRA), its checkpoint files, and evaluation by greedy accuracy, pass@K and maj@K.
+
+A language model is a policy whose state is the prompt plus the tokens generated so far and whose action is
+the next token (see ``docs/algorithms/language_models.md``). A batch is laid out as everywhere else in
+advantage: prompts left-padded to ``P`` tokens, responses right-padded to ``T`` tokens, and every
+per-token quantity (log-probs, rewards, advantages, the response mask) is ``[B, T]``.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from advantage.checkpoint import Checkpoint
+from advantage.config import TrainerConfig, option, section
+from advantage.errors import ConfigError
+
+SPLITS = ("train", "validation", "test")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Config sections
+
+
+@dataclass
+class DataConfig:
+    """The ``data`` section. Keys other than those below are options of the task (``data.digits=3``,
+    ``data.answer_format=tagged``, ``data.path=train.jsonl``), checked by the task."""
+
+    task: str = option(
+        "addition",
+        "generated task (addition, multiplication, countdown, reverse, sort, code) or a dataset "
+        "(dataset, math) read from data.path",
+    )
+    seed: int = option(0, "seed of the generated problems (fixed across training seeds)", lo=0)
+    train_size: int = option(20_000, "training prompts", lo=1)
+    validation_size: int = option(200, "validation prompts (evaluated during training)", lo=1)
+    test_size: int = option(500, "test prompts (advantage eval)", lo=1)
+    max_prompt_length: int = option(64, "longest prompt in tokens (longer: an error)", lo=1)
+    max_response_length: int = option(32, "most generated tokens per response", lo=1)
+    chat_template: bool = option(False, "wrap prompts in the tokenizer's chat template")
+    kwargs: dict[str, Any] = field(default_factory=dict, metadata={"help": "task options", "extra": True})
+
+
+@dataclass
+class LoRAConfig:
+    rank: int = option(0, "LoRA rank (0: train every weight)", lo=0)
+    alpha: float = option(16.0, "LoRA scaling numerator α (scale α / rank)", lo=0, lo_open=True)
+    dropout: float = option(0.0, "LoRA dropout", lo=0, hi=1, hi_open=True)
+    target_modules: list[str] = option(
+        ["q_proj", "k_proj", "v_proj", "o_proj"], "module names that get adapters"
+    )
+
+
+@dataclass
+class LMModelConfig:
+    """The ``model`` section: a local Hugging Face model folder, or a tiny model built from a config."""
+
+    init: str = option(
+        "auto",
+        "auto: pretrained when model.path is set, else scratch",
+        choices=("auto", "scratch", "pretrained"),
+    )
+    path: str | None = option(None, "local save_pretrained folder (or a run's checkpoint folder)")
+    arch: str = option("qwen2", "scratch architecture", choices=("qwen2", "llama"))
+    hidden_size: int = option(128, "scratch: hidden size", lo=8)
+    layers: int = option(2, "scratch: transformer layers", lo=1)
+    heads: int = option(4, "scratch: attention heads", lo=1)
+    kv_heads: int | None = option(None, "scratch: key/value heads (grouped-query attention)", lo=1)
+    intermediate_size: int | None = option(None, "scratch: MLP width (default 4 × hidden)", lo=1)
+    max_position_embeddings: int = option(256, "scratch: context length in tokens", lo=8)
+    trust_remote_code: bool = option(False, "allow a model folder to run its own Python code")
+    pad_to_eos: bool = option(False, "use the EOS token as pad token when the tokenizer has none")
+    dtype: str = option("float32", "parameter dtype", choices=("float32", "bfloat16"))
+    lora: LoRAConfig = section(LoRAConfig, "LoRA adapters through peft")
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.init == "pretrained" and not self.path:
+            out.append("model.path is required when model.init=pretrained")
+        if self.init == "scratch" and self.path:
+            out.append(f"model.path={self.path!r} is set but model.init=scratch; drop one of them")
+        if self.hidden_size % self.heads:
+            out.append(f"model.hidden_size={self.hidden_size} must be divisible by model.heads={self.heads}")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            out.append(f"model.heads={self.heads} must be divisible by model.kv_heads={self.kv_heads}")
+        return out
+
+    @property
+    def pretrained(self) -> bool:
+        return self.init == "pretrained" or (self.init == "auto" and self.path is not None)
+
+
+@dataclass
+class LMTrainerConfig(TrainerConfig):
+    """The ``trainer`` section of language-model algorithms: steps are optimizer steps (one per batch)."""
+
+    total_steps: int = option(1000, "optimizer steps to train for", lo=0)
+    eval_every: int = option(100, "evaluate every N optimizer steps (0: only at the end)", lo=0)
+    eval_episodes: int = option(200, "validation prompts per evaluation (at most data.validation_size)", lo=1)
+    eval_samples: int = option(1, "samples per prompt for pass@K and maj@K during training (1: skip)", lo=1)
+    eval_temperature: float = option(1.0, "sampling temperature of those samples", lo=0, lo_open=True)
+    eval_batch_size: int = option(128, "prompts generated together during evaluation", lo=1)
+    stop_at_return: float | None = option(
+        None, "stop once eval/return_mean (mean greedy reward) reaches this"
+    )
+    log_every: int = option(10, "log training metrics every N optimizer steps", lo=1)
+    run_dir: str | None = option(None, "run folder (default runs/<algo>-<task>-<YYYYmmdd-HHMMSS>)")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Task, model and tokenizer
+
+
+def make_task(data: DataConfig) -> Any:
+    """The task named by ``data.task`` with its options (:func:`advantage.envs.text.make_task`)."""
+    from advantage.envs.text import make_task as _make
+
+    return _make(data.task, **data.kwargs)
+
+
+def check(cfg: Any) -> list[str]:
+    """Problems found before any compute: the task and its options, the model folder."""
+    problems: list[str] = []
+    d = cfg.data
+    try:
+        task = make_task(d)
+        # Generating (or reading) every split now turns "too few problems" into a config error.
+        for split, n in zip(SPLITS, (d.train_size, d.validation_size, d.test_size), strict=True):
+            task.examples(split, n, d.seed)
+    except ConfigError as e:
+        problems.extend(e.problems)
+    m = cfg.model
+    if m.pretrained and m.path:
+        from advantage.nn.lm import load_tokenizer
+
+        try:
+            load_tokenizer(m.path, trust_remote_code=m.trust_remote_code, pad_to_eos=m.pad_to_eos)
+        except ConfigError as e:
+            problems.extend(e.problems)
+    if cfg.trainer.eval_episodes > cfg.data.validation_size:
+        problems.append(
+            f"trainer.eval_episodes={cfg.trainer.eval_episodes} is more than "
+            f"data.validation_size={cfg.data.validation_size}"
+        )
+    return problems
+
+
+def build_model(cfg: Any, task: Any) -> tuple[torch.nn.Module, Any]:
+    """The policy model and tokenizer: ``model.path`` loaded from disk, or a scratch model of
+    ``model.arch`` with a character tokenizer over the task's alphabet. LoRA wraps it when
+    ``model.lora.rank > 0``."""
+    from advantage.nn.lm import build_char_tokenizer, build_scratch_model, load_pretrained
+
+    m = cfg.model
+    dtype = getattr(torch, m.dtype)
+    if m.pretrained:
+        model, tok = load_pretrained(
+            m.path, trust_remote_code=m.trust_remote_code, dtype=dtype, pad_to_eos=m.pad_to_eos
+        )
+    else:
+        tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
+        model = build_scratch_model(
+            m.arch,
+            tok,
+            hidden_size=m.hidden_size,
+            layers=m.layers,
+            heads=m.heads,
+            kv_heads=m.kv_heads,
+            intermediate_size=m.intermediate_size,
+            max_position_embeddings=m.max_position_embeddings,
+            seed=cfg.trainer.seed,
+        ).to(dtype)
+    if m.lora.rank > 0:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=m.lora.rank,
+                lora_alpha=m.lora.alpha,
+                lora_dropout=m.lora.dropout,
+                target_modules=list(m.lora.target_modules),
+                task_type="CAUSAL_LM",
+            ),
+        )
+    return model.to(cfg.trainer.device), tok
+
+
+def trainable_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The parameters an optimizer updates (all of them, or only LoRA's), by name."""
+    return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def hf_files(model: torch.nn.Module, tokenizer: Any) -> dict[str, bytes]:
+    """The ``save_pretrained`` files of the model (LoRA merged into the weights) and the tokenizer, as
+    bytes for the checkpoint, so a checkpoint folder is itself a model folder."""
+    import copy
+
+    if hasattr(model, "merge_and_unload"):  # peft: save a plain model a later run can load as is
+        model = copy.deepcopy(model).merge_and_unload()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Writing model shards" bars would interleave with our progress
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        return {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Prompts and the policy
+
+
+def prompt_text(tokenizer: Any, prompt: str, chat_template: bool) -> str:
+    """The text the model sees: the raw prompt, or the chat template with the generation prompt."""
+    if not chat_template:
+        return prompt
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError("data.chat_template=true, but the tokenizer has no chat template")
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+    )
+
+
+class LMPolicy:
+    """A trained language model with its tokenizer and task: ``act(prompt)`` is the greedy completion,
+    :meth:`complete` batches and samples."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, task: Any, cfg: Any):
+        self.model, self.tokenizer, self.task, self.cfg = model, tokenizer, task, cfg
+        self._examples: dict[tuple[str, int], list[Any]] = {}
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def examples(self, split: str, n: int | None = None) -> list[Any]:
+        """The first ``n`` prompts of ``split`` (cached; the same for every training seed)."""
+        if split not in SPLITS:
+            raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        d = self.cfg.data
+        size = {"train": d.train_size, "validation": d.validation_size, "test": d.test_size}[split]
+        if (split, size) not in self._examples:
+            self._examples[(split, size)] = self.task.examples(split, size, d.seed)
+        return self._examples[(split, size)][: n or size]
+
+    def complete(
+        self,
+        prompts: Sequence[str],
+        *,
+        temperature: float = 0.0,
+        samples: int = 1,
+        generator: torch.Generator | None = None,
+        top_p: float = 1.0,
+        top_k: int = 0,
+    ) -> tuple[Any, list[str]]:
+        """Generate ``samples`` completions per prompt (rows ``[p0 × samples, p1 × samples, ...]``);
+        returns the :class:`~advantage.rollout.generate.Generation` and the decoded texts."""
+        from advantage.rollout.generate import SamplingParams, encode_prompts, generate
+
+        d = self.cfg.data
+        texts = [prompt_text(self.tokenizer, p, d.chat_template) for p in prompts for _ in range(samples)]
+        ids, mask = encode_prompts(self.tokenizer, texts, max_length=d.max_prompt_length)
+        params = SamplingParams(
+            temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=d.max_response_length
+        )
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            gen = generate(
+                self.model,
+                ids.to(self.device),
+                mask.to(self.device),
+                params,
+                eos_id=self.tokenizer.eos_token_id,
+                pad_id=self.tokenizer.pad_token_id,
+                generator=generator,
+            )
+        finally:
+            self.model.train(was_training)
+        return gen, gen.texts(self.tokenizer)
+
+    def act(self, obs: str, deterministic: bool = True) -> str:
+        _, texts = self.complete([obs], temperature=0.0 if deterministic else 1.0)
+        return texts[0]
+
+
+def load_policy(cfg: Any, ckpt: Checkpoint) -> LMPolicy:
+    """The policy of a checkpoint: its folder is a ``save_pretrained`` model folder."""
+    from advantage.nn.lm import load_pretrained
+
+    model, tok = load_pretrained(ckpt.path, trust_remote_code=False, dtype=getattr(torch, cfg.model.dtype))
+    return LMPolicy(model.to(cfg.trainer.device), tok, make_task(cfg.data), cfg)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Evaluation: greedy accuracy, pass@K, maj@K
+
+
+def evaluate(
+    cfg: Any,
+    policy: LMPolicy,
+    *,
+    split: str = "validation",
+    samples: int | None = None,
+    limit: int | None = None,
+    seed: int | None = None,
+    temperature: float | None = None,
+) -> dict[str, Any]:
+    """Score ``policy`` on the first ``limit`` prompts of ``split`` (default ``trainer.eval_episodes`` for
+    validation, the whole split otherwise).
+
+    * ``accuracy`` — fraction of greedy completions the verifier marks correct; ``return_mean`` the mean
+      verifier reward of those completions (what ``trainer.stop_at_return`` compares);
+    * with ``samples = K > 1`` (default ``trainer.eval_samples``): K completions per prompt at
+      ``temperature`` (default ``trainer.eval_temperature``); ``pass@1`` and ``pass@K`` by the unbiased
+      estimator of Chen et al. (2021) with n = K, and ``maj@K``, majority vote over the extracted answers.
+    """
+    from advantage.math.pass_at_k import maj_at_k, pass_at_k
+
+    t = cfg.trainer
+    if limit is not None and limit < 1:
+        raise ConfigError(f"limit must be >= 1, got {limit}")
+    if samples is not None and samples < 1:
+        raise ConfigError(f"samples must be >= 1, got {samples}")
+    n = limit or (t.eval_episodes if split == "validation" else None)
+    examples = policy.examples(split, n)
+    k = samples or t.eval_samples
+    temp = t.eval_temperature if temperature is None else temperature
+    bs = max(1, t.eval_batch_size)
+    scores, correct, fmt, lengths = [], [], [], []
+    for i in range(0, len(examples), bs):
+        chunk = examples[i : i + bs]
+        gen, texts = policy.complete([e.prompt for e in chunk], temperature=0.0)
+        lengths.extend(gen.lengths.tolist())
+        for e, text in zip(chunk, texts, strict=True):
+            r = policy.task.verify(text, e)
+            scores.append(r.score)
+            correct.append(r.correct)
+            fmt.append(r.format_ok)
+    res: dict[str, Any] = {
+        "n": len(examples),
+        "accuracy": sum(correct) / len(correct),
+        "return_mean": sum(scores) / len(scores),
+        "format_rate": sum(fmt) / len(fmt),
+        "response_length": sum(lengths) / len(lengths),
+    }
+    if k > 1:
+        g = torch.Generator(device=policy.device).manual_seed(t.seed if seed is None else seed)
+        p1, pk, mk = [], [], []
+        per = max(1, bs // k)
+        for i in range(0, len(examples), per):
+            chunk = examples[i : i + per]
+            _, texts = policy.complete([e.prompt for e in chunk], temperature=temp, samples=k, generator=g)
+            for j, e in enumerate(chunk):
+                rs = [policy.task.verify(x, e) for x in texts[j * k : (j + 1) * k]]
+                c = sum(r.correct for r in rs)
+                p1.append(pass_at_k(k, c, 1))
+                pk.append(pass_at_k(k, c, k))
+                mk.append(maj_at_k([r.answer for r in rs], [r.correct for r in rs], k))
+        res.update({"samples": k, "pass@1": _mean(p1), f"pass@{k}": _mean(pk), f"maj@{k}": _mean(mk)})
+    return res
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return math.fsum(xs) / len(xs) if xs else float("nan")

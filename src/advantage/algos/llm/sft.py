@@ -1,0 +1,268 @@
+r"""Supervised fine-tuning (SFT): teach a causal language model the task's reference responses before RL.
+
+Seed 002 and 003 (RLHF pipelines start from a supervised policy; InstructGPT's SFT stage). The loss is the
+negative log-likelihood of the response tokens only — the prompt is context, not a target:
+
+.. math::
+    L(\theta) = -\frac{1}{Z}\sum_{i\in\text{step}}\sum_{t} m_{i,t}\,\log\pi_\theta(y_{i,t}\mid x_i, y_{i,<t}),
+    \qquad Z = \sum_{i\in\text{step}}\sum_t m_{i,t}
+
+where :math:`m` is the response mask (the EOS token that ends each response is a target too) and
+:math:`Z` counts the response tokens of the *whole optimizer step*: with gradient accumulation over
+micro-batches each micro-batch's token sum is divided by the same global :math:`Z`, so accumulating gives
+exactly the gradient of one big batch (a per-micro-batch mean would weigh short micro-batches more).
+
+Implementation details:
+
+1. Batches use the layout of every language-model algorithm here: prompts left-padded to ``P``, responses
+   (target + EOS) right-padded to ``T``; :func:`advantage.nn.lm.sequence_logprobs` gives the ``[B, T]``
+   log-probs in one forward pass, and :func:`advantage.math.aggregate` (``token_mean`` with the global
+   normalizer) the loss.
+2. ``algorithm.batch_size`` counts sequences per optimizer step; ``algorithm.micro_batch_size`` sequences
+   per forward pass (gradient accumulation when smaller).
+3. AdamW, linear warm-up then cosine or linear decay (to ``min_lr_ratio`` × the peak) or constant;
+   global gradient-norm clipping.
+4. The training set is shuffled once per epoch with a generator seeded by (``trainer.seed``, epoch), so
+   a resumed run sees exactly the batches of an uninterrupted one.
+5. Every checkpoint folder is also a ``save_pretrained`` model folder (safetensors weights, config,
+   tokenizer; LoRA merged), usable as ``model.path`` by a later run; optimizer moments, RNG state and
+   the data position are in the checkpoint's tensors and state for an exact resume.
+6. Validation during training: greedy accuracy (and pass@K / maj@K with ``trainer.eval_samples``) on the
+   validation split; ``advantage eval RUN`` reports the same on the test split.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from advantage.algos.llm import common
+from advantage.algos.llm.common import DataConfig, LMModelConfig, LMPolicy, LMTrainerConfig
+from advantage.config import Preset, option, section
+from advantage.context import RunContext, Snapshot
+from advantage.errors import ConfigError, NonFiniteError
+from advantage.math import aggregate
+from advantage.registry import Algorithm, register
+from advantage.torch_state import load_optimizer, optimizer_state
+
+
+@dataclass
+class SFTAlgorithm:
+    learning_rate: float = option(1e-3, "peak learning rate", lo=0, lo_open=True)
+    lr_schedule: str = option("cosine", "decay after warm-up", choices=("cosine", "linear", "constant"))
+    warmup_steps: int = option(50, "linear warm-up steps", lo=0)
+    min_lr_ratio: float = option(0.1, "final learning rate / peak (cosine and linear)", lo=0, hi=1)
+    batch_size: int = option(64, "sequences per optimizer step", lo=1)
+    micro_batch_size: int = option(0, "sequences per forward pass (0: the whole batch)", lo=0)
+    weight_decay: float = option(0.0, "AdamW weight decay", lo=0)
+    betas: list[float] = option([0.9, 0.98], "AdamW (β1, β2)")
+    max_grad_norm: float = option(1.0, "global gradient-norm clip (0: none)", lo=0)
+
+    def problems(self) -> list[str]:
+        out = []
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            out.append(f"algorithm.betas must be two numbers in [0, 1), got {self.betas}")
+        if self.micro_batch_size > self.batch_size:
+            out.append(
+                f"algorithm.micro_batch_size={self.micro_batch_size} is larger than "
+                f"algorithm.batch_size={self.batch_size}"
+            )
+        return out
+
+
+@dataclass
+class SFTConfig:
+    data: DataConfig = section(DataConfig)
+    algorithm: SFTAlgorithm = section(SFTAlgorithm)
+    model: LMModelConfig = section(LMModelConfig)
+    trainer: LMTrainerConfig = section(LMTrainerConfig)
+
+
+def learning_rate(a: SFTAlgorithm, step: int, total: int) -> float:
+    """Warm-up for ``warmup_steps``, then ``lr_schedule`` down to ``min_lr_ratio`` × peak at ``total``."""
+    if step < a.warmup_steps:
+        return a.learning_rate * (step + 1) / a.warmup_steps
+    if a.lr_schedule == "constant":
+        return a.learning_rate
+    frac = min(1.0, (step - a.warmup_steps) / max(1, total - a.warmup_steps))
+    shape = 0.5 * (1 + math.cos(math.pi * frac)) if a.lr_schedule == "cosine" else 1 - frac
+    return a.learning_rate * (a.min_lr_ratio + (1 - a.min_lr_ratio) * shape)
+
+
+def tokenize_examples(
+    policy: LMPolicy, examples: list[Any], max_prompt: int, max_response: int
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Token ids of each prompt (as the model sees it) and of each target response followed by EOS."""
+    tok, chat = policy.tokenizer, policy.cfg.data.chat_template
+    prompts, responses = [], []
+    for i, e in enumerate(examples):
+        p = tok(common.prompt_text(tok, e.prompt, chat), add_special_tokens=False)["input_ids"]
+        r = tok(e.target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        if len(p) > max_prompt:
+            raise ConfigError(
+                f"training prompt {i} is {len(p)} tokens, longer than data.max_prompt_length={max_prompt}"
+            )
+        if len(r) > max_response:
+            raise ConfigError(
+                f"training target {i} is {len(r)} tokens with EOS, longer than "
+                f"data.max_response_length={max_response}"
+            )
+        prompts.append(p)
+        responses.append(r)
+    return prompts, responses
+
+
+def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Prompts left-padded to P, responses right-padded to T: ``input_ids``/``attention_mask`` [B, P+T],
+    ``response_mask`` [B, T] (float), ``P``."""
+    B = len(prompts)
+    P, T = max(map(len, prompts)), max(map(len, responses))
+    ids = torch.full((B, P + T), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, P + T), dtype=torch.long)
+    rmask = torch.zeros((B, T))
+    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        ids[i, P - len(p) : P] = torch.tensor(p)
+        ids[i, P : P + len(r)] = torch.tensor(r)
+        attn[i, P - len(p) : P + len(r)] = 1
+        rmask[i, : len(r)] = 1.0
+    return {"input_ids": ids, "attention_mask": attn, "response_mask": rmask, "P": torch.tensor(P)}
+
+
+def sft_loss(model: torch.nn.Module, mb: dict[str, torch.Tensor], normalizer: float) -> torch.Tensor:
+    """Sum of response-token NLL of micro-batch ``mb`` divided by the step's token count ``normalizer``."""
+    from advantage.nn.lm import sequence_logprobs
+
+    logp = sequence_logprobs(  # [B, T]
+        model, mb["input_ids"], mb["attention_mask"], response_start=int(mb["P"])
+    )
+    return aggregate(-logp, mb["response_mask"], "token_mean", normalizer=normalizer)
+
+
+def _order(n: int, seed: int, epoch: int) -> torch.Tensor:
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+
+
+def train(cfg: SFTConfig, ctx: RunContext) -> None:
+    a, t, d = cfg.algorithm, cfg.trainer, cfg.data
+    torch.set_num_threads(t.torch_threads)
+    torch.manual_seed(t.seed)
+    task = common.make_task(d)
+    restored = ctx.restored
+    if restored is not None and cfg.model.lora.rank == 0:
+        from advantage.nn.lm import load_pretrained
+
+        model, tok = load_pretrained(restored.path, dtype=getattr(torch, cfg.model.dtype))
+        model = model.to(t.device)
+    else:
+        model, tok = common.build_model(cfg, task)
+    policy = LMPolicy(model, tok, task, cfg)
+    examples = policy.examples("train")
+    if not examples:
+        raise ConfigError(f"data.task={d.task!r} gave no training examples")
+    prompts, responses = tokenize_examples(policy, examples, d.max_prompt_length, d.max_response_length)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=a.learning_rate, betas=tuple(a.betas), weight_decay=a.weight_decay)
+    step, epoch, pos = 0, 0, 0
+    if restored is not None:
+        s = restored.state["algo"]
+        if cfg.model.lora.rank > 0:
+            named = dict(model.named_parameters())
+            with torch.no_grad():
+                for name, value in restored.tensors.items():
+                    if name.startswith("adapter."):
+                        named[name[len("adapter.") :]].copy_(value)
+        load_optimizer("optim", opt, restored.tensors, s["optim"])
+        torch.set_rng_state(restored.tensors["torch_rng"])
+        step, epoch, pos = restored.step, s["epoch"], s["pos"]
+    order = _order(len(examples), t.seed, epoch)
+
+    def snapshot() -> Snapshot:
+        opt_tensors, opt_meta = optimizer_state("optim", opt)
+        tensors = {**opt_tensors, "torch_rng": torch.get_rng_state()}
+        if cfg.model.lora.rank > 0:
+            tensors.update({f"adapter.{k}": v for k, v in common.trainable_tensors(model).items()})
+        state = {"optim": opt_meta, "epoch": epoch, "pos": pos}
+        return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
+
+    micro = a.micro_batch_size or a.batch_size
+    model.train()
+    stats: dict[str, float] = {"loss": 0.0, "tokens": 0.0, "grad_norm": 0.0, "n": 0}
+    clock = time.perf_counter()
+    while step < t.total_steps:
+        idx = []
+        while len(idx) < a.batch_size:  # the next batch, crossing into a new epoch when needed
+            take = order[pos : pos + a.batch_size - len(idx)].tolist()
+            idx += take
+            pos += len(take)
+            if pos >= len(order):
+                epoch, pos = epoch + 1, 0
+                order = _order(len(examples), t.seed, epoch)
+        lr = learning_rate(a, step, t.total_steps)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        normalizer = float(sum(len(responses[i]) for i in idx))
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for j in range(0, len(idx), micro):
+            chunk = idx[j : j + micro]
+            mb = collate([prompts[i] for i in chunk], [responses[i] for i in chunk], tok.pad_token_id)
+            mb = {k: v.to(t.device) for k, v in mb.items()}
+            loss = sft_loss(model, mb, normalizer)
+            loss.backward()
+            total += float(loss.detach())
+        if not math.isfinite(total):
+            raise NonFiniteError(
+                f"step {step + 1}: SFT loss is {total}; stopping (the last checkpoint is kept)"
+            )
+        grad_norm = (
+            float(torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm)) if a.max_grad_norm > 0 else 0.0
+        )
+        opt.step()
+        step += 1
+        stats["loss"] += total
+        stats["tokens"] += normalizer
+        stats["grad_norm"] += grad_norm
+        stats["n"] += 1
+        if step % t.log_every == 0 or step == t.total_steps:
+            now = time.perf_counter()
+            n = stats["n"]
+            ctx.log(
+                step,
+                {
+                    "train/loss": stats["loss"] / n,
+                    "train/grad_norm": stats["grad_norm"] / n,
+                    "train/learning_rate": lr,
+                    "train/epoch": epoch + pos / len(order),
+                    "train/tokens_per_second": stats["tokens"] / max(now - clock, 1e-9),
+                },
+            )
+            stats = {"loss": 0.0, "tokens": 0.0, "grad_norm": 0.0, "n": 0}
+            clock = now
+        if ctx.tick(step, snapshot):
+            break
+    ctx.finish(step, snapshot())
+
+
+PRESETS = {
+    "addition": Preset(
+        "3-digit addition from scratch on CPU: a starting point for RL (about 30-80% greedy accuracy)",
+        {"data.task": "addition"},
+    ),
+}
+
+register(
+    Algorithm(
+        name="sft",
+        summary="supervised fine-tuning of a causal LM on response tokens (the start of RLHF / RLVR)",
+        config=SFTConfig,
+        train=train,
+        load_policy=common.load_policy,
+        evaluate=common.evaluate,
+        check=common.check,
+        presets=PRESETS,
+    )
+)

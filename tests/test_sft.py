@@ -1,0 +1,251 @@
+"""SFT: the response-only loss and its global normalizer, checkpoints that are model folders, exact resume,
+LoRA, evaluation (accuracy, pass@K, maj@K) and the bad-input errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import advantage
+from advantage.algos.llm import sft
+from advantage.cli import main
+from advantage.errors import ConfigError
+
+TINY = {
+    "data.task": "addition",
+    "data.digits": 2,
+    "data.train_size": 64,
+    "data.validation_size": 16,
+    "data.test_size": 16,
+    "model.hidden_size": 32,
+    "model.layers": 1,
+    "model.heads": 2,
+    "algorithm.batch_size": 8,
+    "algorithm.warmup_steps": 2,
+    "trainer.eval_episodes": 16,
+    "trainer.eval_every": 0,
+    "trainer.total_steps": 6,
+    "trainer.tensorboard": False,
+}
+
+
+def _train(tmp_path, name="run", **over):
+    """A tiny SFT run; an override set to None drops that key."""
+    cfg = {**TINY, "trainer.run_dir": str(tmp_path / name), **over}
+    return advantage.train("sft", quiet=True, **{k: v for k, v in cfg.items() if v is not None})
+
+
+def _policy_and_batch():
+    from advantage.algos.llm.common import LMPolicy, build_model, make_task
+    from advantage.runs import resolve_config
+
+    _, cfg = resolve_config("sft", overrides=TINY)
+    task = make_task(cfg.data)
+    model, tok = build_model(cfg, task)
+    policy = LMPolicy(model, tok, task, cfg)
+    prompts, responses = sft.tokenize_examples(policy, policy.examples("train", 8), 64, 32)
+    return model, tok, prompts, responses
+
+
+def test_collate_layout_left_pads_prompts_and_right_pads_responses():
+    mb = sft.collate([[5, 6, 7], [8]], [[1, 2], [3, 4, 9]], pad_id=0)
+    assert mb["input_ids"].tolist() == [[5, 6, 7, 1, 2, 0], [0, 0, 8, 3, 4, 9]]
+    assert mb["attention_mask"].tolist() == [[1, 1, 1, 1, 1, 0], [0, 0, 1, 1, 1, 1]]
+    assert mb["response_mask"].tolist() == [[1, 1, 0], [1, 1, 1]]
+    assert int(mb["P"]) == 3
+
+
+def test_loss_is_mean_nll_of_response_tokens_only():
+    from advantage.nn.lm import sequence_logprobs
+
+    model, tok, prompts, responses = _policy_and_batch()
+    mb = sft.collate(prompts, responses, tok.pad_token_id)
+    n = float(mb["response_mask"].sum())
+    loss = sft.sft_loss(model, mb, n)
+    # Naive: each sequence alone, unpadded, summing -log p over its response tokens.
+    total = 0.0
+    for p, r in zip(prompts, responses, strict=True):
+        ids = torch.tensor([p + r])
+        logp = sequence_logprobs(model, ids, torch.ones_like(ids), response_start=len(p))
+        total += float(-logp.detach().sum())
+    assert float(loss.detach()) == pytest.approx(total / n, rel=1e-5)
+    assert n == sum(len(r) for r in responses)  # EOS included, prompt excluded
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    model, tok, prompts, responses = _policy_and_batch()
+    n = float(sum(len(r) for r in responses))
+
+    def grads(micro: int) -> list[torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        for j in range(0, len(prompts), micro):
+            mb = sft.collate(prompts[j : j + micro], responses[j : j + micro], tok.pad_token_id)
+            sft.sft_loss(model, mb, n).backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    full, accumulated = grads(8), grads(3)  # uneven micro-batches: 3 + 3 + 2
+    for a, b in zip(full, accumulated, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    # A per-micro-batch mean would differ: the normalizer has to be the step's token count.
+    model.zero_grad(set_to_none=True)
+    for j in range(0, 8, 3):
+        mb = sft.collate(prompts[j : j + 3], responses[j : j + 3], tok.pad_token_id)
+        sft.sft_loss(model, mb, float(mb["response_mask"].sum())).backward()
+    wrong = [p.grad for p in model.parameters()]
+    assert max(float((a - b).abs().max()) for a, b in zip(full, wrong, strict=True)) > 1e-4
+
+
+def test_learning_rate_schedules():
+    a = sft.SFTAlgorithm(learning_rate=1.0, warmup_steps=10, min_lr_ratio=0.1, lr_schedule="cosine")
+    assert sft.learning_rate(a, 0, 110) == pytest.approx(0.1)
+    assert sft.learning_rate(a, 9, 110) == pytest.approx(1.0)
+    assert sft.learning_rate(a, 10, 110) == pytest.approx(1.0)
+    assert sft.learning_rate(a, 60, 110) == pytest.approx(0.55)
+    assert sft.learning_rate(a, 110, 110) == pytest.approx(0.1)
+    a.lr_schedule = "linear"
+    assert sft.learning_rate(a, 60, 110) == pytest.approx(0.55)
+    assert sft.learning_rate(a, 35, 110) == pytest.approx(0.1 + 0.9 * 0.75)
+    a.lr_schedule = "constant"
+    assert sft.learning_rate(a, 100, 110) == 1.0
+
+
+def test_checkpoint_is_a_model_folder_with_identical_logprobs(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from advantage.nn.lm import sequence_logprobs
+
+    run = _train(tmp_path)
+    folder = run.checkpoint.path
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(run.checkpoint.files)
+    hf = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
+    tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    ours = run.policy.model
+    ids = torch.tensor([tok("13+4=17", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]])
+    a = sequence_logprobs(hf, ids, torch.ones_like(ids), response_start=5)
+    b = sequence_logprobs(ours, ids, torch.ones_like(ids), response_start=5)
+    assert torch.equal(a, b)
+    # ... and a later run starts from it with model.path.
+    run2 = _train(tmp_path, "from_path", **{"model.path": str(folder), "trainer.total_steps": 2})
+    assert run2.config.model.pretrained and run2.step == 2
+
+
+def test_training_lowers_the_loss(tmp_path):
+    run = _train(
+        tmp_path, **{"trainer.total_steps": 40, "trainer.log_every": 5, "algorithm.learning_rate": 1e-2}
+    )
+    losses = [r["train/loss"] for r in run.metrics if "train/loss" in r]
+    assert len(losses) == 8
+    assert losses[-1] < 0.8 * losses[0]
+
+
+def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path):
+    import shutil
+
+    straight = _train(tmp_path, "straight", **{"trainer.total_steps": 10, "trainer.checkpoint_every": 5})
+    # The same run interrupted at step 5: its folder as it was then, resumed to the end.
+    half = tmp_path / "half"
+    shutil.copytree(straight.dir, half)
+    ckpts = half / "checkpoints"
+    mid = sorted(p.name for p in ckpts.glob("step_*"))[0]
+    shutil.rmtree(ckpts / sorted(p.name for p in ckpts.glob("step_*"))[-1])
+    (ckpts / "latest").write_text(mid + "\n")
+    resumed = advantage.resume(half, quiet=True)
+    assert resumed.step == 10
+    a = dict(straight.policy.model.named_parameters())
+    b = dict(resumed.policy.model.named_parameters())
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_lora_trains_adapters_and_saves_a_merged_model(tmp_path):
+    run = _train(tmp_path, **{"model.lora.rank": 4, "model.lora.target_modules": ["q_proj", "v_proj"]})
+    cfg = json.loads((run.checkpoint.path / "config.json").read_text())
+    assert cfg["model_type"] == "qwen2"
+    names = [n for n, _ in run.policy.model.named_parameters()]
+    assert not any("lora" in n for n in names)  # merged: a plain model
+    assert any(k.startswith("adapter.") and "lora_A" in k for k in run.checkpoint.tensors)
+    resumed = advantage.resume(run.dir, quiet=True, **{"trainer.total_steps": 8})
+    assert resumed.step == 8
+
+
+def test_eval_cli_prints_accuracy_pass_at_k_and_maj_at_k(tmp_path, capsys):
+    run = _train(tmp_path)
+    capsys.readouterr()
+    assert main(["eval", str(run.dir), "--samples", "4", "--json", "--limit", "8"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["n"] == 8 and res["samples"] == 4
+    for key in ("accuracy", "pass@1", "pass@4", "maj@4", "return_mean"):
+        assert 0.0 <= res[key] <= 1.0, key
+    assert res["pass@4"] >= res["pass@1"]
+    assert main(["eval", str(run.dir), "--episodes", "3"]) == 2
+    assert "--samples K" in capsys.readouterr().err
+
+
+def test_eval_metrics_logged_during_training(tmp_path):
+    run = _train(tmp_path, **{"trainer.eval_every": 3, "trainer.eval_samples": 2})
+    evals = [r for r in run.metrics if "eval/accuracy" in r]
+    assert [r["step"] for r in evals] == [3, 6]
+    assert {"eval/pass@2", "eval/maj@2", "eval/pass@1", "eval/n"} <= set(evals[0])
+
+
+# ---- bad input ------------------------------------------------------------------------------------
+
+
+def test_dataset_missing_prompt_column_and_empty_dataset(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"question": "1+1=", "answer": "2"}) + "\n")
+    with pytest.raises(ConfigError, match="no column 'prompt'"):
+        _train(tmp_path, **{"data.task": "dataset", "data.path": str(bad), "data.digits": None})
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match="empty"):
+        _train(tmp_path, **{"data.task": "dataset", "data.path": str(empty), "data.digits": None})
+    assert not (tmp_path / "run").exists()  # nothing created for a bad config
+
+
+def test_prompt_longer_than_the_limit(tmp_path):
+    with pytest.raises(ConfigError, match="longer than data.max_prompt_length=2"):
+        _train(tmp_path, **{"data.max_prompt_length": 2})
+
+
+def test_tokenizer_without_pad_token(tmp_path):
+    from advantage.nn.lm import build_char_tokenizer, build_scratch_model
+
+    tok = build_char_tokenizer("0123456789+=")
+    model = build_scratch_model("qwen2", tok, hidden_size=32, layers=1, heads=2)
+    folder = tmp_path / "nopad"
+    model.save_pretrained(folder)
+    tok.pad_token = None
+    tok.save_pretrained(folder)
+    with pytest.raises(ConfigError, match="has no pad token.*model.pad_to_eos=true"):
+        _train(tmp_path, **{"model.path": str(folder)})
+    assert _train(tmp_path, **{"model.path": str(folder), "model.pad_to_eos": True}).step == 6
+    # A config that does not name a pad token makes transformers invent one the model cannot embed.
+    cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    cfg.pop("pad_token", None)
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match="does not fit the model.*pad id 20"):
+        _train(tmp_path, "other", **{"model.path": str(folder)})
+
+
+def test_bad_model_options_are_listed_together():
+    from advantage.runs import resolve_config
+
+    with pytest.raises(ConfigError) as e:
+        resolve_config(
+            "sft",
+            overrides={
+                "model.init": "pretrained",
+                "model.hidden_size": 30,
+                "model.heads": 4,
+                "data.task": "additon",
+                "algorithm.micro_batch_size": 128,
+            },
+        )
+    text = str(e.value)
+    assert "model.path is required" in text
+    assert "divisible by model.heads=4" in text
+    assert "micro_batch_size=128 is larger" in text
