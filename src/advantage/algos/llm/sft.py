@@ -19,7 +19,8 @@ Implementation details:
    log-probs in one forward pass, and :func:`advantage.math.aggregate` (``token_mean`` with the global
    normalizer) the loss.
 2. ``algorithm.batch_size`` counts sequences per optimizer step; ``algorithm.micro_batch_size`` sequences
-   per forward pass (gradient accumulation when smaller).
+   per forward pass (gradient accumulation when smaller). ``algorithm.packing`` puts several sequences in
+   one row with restarting position ids and a block-diagonal mask (:func:`pack`); the loss is the same.
 3. AdamW, linear warm-up then cosine or linear decay (to ``min_lr_ratio`` × the peak) or constant;
    global gradient-norm clipping.
 4. The training set is shuffled once per epoch with a generator seeded by (``trainer.seed``, epoch), so
@@ -61,6 +62,8 @@ class SFTAlgorithm:
     weight_decay: float = option(0.0, "AdamW weight decay", lo=0)
     betas: list[float] = option([0.9, 0.98], "AdamW (β1, β2)")
     max_grad_norm: float = option(1.0, "global gradient-norm clip (0: none)", lo=0)
+    packing: bool = option(False, "pack several sequences into each row (no padding compute)")
+    pack_length: int = option(256, "tokens per packed row", lo=8)
 
     def problems(self) -> list[str]:
         out = []
@@ -142,6 +145,49 @@ def sft_loss(model: torch.nn.Module, mb: dict[str, torch.Tensor], normalizer: fl
     return aggregate(-logp, mb["response_mask"], "token_mean", normalizer=normalizer)
 
 
+def pack(
+    prompts: list[list[int]], responses: list[list[int]], pad_id: int, length: int
+) -> dict[str, torch.Tensor]:
+    """Several (prompt, response) sequences per row, first-fit in order: ``input_ids`` and
+    ``position_ids`` [R, L] (positions restart at 0 for every sequence) and ``target_mask`` [R, L] (1 on
+    response tokens, the targets of the loss). With no attention mask, transformers derives a
+    block-diagonal causal mask from the restarting positions, so a sequence never attends to its
+    neighbours (``masking_utils.find_packed_sequence_indices``); the result equals the padded batch."""
+    rows: list[tuple[list[int], list[int], list[float]]] = []
+    for p, r in zip(prompts, responses, strict=True):
+        n = len(p) + len(r)
+        if n > length:
+            raise ConfigError(f"a sequence of {n} tokens does not fit algorithm.pack_length={length}")
+        row = next((row for row in rows if len(row[0]) + n <= length), None)
+        if row is None:
+            row = ([], [], [])
+            rows.append(row)
+        row[0].extend(p + r)
+        row[1].extend(range(n))
+        row[2].extend([0.0] * len(p) + [1.0] * len(r))
+    L = max(len(row[0]) for row in rows)
+    ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
+    pos = torch.zeros((len(rows), L), dtype=torch.long)
+    tmask = torch.zeros((len(rows), L))
+    for i, (row_ids, row_pos, row_mask) in enumerate(rows):
+        n = len(row_ids)
+        ids[i, :n] = torch.tensor(row_ids)
+        # The padding tail is a sequence of its own (positions from 0), outside every real block.
+        pos[i] = torch.cat([torch.tensor(row_pos), torch.arange(L - n)])
+        tmask[i, :n] = torch.tensor(row_mask)
+    return {"input_ids": ids, "position_ids": pos, "target_mask": tmask}
+
+
+def packed_loss(model: torch.nn.Module, mb: dict[str, torch.Tensor], normalizer: float) -> torch.Tensor:
+    """:func:`sft_loss` over packed rows: token j is predicted from the logits at j - 1."""
+    # use_cache=False: transformers detects packed rows only when no KV cache is being built.
+    out = model(input_ids=mb["input_ids"], position_ids=mb["position_ids"], use_cache=False)
+    logits = out.logits[:, :-1].float()
+    targets = mb["input_ids"][:, 1:]
+    logp = logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)  # [R, L-1]
+    return aggregate(-logp, mb["target_mask"][:, 1:], "token_mean", normalizer=normalizer)
+
+
 def _order(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
 
@@ -209,9 +255,13 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
         total = 0.0
         for j in range(0, len(idx), micro):
             chunk = idx[j : j + micro]
-            mb = collate([prompts[i] for i in chunk], [responses[i] for i in chunk], tok.pad_token_id)
-            mb = {k: v.to(t.device) for k, v in mb.items()}
-            loss = sft_loss(model, mb, normalizer)
+            ps, rs = [prompts[i] for i in chunk], [responses[i] for i in chunk]
+            if a.packing:
+                mb = {k: v.to(t.device) for k, v in pack(ps, rs, tok.pad_token_id, a.pack_length).items()}
+                loss = packed_loss(model, mb, normalizer)
+            else:
+                mb = {k: v.to(t.device) for k, v in collate(ps, rs, tok.pad_token_id).items()}
+                loss = sft_loss(model, mb, normalizer)
             loss.backward()
             total += float(loss.detach())
         if not math.isfinite(total):
