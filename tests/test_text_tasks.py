@@ -425,3 +425,17 @@ def test_math_verify_outside_the_main_thread(math_task):
     t.start()
     t.join()
     assert out[0].correct  # no "signal only works in main thread" error
+
+
+def test_addition_mixed_lengths_spreads_the_digit_counts():
+    plain = make_task("addition", digits=3).examples("train", 600, seed=0)
+    mixed = make_task("addition", digits=3, mixed_lengths=True).examples("train", 600, seed=0)
+
+    def share_short(exs):  # operands with fewer than 3 digits
+        return sum(len(str(e.meta["a"])) < 3 for e in exs) / len(exs)
+
+    assert share_short(plain) < 0.15
+    assert 0.55 < share_short(mixed) < 0.78  # 2/3 expected
+    assert all(e.answer == str(e.meta["a"] + e.meta["b"]) for e in mixed)
+    with pytest.raises(ConfigError, match="data.mixed_lengths must be true or false"):
+        make_task("addition", mixed_lengths="yes")

@@ -15,7 +15,8 @@ program (RLVR), following the rules of :mod:`advantage.envs.text.core`:
 Problems, prompts and targets:
 
 - ``addition`` / ``multiplication`` (``digits``): each operand uniform in [0, 10^digits − 1], i.e. *up to*
-  ``digits`` digits (90 % have exactly ``digits`` for digits ≥ 2). Prompt ``"123+45="`` / ``"12*34="``,
+  ``digits`` digits (90 % have exactly ``digits`` for digits ≥ 2); with ``mixed_lengths=true`` (addition)
+  each operand's digit count is uniform in 1..digits instead. Prompt ``"123+45="`` / ``"12*34="``,
   target ``"168"``. Canonical form for the split: the unordered operand pair, so ``a+b`` and ``b+a``
   (the same fact) never land in different splits.
 - ``reverse`` / ``sort`` (``length``, ``symbols`` = ``letters`` a–z or ``digits`` 0–9): a string of exactly
@@ -64,9 +65,20 @@ def _leading_zeros(got: str) -> str | None:
 class ArithmeticTask:
     """``a op b =`` for op ``+`` (addition) or ``*`` (multiplication); the answer is the exact integer."""
 
-    def __init__(self, name: str, op: str, *, digits: int, answer_format: str, format_reward: float):
+    def __init__(
+        self,
+        name: str,
+        op: str,
+        *,
+        digits: int,
+        answer_format: str,
+        format_reward: float,
+        mixed_lengths: bool = False,
+    ):
         problems: list[str] = []
         check_int(problems, "digits", digits, 1, 18)
+        if not isinstance(mixed_lengths, bool):
+            problems.append(f"data.mixed_lengths must be true or false, got {mixed_lengths!r}")
         check_common(problems, answer_format, format_reward)
         if problems:
             raise ConfigError(problems)
@@ -74,7 +86,21 @@ class ArithmeticTask:
         self.answer_format, self.format_reward = answer_format, float(format_reward)
         self.special_tokens = tag_tokens(answer_format)
         self.alphabet = alphabet_of([string.digits, op, "=", *self.special_tokens])
-        self.options = {"digits": digits, "answer_format": answer_format, "format_reward": format_reward}
+        self.mixed_lengths = mixed_lengths
+        self.options = {
+            "digits": digits,
+            "answer_format": answer_format,
+            "format_reward": format_reward,
+            "mixed_lengths": mixed_lengths,
+        }
+
+    def _operand(self, rng: random.Random) -> int:
+        if not self.mixed_lengths:
+            return rng.randrange(10**self.digits)
+        # Digit count uniform in 1..digits, then the value uniform among numbers of that length: short
+        # problems are as common as long ones, a curriculum inside the data.
+        d = rng.randint(1, self.digits)
+        return rng.randrange(0 if d == 1 else 10 ** (d - 1), 10**d)
 
     def _key(self, p: tuple[int, int]) -> str:
         return f"{self.name}:{min(p)}{self.op}{max(p)}"  # unordered pair: a op b == b op a
@@ -89,13 +115,13 @@ class ArithmeticTask:
     def examples(self, split: str, n: int, seed: int) -> list[Example]:
         """``n`` distinct problems of ``split``, deterministic given (split, n, seed)."""
         hi = 10**self.digits
-        small = hi * hi <= _ENUMERATE_LIMIT
+        small = hi * hi <= _ENUMERATE_LIMIT and not self.mixed_lengths
         pairs = sample_problems(
             task=self.name,
             split=split,
             n=n,
             seed=seed,
-            draw=lambda rng: (rng.randrange(hi), rng.randrange(hi)),
+            draw=lambda rng: (self._operand(rng), self._operand(rng)),
             key=self._key,
             prompt=self._prompt,
             enumerate_all=(lambda: itertools.product(range(hi), repeat=2)) if small else None,
@@ -191,10 +217,22 @@ class SequenceTask:
         )
 
 
-def addition(*, digits: int = 3, answer_format: str = "plain", format_reward: float = 0.0) -> ArithmeticTask:
-    """``"123+45="`` → ``"168"``; operands up to ``digits`` digits."""
+def addition(
+    *,
+    digits: int = 3,
+    answer_format: str = "plain",
+    format_reward: float = 0.0,
+    mixed_lengths: bool = False,
+) -> ArithmeticTask:
+    """``"123+45="`` → ``"168"``; operands up to ``digits`` digits (``mixed_lengths``: each operand's
+    digit count uniform in 1..digits)."""
     return ArithmeticTask(
-        "addition", "+", digits=digits, answer_format=answer_format, format_reward=format_reward
+        "addition",
+        "+",
+        digits=digits,
+        answer_format=answer_format,
+        format_reward=format_reward,
+        mixed_lengths=mixed_lengths,
     )
 
 
