@@ -140,4 +140,4 @@ def test_example_configs_are_valid():
     assert examples
     for path in examples:
         spec, cfg = resolve_config(None, path)
-        assert spec.name and cfg.env.id
+        assert spec.name and (cfg.env.id if spec.uses_env else cfg.data.task)

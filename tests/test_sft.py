@@ -177,6 +177,7 @@ def test_eval_cli_prints_accuracy_pass_at_k_and_maj_at_k(tmp_path, capsys):
     assert main(["eval", str(run.dir), "--samples", "4", "--json", "--limit", "8"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["n"] == 8 and res["samples"] == 4
+    assert res["split"] == "test"
     for key in ("accuracy", "pass@1", "pass@4", "maj@4", "return_mean"):
         assert 0.0 <= res[key] <= 1.0, key
     assert res["pass@4"] >= res["pass@1"]

@@ -258,11 +258,12 @@ class Run:
         evaluation seeds used during training, so a deterministic policy reproduces ``eval/return_mean``.
 
         For a language model, ``options`` go to the algorithm's evaluation (``samples=K`` for pass@K and
-        maj@K, ``split="test"``, ``limit=N`` prompts)."""
+        maj@K, ``split`` — default ``"test"`` —, ``limit=N`` prompts)."""
         t = self.config.trainer
         if self.algo.evaluate is not None:
             if seed is not None:
                 options["seed"] = seed
+            options.setdefault("split", "test")  # held out from training and from model selection
             return self.algo.evaluate(self.config, self.policy, **options)
         if options:
             raise ConfigError(f"{self.algo.name} evaluation takes no options {sorted(options)}")

@@ -276,7 +276,9 @@ def load_pretrained(
     the tokenizer (:func:`load_tokenizer`, with its checks) pads on the left.
     """
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar per load would clutter CLI output
     folder = Path(path)
     tokenizer = load_tokenizer(folder, trust_remote_code=trust_remote_code, pad_to_eos=pad_to_eos)
     model = AutoModelForCausalLM.from_pretrained(

@@ -348,6 +348,7 @@ def evaluate(
             correct.append(r.correct)
             fmt.append(r.format_ok)
     res: dict[str, Any] = {
+        "split": split,
         "n": len(examples),
         "accuracy": sum(correct) / len(correct),
         "return_mean": sum(scores) / len(scores),
