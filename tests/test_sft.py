@@ -212,6 +212,12 @@ def test_prompt_longer_than_the_limit(tmp_path):
         _train(tmp_path, **{"data.max_prompt_length": 2})
 
 
+def test_prompt_and_response_longer_than_the_context(tmp_path):
+    with pytest.raises(ConfigError, match="exceeds the model's context of 64 tokens"):
+        _train(tmp_path, **{"model.max_position_embeddings": 64, "data.max_prompt_length": 48})
+    assert not (tmp_path / "run").exists()
+
+
 def test_tokenizer_without_pad_token(tmp_path):
     from advantage.nn.lm import build_char_tokenizer, build_scratch_model
 

@@ -139,6 +139,19 @@ def check(cfg: Any) -> list[str]:
     except ConfigError as e:
         problems.extend(e.problems)
     m = cfg.model
+    context = m.max_position_embeddings
+    if m.pretrained and m.path and (Path(m.path) / "config.json").is_file():
+        import json
+
+        try:
+            context = json.loads((Path(m.path) / "config.json").read_text()).get("max_position_embeddings")
+        except ValueError:
+            context = None  # load_tokenizer below names the unreadable file
+    if isinstance(context, int) and d.max_prompt_length + d.max_response_length > context:
+        problems.append(
+            f"data.max_prompt_length={d.max_prompt_length} + data.max_response_length="
+            f"{d.max_response_length} exceeds the model's context of {context} tokens"
+        )
     if m.pretrained and m.path:
         from advantage.nn.lm import load_tokenizer
 
