@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import advantage
-from advantage.algos.llm import sft
+from advantage.algos.llm import common, sft
 from advantage.cli import main
 from advantage.errors import ConfigError
 
@@ -99,16 +99,16 @@ def test_gradient_accumulation_equals_one_big_batch():
 
 def test_learning_rate_schedules():
     a = sft.SFTAlgorithm(learning_rate=1.0, warmup_steps=10, min_lr_ratio=0.1, lr_schedule="cosine")
-    assert sft.learning_rate(a, 0, 110) == pytest.approx(0.1)
-    assert sft.learning_rate(a, 9, 110) == pytest.approx(1.0)
-    assert sft.learning_rate(a, 10, 110) == pytest.approx(1.0)
-    assert sft.learning_rate(a, 60, 110) == pytest.approx(0.55)
-    assert sft.learning_rate(a, 110, 110) == pytest.approx(0.1)
+    assert common.learning_rate(a, 0, 110) == pytest.approx(0.1)
+    assert common.learning_rate(a, 9, 110) == pytest.approx(1.0)
+    assert common.learning_rate(a, 10, 110) == pytest.approx(1.0)
+    assert common.learning_rate(a, 60, 110) == pytest.approx(0.55)
+    assert common.learning_rate(a, 110, 110) == pytest.approx(0.1)
     a.lr_schedule = "linear"
-    assert sft.learning_rate(a, 60, 110) == pytest.approx(0.55)
-    assert sft.learning_rate(a, 35, 110) == pytest.approx(0.1 + 0.9 * 0.75)
+    assert common.learning_rate(a, 60, 110) == pytest.approx(0.55)
+    assert common.learning_rate(a, 35, 110) == pytest.approx(0.1 + 0.9 * 0.75)
     a.lr_schedule = "constant"
-    assert sft.learning_rate(a, 100, 110) == 1.0
+    assert common.learning_rate(a, 100, 110) == 1.0
 
 
 def test_checkpoint_is_a_model_folder_with_identical_logprobs(tmp_path):

@@ -69,7 +69,9 @@ class LMModelConfig:
         "auto: pretrained when model.path is set, else scratch",
         choices=("auto", "scratch", "pretrained"),
     )
-    path: str | None = option(None, "local save_pretrained folder (or a run's checkpoint folder)")
+    path: str | None = option(
+        None, "local save_pretrained folder, a checkpoint folder, or a run folder (its latest checkpoint)"
+    )
     arch: str = option("qwen2", "scratch architecture", choices=("qwen2", "llama"))
     hidden_size: int = option(128, "scratch: hidden size", lo=8)
     layers: int = option(2, "scratch: transformer layers", lo=1)
@@ -140,11 +142,12 @@ def check(cfg: Any) -> list[str]:
         problems.extend(e.problems)
     m = cfg.model
     context = m.max_position_embeddings
-    if m.pretrained and m.path and (Path(m.path) / "config.json").is_file():
+    folder = model_folder(m.path) if m.pretrained and m.path else None
+    if folder is not None and (folder / "config.json").is_file():
         import json
 
         try:
-            context = json.loads((Path(m.path) / "config.json").read_text()).get("max_position_embeddings")
+            context = json.loads((folder / "config.json").read_text()).get("max_position_embeddings")
         except ValueError:
             context = None  # load_tokenizer below names the unreadable file
     if isinstance(context, int) and d.max_prompt_length + d.max_response_length > context:
@@ -152,11 +155,11 @@ def check(cfg: Any) -> list[str]:
             f"data.max_prompt_length={d.max_prompt_length} + data.max_response_length="
             f"{d.max_response_length} exceeds the model's context of {context} tokens"
         )
-    if m.pretrained and m.path:
+    if folder is not None:
         from advantage.nn.lm import load_tokenizer
 
         try:
-            load_tokenizer(m.path, trust_remote_code=m.trust_remote_code, pad_to_eos=m.pad_to_eos)
+            load_tokenizer(folder, trust_remote_code=m.trust_remote_code, pad_to_eos=m.pad_to_eos)
         except ConfigError as e:
             problems.extend(e.problems)
     if cfg.trainer.eval_episodes > cfg.data.validation_size:
@@ -165,6 +168,17 @@ def check(cfg: Any) -> list[str]:
             f"data.validation_size={cfg.data.validation_size}"
         )
     return problems
+
+
+def model_folder(path: str) -> Path:
+    """``model.path`` as a model folder: a run folder (``runs/<run>``) means its latest checkpoint, which
+    is a ``save_pretrained`` folder."""
+    folder = Path(path)
+    if (folder / "checkpoints" / "latest").is_file():
+        from advantage.checkpoint import latest_checkpoint
+
+        return latest_checkpoint(folder / "checkpoints")
+    return folder
 
 
 def build_model(cfg: Any, task: Any) -> tuple[torch.nn.Module, Any]:
@@ -177,7 +191,10 @@ def build_model(cfg: Any, task: Any) -> tuple[torch.nn.Module, Any]:
     dtype = getattr(torch, m.dtype)
     if m.pretrained:
         model, tok = load_pretrained(
-            m.path, trust_remote_code=m.trust_remote_code, dtype=dtype, pad_to_eos=m.pad_to_eos
+            model_folder(m.path),
+            trust_remote_code=m.trust_remote_code,
+            dtype=dtype,
+            pad_to_eos=m.pad_to_eos,
         )
     else:
         tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
@@ -227,6 +244,28 @@ def hf_files(model: torch.nn.Module, tokenizer: Any) -> dict[str, bytes]:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         return {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Schedules and data order
+
+
+def learning_rate(a: Any, step: int, total: int) -> float:
+    """Warm-up for ``warmup_steps``, then ``lr_schedule`` down to ``min_lr_ratio`` × peak at ``total``.
+    ``a`` is any section with ``learning_rate``, ``warmup_steps``, ``lr_schedule`` and ``min_lr_ratio``."""
+    if step < a.warmup_steps:
+        return a.learning_rate * (step + 1) / a.warmup_steps
+    if a.lr_schedule == "constant":
+        return a.learning_rate
+    frac = min(1.0, (step - a.warmup_steps) / max(1, total - a.warmup_steps))
+    shape = 0.5 * (1 + math.cos(math.pi * frac)) if a.lr_schedule == "cosine" else 1 - frac
+    return a.learning_rate * (a.min_lr_ratio + (1 - a.min_lr_ratio) * shape)
+
+
+def data_order(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """The training set's order in ``epoch``: a permutation seeded by (seed, epoch), so a resumed run
+    continues with exactly the batches of an uninterrupted one."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
 
 
 # ----------------------------------------------------------------------------------------------------

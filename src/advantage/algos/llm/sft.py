@@ -85,17 +85,6 @@ class SFTConfig:
     trainer: LMTrainerConfig = section(LMTrainerConfig)
 
 
-def learning_rate(a: SFTAlgorithm, step: int, total: int) -> float:
-    """Warm-up for ``warmup_steps``, then ``lr_schedule`` down to ``min_lr_ratio`` × peak at ``total``."""
-    if step < a.warmup_steps:
-        return a.learning_rate * (step + 1) / a.warmup_steps
-    if a.lr_schedule == "constant":
-        return a.learning_rate
-    frac = min(1.0, (step - a.warmup_steps) / max(1, total - a.warmup_steps))
-    shape = 0.5 * (1 + math.cos(math.pi * frac)) if a.lr_schedule == "cosine" else 1 - frac
-    return a.learning_rate * (a.min_lr_ratio + (1 - a.min_lr_ratio) * shape)
-
-
 def tokenize_examples(
     policy: LMPolicy, examples: list[Any], max_prompt: int, max_response: int
 ) -> tuple[list[list[int]], list[list[int]]]:
@@ -188,10 +177,6 @@ def packed_loss(model: torch.nn.Module, mb: dict[str, torch.Tensor], normalizer:
     return aggregate(-logp, mb["target_mask"][:, 1:], "token_mean", normalizer=normalizer)
 
 
-def _order(n: int, seed: int, epoch: int) -> torch.Tensor:
-    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
-
-
 def train(cfg: SFTConfig, ctx: RunContext) -> None:
     a, t, d = cfg.algorithm, cfg.trainer, cfg.data
     torch.set_num_threads(t.torch_threads)
@@ -224,7 +209,7 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
         load_optimizer("optim", opt, restored.tensors, s["optim"])
         torch.set_rng_state(restored.tensors["torch_rng"])
         step, epoch, pos = restored.step, s["epoch"], s["pos"]
-    order = _order(len(examples), t.seed, epoch)
+    order = common.data_order(len(examples), t.seed, epoch)
 
     def snapshot() -> Snapshot:
         opt_tensors, opt_meta = optimizer_state("optim", opt)
@@ -246,8 +231,8 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
             pos += len(take)
             if pos >= len(order):
                 epoch, pos = epoch + 1, 0
-                order = _order(len(examples), t.seed, epoch)
-        lr = learning_rate(a, step, t.total_steps)
+                order = common.data_order(len(examples), t.seed, epoch)
+        lr = common.learning_rate(a, step, t.total_steps)
         for g in opt.param_groups:
             g["lr"] = lr
         normalizer = float(sum(len(responses[i]) for i in idx))
