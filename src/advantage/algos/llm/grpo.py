@@ -1,0 +1,673 @@
+r"""Group Relative Policy Optimization (GRPO) and its family: DAPO, GSPO, Dr.GRPO, Lite PPO.
+
+Shao et al. 2024 (DeepSeekMath); seed 003 "GRPO" (objective, outcome vs process supervision) and seed 000
+(GRPO replaces the critic's baseline by the mean reward of G samples of the same prompt). For each prompt
+:math:`q`, sample G responses :math:`o_1..o_G` from :math:`\pi_\text{old}`, score them, and maximise
+
+.. math::
+    \frac{1}{G}\sum_{i=1}^{G}\frac{1}{|o_i|}\sum_{t}\Big[\min\big(\rho_{i,t}\hat A_{i,t},
+    \operatorname{clip}(\rho_{i,t}, 1-\epsilon_\text{lo}, 1+\epsilon_\text{hi})\hat A_{i,t}\big)
+    - \beta\,\mathbb D_\text{KL}[\pi_\theta\|\pi_\text{ref}]_{i,t}\Big],
+    \qquad \hat A_{i,t} = \frac{r_i - \operatorname{mean}(r)}{\operatorname{std}(r) + \varepsilon}
+
+The pieces are the shared math core: ``GROUP_ADVANTAGES`` (``grpo``, ``dr_grpo``, ``rloo``,
+``batch_std``), ``POLICY_LOSSES`` (``ppo_clip`` — the same function CartPole's PPO uses — or ``gspo``),
+``KL_ESTIMATORS`` (k1, k2, k3) and ``aggregate`` (``token_mean``, ``seq_mean_token_mean``,
+``seq_mean_token_sum_norm``). The presets are combinations of them:
+
+==========  ==============  ==========  =====================  ========================================
+preset      advantage       loss        aggregation            other
+==========  ==============  ==========  =====================  ========================================
+grpo        grpo            ppo_clip    seq_mean_token_mean    β = 0.04, k3 in the loss (the paper)
+dapo        grpo            ppo_clip    token_mean             clip-higher 0.2/0.28, β = 0, dynamic
+                                                               sampling, overlong filter + soft penalty
+gspo        grpo            gspo        seq_mean_token_mean    sequence-level ratio and clipping
+dr_grpo     dr_grpo         ppo_clip    seq_mean_token_sum_norm  no std, sums / max length
+lite_ppo    batch_std       ppo_clip    token_mean             group mean, batch std (Liu et al. 2025)
+==========  ==============  ==========  =====================  ========================================
+
+Implementation details:
+
+1. Batch units: ``data.rollout_batch_size`` counts **prompts**; each gives ``worker.rollout.n`` = G
+   completions, so a rollout has rollout_batch_size × G rows. ``worker.actor.mini_batch_size`` counts
+   prompts per optimizer step (0: the whole rollout), ``worker.actor.micro_batch_size`` completions per
+   forward pass; the loss of each optimizer step is normalised by its global count (tokens or
+   sequences), so gradient accumulation equals one big batch.
+2. :math:`\pi_\text{old}` log-probs: with one epoch over one mini-batch the data is exactly on-policy
+   (ρ = 1 in value), so ``old_logp = sg(logp)`` of the same forward pass, as TRL and verl do; otherwise
+   they are recomputed once after generation (not taken from the sampler, whose numerics may differ).
+3. The reference model is the starting policy, frozen; it is skipped entirely when no KL term uses it
+   (β = 0 and no KL in the reward). With LoRA it is the base model with the adapters switched off.
+4. KL: in the loss (``worker.actor.kl_coef`` β with ``kl_estimator``; k3 by default: unbiased value,
+   and in expectation its gradient is ∇KL, see :mod:`advantage.math.kl`) or in the reward
+   (``algorithm.kl_reward_coef``: :math:`r_i \leftarrow r_i - \beta_r\sum_t k_{1,t}`, before the group
+   normalisation).
+5. DAPO: dynamic sampling drops groups whose rewards are all equal (no gradient signal) and samples more
+   prompts until the batch is full, at most ``algorithm.max_sampling_rounds`` rounds; overlong
+   filtering masks truncated responses out of the loss; the soft overlong punishment (eq. 13 of the DAPO
+   paper) is added to the reward (``worker.reward.overlong_buffer``).
+6. Curriculum (seed 000's hard-example mining): every prompt's pass rate is tracked;
+   ``algorithm.curriculum=hard`` samples the next prompts with weight
+   :math:`1 - \text{pass rate} + \text{floor}` (unseen prompts count as hard), and
+   ``worker.reward.length_preference`` favours shorter answers among equally rewarded ones.
+7. Metrics: reward mean/std, accuracy, clip fractions (low / high), approx KL to π_old and to the
+   reference, entropy (Monte Carlo: mean −log π of the sampled tokens), response length and truncated
+   fraction, zero-std group fraction, tokens/s, and seconds per phase (generate / score / learn).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from advantage.algos.llm import common
+from advantage.algos.llm.common import DataConfig, LMModelConfig, LMPolicy, LMTrainerConfig
+from advantage.config import Preset, option, section
+from advantage.context import RunContext, Snapshot
+from advantage.errors import NonFiniteError
+from advantage.math import KL_ESTIMATORS, POLICY_LOSSES, aggregate, masked_mean
+from advantage.registry import Algorithm, register
+from advantage.torch_state import load_optimizer, optimizer_state
+
+# ----------------------------------------------------------------------------------------------------
+# Config: EasyR1-style sections data / algorithm / worker (actor, rollout, ref, reward) / trainer
+
+
+@dataclass
+class GRPOData(DataConfig):
+    rollout_batch_size: int = option(16, "prompts per rollout (each sampled worker.rollout.n times)", lo=1)
+
+
+@dataclass
+class GRPOAlgorithm:
+    advantage: str = option(
+        "grpo",
+        "group advantage: grpo (mean/std), dr_grpo (mean), rloo, batch_std (Lite PPO)",
+        choices=("grpo", "dr_grpo", "rloo", "batch_std"),
+    )
+    std_eps: float = option(1e-6, "ε added to the std in grpo / batch_std", lo=0)
+    kl_reward_coef: float = option(0.0, "β_r: KL to the reference subtracted from the reward", lo=0)
+    dynamic_sampling: bool = option(False, "DAPO: drop all-equal groups and sample more prompts")
+    max_sampling_rounds: int = option(4, "dynamic sampling: most generation rounds per step", lo=1)
+    overlong_filter: bool = option(False, "DAPO: truncated responses are masked out of the loss")
+    curriculum: str = option(
+        "none",
+        "none, or hard: sample prompts by 1 - pass rate (hard-example mining)",
+        choices=("none", "hard"),
+    )
+    curriculum_floor: float = option(0.1, "curriculum=hard: weight added to every prompt", lo=0)
+
+
+@dataclass
+class ActorConfig:
+    model: LMModelConfig = section(LMModelConfig, "the policy")
+    learning_rate: float = option(1e-5, "peak learning rate", lo=0, lo_open=True)
+    lr_schedule: str = option("constant", "decay after warm-up", choices=("constant", "cosine", "linear"))
+    warmup_steps: int = option(0, "linear warm-up steps", lo=0)
+    min_lr_ratio: float = option(0.0, "final learning rate / peak (cosine and linear)", lo=0, hi=1)
+    weight_decay: float = option(0.0, "AdamW weight decay", lo=0)
+    max_grad_norm: float = option(1.0, "global gradient-norm clip (0: none)", lo=0)
+    ppo_epochs: int = option(1, "μ: passes over each rollout", lo=1)
+    mini_batch_size: int = option(0, "prompts per optimizer step (0: the whole rollout)", lo=0)
+    micro_batch_size: int = option(0, "completions per forward pass (0: the whole mini-batch)", lo=0)
+    loss: str = option("ppo_clip", "policy loss", choices=("ppo_clip", "gspo"))
+    clip_low: float = option(0.2, "ε_low of the ratio clip", lo=0, hi=1, hi_open=True)
+    clip_high: float | None = option(None, "ε_high (clip-higher); null: clip_low", lo=0)
+    dual_clip: float | None = option(None, "dual-clip constant c > 1 (null: off)", lo=1, lo_open=True)
+    loss_agg: str = option(
+        "seq_mean_token_mean",
+        "loss aggregation",
+        choices=("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"),
+    )
+    kl_coef: float = option(0.0, "β: KL to the reference in the loss", lo=0)
+    kl_estimator: str = option("k3", "KL estimator in the loss", choices=("k1", "k2", "k3"))
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.clip_high is not None and self.clip_high < self.clip_low:
+            out.append(
+                f"worker.actor.clip_high={self.clip_high} is smaller than worker.actor.clip_low="
+                f"{self.clip_low}; clip-higher needs clip_high >= clip_low"
+            )
+        return out
+
+
+@dataclass
+class RolloutConfig:
+    n: int = option(8, "G: completions sampled per prompt", lo=1)
+    temperature: float = option(1.0, "sampling temperature", lo=0, lo_open=True)
+    top_p: float = option(1.0, "nucleus sampling", lo=0, hi=1, lo_open=True)
+    top_k: int = option(0, "top-k sampling (0: off)", lo=0)
+
+
+@dataclass
+class RefConfig:
+    micro_batch_size: int = option(0, "completions per reference forward pass (0: all)", lo=0)
+
+
+@dataclass
+class RewardConfig:
+    overlong_buffer: int = option(0, "DAPO soft overlong punishment: buffer length L_cache (0: off)", lo=0)
+    overlong_penalty_factor: float = option(1.0, "scale of that punishment", lo=0)
+    length_preference: float = option(0.0, "bonus for shorter answers among equally rewarded ones", lo=0)
+
+
+@dataclass
+class WorkerConfig:
+    actor: ActorConfig = section(ActorConfig)
+    rollout: RolloutConfig = section(RolloutConfig)
+    ref: RefConfig = section(RefConfig)
+    reward: RewardConfig = section(RewardConfig)
+
+
+@dataclass
+class GRPOConfig:
+    data: GRPOData = section(GRPOData)
+    algorithm: GRPOAlgorithm = section(GRPOAlgorithm)
+    worker: WorkerConfig = section(WorkerConfig)
+    trainer: LMTrainerConfig = section(LMTrainerConfig)
+
+    @property
+    def model(self) -> LMModelConfig:
+        """The policy's model section (``worker.actor.model``), where the shared LM code looks for it."""
+        return self.worker.actor.model
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.worker.rollout.n < 2 and self.algorithm.advantage in ("grpo", "rloo", "batch_std"):
+            out.append(
+                f"worker.rollout.n=1 with algorithm.advantage={self.algorithm.advantage}: group advantages "
+                "compare the G samples of a prompt, so G must be >= 2"
+            )
+        mb = self.worker.actor.mini_batch_size
+        if mb > self.data.rollout_batch_size:
+            out.append(
+                f"worker.actor.mini_batch_size={mb} prompts is more than data.rollout_batch_size="
+                f"{self.data.rollout_batch_size}"
+            )
+        return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# Rollout: generate, score, shape rewards, advantages
+
+
+@dataclass
+class Rollout:
+    """One rollout batch: rows ``[p0 × G, p1 × G, ...]``."""
+
+    gen: Any  # advantage.rollout.generate.Generation
+    prompt_idx: list[int]  # [B/G] training-set index of each prompt
+    rewards: Tensor  # [B] scalar reward of each completion (shaped)
+    correct: Tensor  # [B] bool
+    advantages: Tensor  # [B]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def score(policy: LMPolicy, examples: list[Any], texts: list[str], G: int) -> tuple[Tensor, Tensor]:
+    """Verifier rewards ``[B]`` and correctness for completions grouped G per example. A reward that is
+    not a finite number stops the run, naming the prompt and completion."""
+    rewards, correct = [], []
+    for i, text in enumerate(texts):
+        ex = examples[i // G]
+        r = policy.task.verify(text, ex)
+        value = r.score
+        if value is None or not isinstance(value, int | float) or not math.isfinite(value):
+            raise NonFiniteError(
+                f"the reward of completion {text!r} for prompt {ex.prompt!r} is {value!r}; rewards must be "
+                "finite numbers"
+            )
+        rewards.append(float(value))
+        correct.append(bool(r.correct))
+    return torch.tensor(rewards), torch.tensor(correct)
+
+
+def shape_rewards(
+    rewards: Tensor, gen: Any, cfg: GRPOConfig, kl_seq: Tensor | None
+) -> tuple[Tensor, dict[str, float]]:
+    """Reward shaping before the advantages: the soft overlong punishment, the length preference and the
+    KL-in-reward term. All ``[B]``."""
+    from advantage.math.rewards import length_preference, overlong_penalty
+
+    w, metrics = cfg.worker.reward, {}
+    lengths = gen.lengths.to(rewards.dtype)
+    if w.overlong_buffer > 0:
+        pen = overlong_penalty(gen.lengths, cfg.data.max_response_length, w.overlong_buffer)
+        rewards = rewards + w.overlong_penalty_factor * pen.to(rewards.dtype)
+        metrics["overlong_penalty"] = float(pen.mean())
+    if w.length_preference > 0:
+        rewards = length_preference(rewards, lengths, cfg.worker.rollout.n, w.length_preference)
+    if kl_seq is not None and cfg.algorithm.kl_reward_coef > 0:
+        rewards = rewards - cfg.algorithm.kl_reward_coef * kl_seq
+        metrics["kl_reward"] = float(kl_seq.mean())
+    return rewards, metrics
+
+
+# ----------------------------------------------------------------------------------------------------
+# The loss
+
+
+def policy_loss_fn(actor: ActorConfig) -> Any:
+    """The per-token policy loss with its hyperparameters bound (one signature for every loss)."""
+    if actor.loss == "gspo":
+        return partial(
+            POLICY_LOSSES["gspo"],
+            clip_low=actor.clip_low,
+            clip_high=actor.clip_high if actor.clip_high is not None else actor.clip_low,
+        )
+    return partial(
+        POLICY_LOSSES["ppo_clip"],
+        clip_low=actor.clip_low,
+        clip_high=actor.clip_high,
+        dual_clip=actor.dual_clip,
+    )
+
+
+def grpo_loss(
+    logp: Tensor,
+    old_logp: Tensor | None,
+    ref_logp: Tensor | None,
+    advantages: Tensor,
+    mask: Tensor,
+    actor: ActorConfig,
+    normalizer: float,
+    max_len: int,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The GRPO-family loss of one micro-batch, divided by the optimizer step's global ``normalizer``.
+
+    Args:
+        logp: ``[B, T]`` current log-probs (with grad). old_logp, ref_logp: ``[B, T]`` or None
+            (None old: on-policy, ``sg(logp)``; None ref: no KL term).
+        advantages: ``[B]`` per completion (outcome supervision) or ``[B, T]`` per token (process).
+        mask: ``[B, T]`` response mask (times the overlong filter).
+    """
+    adv = advantages[:, None].expand_as(logp) if advantages.dim() == 1 else advantages
+    old = logp.detach() if old_logp is None else old_logp
+    per_token, metrics = policy_loss_fn(actor)(logp, old, adv, mask)
+    if ref_logp is not None and actor.kl_coef > 0:
+        kl = KL_ESTIMATORS[actor.kl_estimator](logp, ref_logp)
+        per_token = per_token + actor.kl_coef * kl
+        metrics["kl_ref"] = masked_mean(kl.detach(), mask)
+    loss = aggregate(per_token, mask, actor.loss_agg, normalizer=normalizer, max_len=max_len)
+    return loss, metrics
+
+
+def step_normalizer(mask: Tensor, mode: str) -> float:
+    """The denominator of one optimizer step for ``mode``: valid tokens, sequences with a valid token,
+    or all sequences (see :func:`advantage.math.aggregate`)."""
+    if mode == "token_mean":
+        return float(mask.sum())
+    if mode == "seq_mean_token_mean":
+        return float((mask.sum(-1) > 0).sum())
+    return float(mask.shape[0])
+
+
+# ----------------------------------------------------------------------------------------------------
+# Training
+
+
+def _logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, micro: int) -> Tensor:
+    """``[len(rows), T]`` log-probs without grad, ``micro`` rows per forward pass."""
+    from advantage.nn.lm import sequence_logprobs
+
+    ids, attn = gen.sequences()
+    P = gen.prompt_ids.shape[1]
+    out = []
+    with torch.no_grad():
+        for j in range(0, len(rows), micro):
+            r = rows[j : j + micro]
+            out.append(sequence_logprobs(model, ids[r], attn[r], response_start=P))
+    return torch.cat(out)
+
+
+def train(cfg: GRPOConfig, ctx: RunContext) -> None:
+    from advantage.math.advantages import GROUP_ADVANTAGES
+    from advantage.nn.lm import sequence_logprobs
+
+    a, t, d = cfg.algorithm, cfg.trainer, cfg.data
+    actor, roll = cfg.worker.actor, cfg.worker.rollout
+    G = roll.n
+    torch.set_num_threads(t.torch_threads)
+    torch.manual_seed(t.seed)
+    task = common.make_task(d)
+    restored = ctx.restored
+    if restored is not None and actor.model.lora.rank == 0:
+        from advantage.nn.lm import load_pretrained
+
+        model, tok = load_pretrained(restored.path, dtype=getattr(torch, actor.model.dtype))
+        model = model.to(t.device)
+    else:
+        model, tok = common.build_model(cfg, task)
+    lora = actor.model.lora.rank > 0
+    needs_ref = actor.kl_coef > 0 or a.kl_reward_coef > 0
+    ref_model = None
+    if needs_ref and not lora:  # the starting policy, frozen
+        ref_model = common.build_model(cfg, task)[0] if restored is not None else copy.deepcopy(model)
+        ref_model.eval().requires_grad_(False)
+    policy = LMPolicy(model, tok, task, cfg)
+    examples = policy.examples("train")
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=actor.learning_rate, weight_decay=actor.weight_decay)
+    gen_rng = torch.Generator(device=policy.device).manual_seed(t.seed)
+    pick_rng = torch.Generator().manual_seed(t.seed + 1)
+    step, epoch, pos = 0, 0, 0
+    passes = torch.zeros(len(examples))  # curriculum: correct samples per prompt
+    tries = torch.zeros(len(examples))
+    if restored is not None:
+        s = restored.state["algo"]
+        if lora:
+            named = dict(model.named_parameters())
+            with torch.no_grad():
+                for name, value in restored.tensors.items():
+                    if name.startswith("adapter."):
+                        named[name[len("adapter.") :]].copy_(value)
+        load_optimizer("optim", opt, restored.tensors, s["optim"])
+        torch.set_rng_state(restored.tensors["torch_rng"])
+        gen_rng.set_state(restored.tensors["gen_rng"])
+        pick_rng.set_state(restored.tensors["pick_rng"])
+        passes, tries = restored.tensors["passes"].clone(), restored.tensors["tries"].clone()
+        step, epoch, pos = restored.step, s["epoch"], s["pos"]
+    order = common.data_order(len(examples), t.seed, epoch)
+
+    def snapshot() -> Snapshot:
+        opt_tensors, opt_meta = optimizer_state("optim", opt)
+        tensors = {
+            **opt_tensors,
+            "torch_rng": torch.get_rng_state(),
+            "gen_rng": gen_rng.get_state(),
+            "pick_rng": pick_rng.get_state(),
+            "passes": passes,
+            "tries": tries,
+        }
+        if lora:
+            tensors.update({f"adapter.{k}": v for k, v in common.trainable_tensors(model).items()})
+        state = {"optim": opt_meta, "epoch": epoch, "pos": pos}
+        return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
+
+    def next_prompts(n: int) -> list[int]:
+        nonlocal epoch, pos, order
+        if a.curriculum == "hard":  # hard-example mining: weight 1 - pass rate (+ floor)
+            rate = torch.where(tries > 0, passes / tries.clamp(min=1), torch.zeros_like(tries))
+            weights = 1.0 - rate + a.curriculum_floor
+            return torch.multinomial(weights, n, replacement=False, generator=pick_rng).tolist()
+        idx: list[int] = []
+        while len(idx) < n:
+            take = order[pos : pos + n - len(idx)].tolist()
+            idx += take
+            pos += len(take)
+            if pos >= len(order):
+                epoch, pos = epoch + 1, 0
+                order = common.data_order(len(examples), t.seed, epoch)
+        return idx
+
+    def ref_logprobs(gen: Any, rows: Tensor) -> Tensor:
+        micro = cfg.worker.ref.micro_batch_size or len(rows)
+        if ref_model is not None:
+            return _logprobs(ref_model, gen, rows, micro)
+        with model.disable_adapter():  # LoRA: the base model is the reference
+            return _logprobs(model, gen, rows, micro)
+
+    def collect() -> tuple[Rollout, dict[str, float]]:
+        """Generate and score until the batch is full (one round unless dynamic sampling)."""
+        B = d.rollout_batch_size
+        kept_gens, kept_idx, kept_r, kept_c, kept_adv = [], [], [], [], []
+        m: dict[str, float] = {"time/generate": 0.0, "time/score": 0.0}
+        all_r, all_c, all_len, all_trunc, zero_groups, groups = [], [], [], [], 0, 0
+        rounds = 0
+        while sum(len(i) for i in kept_idx) < B and rounds < a.max_sampling_rounds:
+            rounds += 1
+            idx = next_prompts(B - sum(len(i) for i in kept_idx) if a.dynamic_sampling else B)
+            exs = [examples[i] for i in idx]
+            t0 = time.perf_counter()
+            gen, texts = policy.complete(
+                [e.prompt for e in exs],
+                temperature=roll.temperature,
+                samples=G,
+                generator=gen_rng,
+                top_p=roll.top_p,
+                top_k=roll.top_k,
+            )
+            t1 = time.perf_counter()
+            rewards, correct = score(policy, exs, texts, G)
+            kl_seq = None
+            if a.kl_reward_coef > 0:
+                rows = torch.arange(len(texts))
+                lp = _logprobs(model, gen, rows, actor.micro_batch_size or len(rows))
+                kl_seq = ((lp - ref_logprobs(gen, rows)) * gen.response_mask).sum(-1)
+            rewards, shaped = shape_rewards(rewards, gen, cfg, kl_seq)
+            adv, am = GROUP_ADVANTAGES[a.advantage](rewards, G, a.std_eps)
+            if "reward_std_mean" in am:
+                m["advantage/group_std_mean"] = float(am["reward_std_mean"])
+            m["time/score"] += time.perf_counter() - t1
+            m["time/generate"] += t1 - t0
+            for k, v in shaped.items():
+                m[f"reward/{k}"] = v
+            for j, i in enumerate(idx):  # curriculum statistics
+                passes[i] += float(correct[j * G : (j + 1) * G].sum())
+                tries[i] += G
+            all_r.append(rewards)
+            all_c.append(correct)
+            all_len.append(gen.lengths.float())
+            all_trunc.append(gen.truncated.float())
+            std0 = (
+                rewards.view(-1, G).std(-1, unbiased=False) == 0
+                if G > 1
+                else torch.ones(len(idx), dtype=torch.bool)
+            )
+            zero_groups += int(std0.sum())
+            groups += len(idx)
+            keep = ~std0 if a.dynamic_sampling else torch.ones_like(std0)
+            if keep.any():
+                rows = torch.repeat_interleave(keep, G).nonzero().squeeze(-1)
+                kept_gens.append((gen, rows))
+                kept_idx.append([i for i, k in zip(idx, keep.tolist(), strict=True) if k])
+                kept_r.append(rewards[rows])
+                kept_c.append(correct[rows])
+                kept_adv.append(adv[rows])
+            if not a.dynamic_sampling:
+                break
+        if not kept_gens:
+            return None, m  # type: ignore[return-value]
+        gen = _concat([_select(g, rows) for g, rows in kept_gens], tok.pad_token_id)
+        n_prompts = sum(len(i) for i in kept_idx)
+        keep_rows = min(n_prompts, B) * G  # dynamic sampling may overshoot: trim to the batch size
+        r_all, c_all = torch.cat(all_r), torch.cat(all_c)
+        m.update(
+            {
+                "reward/mean": float(r_all.mean()),
+                "reward/std": float(r_all.std()) if len(r_all) > 1 else 0.0,
+                "reward/accuracy": float(c_all.float().mean()),
+                "response/length_mean": float(torch.cat(all_len).mean()),
+                "response/truncated_frac": float(torch.cat(all_trunc).mean()),
+                "advantage/zero_std_frac": zero_groups / max(groups, 1),
+                "rollout/rounds": rounds,
+                "rollout/prompts": min(n_prompts, B),
+            }
+        )
+        ro = Rollout(
+            gen=_select(gen, torch.arange(keep_rows)),
+            prompt_idx=[i for ids in kept_idx for i in ids][: keep_rows // G],
+            rewards=torch.cat(kept_r)[:keep_rows],
+            correct=torch.cat(kept_c)[:keep_rows],
+            advantages=torch.cat(kept_adv)[:keep_rows],
+        )
+        return ro, m
+
+    model.train()
+    while step < t.total_steps:
+        lr = common.learning_rate(actor, step, t.total_steps)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        ro, m = collect()
+        if ro is None:  # every group had equal rewards, even after max_sampling_rounds: nothing to learn
+            step += 1
+            ctx.log(step, {**{f"train/{k}": v for k, v in m.items()}, "train/skipped": 1.0})
+            if ctx.tick(step, snapshot):
+                break
+            continue
+        t_learn = time.perf_counter()
+        gen = ro.gen
+        n_rows = gen.response_ids.shape[0]
+        mask = gen.response_mask.clone()
+        if a.overlong_filter:
+            mask = mask * (~gen.truncated).float()[:, None]
+        ids, attn = gen.sequences()
+        P, T = gen.prompt_ids.shape[1], gen.response_ids.shape[1]
+        mini_rows = (actor.mini_batch_size or d.rollout_batch_size) * G
+        micro = actor.micro_batch_size or mini_rows
+        all_rows = torch.arange(n_rows)
+        n_minis = math.ceil(n_rows / mini_rows)
+        on_policy = actor.ppo_epochs == 1 and n_minis == 1
+        old_logp = None if on_policy else _logprobs(model, gen, all_rows, micro)
+        ref_logp = ref_logprobs(gen, all_rows) if actor.kl_coef > 0 else None
+        stats: dict[str, list[float]] = {}
+        for _ in range(actor.ppo_epochs):
+            perm = all_rows if on_policy else torch.randperm(n_rows)
+            for start in range(0, n_rows, mini_rows):
+                mini = perm[start : start + mini_rows]
+                Z = step_normalizer(mask[mini], actor.loss_agg)
+                opt.zero_grad(set_to_none=True)
+                total = 0.0
+                for j in range(0, len(mini), micro):
+                    r = mini[j : j + micro]
+                    logp = sequence_logprobs(model, ids[r], attn[r], response_start=P)
+                    loss, lm = grpo_loss(
+                        logp,
+                        None if old_logp is None else old_logp[r],
+                        None if ref_logp is None else ref_logp[r],
+                        ro.advantages[r],
+                        mask[r],
+                        actor,
+                        max(Z, 1.0),
+                        T,
+                    )
+                    loss.backward()
+                    total += float(loss.detach())
+                    lm["entropy"] = masked_mean(-logp.detach(), mask[r])
+                    for k, v in lm.items():
+                        stats.setdefault(k, []).append(float(v))
+                if not math.isfinite(total):
+                    raise NonFiniteError(f"step {step + 1}: GRPO loss is {total}; stopping")
+                stats.setdefault("loss", []).append(total)
+                if actor.max_grad_norm > 0:
+                    gn = torch.nn.utils.clip_grad_norm_(params, actor.max_grad_norm)
+                    stats.setdefault("grad_norm", []).append(float(gn))
+                opt.step()
+        step += 1
+        m["time/learn"] = time.perf_counter() - t_learn
+        spent = m["time/generate"] + m["time/score"] + m["time/learn"]
+        row = {f"train/{k}": v for k, v in m.items()}
+        row.update({f"train/{k}": sum(v) / len(v) for k, v in stats.items()})
+        row["train/learning_rate"] = lr
+        row["train/tokens_per_second"] = float(gen.lengths.sum()) / max(spent, 1e-9)
+        ctx.log(step, row)
+        if ctx.tick(step, snapshot):
+            break
+    ctx.finish(step, snapshot())
+
+
+def _select(gen: Any, rows: Tensor) -> Any:
+    """The rows ``rows`` of a Generation."""
+    return type(gen)(**{k: v[rows] for k, v in vars(gen).items()})
+
+
+def _concat(gens: list[Any], pad_id: int) -> Any:
+    """Generations of several rounds in one, prompts left-padded and responses right-padded to common
+    lengths."""
+    if len(gens) == 1:
+        return gens[0]
+    P = max(g.prompt_ids.shape[1] for g in gens)
+    T = max(g.response_ids.shape[1] for g in gens)
+    out: dict[str, list[Tensor]] = {}
+    for g in gens:
+        for k, v in vars(g).items():
+            fill = pad_id if k in ("prompt_ids", "response_ids") else 0
+            if k in ("prompt_ids", "prompt_mask"):
+                v = torch.nn.functional.pad(v, (P - v.shape[1], 0), value=fill)
+            elif v.dim() == 2:
+                v = torch.nn.functional.pad(v, (0, T - v.shape[1]), value=fill)
+            out.setdefault(k, []).append(v)
+    return type(gens[0])(**{k: torch.cat(v) for k, v in out.items()})
+
+
+# ----------------------------------------------------------------------------------------------------
+# Presets and registration
+
+PRESETS = {
+    "grpo": Preset(
+        "GRPO as in DeepSeekMath: group mean/std, per-sequence token mean, β = 0.04 with k3 in the loss",
+        {
+            "algorithm.advantage": "grpo",
+            "worker.actor.loss": "ppo_clip",
+            "worker.actor.loss_agg": "seq_mean_token_mean",
+            "worker.actor.kl_coef": 0.04,
+            "worker.actor.kl_estimator": "k3",
+        },
+    ),
+    "dapo": Preset(
+        "DAPO: clip-higher (0.2 / 0.28), token-level loss, no KL, dynamic sampling, overlong filter + "
+        "soft overlong punishment",
+        {
+            "algorithm.advantage": "grpo",
+            "worker.actor.clip_low": 0.2,
+            "worker.actor.clip_high": 0.28,
+            "worker.actor.loss_agg": "token_mean",
+            "worker.actor.kl_coef": 0.0,
+            "algorithm.dynamic_sampling": True,
+            "algorithm.overlong_filter": True,
+            "worker.reward.overlong_buffer": 4,
+        },
+    ),
+    "gspo": Preset(
+        "GSPO: sequence-level ratio exp(mean log ρ) and sequence-level clipping (3e-4 / 4e-4)",
+        {
+            "worker.actor.loss": "gspo",
+            "worker.actor.clip_low": 3e-4,
+            "worker.actor.clip_high": 4e-4,
+            "worker.actor.loss_agg": "seq_mean_token_mean",
+            "worker.actor.kl_coef": 0.0,
+        },
+    ),
+    "dr_grpo": Preset(
+        "Dr.GRPO: no std normalisation, per-sequence token sums divided by the maximum length",
+        {
+            "algorithm.advantage": "dr_grpo",
+            "worker.actor.loss_agg": "seq_mean_token_sum_norm",
+            "worker.actor.kl_coef": 0.0,
+        },
+    ),
+    "lite_ppo": Preset(
+        "Lite PPO: group-mean, batch-std advantages and the token-level loss",
+        {
+            "algorithm.advantage": "batch_std",
+            "worker.actor.loss_agg": "token_mean",
+            "worker.actor.kl_coef": 0.0,
+        },
+    ),
+}
+
+
+def _check(cfg: GRPOConfig) -> list[str]:
+    return common.check(cfg)
+
+
+register(
+    Algorithm(
+        name="grpo",
+        summary="GRPO and its family (DAPO, GSPO, Dr.GRPO, Lite PPO) on verifiable rewards (seed 003)",
+        config=GRPOConfig,
+        train=train,
+        load_policy=common.load_policy,
+        evaluate=common.evaluate,
+        check=_check,
+        presets=PRESETS,
+        defaults={"trainer.eval_every": 10, "trainer.log_every": 1, "trainer.total_steps": 100},
+    )
+)

@@ -1,0 +1,243 @@
+"""GRPO family: the loss and its global normalizer, every preset end to end on a tiny model, dynamic
+sampling, the metrics people look for, exact resume and the bad-input errors."""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import pytest
+import torch
+
+import advantage
+from advantage.algos.llm import grpo
+from advantage.envs.text import Reward, make_task
+from advantage.errors import ConfigError, NonFiniteError
+
+TINY = {
+    "data.task": "addition",
+    "data.digits": 2,
+    "data.train_size": 64,
+    "data.validation_size": 16,
+    "data.test_size": 16,
+    "data.rollout_batch_size": 4,
+    "data.max_response_length": 6,
+    "worker.rollout.n": 4,
+    "worker.actor.model.hidden_size": 32,
+    "worker.actor.model.layers": 1,
+    "worker.actor.model.heads": 2,
+    "worker.actor.learning_rate": 1e-3,
+    "trainer.eval_episodes": 8,
+    "trainer.eval_every": 0,
+    "trainer.total_steps": 3,
+    "trainer.tensorboard": False,
+}
+
+
+class CoinTask:
+    """Addition prompts with a reward that depends on the completion's length parity: groups are a mix of
+    all-equal and mixed rewards, so dynamic sampling has something to drop and something to keep."""
+
+    def __init__(self):
+        self.inner = make_task("addition", digits=2)
+        self.name, self.alphabet, self.special_tokens = "coin", self.inner.alphabet, ()
+        self.options: dict = {}
+
+    def examples(self, split, n, seed):
+        return self.inner.examples(split, n, seed)
+
+    def verify(self, completion, example):
+        ok = len(completion) % 2 == 0
+        return Reward(float(ok), ok, True, completion, "parity")
+
+
+@pytest.fixture
+def coin_task(monkeypatch):
+    from advantage.envs.text import registry
+
+    def coin() -> CoinTask:
+        return CoinTask()
+
+    monkeypatch.setitem(registry.TASKS, "coin", coin)
+    return coin
+
+
+def _train(tmp_path, name="run", **over):
+    cfg = {**TINY, "trainer.run_dir": str(tmp_path / name), **over}
+    return advantage.train("grpo", quiet=True, **{k: v for k, v in cfg.items() if v is not None})
+
+
+# ---- the loss ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
+def test_micro_batches_with_the_step_normalizer_equal_one_batch(mode):
+    torch.manual_seed(0)
+    B, T = 8, 5
+    theta = torch.randn(B, T, requires_grad=True)
+    old = torch.randn(B, T) * 0.1
+    adv = torch.randn(B)
+    mask = (torch.rand(B, T) > 0.3).float()
+    mask[3] = 0.0  # an empty row
+    actor = grpo.ActorConfig(loss_agg=mode, clip_low=0.2, clip_high=0.28)
+    Z = grpo.step_normalizer(mask, mode)
+
+    def logp():
+        return torch.log_softmax(theta, -1)
+
+    one, _ = grpo.grpo_loss(logp(), old, None, adv, mask, actor, Z, T)
+    (g_one,) = torch.autograd.grad(one, theta)
+    acc = torch.zeros(())
+    for rows in ([0, 1, 2], [3, 4, 5, 6], [7]):
+        part, _ = grpo.grpo_loss(logp()[rows], old[rows], None, adv[rows], mask[rows], actor, Z, T)
+        acc = acc + part
+    (g_acc,) = torch.autograd.grad(acc, theta)
+    torch.testing.assert_close(acc, one)
+    torch.testing.assert_close(g_acc, g_one)
+
+
+def test_on_policy_ratio_is_one_and_equal_groups_give_a_finite_zero_loss():
+    from advantage.math.advantages import GROUP_ADVANTAGES
+
+    rewards = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0])
+    adv, m = GROUP_ADVANTAGES["grpo"](rewards, 4, 1e-6)
+    assert adv[:4].tolist() == [0.0] * 4 and float(m["zero_std_frac"]) == 0.5
+    logp = torch.randn(8, 3, requires_grad=True)
+    loss, metrics = grpo.grpo_loss(logp, None, None, adv, torch.ones(8, 3), grpo.ActorConfig(), 8.0, 3)
+    assert math.isfinite(float(loss)) and float(metrics["ratio_mean"]) == 1.0
+    # The on-policy gradient is the policy gradient: -A_i / |o_i| per token, averaged over sequences.
+    (g,) = torch.autograd.grad(loss, logp)
+    torch.testing.assert_close(g, -adv[:, None].expand(8, 3) / 3 / 8)
+
+
+def test_kl_in_the_loss_uses_the_reference():
+    actor = grpo.ActorConfig(kl_coef=0.1, kl_estimator="k3", loss_agg="token_mean")
+    logp = torch.log(torch.full((2, 2), 0.5))
+    ref = torch.log(torch.full((2, 2), 0.25))
+    loss, m = grpo.grpo_loss(logp, None, ref, torch.zeros(2), torch.ones(2, 2), actor, 4.0, 2)
+    k3 = math.exp(-math.log(2)) - 1 + math.log(2)  # r - 1 - log r with r = ref/π = 1/2
+    assert float(loss) == pytest.approx(0.1 * k3)
+    assert float(m["kl_ref"]) == pytest.approx(k3)
+
+
+# ---- training end to end ------------------------------------------------------------------------------
+
+
+METRICS = {
+    "train/reward/mean",
+    "train/reward/std",
+    "train/reward/accuracy",
+    "train/clipfrac_low",
+    "train/clipfrac_high",
+    "train/approx_kl",
+    "train/entropy",
+    "train/response/length_mean",
+    "train/response/truncated_frac",
+    "train/advantage/zero_std_frac",
+    "train/tokens_per_second",
+    "train/time/generate",
+    "train/time/score",
+    "train/time/learn",
+}
+
+
+@pytest.mark.parametrize("preset", ["grpo", "dapo", "gspo", "dr_grpo", "lite_ppo"])
+def test_every_preset_trains(tmp_path, coin_task, preset):
+    run = _train(tmp_path, preset=preset, **{"data.task": "coin", "data.digits": None})
+    rows = [r for r in run.metrics if "train/reward/mean" in r or "train/skipped" in r]
+    assert len(rows) == 3
+    trained = [r for r in rows if "train/reward/mean" in r and "train/loss" in r]
+    assert trained, "no step trained"
+    assert set(trained[0]) >= METRICS, METRICS - set(trained[0])
+    if preset == "grpo":
+        assert "train/kl_ref" in trained[0]
+    assert all(math.isfinite(r["train/loss"]) for r in trained)
+
+
+def test_dynamic_sampling_refills_the_batch(tmp_path, coin_task):
+    run = _train(
+        tmp_path,
+        **{
+            "data.task": "coin",
+            "data.digits": None,
+            "algorithm.dynamic_sampling": True,
+            "algorithm.max_sampling_rounds": 8,
+            "trainer.total_steps": 4,
+        },
+    )
+    rows = [r for r in run.metrics if "train/rollout/prompts" in r]
+    assert rows and all(r["train/rollout/prompts"] == 4 for r in rows)
+    assert any(r["train/rollout/rounds"] > 1 for r in rows)  # some groups were all-equal and refilled
+    assert any(r["train/advantage/zero_std_frac"] > 0 for r in rows)
+
+
+def test_dynamic_sampling_with_nothing_to_learn_skips_the_step(tmp_path):
+    # A fresh scratch model never adds correctly: every group is all-zero.
+    run = _train(tmp_path, **{"algorithm.dynamic_sampling": True, "algorithm.max_sampling_rounds": 2})
+    rows = [r for r in run.metrics if "train/skipped" in r]
+    assert len(rows) == 3 and all(
+        r["train/rollout/rounds"] == 2 for r in [*rows] if "train/rollout/rounds" in r
+    )
+
+
+def test_resume_is_exact(tmp_path, coin_task):
+    over = {"data.task": "coin", "data.digits": None, "trainer.total_steps": 4, "trainer.checkpoint_every": 2}
+    straight = _train(tmp_path, "straight", **over)
+    half = tmp_path / "half"
+    shutil.copytree(straight.dir, half)
+    ckpts = half / "checkpoints"
+    names = sorted(p.name for p in ckpts.glob("step_*"))
+    shutil.rmtree(ckpts / names[-1])
+    (ckpts / "latest").write_text(names[0] + "\n")
+    resumed = advantage.resume(half, quiet=True)
+    a = dict(straight.policy.model.named_parameters())
+    b = dict(resumed.policy.model.named_parameters())
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_starts_from_an_sft_run_folder(tmp_path):
+    sft_over = {
+        "data.task": "addition",
+        "data.digits": 2,
+        "data.train_size": 64,
+        "data.validation_size": 16,
+        "data.test_size": 16,
+        "model.hidden_size": 32,
+        "model.layers": 1,
+        "model.heads": 2,
+        "trainer.eval_episodes": 8,
+        "trainer.total_steps": 2,
+        "trainer.tensorboard": False,
+        "trainer.run_dir": str(tmp_path / "sft"),
+    }
+    sft_run = advantage.train("sft", quiet=True, **sft_over)
+    run = _train(tmp_path, **{"worker.actor.model.path": str(sft_run.dir), "trainer.total_steps": 1})
+    assert run.step == 1 and run.config.model.pretrained
+
+
+# ---- bad input ------------------------------------------------------------------------------------------
+
+
+def test_group_of_one_with_a_group_normalized_estimator():
+    from advantage.runs import resolve_config
+
+    with pytest.raises(ConfigError, match="worker.rollout.n=1 with algorithm.advantage=grpo"):
+        resolve_config("grpo", overrides={**TINY, "worker.rollout.n": 1})
+    resolve_config("grpo", overrides={**TINY, "worker.rollout.n": 1, "algorithm.advantage": "dr_grpo"})
+
+
+def test_clip_high_below_clip_low():
+    from advantage.runs import resolve_config
+
+    with pytest.raises(ConfigError, match="clip_high=0.1 is smaller than worker.actor.clip_low=0.2"):
+        resolve_config("grpo", overrides={**TINY, "worker.actor.clip_high": 0.1})
+
+
+def test_a_nan_reward_names_the_sample(tmp_path, monkeypatch, coin_task):
+    def nan_verify(self, completion, example):
+        return Reward(float("nan"), False, True, None, "broken")
+
+    monkeypatch.setattr(CoinTask, "verify", nan_verify)
+    with pytest.raises(NonFiniteError, match=r"the reward of completion .* for prompt '\d+\+\d+=' is nan"):
+        _train(tmp_path, **{"data.task": "coin", "data.digits": None})
