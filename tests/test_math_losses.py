@@ -372,7 +372,7 @@ def test_ppo_penalty_hand_values():
 
 
 def test_policy_registry_and_partial_binding():
-    assert set(POLICY_LOSSES) == {"pg", "ppo_clip", "ppo_penalty"}
+    assert set(POLICY_LOSSES) == {"pg", "ppo_clip", "ppo_penalty", "gspo"}
     logp, old, adv = _ratio_batch([1.5], [1.0])
     loss, _ = partial(POLICY_LOSSES["ppo_clip"], clip_low=0.2, clip_high=0.28)(logp, old, adv, torch.ones(1))
     close(loss, [-1.28], atol=1e-12)

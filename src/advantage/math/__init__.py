@@ -4,6 +4,14 @@ Nothing here takes a config, holds state or does I/O. Shapes follow one conventi
 dimension, so a single trajectory is ``[T]`` and a batch of rows (environments, or sequences) is ``[B, T]``.
 """
 
+from advantage.math.advantages import (
+    GROUP_ADVANTAGES,
+    batch_std,
+    dr_grpo,
+    grpo,
+    process_advantages,
+    rloo,
+)
 from advantage.math.kl import (
     KL_ESTIMATORS,
     AdaptiveKLController,
@@ -27,7 +35,7 @@ from advantage.math.policy_gradient import (
     optimal_constant_baseline,
     outer_weights,
 )
-from advantage.math.policy_losses import POLICY_LOSSES, pg, ppo_clip, ppo_penalty
+from advantage.math.policy_losses import POLICY_LOSSES, gspo, pg, ppo_clip, ppo_penalty
 from advantage.math.q_targets import double_q_target, dueling_combine, polyak_update, td_target
 from advantage.math.returns import (
     discounted_return,
@@ -37,9 +45,11 @@ from advantage.math.returns import (
     n_step_returns,
     reward_to_go,
 )
+from advantage.math.rewards import length_preference, overlong_penalty
 from advantage.math.value_losses import VALUE_LOSSES
 
 __all__ = [
+    "GROUP_ADVANTAGES",
     "KL_ESTIMATORS",
     "LOSS_AGGREGATIONS",
     "POLICY_LOSSES",
@@ -47,17 +57,22 @@ __all__ = [
     "AdaptiveKLController",
     "adaptive_kl_beta",
     "aggregate",
+    "batch_std",
     "cumulative_weights",
     "discounted_return",
     "double_q_target",
+    "dr_grpo",
     "dueling_combine",
     "episode_returns",
     "first_visit_mask",
     "gae",
+    "grpo",
+    "gspo",
     "kl_k1",
     "kl_k2",
     "kl_k3",
     "leave_one_out_mean",
+    "length_preference",
     "masked_mean",
     "masked_sum",
     "masked_var",
@@ -66,10 +81,13 @@ __all__ = [
     "n_step_returns",
     "optimal_constant_baseline",
     "outer_weights",
+    "overlong_penalty",
     "pg",
     "polyak_update",
     "ppo_clip",
     "ppo_penalty",
+    "process_advantages",
     "reward_to_go",
+    "rloo",
     "td_target",
 ]

@@ -21,6 +21,11 @@ distribution (expectations weighted by π, no sampling), for gradients w.r.t. π
 - k3: unbiased, E[k3] = KL(π‖ref); non-negative; expected gradient = ∇θ KL(π_ref‖π) = π − π_ref (the
   gradient of the *forward* KL), which differs from ∇θ KL(π‖ref).
 
+These are gradients of the *loss term*. The full derivative of the expectation,
+:math:`\nabla_\theta \mathbb E_{a\sim\pi_\theta}[k(a)] = \mathbb E[\nabla k] + \mathbb E[k\,\nabla\log\pi]`
+(score-function term included), is ∇θ KL(π‖ref) for both unbiased estimators k1 and k3; backprop of ``k`` in
+a loss drops the second term (``tests/test_math_grpo.py`` checks both, and the sampled means).
+
 The k2 identity needs the samples to come from the same π that is differentiated (the first PPO epoch);
 on samples from an older π_old the tests show it fails, and holds again with the per-sample weight
 ``(π/π_old)`` detached. Using k1 as a detached *reward* (REINFORCE, :math:`\mathbb E[k_1 \nabla\log\pi]`)

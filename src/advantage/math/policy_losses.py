@@ -1,4 +1,5 @@
-r"""Policy-gradient surrogate losses: vanilla PG, PPO-Clip (with asymmetric and dual clipping), PPO-Penalty.
+r"""Policy-gradient surrogate losses: vanilla PG, PPO-Clip (with asymmetric and dual clipping), PPO-Penalty,
+GSPO (sequence-level ratio).
 
 One signature for the whole registry, hyperparameters bound with ``functools.partial``::
 
@@ -25,7 +26,7 @@ from torch import Tensor
 
 from advantage.math.masked import masked_mean
 
-__all__ = ["POLICY_LOSSES", "pg", "ppo_clip", "ppo_penalty"]
+__all__ = ["POLICY_LOSSES", "gspo", "pg", "ppo_clip", "ppo_penalty"]
 
 
 def _valid(mask: Tensor, like: Tensor) -> Tensor:
@@ -117,7 +118,10 @@ def ppo_clip(
     Returns:
         ``(loss, metrics)``: loss has the shape of ``logp`` (fp32, or fp64 for fp64 input), 0 where masked.
         Metrics (masked means): ``clipfrac`` — fraction of valid elements where the clipped term is the
-        active one (strictly smaller objective, so the gradient is 0); ``approx_kl`` — k3 estimate of
+        active one (strictly smaller objective, so the gradient is 0), split into ``clipfrac_low``
+        (:math:`\rho < 1-\epsilon_\text{lo}` and :math:`\hat A < 0`) and ``clipfrac_high``
+        (:math:`\rho > 1+\epsilon_\text{hi}` and :math:`\hat A > 0`), which add up to ``clipfrac`` (the
+        balance tells whether clip-higher is doing anything); ``approx_kl`` — k3 estimate of
         :math:`KL(\pi_\text{old}\|\pi_\theta)`, mean of :math:`(\rho-1) - \log\rho`; ``ratio_mean``; and
         ``dual_clipfrac`` when ``dual_clip`` is set.
     """
@@ -148,6 +152,10 @@ def ppo_clip(
     if with_metrics:
         with torch.no_grad():
             metrics["clipfrac"] = masked_mean((clipped < unclipped).to(ratio.dtype), mask)
+            low = (ratio < 1.0 - clip_low) & (adv < 0)  # the lower bound is the active term
+            high = (ratio > 1.0 + clip_high) & (adv > 0)  # the upper bound is the active term
+            metrics["clipfrac_low"] = masked_mean(low.to(ratio.dtype), mask)
+            metrics["clipfrac_high"] = masked_mean(high.to(ratio.dtype), mask)
             metrics["approx_kl"] = masked_mean((ratio - 1.0) - log_ratio, mask)
             metrics["ratio_mean"] = masked_mean(ratio, mask)
     return loss, metrics
@@ -196,8 +204,96 @@ def ppo_penalty(
     return loss, metrics
 
 
+def gspo(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+    log_ratio_clamp: float = 20.0,
+    with_metrics: bool = True,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    r"""GSPO: clipping on a length-normalized sequence ratio (Zheng et al. 2025, "Group Sequence Policy
+    Optimization"; GSPO-token form, eq. 13-14; seed 000 "ratio 也做标准化").
+
+    .. math::
+        s_i = \exp\Big(\frac{1}{|y_i|}\sum_{t}
+        \log\frac{\pi_\theta(y_{i,t}|\cdot)}{\pi_\text{old}(y_{i,t}|\cdot)}\Big), \qquad
+        s_{i,t} = \text{sg}[s_i]\,\frac{\pi_\theta(y_{i,t}|\cdot)}{\text{sg}[\pi_\theta(y_{i,t}|\cdot)]}
+
+    .. math::
+        \ell_{i,t} = -\min\big(s_{i,t}\hat A_{i,t},\ \text{clip}(s_{i,t}, 1-\epsilon_\text{lo},
+        1+\epsilon_\text{hi})\hat A_{i,t}\big)
+
+    :math:`s_{i,t}` has the value :math:`s_i` on every token of row i, so the clipping decision is made per
+    sequence (a whole response is in or out), while the gradient flows through each token's own log-prob:
+    :math:`\partial\ell_{i,t}/\partial\log\pi_\theta(y_{i,t}) = -\hat A_{i,t}\, s_i` where unclipped. With
+    a constant advantage along the row (outcome rewards) and ``seq_mean_token_mean`` aggregation this is
+    exactly the sequence-level GSPO objective :math:`-\min(s_i\hat A_i, \text{clip}(s_i)\hat A_i)`, whose
+    per-token gradient is :math:`-\hat A_i s_i / |y_i|` (divided by the number of sequences). The
+    geometric mean keeps :math:`s_i` in a range comparable across lengths, hence the tiny default clip
+    range (the paper's 3e-4 / 4e-4).
+
+    Log-ratios are formed in fp32 (fp64 for fp64 input) and 0 at masked positions; the per-sequence mean
+    :math:`\log s_i` is clamped to ``[-c, c]`` before ``exp``. An all-masked row has :math:`s_i = 1` and
+    loss 0.
+
+    Args:
+        logp: ``[B, T]`` log-probs of the sampled tokens under the current policy (with grad).
+        old_logp: ``[B, T]`` under the sampling policy (no grad).
+        advantages: ``[B, T]`` (no grad), e.g. ``adv[:, None]`` expanded along the row.
+        mask: ``[B, T]`` float or bool; a 1-D input is one sequence.
+        clip_low: :math:`\epsilon_\text{lo}` in [0, 1).
+        clip_high: :math:`\epsilon_\text{hi} \ge 0`.
+        log_ratio_clamp: c > 0.
+        with_metrics: compute the metrics (False returns ``{}``).
+
+    Returns:
+        ``(loss, metrics)``: per-token loss, shape of ``logp``, 0 where masked. Metrics (masked means over
+        valid tokens, as in :func:`ppo_clip`): ``clipfrac``, ``clipfrac_low``, ``clipfrac_high``;
+        ``approx_kl`` (token-level k3 of :math:`KL(\pi_\text{old}\|\pi_\theta)`); ``seq_ratio_mean``
+        (mean :math:`s_i` over rows with a valid token).
+    """
+    if not 0.0 <= clip_low < 1.0:
+        raise ValueError(f"clip_low must be in [0, 1), got {clip_low}")
+    if clip_high < 0.0:
+        raise ValueError(f"clip_high must be >= 0, got {clip_high}")
+    if log_ratio_clamp <= 0:
+        raise ValueError(f"log_ratio_clamp must be > 0, got {log_ratio_clamp}")
+    valid = _valid(mask, logp)
+    dtype = _compute_dtype(logp, old_logp)
+    lp = _clean(logp, valid, dtype)  # padding may hold -inf: zero it before any arithmetic
+    log_ratio = lp - _clean(old_logp, valid, dtype)
+    n = valid.sum(dim=-1, keepdim=True)
+    seq_log_ratio = (log_ratio.sum(dim=-1, keepdim=True) / n.clamp(min=1)).clamp(
+        -log_ratio_clamp, log_ratio_clamp
+    )
+    # Value s_i on every token; gradient s_i · ∇log π(y_t) (only through the token's own log-prob).
+    s_tok = torch.exp(seq_log_ratio.detach() + lp - lp.detach())
+    adv = _clean(advantages, valid, dtype)
+
+    unclipped = s_tok * adv
+    clipped = s_tok.clamp(1.0 - clip_low, 1.0 + clip_high) * adv
+    objective = torch.minimum(unclipped, clipped)
+    loss = torch.where(valid, -objective, torch.zeros_like(objective))
+
+    metrics: dict[str, Tensor] = {}
+    if with_metrics:
+        with torch.no_grad():
+            s = torch.exp(seq_log_ratio).expand_as(lp)
+            tok_lr = log_ratio.clamp(-log_ratio_clamp, log_ratio_clamp)
+            metrics["clipfrac"] = masked_mean((clipped < unclipped).to(dtype), mask)
+            metrics["clipfrac_low"] = masked_mean(((s < 1.0 - clip_low) & (adv < 0)).to(dtype), mask)
+            metrics["clipfrac_high"] = masked_mean(((s > 1.0 + clip_high) & (adv > 0)).to(dtype), mask)
+            metrics["approx_kl"] = masked_mean(torch.exp(tok_lr) - 1.0 - tok_lr, mask)
+            metrics["seq_ratio_mean"] = masked_mean(torch.exp(seq_log_ratio).squeeze(-1), (n > 0).squeeze(-1))
+    return loss, metrics
+
+
 POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, Tensor]]]] = {
     "pg": pg,
     "ppo_clip": ppo_clip,
     "ppo_penalty": ppo_penalty,
+    "gspo": gspo,
 }

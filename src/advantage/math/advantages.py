@@ -1,0 +1,224 @@
+r"""Group-relative advantages for GRPO and its variants: one scalar reward per completion → one advantage.
+
+A batch holds ``B = P × G`` completions: P prompts, each sampled G times, the G completions of a prompt in
+consecutive rows (``rewards.view(P, G)``; row ``b`` belongs to group ``b // G``). The baseline of a
+completion is built from the other completions of its own prompt, so no value network is needed
+(Shao et al. 2024, "DeepSeekMath", §4.1; seed 003 "GRPO"). One signature for the whole registry::
+
+    adv, metrics = GROUP_ADVANTAGES["grpo"](rewards, group_size=8)   # [B] -> [B]
+    token_adv = adv[:, None] * mask                                  # outcome supervision: [B, T]
+
+With outcome supervision every token of a completion shares its advantage (seed 003: "同一个回答中的所有
+tokens 共用这个回答的归一化 reward"); :func:`process_advantages` is the process-supervision variant, one
+reward per reasoning step.
+
+A group whose G rewards are all equal (all correct or all wrong with a 0/1 verifier) carries no signal:
+every mode returns exactly 0 there (not ``0/ε`` rounding noise) and counts it in ``zero_std_frac``
+(seed 003: "有限 group 若全对或全错，会出现 σ_r = 0，实现中需要显式处理"). Advantages are constants for
+the policy loss; rewards are expected to carry no gradient. Computation is in float32 (float64 for
+float64 rewards); the metrics are detached scalars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+__all__ = ["GROUP_ADVANTAGES", "batch_std", "dr_grpo", "grpo", "process_advantages", "rloo"]
+
+
+def _grouped(rewards: Tensor, group_size: int) -> Tensor:
+    """``rewards [B]`` as ``[P, G]`` in fp32/fp64, after checking the shapes."""
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D [B], got shape {tuple(rewards.shape)}")
+    if group_size < 2:
+        raise ValueError(f"group-normalized advantages need group_size >= 2, got {group_size}")
+    if rewards.shape[0] % group_size != 0:
+        raise ValueError(
+            f"the batch size must be a multiple of group_size, got batch size {rewards.shape[0]} "
+            f"and group_size {group_size}"
+        )
+    dtype = torch.promote_types(rewards.dtype, torch.float32)
+    return rewards.to(dtype).view(-1, group_size)
+
+
+def _finish(r: Tensor, adv: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    """Zero the advantages of constant groups exactly, flatten to ``[B]``, and compute the metrics."""
+    constant = (r == r[:, :1]).all(dim=1, keepdim=True)  # [P, 1]
+    adv = torch.where(constant, torch.zeros_like(adv), adv)
+    with torch.no_grad():
+        metrics = {
+            "zero_std_frac": constant.to(r.dtype).mean(),
+            "reward_std_mean": r.std(dim=1).mean(),  # unbiased per-group std, averaged over groups
+            "reward_mean": r.mean(),
+        }
+    return adv.reshape(-1), metrics
+
+
+def grpo(rewards: Tensor, group_size: int, eps: float = 1e-6) -> tuple[Tensor, dict[str, Tensor]]:
+    r"""GRPO outcome advantages (Shao et al. 2024, DeepSeekMath eq. 3 context; seed 003 "GRPO").
+
+    .. math::
+        \hat A_i = \frac{r_i - \bar r}{\sigma_r + \epsilon}, \qquad
+        \bar r = \frac1G\sum_{j=1}^G r_j, \quad
+        \sigma_r = \sqrt{\tfrac{1}{G-1}\textstyle\sum_j (r_j-\bar r)^2}
+
+    Group mean and Bessel-corrected (unbiased, ``torch.std``'s default, as in TRL) group std. Groups
+    with equal rewards give exactly 0. For 0/1 rewards with success rate p the (population) weights are
+    :math:`\sqrt{(1-p)/p}` for a correct and :math:`-\sqrt{p/(1-p)}` for a wrong answer: rare successes on
+    hard prompts are pushed up hard, rare failures on easy prompts pushed down hard (Mroueh 2025; seed
+    003 "GRPO with Binary Rewards"). Dividing by σ is what :func:`dr_grpo` removes.
+
+    Args:
+        rewards: ``[B]``, groups of ``group_size`` consecutive rows.
+        group_size: G >= 2.
+        eps: added to σ.
+
+    Returns:
+        ``(advantages [B], metrics)``: ``zero_std_frac``, ``reward_std_mean``, ``reward_mean``.
+    """
+    r = _grouped(rewards, group_size)
+    std = r.std(dim=1, keepdim=True)
+    return _finish(r, (r - r.mean(dim=1, keepdim=True)) / (std + eps))
+
+
+def dr_grpo(rewards: Tensor, group_size: int, eps: float = 1e-6) -> tuple[Tensor, dict[str, Tensor]]:
+    r"""Dr. GRPO advantages (Liu et al. 2025, "Understanding R1-Zero-Like Training"): no std division.
+
+    .. math::
+        \hat A_i = r_i - \bar r
+
+    Dividing by the group std up-weights prompts that are nearly always solved or nearly always failed
+    (question-level difficulty bias); Dr. GRPO drops it, and pairs it with the fixed-constant
+    aggregation ``seq_mean_token_sum_norm``. ``eps`` is unused (shared signature).
+
+    Args:
+        rewards: ``[B]``; group_size: G >= 2.
+
+    Returns:
+        ``(advantages [B], metrics)`` as :func:`grpo`.
+    """
+    r = _grouped(rewards, group_size)
+    return _finish(r, r - r.mean(dim=1, keepdim=True))
+
+
+def rloo(rewards: Tensor, group_size: int, eps: float = 1e-6) -> tuple[Tensor, dict[str, Tensor]]:
+    r"""REINFORCE leave-one-out advantages (Ahmadian et al. 2024, "Back to Basics"; Kool et al. 2019).
+
+    .. math::
+        \hat A_i = r_i - \frac{1}{G-1}\sum_{j\ne i} r_j = \frac{G}{G-1}\,(r_i - \bar r)
+
+    The baseline excludes the completion itself, so it is independent of it and the policy gradient is
+    unbiased (the plain group mean of :func:`dr_grpo` includes :math:`r_i`, a bias of factor
+    :math:`(G-1)/G`). ``eps`` is unused (shared signature).
+
+    Args:
+        rewards: ``[B]``; group_size: G >= 2.
+
+    Returns:
+        ``(advantages [B], metrics)`` as :func:`grpo`.
+    """
+    r = _grouped(rewards, group_size)
+    baseline = (r.sum(dim=1, keepdim=True) - r) / (group_size - 1)
+    return _finish(r, r - baseline)
+
+
+def batch_std(rewards: Tensor, group_size: int, eps: float = 1e-6) -> tuple[Tensor, dict[str, Tensor]]:
+    r"""Group mean, batch std: "Lite PPO" (Liu et al. 2025, "Part I: Tricks or Traps? A Deep Dive into RL
+    for LLM Reasoning").
+
+    .. math::
+        \hat A_i = \frac{r_i - \bar r_{g(i)}}{\sigma_\text{batch} + \epsilon}
+
+    with :math:`\sigma_\text{batch}` the (unbiased) std of all B rewards. The group mean keeps the
+    per-prompt baseline; the batch-wide scale avoids the extreme up-weighting of low-variance groups that
+    per-group std causes with sparse 0/1 rewards. One group (B = G) is :func:`grpo`.
+
+    Args:
+        rewards: ``[B]``; group_size: G >= 2; eps: added to :math:`\sigma_\text{batch}`.
+
+    Returns:
+        ``(advantages [B], metrics)`` as :func:`grpo`.
+    """
+    r = _grouped(rewards, group_size)
+    return _finish(r, (r - r.mean(dim=1, keepdim=True)) / (r.std() + eps))
+
+
+GROUP_ADVANTAGES: dict[str, Callable[..., tuple[Tensor, dict[str, Tensor]]]] = {
+    "grpo": grpo,
+    "dr_grpo": dr_grpo,
+    "rloo": rloo,
+    "batch_std": batch_std,
+}
+
+
+def process_advantages(
+    step_rewards: Tensor,
+    step_mask: Tensor,
+    step_end: Tensor,
+    num_tokens: int,
+    group_size: int,
+    eps: float = 1e-6,
+) -> Tensor:
+    r"""GRPO with process supervision (Shao et al. 2024, DeepSeekMath §4.1.3; seed 003 "GRPO").
+
+    Response i of a group has reasoning steps :math:`s = 1..K_i` with rewards :math:`r_i^{(s)}` (from a
+    process reward model); step s ends at token :math:`e_i^{(s)}`. All step rewards of the *group* are
+    normalized together, then each token gets the sum of the normalized rewards of the steps that end at
+    or after it:
+
+    .. math::
+        \tilde r_i^{(s)} = \frac{r_i^{(s)} - \operatorname{mean}(R)}{\operatorname{std}(R) + \epsilon},
+        \quad R = \{r_j^{(s)}\}_{j \in \text{group},\, s \le K_j}, \qquad
+        \hat A_{i,t} = \sum_{s:\, e_i^{(s)} \ge t} \tilde r_i^{(s)}
+
+    std is Bessel-corrected, as in :func:`grpo`; a group whose valid step rewards are all equal (or that
+    has a single valid step) gives 0. Tokens after the last step's end get 0; multiply by the token mask.
+
+    Args:
+        step_rewards: ``[B, S]`` float, S = the most steps of any response; padding may hold anything.
+        step_mask: ``[B, S]`` float or bool, 1 for a real step.
+        step_end: ``[B, S]`` long, index in ``[0, num_tokens)`` of the last token of each valid step.
+        num_tokens: T, the response length of the token tensors.
+        group_size: G >= 2; groups are consecutive rows.
+        eps: added to the group std.
+
+    Returns:
+        ``[B, T]`` advantages (fp32, fp64 for fp64 rewards).
+    """
+    if step_rewards.dim() != 2:
+        raise ValueError(f"step_rewards must be 2-D [B, S], got shape {tuple(step_rewards.shape)}")
+    for name, x in (("step_mask", step_mask), ("step_end", step_end)):
+        if x.shape != step_rewards.shape:
+            raise ValueError(
+                f"{name} must have the shape of step_rewards {tuple(step_rewards.shape)}, "
+                f"got {tuple(x.shape)}"
+            )
+    if group_size < 2:
+        raise ValueError(f"group-normalized advantages need group_size >= 2, got {group_size}")
+    B, S = step_rewards.shape
+    if B % group_size != 0:
+        raise ValueError(
+            f"the batch size must be a multiple of group_size, got batch size {B} and group_size {group_size}"
+        )
+    dtype = torch.promote_types(step_rewards.dtype, torch.float32)
+    valid = step_mask != 0
+    r = torch.where(valid, step_rewards.to(dtype), torch.zeros((), dtype=dtype, device=valid.device))
+
+    # Group statistics over every valid step of every response in the group: [P, G*S] rows.
+    rg, vg = r.view(-1, group_size * S), valid.view(-1, group_size * S)
+    n = vg.sum(dim=1, keepdim=True).to(dtype)
+    mean = rg.sum(dim=1, keepdim=True) / n.clamp(min=1)
+    ss = torch.where(vg, (rg - mean) ** 2, torch.zeros_like(rg)).sum(dim=1, keepdim=True)
+    std = (ss / (n - 1).clamp(min=1)).sqrt()
+    big = torch.where(vg, rg, -torch.inf).amax(dim=1, keepdim=True)
+    small = torch.where(vg, rg, torch.inf).amin(dim=1, keepdim=True)
+    constant = ~(big > small)  # all equal, a single step, or no step
+    norm = torch.where(constant | ~vg, torch.zeros_like(rg), (rg - mean) / (std + eps)).view(B, S)
+
+    # A[b, t] = Σ_s norm[b, s] · [step_end[b, s] >= t]
+    t = torch.arange(num_tokens, device=step_end.device)
+    ends_after = step_end[:, :, None] >= t  # [B, S, T]
+    return (norm[:, :, None] * ends_after.to(dtype)).sum(dim=1)
