@@ -33,7 +33,9 @@ Implementation details:
    prompts per optimizer step (0: the whole rollout), ``worker.actor.micro_batch_size`` completions per
    forward pass; the loss of each optimizer step is normalised by its global count (tokens or
    sequences), so gradient accumulation equals one big batch.
-2. :math:`\pi_\text{old}` log-probs: with one epoch over one mini-batch the data is exactly on-policy
+2. Log-probs are those of the sampling distribution, logits / ``worker.rollout.temperature`` (as TRL
+   does), for the policy, π_old and the reference alike.
+   :math:`\pi_\text{old}` log-probs: with one epoch over one mini-batch the data is exactly on-policy
    (ρ = 1 in value), so ``old_logp = sg(logp)`` of the same forward pass, as TRL and verl do; otherwise
    they are recomputed once after generation (not taken from the sampler, whose numerics may differ).
 3. The reference model is the starting policy, frozen; it is skipped entirely when no KL term uses it
@@ -313,7 +315,7 @@ def step_normalizer(mask: Tensor, mode: str) -> float:
 # Training
 
 
-def _logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, micro: int) -> Tensor:
+def _logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, micro: int, temperature: float) -> Tensor:
     """``[len(rows), T]`` log-probs without grad, ``micro`` rows per forward pass."""
     from advantage.nn.lm import sequence_logprobs
 
@@ -323,7 +325,7 @@ def _logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, micro: int) -> Ten
     with torch.no_grad():
         for j in range(0, len(rows), micro):
             r = rows[j : j + micro]
-            out.append(sequence_logprobs(model, ids[r], attn[r], response_start=P))
+            out.append(sequence_logprobs(model, ids[r], attn[r], response_start=P, temperature=temperature))
     return torch.cat(out)
 
 
@@ -410,9 +412,9 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
     def ref_logprobs(gen: Any, rows: Tensor) -> Tensor:
         micro = cfg.worker.ref.micro_batch_size or len(rows)
         if ref_model is not None:
-            return _logprobs(ref_model, gen, rows, micro)
+            return _logprobs(ref_model, gen, rows, micro, roll.temperature)
         with model.disable_adapter():  # LoRA: the base model is the reference
-            return _logprobs(model, gen, rows, micro)
+            return _logprobs(model, gen, rows, micro, roll.temperature)
 
     def collect() -> tuple[Rollout, dict[str, float]]:
         """Generate and score until the batch is full (one round unless dynamic sampling)."""
@@ -439,7 +441,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
             kl_seq = None
             if a.kl_reward_coef > 0:
                 rows = torch.arange(len(texts))
-                lp = _logprobs(model, gen, rows, actor.micro_batch_size or len(rows))
+                lp = _logprobs(model, gen, rows, actor.micro_batch_size or len(rows), roll.temperature)
                 kl_seq = ((lp - ref_logprobs(gen, rows)) * gen.response_mask).sum(-1)
             rewards, shaped = shape_rewards(rewards, gen, cfg, kl_seq)
             adv, am = GROUP_ADVANTAGES[a.advantage](rewards, G, a.std_eps)
@@ -525,7 +527,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         all_rows = torch.arange(n_rows)
         n_minis = math.ceil(n_rows / mini_rows)
         on_policy = actor.ppo_epochs == 1 and n_minis == 1
-        old_logp = None if on_policy else _logprobs(model, gen, all_rows, micro)
+        old_logp = None if on_policy else _logprobs(model, gen, all_rows, micro, roll.temperature)
         ref_logp = ref_logprobs(gen, all_rows) if actor.kl_coef > 0 else None
         stats: dict[str, list[float]] = {}
         for _ in range(actor.ppo_epochs):
@@ -537,7 +539,9 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
                 total = 0.0
                 for j in range(0, len(mini), micro):
                     r = mini[j : j + micro]
-                    logp = sequence_logprobs(model, ids[r], attn[r], response_start=P)
+                    logp = sequence_logprobs(
+                        model, ids[r], attn[r], response_start=P, temperature=roll.temperature
+                    )
                     loss, lm = grpo_loss(
                         logp,
                         None if old_logp is None else old_logp[r],
