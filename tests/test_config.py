@@ -139,5 +139,9 @@ def test_example_configs_are_valid():
     examples = sorted((Path(__file__).parent.parent / "examples").glob("*.yaml"))
     assert examples
     for path in examples:
-        spec, cfg = resolve_config(None, path)
+        # A pipeline example starts from another example's run folder, which does not exist here.
+        over = (
+            {"worker.actor.model.path": None} if "runs/" in path.read_text().split("path:")[-1][:40] else {}
+        )
+        spec, cfg = resolve_config(None, path, over)
         assert spec.name and (cfg.env.id if spec.uses_env else cfg.data.task)
