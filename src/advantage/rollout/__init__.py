@@ -5,10 +5,19 @@
 from advantage.rollout.generate import (
     Generation,
     SamplingParams,
+    concat_generations,
     encode_prompts,
     generate,
     max_prompt_length,
     sample_tokens,
 )
 
-__all__ = ["Generation", "SamplingParams", "encode_prompts", "generate", "max_prompt_length", "sample_tokens"]
+__all__ = [
+    "Generation",
+    "SamplingParams",
+    "concat_generations",
+    "encode_prompts",
+    "generate",
+    "max_prompt_length",
+    "sample_tokens",
+]

@@ -25,7 +25,15 @@ from advantage.nn.lm import forward_accepts, position_ids_from_mask, response_ma
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["Generation", "SamplingParams", "encode_prompts", "generate", "max_prompt_length", "sample_tokens"]
+__all__ = [
+    "Generation",
+    "SamplingParams",
+    "concat_generations",
+    "encode_prompts",
+    "generate",
+    "max_prompt_length",
+    "sample_tokens",
+]
 
 
 @dataclass
@@ -78,6 +86,30 @@ class Generation:
 
     def to(self, device: torch.device | str) -> Generation:
         return Generation(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
+    def select(self, rows: Tensor) -> Generation:
+        """The rows ``rows`` (an index tensor) of every field."""
+        return Generation(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+
+
+def concat_generations(gens: list[Generation], pad_id: int) -> Generation:
+    """Several generations in one (e.g. the rounds of DAPO's dynamic sampling): prompts left-padded and
+    responses right-padded to the longest, so the batch layout stays ``[B, P]`` + ``[B, T]``."""
+    if len(gens) == 1:
+        return gens[0]
+    P = max(g.prompt_ids.shape[1] for g in gens)
+    T = max(g.response_ids.shape[1] for g in gens)
+    out: dict[str, list[Tensor]] = {}
+    for g in gens:
+        for f in fields(g):
+            v = getattr(g, f.name)
+            fill = pad_id if f.name in ("prompt_ids", "response_ids") else 0
+            if f.name in ("prompt_ids", "prompt_mask"):
+                v = torch.nn.functional.pad(v, (P - v.shape[1], 0), value=fill)
+            elif v.dim() == 2:
+                v = torch.nn.functional.pad(v, (0, T - v.shape[1]), value=fill)
+            out.setdefault(f.name, []).append(v)
+    return Generation(**{k: torch.cat(v) for k, v in out.items()})
 
 
 def max_prompt_length(model: PreTrainedModel, params: SamplingParams) -> int:

@@ -70,132 +70,23 @@ import torch
 from torch import Tensor
 
 from advantage.algos.llm import common
-from advantage.algos.llm.common import DataConfig, LMModelConfig, LMPolicy, LMTrainerConfig
-from advantage.config import Preset, option, section
+from advantage.algos.llm.common import LMPolicy
+from advantage.algos.llm.grpo_config import (  # noqa: F401  (re-exported: the config is part of the API)
+    PRESETS,
+    ActorConfig,
+    GRPOAlgorithm,
+    GRPOConfig,
+    GRPOData,
+    RefConfig,
+    RewardConfig,
+    RolloutConfig,
+    WorkerConfig,
+)
 from advantage.context import RunContext, Snapshot
 from advantage.errors import NonFiniteError
 from advantage.math import KL_ESTIMATORS, POLICY_LOSSES, aggregate, masked_mean
 from advantage.registry import Algorithm, register
 from advantage.torch_state import load_optimizer, optimizer_state
-
-# ----------------------------------------------------------------------------------------------------
-# Config: EasyR1-style sections data / algorithm / worker (actor, rollout, ref, reward) / trainer
-
-
-@dataclass
-class GRPOData(DataConfig):
-    rollout_batch_size: int = option(16, "prompts per rollout (each sampled worker.rollout.n times)", lo=1)
-
-
-@dataclass
-class GRPOAlgorithm:
-    advantage: str = option(
-        "grpo",
-        "group advantage: grpo (mean/std), dr_grpo (mean), rloo, batch_std (Lite PPO)",
-        choices=("grpo", "dr_grpo", "rloo", "batch_std"),
-    )
-    std_eps: float = option(1e-6, "ε added to the std in grpo / batch_std", lo=0)
-    kl_reward_coef: float = option(0.0, "β_r: KL to the reference subtracted from the reward", lo=0)
-    dynamic_sampling: bool = option(False, "DAPO: drop all-equal groups and sample more prompts")
-    max_sampling_rounds: int = option(4, "dynamic sampling: most generation rounds per step", lo=1)
-    overlong_filter: bool = option(False, "DAPO: truncated responses are masked out of the loss")
-    curriculum: str = option(
-        "none",
-        "none, or hard: sample prompts by 1 - pass rate (hard-example mining)",
-        choices=("none", "hard"),
-    )
-    curriculum_floor: float = option(0.1, "curriculum=hard: weight added to every prompt", lo=0)
-
-
-@dataclass
-class ActorConfig:
-    model: LMModelConfig = section(LMModelConfig, "the policy")
-    learning_rate: float = option(1e-5, "peak learning rate", lo=0, lo_open=True)
-    lr_schedule: str = option("constant", "decay after warm-up", choices=("constant", "cosine", "linear"))
-    warmup_steps: int = option(0, "linear warm-up steps", lo=0)
-    min_lr_ratio: float = option(0.0, "final learning rate / peak (cosine and linear)", lo=0, hi=1)
-    weight_decay: float = option(0.0, "AdamW weight decay", lo=0)
-    max_grad_norm: float = option(1.0, "global gradient-norm clip (0: none)", lo=0)
-    ppo_epochs: int = option(1, "μ: passes over each rollout", lo=1)
-    mini_batch_size: int = option(0, "prompts per optimizer step (0: the whole rollout)", lo=0)
-    micro_batch_size: int = option(0, "completions per forward pass (0: the whole mini-batch)", lo=0)
-    loss: str = option("ppo_clip", "policy loss", choices=("ppo_clip", "gspo"))
-    clip_low: float = option(0.2, "ε_low of the ratio clip", lo=0, hi=1, hi_open=True)
-    clip_high: float | None = option(None, "ε_high (clip-higher); null: clip_low", lo=0)
-    dual_clip: float | None = option(None, "dual-clip constant c > 1 (null: off)", lo=1, lo_open=True)
-    loss_agg: str = option(
-        "seq_mean_token_mean",
-        "loss aggregation",
-        choices=("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"),
-    )
-    kl_coef: float = option(0.0, "β: KL to the reference in the loss", lo=0)
-    kl_estimator: str = option("k3", "KL estimator in the loss", choices=("k1", "k2", "k3"))
-
-    def problems(self) -> list[str]:
-        out = []
-        if self.clip_high is not None and self.clip_high < self.clip_low:
-            out.append(
-                f"worker.actor.clip_high={self.clip_high} is smaller than worker.actor.clip_low="
-                f"{self.clip_low}; clip-higher needs clip_high >= clip_low"
-            )
-        return out
-
-
-@dataclass
-class RolloutConfig:
-    n: int = option(8, "G: completions sampled per prompt", lo=1)
-    temperature: float = option(1.0, "sampling temperature", lo=0, lo_open=True)
-    top_p: float = option(1.0, "nucleus sampling", lo=0, hi=1, lo_open=True)
-    top_k: int = option(0, "top-k sampling (0: off)", lo=0)
-
-
-@dataclass
-class RefConfig:
-    micro_batch_size: int = option(0, "completions per reference forward pass (0: all)", lo=0)
-
-
-@dataclass
-class RewardConfig:
-    overlong_buffer: int = option(0, "DAPO soft overlong punishment: buffer length L_cache (0: off)", lo=0)
-    overlong_penalty_factor: float = option(1.0, "scale of that punishment", lo=0)
-    length_preference: float = option(0.0, "bonus for shorter answers among equally rewarded ones", lo=0)
-
-
-@dataclass
-class WorkerConfig:
-    actor: ActorConfig = section(ActorConfig)
-    rollout: RolloutConfig = section(RolloutConfig)
-    ref: RefConfig = section(RefConfig)
-    reward: RewardConfig = section(RewardConfig)
-
-
-@dataclass
-class GRPOConfig:
-    data: GRPOData = section(GRPOData)
-    algorithm: GRPOAlgorithm = section(GRPOAlgorithm)
-    worker: WorkerConfig = section(WorkerConfig)
-    trainer: LMTrainerConfig = section(LMTrainerConfig)
-
-    @property
-    def model(self) -> LMModelConfig:
-        """The policy's model section (``worker.actor.model``), where the shared LM code looks for it."""
-        return self.worker.actor.model
-
-    def problems(self) -> list[str]:
-        out = []
-        if self.worker.rollout.n < 2 and self.algorithm.advantage in ("grpo", "rloo", "batch_std"):
-            out.append(
-                f"worker.rollout.n=1 with algorithm.advantage={self.algorithm.advantage}: group advantages "
-                "compare the G samples of a prompt, so G must be >= 2"
-            )
-        mb = self.worker.actor.mini_batch_size
-        if mb > self.data.rollout_batch_size:
-            out.append(
-                f"worker.actor.mini_batch_size={mb} prompts is more than data.rollout_batch_size="
-                f"{self.data.rollout_batch_size}"
-            )
-        return out
-
 
 # ----------------------------------------------------------------------------------------------------
 # Rollout: generate, score, shape rewards, advantages
@@ -332,6 +223,7 @@ def _logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, micro: int, temper
 def train(cfg: GRPOConfig, ctx: RunContext) -> None:
     from advantage.math.advantages import GROUP_ADVANTAGES
     from advantage.nn.lm import sequence_logprobs
+    from advantage.rollout.generate import concat_generations
 
     a, t, d = cfg.algorithm, cfg.trainer, cfg.data
     actor, roll = cfg.worker.actor, cfg.worker.rollout
@@ -477,7 +369,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
                 break
         if not kept_gens:
             return None, m  # type: ignore[return-value]
-        gen = _concat([_select(g, rows) for g, rows in kept_gens], tok.pad_token_id)
+        gen = concat_generations([g.select(rows) for g, rows in kept_gens], tok.pad_token_id)
         n_prompts = sum(len(i) for i in kept_idx)
         keep_rows = min(n_prompts, B) * G  # dynamic sampling may overshoot: trim to the batch size
         r_all, c_all = torch.cat(all_r), torch.cat(all_c)
@@ -494,7 +386,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
             }
         )
         ro = Rollout(
-            gen=_select(gen, torch.arange(keep_rows)),
+            gen=gen.select(torch.arange(keep_rows)),
             prompt_idx=[i for ids in kept_idx for i in ids][: keep_rows // G],
             rewards=torch.cat(kept_r)[:keep_rows],
             correct=torch.cat(kept_c)[:keep_rows],
@@ -575,87 +467,6 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         if ctx.tick(step, snapshot):
             break
     ctx.finish(step, snapshot())
-
-
-def _select(gen: Any, rows: Tensor) -> Any:
-    """The rows ``rows`` of a Generation."""
-    return type(gen)(**{k: v[rows] for k, v in vars(gen).items()})
-
-
-def _concat(gens: list[Any], pad_id: int) -> Any:
-    """Generations of several rounds in one, prompts left-padded and responses right-padded to common
-    lengths."""
-    if len(gens) == 1:
-        return gens[0]
-    P = max(g.prompt_ids.shape[1] for g in gens)
-    T = max(g.response_ids.shape[1] for g in gens)
-    out: dict[str, list[Tensor]] = {}
-    for g in gens:
-        for k, v in vars(g).items():
-            fill = pad_id if k in ("prompt_ids", "response_ids") else 0
-            if k in ("prompt_ids", "prompt_mask"):
-                v = torch.nn.functional.pad(v, (P - v.shape[1], 0), value=fill)
-            elif v.dim() == 2:
-                v = torch.nn.functional.pad(v, (0, T - v.shape[1]), value=fill)
-            out.setdefault(k, []).append(v)
-    return type(gens[0])(**{k: torch.cat(v) for k, v in out.items()})
-
-
-# ----------------------------------------------------------------------------------------------------
-# Presets and registration
-
-PRESETS = {
-    "grpo": Preset(
-        "GRPO as in DeepSeekMath: group mean/std, per-sequence token mean, β = 0.04 with k3 in the loss",
-        {
-            "algorithm.advantage": "grpo",
-            "worker.actor.loss": "ppo_clip",
-            "worker.actor.loss_agg": "seq_mean_token_mean",
-            "worker.actor.kl_coef": 0.04,
-            "worker.actor.kl_estimator": "k3",
-        },
-    ),
-    "dapo": Preset(
-        "DAPO: clip-higher (0.2 / 0.28), token-level loss, no KL, dynamic sampling, overlong filter + "
-        "soft overlong punishment",
-        {
-            "algorithm.advantage": "grpo",
-            "worker.actor.clip_low": 0.2,
-            "worker.actor.clip_high": 0.28,
-            "worker.actor.loss_agg": "token_mean",
-            "worker.actor.kl_coef": 0.0,
-            "algorithm.dynamic_sampling": True,
-            "algorithm.overlong_filter": True,
-            "worker.reward.overlong_buffer": 4,
-        },
-    ),
-    "gspo": Preset(
-        "GSPO: sequence-level ratio exp(mean log ρ) and sequence-level clipping (3e-4 / 4e-4)",
-        {
-            "worker.actor.loss": "gspo",
-            "worker.actor.clip_low": 3e-4,
-            "worker.actor.clip_high": 4e-4,
-            "worker.actor.loss_agg": "seq_mean_token_mean",
-            "worker.actor.kl_coef": 0.0,
-        },
-    ),
-    "dr_grpo": Preset(
-        "Dr.GRPO: no std normalisation, per-sequence token sums divided by the maximum length",
-        {
-            "algorithm.advantage": "dr_grpo",
-            "worker.actor.loss_agg": "seq_mean_token_sum_norm",
-            "worker.actor.kl_coef": 0.0,
-        },
-    ),
-    "lite_ppo": Preset(
-        "Lite PPO: group-mean, batch-std advantages and the token-level loss",
-        {
-            "algorithm.advantage": "batch_std",
-            "worker.actor.loss_agg": "token_mean",
-            "worker.actor.kl_coef": 0.0,
-        },
-    ),
-}
 
 
 def _check(cfg: GRPOConfig) -> list[str]:
