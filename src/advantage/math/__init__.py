@@ -36,6 +36,13 @@ from advantage.math.policy_gradient import (
     outer_weights,
 )
 from advantage.math.policy_losses import POLICY_LOSSES, gspo, pg, ppo_clip, ppo_penalty
+from advantage.math.preference import (
+    DPO_LOSSES,
+    bradley_terry_loss,
+    dpo_implicit_reward,
+    dpo_metrics,
+    kwise_ranking_loss,
+)
 from advantage.math.q_targets import double_q_target, dueling_combine, polyak_update, td_target
 from advantage.math.returns import (
     discounted_return,
@@ -49,6 +56,7 @@ from advantage.math.rewards import length_preference, overlong_penalty
 from advantage.math.value_losses import VALUE_LOSSES
 
 __all__ = [
+    "DPO_LOSSES",
     "GROUP_ADVANTAGES",
     "KL_ESTIMATORS",
     "LOSS_AGGREGATIONS",
@@ -58,9 +66,12 @@ __all__ = [
     "adaptive_kl_beta",
     "aggregate",
     "batch_std",
+    "bradley_terry_loss",
     "cumulative_weights",
     "discounted_return",
     "double_q_target",
+    "dpo_implicit_reward",
+    "dpo_metrics",
     "dr_grpo",
     "dueling_combine",
     "episode_returns",
@@ -71,6 +82,7 @@ __all__ = [
     "kl_k1",
     "kl_k2",
     "kl_k3",
+    "kwise_ranking_loss",
     "leave_one_out_mean",
     "length_preference",
     "masked_mean",
