@@ -113,6 +113,8 @@ def save_checkpoint(
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
+    for stale in root.glob(f".{LATEST}.tmp-*"):  # a `latest` replacement cut short by a kill
+        stale.unlink(missing_ok=True)
     # A step saved before (a resumed run ending where it started) gets a new folder: the old one is never
     # touched before `latest` points at the new one, and rotation then removes it.
     name, n = f"step_{step:012d}", 0

@@ -353,6 +353,14 @@ def dump_yaml(data: Mapping[str, Any]) -> str:
     return yaml.safe_dump(dict(data), sort_keys=False, default_flow_style=False)
 
 
+def interpolations(*trees: Mapping[str, Any]) -> dict[str, str]:
+    """Dotted keys whose merged value is a ``${...}`` interpolation, with its unresolved text (saved as is,
+    so a secret read with ``${oc.env:VAR}`` stays in the environment)."""
+    merged = OmegaConf.merge(*[OmegaConf.create(dict(t)) for t in trees])
+    raw = flatten(typing.cast(dict[str, Any], OmegaConf.to_container(merged, resolve=False)))
+    return {k: v for k, v in raw.items() if isinstance(v, str) and "${" in v}
+
+
 def merge(*trees: Mapping[str, Any]) -> dict[str, Any]:
     """Deep-merge nested dicts (later wins) and resolve ``${...}`` interpolations."""
     try:

@@ -160,6 +160,11 @@ class RunContext:
             self._stop_signal = self._stop_signal or "stop_at_return"
         return res
 
+    @property
+    def saved_since_start(self) -> int | None:
+        """The step of the last checkpoint this session wrote, or None."""
+        return self._last_saved
+
     def save(self, step: int, snap: Snapshot) -> Path:
         self._last_saved = step
         run_state = {

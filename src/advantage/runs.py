@@ -19,9 +19,20 @@ from typing import Any
 import numpy as np
 
 from advantage.checkpoint import Checkpoint, atomic_write, load_checkpoint
-from advantage.config import build, dump_yaml, flatten, load_yaml, merge, nest, to_dict
+from advantage.config import (
+    build,
+    dump_yaml,
+    flatten,
+    interpolations,
+    load_yaml,
+    merge,
+    nest,
+    set_dotted,
+    to_dict,
+)
 from advantage.context import RunContext
 from advantage.envs import check_env_config, make_env
+from advantage.envs.make import check_env_api
 from advantage.errors import ConfigError, RunDirError
 from advantage.evaluation import EVAL_SEED_OFFSET, evaluate_policy
 from advantage.metrics import read_metrics, truncate_metrics
@@ -76,6 +87,7 @@ def resolve_config(
         problems.extend(spec.check(cfg))
     if problems:
         raise ConfigError(problems)
+    cfg.__dict__["_interpolations"] = interpolations(nest(dict(spec.defaults)), preset, tree, over)
     return spec, cfg
 
 
@@ -84,6 +96,8 @@ def config_yaml(spec: Algorithm, cfg: Any) -> str:
     and feeding it back with ``--config`` should start a new run, not collide with this one."""
     tree = to_dict(cfg)
     tree["trainer"]["run_dir"] = None
+    for key, raw in cfg.__dict__.get("_interpolations", {}).items():
+        set_dotted(tree, key, raw)  # ${oc.env:VAR} stays unresolved: secrets are not written to disk
     return dump_yaml({"algo": spec.name, **tree})
 
 
@@ -107,6 +121,7 @@ def _check_spaces(spec: Algorithm, cfg: Any) -> None:
     env = make_env(cfg.env)
     try:
         spec.check_env(cfg, env)
+        check_env_api(cfg.env.id, env)
     finally:
         env.close()
 
@@ -166,7 +181,6 @@ def resume(run_dir: str | Path, *, quiet: bool = False, **overrides: Any) -> Run
             )
     cfg.trainer.run_dir = str(run_dir)
     ckpt = load_checkpoint(run_dir / "checkpoints")
-    atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
     if ckpt.step >= cfg.trainer.total_steps:
         if not quiet:
             print(
@@ -178,9 +192,15 @@ def resume(run_dir: str | Path, *, quiet: bool = False, **overrides: Any) -> Run
     truncate_metrics(run_dir, ckpt.step)
     if not quiet:
         print(f"run folder: {run_dir} (resuming at step {ckpt.step})", flush=True)
+    previous = (run_dir / CONFIG_FILE).read_text()
+    atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
     ctx = RunContext(spec, cfg, run_dir, restored=ckpt, quiet=quiet)
     try:
         spec.train(cfg, ctx)
+    except BaseException:
+        if ctx.saved_since_start is None:  # nothing was saved under the new config: keep the old one
+            atomic_write(run_dir / CONFIG_FILE, previous)
+        raise
     finally:
         ctx.close()
     return Run(run_dir)

@@ -306,6 +306,8 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
             raise NonFiniteError(
                 f"step {step}: reward from the environment is {reward[~np.isfinite(reward)][0]}"
             )
+        if not np.isfinite(next_obs).all():
+            raise NonFiniteError(f"step {step}: observation from the environment is NaN or inf")
         buffer.add(obs, actions, reward, next_obs, term, trunc, valid=valid)
         ep_ret += reward * valid
         ep_len += valid

@@ -1,11 +1,19 @@
 """Environments: one ``make_env`` helper, space checks, known models for planning, state snapshots."""
 
-from advantage.envs.make import check_env_config, describe_space, make_env, make_vec_env, require_space
+from advantage.envs.make import (
+    check_env_api,
+    check_env_config,
+    describe_space,
+    make_env,
+    make_vec_env,
+    require_space,
+)
 from advantage.envs.model import TabularModel, tabular_model
 from advantage.envs.state import env_state, set_env_state
 
 __all__ = [
     "TabularModel",
+    "check_env_api",
     "check_env_config",
     "describe_space",
     "env_state",

@@ -170,6 +170,37 @@ def make_vec_env(cfg: VecEnvConfig) -> gym.vector.VectorEnv:
     return env
 
 
+def check_env_api(env_id: str, env: gym.Env) -> None:
+    """One reset and one step: the Gymnasium API (``reset -> (obs, info)``, ``step -> (obs, reward,
+    terminated, truncated, info)``) and observations of the declared shape, so a broken env is one clear
+    error before training rather than a ValueError from inside a vector env. Checks the base env: the
+    wrappers Gymnasium adds would fail first, with a bare unpacking error."""
+    env = env.unwrapped
+    out = env.reset(seed=0)
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
+        raise EnvError(
+            f"{env_id}: reset() must return (obs, info), got {type(out).__name__} "
+            "(the pre-0.26 Gym API? port the env to Gymnasium or wrap it with shimmy)"
+        )
+    _check_obs(env_id, "reset()", out[0], env.observation_space)
+    out = env.step(env.action_space.sample())
+    if not (isinstance(out, tuple) and len(out) == 5):
+        got = f"a {len(out)}-tuple" if isinstance(out, tuple) else type(out).__name__
+        raise EnvError(
+            f"{env_id}: step() must return (obs, reward, terminated, truncated, info), got {got} "
+            "(the pre-0.26 Gym API's (obs, reward, done, info)?)"
+        )
+    _check_obs(env_id, "step()", out[0], env.observation_space)
+
+
+def _check_obs(env_id: str, where: str, obs: Any, space: gym.Space) -> None:
+    if isinstance(space, gym.spaces.Box) and np.shape(obs) != space.shape:
+        raise EnvError(
+            f"{env_id}: {where} returned an observation of shape {np.shape(obs)}; "
+            f"the observation space is {describe_space(space)}"
+        )
+
+
 def describe_space(space: gym.Space) -> str:
     if isinstance(space, gym.spaces.Discrete):
         return f"Discrete({space.n})"

@@ -8,12 +8,15 @@ layer's plain attributes (numbers, strings, numpy arrays and random generators).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 _SCALARS = (bool, int, float, str, type(None))
+# Credentials an env holds (``self.api_key``) are rebuilt by its constructor; never write them to disk.
+_SECRET_NAME = re.compile(r"key|token|secret|passw|credential|auth", re.IGNORECASE)
 
 
 def _encode(value: Any) -> Any:
@@ -62,7 +65,7 @@ def env_state(env: gym.Env) -> list[dict[str, Any]]:
     for layer in _layers(env):
         attrs = {}
         for k, v in vars(layer).items():
-            if k in ("env", "envs"):
+            if k in ("env", "envs") or (isinstance(v, str) and _SECRET_NAME.search(k)):
                 continue
             enc = _encode(v)
             if enc is not None:

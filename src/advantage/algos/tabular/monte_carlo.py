@@ -162,7 +162,7 @@ def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: b
     while step < t.total_steps:
         action = act(obs, step)
         next_obs, reward, terminated, truncated, _ = env.step(action)
-        ctx.check_finite(step, "reward", float(reward))
+        ctx.check_finite(step + 1, "reward", float(reward))
         step += 1
         episode.states.append(int(obs))
         episode.actions.append(action)

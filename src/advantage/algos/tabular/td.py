@@ -127,7 +127,7 @@ def train(cfg: TDConfig, ctx: RunContext, method: str) -> None:
 
     while step < t.total_steps:
         next_obs, reward, terminated, truncated, _ = env.step(action)
-        ctx.check_finite(step, "reward", float(reward))
+        ctx.check_finite(step + 1, "reward", float(reward))
         step += 1
         eps = epsilon(step)
         # SARSA bootstraps with the action it will actually take next, so it picks a' before the update;
