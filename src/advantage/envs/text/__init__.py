@@ -3,17 +3,27 @@
 Generated tasks (``addition``, ``multiplication``, ``countdown``, ``reverse``, ``sort``), tasks read
 from disk (``dataset``: exact match; ``math``: ``\\boxed{}`` answers checked with math_verify) and ``code``
 (a Python function run on hidden tests in :mod:`advantage.sandbox`), all built with :func:`make_task` and
-verified with the rules of :mod:`advantage.envs.text.core`.
+verified with the rules of :mod:`advantage.envs.text.core`. Preference data for reward models (pairwise and
+K-wise comparisons, a synthetic task with a hidden scoring rule) is in
+:mod:`advantage.envs.text.preference`.
 """
 
 from advantage.envs.text.code import CodeTask, extract_code
 from advantage.envs.text.core import SPLITS, Example, Reward, Task, extract_tagged, split_of
 from advantage.envs.text.countdown import CountdownTask, evaluate_expression
 from advantage.envs.text.datasets import DatasetTask, MathTask, extract_boxed, load_examples, math_equal
+from advantage.envs.text.preference import (
+    PREFERENCE_TASKS,
+    PreferenceExample,
+    hidden_score,
+    load_preferences,
+    make_preference_task,
+)
 from advantage.envs.text.registry import TASKS, make_task, task_options
 from advantage.envs.text.tasks import ArithmeticTask, SequenceTask
 
 __all__ = [
+    "PREFERENCE_TASKS",
     "SPLITS",
     "TASKS",
     "ArithmeticTask",
@@ -22,6 +32,7 @@ __all__ = [
     "DatasetTask",
     "Example",
     "MathTask",
+    "PreferenceExample",
     "Reward",
     "SequenceTask",
     "Task",
@@ -29,7 +40,10 @@ __all__ = [
     "extract_boxed",
     "extract_code",
     "extract_tagged",
+    "hidden_score",
     "load_examples",
+    "load_preferences",
+    "make_preference_task",
     "make_task",
     "math_equal",
     "split_of",

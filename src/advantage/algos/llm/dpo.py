@@ -1,0 +1,356 @@
+r"""Direct Preference Optimization (DPO; Rafailov et al. 2023) and its IPO / hinge variants.
+
+Seed 003 "DPO": the KL-regularised objective :math:`\max_\pi \mathbb E[r(x,y)] - \beta\,
+\mathrm{KL}[\pi\|\pi_\text{ref}]` has the closed-form optimum :math:`\pi^*(y|x) \propto \pi_\text{ref}(y|x)
+e^{r(x,y)/\beta}`, so :math:`r(x,y) = \beta\log\frac{\pi^*(y|x)}{\pi_\text{ref}(y|x)} + \beta\log Z(x)`.
+Putting that reward into the Bradley–Terry likelihood of the preference data cancels :math:`Z(x)`:
+
+.. math::
+    L(\theta) = -\mathbb E_{(x, y_w, y_l)}\Big[\log\sigma\Big(
+        \beta\log\frac{\pi_\theta(y_w|x)}{\pi_\text{ref}(y_w|x)}
+        - \beta\log\frac{\pi_\theta(y_l|x)}{\pi_\text{ref}(y_l|x)}\Big)\Big]
+
+— the reward model is implicit, and no sampling is needed.
+
+Implementation details:
+
+1. :math:`\log\pi(y|x)` is the sum of the response tokens' log-probs (EOS included), from the same
+   ``[B, T]`` layout and :func:`advantage.nn.lm.sequence_logprobs` as SFT and GRPO; chosen and rejected
+   responses go through one forward pass together.
+2. The reference is the starting policy, frozen. Its log-probs are computed once for the whole training
+   set before training (``algorithm.precompute_ref``, as TRL's ``precompute_ref_log_probs``) or per
+   batch.
+3. ``algorithm.loss_type``: ``sigmoid`` (DPO, with optional label smoothing — conservative DPO),
+   ``ipo`` (Azar et al. 2023) or ``hinge`` (SLiC), from :data:`advantage.math.DPO_LOSSES`.
+4. K-wise data (responses ranked best first) gives every one of its :math:`\binom K2` pairs.
+5. ``algorithm.batch_size`` counts preference pairs per optimizer step; micro-batches accumulate with
+   the step's pair count as the normaliser.
+6. Metrics: implicit rewards of chosen and rejected responses, their margin and the preference accuracy
+   (fraction of pairs ranked right by the implicit reward), in training and on the validation split.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from advantage.algos.llm import common
+from advantage.algos.llm.common import DataConfig, LMModelConfig, LMPolicy, LMTrainerConfig
+from advantage.algos.llm.sft import collate
+from advantage.config import option, section
+from advantage.context import RunContext, Snapshot
+from advantage.errors import ConfigError, NonFiniteError
+from advantage.math import DPO_LOSSES, dpo_metrics
+from advantage.registry import Algorithm, register
+from advantage.torch_state import load_optimizer, optimizer_state
+
+
+@dataclass
+class DPOData(DataConfig):
+    task: str = option("synthetic", "preference task: synthetic (built in), or dataset with data.path")
+
+
+@dataclass
+class DPOAlgorithm:
+    beta: float = option(0.1, "β: strength of the implicit KL to the reference", lo=0, lo_open=True)
+    loss_type: str = option("sigmoid", "sigmoid (DPO), ipo or hinge", choices=("sigmoid", "ipo", "hinge"))
+    label_smoothing: float = option(0.0, "sigmoid: assumed label-flip probability (cDPO)", lo=0, hi=0.5)
+    learning_rate: float = option(5e-4, "peak learning rate", lo=0, lo_open=True)
+    lr_schedule: str = option("constant", "decay after warm-up", choices=("constant", "cosine", "linear"))
+    warmup_steps: int = option(0, "linear warm-up steps", lo=0)
+    min_lr_ratio: float = option(0.0, "final learning rate / peak (cosine and linear)", lo=0, hi=1)
+    batch_size: int = option(32, "preference pairs per optimizer step", lo=1)
+    micro_batch_size: int = option(0, "pairs per forward pass (0: the whole batch)", lo=0)
+    weight_decay: float = option(0.0, "AdamW weight decay", lo=0)
+    max_grad_norm: float = option(1.0, "global gradient-norm clip (0: none)", lo=0)
+    precompute_ref: bool = option(True, "reference log-probs once for the whole training set")
+
+
+@dataclass
+class DPOConfig:
+    data: DPOData = section(DPOData)
+    algorithm: DPOAlgorithm = section(DPOAlgorithm)
+    model: LMModelConfig = section(LMModelConfig)
+    trainer: LMTrainerConfig = section(LMTrainerConfig)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Data: preference pairs as token ids
+
+
+def make_task(data: DataConfig) -> Any:
+    from advantage.envs.text.preference import make_preference_task
+
+    return make_preference_task(data.task, **data.kwargs)
+
+
+def pairs_of(examples: list[Any]) -> list[tuple[str, str, str]]:
+    """``(prompt, chosen, rejected)`` for every ranked pair of every example (K-wise: all C(K,2))."""
+    return [
+        (e.prompt, e.responses[i], e.responses[j])
+        for e in examples
+        for i, j in itertools.combinations(range(len(e.responses)), 2)
+    ]
+
+
+def tokenize_pairs(
+    tok: Any, pairs: list[tuple[str, str, str]], d: DataConfig
+) -> list[tuple[list[int], list[int], list[int]]]:
+    """Token ids of (prompt, chosen + EOS, rejected + EOS); over-long items are an error naming them."""
+    out = []
+    for n, (p, c, r) in enumerate(pairs):
+        text = common.prompt_text(tok, p, d.chat_template)
+        pi = tok(text, add_special_tokens=False)["input_ids"]
+        ci = tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        ri = tok(r, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        if len(pi) > d.max_prompt_length:
+            raise ConfigError(
+                f"preference pair {n}: prompt is {len(pi)} tokens, more than data.max_prompt_length="
+                f"{d.max_prompt_length}"
+            )
+        if max(len(ci), len(ri)) > d.max_response_length:
+            raise ConfigError(
+                f"preference pair {n}: a response is {max(len(ci), len(ri))} tokens with EOS, more than "
+                f"data.max_response_length={d.max_response_length}"
+            )
+        out.append((pi, ci, ri))
+    return out
+
+
+def sequence_logps(
+    model: torch.nn.Module, items: list[tuple[list[int], list[int], list[int]]], pad_id: int
+) -> tuple[Tensor, Tensor]:
+    """Summed response log-probs ``[B]`` of the chosen and the rejected responses, one forward pass."""
+    from advantage.nn.lm import sequence_logprobs
+
+    prompts = [p for p, _, _ in items] * 2
+    responses = [c for _, c, _ in items] + [r for _, _, r in items]
+    mb = collate(prompts, responses, pad_id)
+    dev = next(model.parameters()).device
+    logp = sequence_logprobs(  # [2B, T]
+        model, mb["input_ids"].to(dev), mb["attention_mask"].to(dev), response_start=int(mb["P"])
+    )
+    seq = (logp * mb["response_mask"].to(dev)).sum(-1)
+    B = len(items)
+    return seq[:B], seq[B:]
+
+
+def _ref_logps(ref: torch.nn.Module, items: list[Any], pad_id: int, micro: int) -> Tensor:
+    """``[N, 2]`` reference log-probs (chosen, rejected) of ``items``."""
+    out = []
+    with torch.no_grad():
+        for j in range(0, len(items), micro):
+            c, r = sequence_logps(ref, items[j : j + micro], pad_id)
+            out.append(torch.stack([c, r], dim=-1))
+    return torch.cat(out) if out else torch.zeros(0, 2)
+
+
+def dpo_loss_fn(a: DPOAlgorithm) -> Any:
+    """The per-pair loss with β and label smoothing bound."""
+    return partial(DPO_LOSSES[a.loss_type], beta=a.beta, label_smoothing=a.label_smoothing)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Training
+
+
+def _reference(cfg: DPOConfig, task: Any, model: torch.nn.Module, fresh: bool) -> torch.nn.Module:
+    """The frozen reference: the starting policy (a copy now, or rebuilt as it was at the start)."""
+    ref = copy.deepcopy(model) if fresh else common.build_model(cfg, task)[0]
+    return ref.eval().requires_grad_(False)
+
+
+def train(cfg: DPOConfig, ctx: RunContext) -> None:
+    a, t, d = cfg.algorithm, cfg.trainer, cfg.data
+    torch.set_num_threads(t.torch_threads)
+    torch.manual_seed(t.seed)
+    task = make_task(d)
+    restored = ctx.restored
+    if cfg.model.lora.rank > 0:
+        raise ConfigError("dpo does not support model.lora yet; set model.lora.rank=0")
+    if restored is not None:
+        from advantage.nn.lm import load_pretrained
+
+        model, tok = load_pretrained(restored.path, dtype=getattr(torch, cfg.model.dtype))
+        model = model.to(t.device)
+    else:
+        model, tok = common.build_model(cfg, task)
+    ref = _reference(cfg, task, model, fresh=restored is None)
+    policy = LMPolicy(model, tok, task, cfg)
+    items = tokenize_pairs(tok, pairs_of(policy.examples("train")), d)
+    if not items:
+        raise ConfigError(f"data.task={d.task!r} gave no training pairs")
+    micro = a.micro_batch_size or a.batch_size
+    ref_all = _ref_logps(ref, items, tok.pad_token_id, micro) if a.precompute_ref else None
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=a.learning_rate, weight_decay=a.weight_decay)
+    step, epoch, pos = 0, 0, 0
+    if restored is not None:
+        s = restored.state["algo"]
+        load_optimizer("optim", opt, restored.tensors, s["optim"])
+        torch.set_rng_state(restored.tensors["torch_rng"])
+        step, epoch, pos = restored.step, s["epoch"], s["pos"]
+    order = common.data_order(len(items), t.seed, epoch)
+    policy.reference = ref  # evaluation needs it for the implicit rewards
+
+    def snapshot() -> Snapshot:
+        opt_tensors, opt_meta = optimizer_state("optim", opt)
+        tensors = {**opt_tensors, "torch_rng": torch.get_rng_state()}
+        state = {"optim": opt_meta, "epoch": epoch, "pos": pos}
+        return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
+
+    loss_fn = dpo_loss_fn(a)
+    model.train()
+    while step < t.total_steps:
+        idx: list[int] = []
+        while len(idx) < a.batch_size:
+            take = order[pos : pos + a.batch_size - len(idx)].tolist()
+            idx += take
+            pos += len(take)
+            if pos >= len(order):
+                epoch, pos = epoch + 1, 0
+                order = common.data_order(len(items), t.seed, epoch)
+        lr = common.learning_rate(a, step, t.total_steps)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        clock = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        total, stats = 0.0, {}
+        for j in range(0, len(idx), micro):
+            chunk = idx[j : j + micro]
+            batch = [items[i] for i in chunk]
+            if ref_all is not None:
+                ref_c, ref_r = ref_all[chunk, 0], ref_all[chunk, 1]
+            else:
+                with torch.no_grad():
+                    ref_c, ref_r = sequence_logps(ref, batch, tok.pad_token_id)
+            pc, pr = sequence_logps(model, batch, tok.pad_token_id)
+            # The micro-batch's pair sum over the step's pair count: accumulation equals one big batch.
+            loss = loss_fn(pc, pr, ref_c, ref_r).sum() / len(idx)
+            loss.backward()
+            total += float(loss.detach())
+            for k, v in dpo_metrics(pc, pr, ref_c, ref_r, a.beta).items():
+                stats[k] = stats.get(k, 0.0) + float(v) * len(chunk) / len(idx)
+        if not math.isfinite(total):
+            raise NonFiniteError(f"step {step + 1}: DPO loss is {total}; stopping")
+        grad_norm = (
+            float(torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm)) if a.max_grad_norm > 0 else 0.0
+        )
+        opt.step()
+        step += 1
+        if step % t.log_every == 0 or step == t.total_steps:
+            row = {f"train/{k}": v for k, v in stats.items()}
+            row.update(
+                {
+                    "train/loss": total,
+                    "train/grad_norm": grad_norm,
+                    "train/learning_rate": lr,
+                    "train/seconds_per_step": time.perf_counter() - clock,
+                }
+            )
+            ctx.log(step, row)
+        if ctx.tick(step, snapshot):
+            break
+    ctx.finish(step, snapshot())
+
+
+# ----------------------------------------------------------------------------------------------------
+# Evaluation and loading
+
+
+def evaluate(
+    cfg: DPOConfig,
+    policy: LMPolicy,
+    *,
+    split: str = "validation",
+    samples: int | None = None,
+    limit: int | None = None,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """Preference accuracy of the implicit reward on ``split`` (``return_mean`` is that accuracy), the
+    mean implicit rewards and margin, and the loss."""
+    if samples is not None and samples > 1:
+        raise ConfigError("dpo evaluation scores given pairs; --samples is for generated answers")
+    n = limit or (cfg.trainer.eval_episodes if split == "validation" else None)
+    tok = policy.tokenizer
+    items = tokenize_pairs(tok, pairs_of(policy.examples(split, n)), cfg.data)
+    ref = getattr(policy, "reference", None)
+    if ref is None:
+        ref = policy.reference = _reference(cfg, policy.task, policy.model, fresh=False)
+    was_training = policy.model.training
+    policy.model.eval()
+    try:
+        with torch.no_grad():
+            mb = cfg.trainer.eval_batch_size
+            lp = _ref_logps(policy.model, items, tok.pad_token_id, mb)
+            rp = _ref_logps(ref, items, tok.pad_token_id, mb)
+    finally:
+        policy.model.train(was_training)
+    m = dpo_metrics(lp[:, 0], lp[:, 1], rp[:, 0], rp[:, 1], cfg.algorithm.beta)
+    loss = dpo_loss_fn(cfg.algorithm)(lp[:, 0], lp[:, 1], rp[:, 0], rp[:, 1]).mean()
+    acc = float(m["reward_accuracy"])
+    return {
+        "split": split,
+        "n": len(items),
+        "accuracy": acc,
+        "return_mean": acc,
+        "reward_margin": float(m["reward_margin"]),
+        "rewards_chosen": float(m["rewards_chosen"]),
+        "rewards_rejected": float(m["rewards_rejected"]),
+        "loss": float(loss),
+    }
+
+
+def load_policy(cfg: DPOConfig, ckpt: Any) -> LMPolicy:
+    from advantage.nn.lm import load_pretrained
+
+    model, tok = load_pretrained(ckpt.path, dtype=getattr(torch, cfg.model.dtype))
+    return LMPolicy(model.to(cfg.trainer.device), tok, make_task(cfg.data), cfg)
+
+
+def check(cfg: DPOConfig) -> list[str]:
+    """The preference task and its splits, and the model folder, before any compute."""
+    problems: list[str] = []
+    d = cfg.data
+    try:
+        task = make_task(d)
+        for split, n in zip(common.SPLITS, (d.train_size, d.validation_size, d.test_size), strict=True):
+            task.examples(split, n, d.seed)
+    except ConfigError as e:
+        problems.extend(e.problems)
+    if cfg.trainer.eval_episodes > d.validation_size:
+        problems.append(
+            f"trainer.eval_episodes={cfg.trainer.eval_episodes} is more than "
+            f"data.validation_size={d.validation_size}"
+        )
+    m = cfg.model
+    if m.pretrained and m.path:
+        from advantage.nn.lm import load_tokenizer
+
+        try:
+            load_tokenizer(common.model_folder(m.path), trust_remote_code=m.trust_remote_code)
+        except ConfigError as e:
+            problems.extend(e.problems)
+    return problems
+
+
+register(
+    Algorithm(
+        name="dpo",
+        summary="direct preference optimization (sigmoid, IPO, hinge) against a frozen reference (seed 003)",
+        config=DPOConfig,
+        train=train,
+        load_policy=load_policy,
+        evaluate=evaluate,
+        check=check,
+        defaults={"trainer.total_steps": 200, "trainer.eval_every": 50},
+    )
+)

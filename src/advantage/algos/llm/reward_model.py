@@ -1,0 +1,616 @@
+r"""Reward models from comparisons: a causal-LM backbone with a scalar head, trained with the Bradley–Terry
+loss on pairs or InstructGPT's K-wise ranking loss.
+
+Seed 002 (the reward model reads the hidden state of the last token of question + answer and outputs one
+number; loss :math:`-\log\sigma(r_\text{chosen} - r_\text{rejected})`) and seed 003 (Bradley–Terry as team
+strengths, :math:`P(i \succ j) = \frac{e^{r_i}}{e^{r_i} + e^{r_j}} = \sigma(r_i - r_j)`; InstructGPT ranks K
+responses and averages the :math:`\binom K2` pair losses of a prompt).
+
+.. math::
+    L_\text{pairwise} = \frac{1}{N}\sum_{n} -\log\sigma\big(r(x_n, y_n^w) - r(x_n, y_n^l)\big), \qquad
+    L_\text{kwise} = \frac{1}{N}\sum_{n} \frac{1}{\binom{K_n}{2}}\sum_{i<j} -\log\sigma\big(r(x_n, y_{n,i}) -
+    r(x_n, y_{n,j})\big)
+
+Implementation details:
+
+1. :math:`r(x, y)` is ``head(h_last)``: a linear layer ``hidden → 1`` (fp32, init
+   :math:`\mathcal N(0, 1/(H+1))`, zero bias, as in OpenAI's lm-human-preferences) on the final-norm hidden
+   state of the **last real token** of prompt + response + EOS. The EOS makes the read-out token the same
+   for every sequence; the index is that of the last 1 in the attention mask (:func:`last_token_index`), so
+   left, right and mixed padding all pool the right position, and position ids come from the mask, so a
+   padded row scores as the same row alone (tested to 1e-5). One forward pass per micro-batch of sequences.
+2. ``algorithm.loss=pairwise`` trains on pairs: a K-wise example gives its :math:`\binom K2` pairs as
+   separate items, shuffled independently. ``kwise`` trains on rankings: one prompt's K responses are in
+   the same micro-batch and its pair losses are averaged first (InstructGPT: each prompt counts once, which
+   the paper found to overfit less). For K = 2 the two are the same computation.
+3. ``algorithm.batch_size`` counts comparisons per optimizer step — pairs (``pairwise``) or rankings
+   (``kwise``); each micro-batch's loss sum is divided by that global count, so gradient accumulation gives
+   the gradient of one big batch.
+4. ``algorithm.center_rewards_coef`` c adds :math:`c\cdot\bar r^2` per comparison, :math:`\bar r` the mean
+   reward of its responses (Eisenstein et al. 2023; TRL's term :math:`(r_w + r_l)^2` is 4 × this for a
+   pair): rewards of a prompt are pushed to average zero, which Bradley–Terry leaves free.
+5. AdamW, warm-up then cosine/linear/constant, global gradient-norm clipping, per-epoch shuffles seeded by
+   (``trainer.seed``, epoch): a resumed run sees exactly the batches of an uninterrupted one.
+6. A checkpoint folder is the backbone's ``save_pretrained`` folder plus ``value_head.safetensors`` and
+   ``reward_model.json``; :func:`load_reward_model` reads it (or a run folder: its latest checkpoint) for
+   later trainers. The head is also in the checkpoint tensors, with the optimizer and RNG state.
+7. Evaluation: pairwise accuracy on held-out comparisons (every :math:`\binom K2` pair counts; it is also
+   ``return_mean``, for ``trainer.stop_at_return``), the mean margin, and for the synthetic task the
+   agreement with its noise-free hidden score.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from advantage.algos.llm import common
+from advantage.algos.llm.common import LMModelConfig, LMTrainerConfig
+from advantage.checkpoint import Checkpoint
+from advantage.config import Preset, option, section
+from advantage.context import RunContext, Snapshot
+from advantage.envs.text.preference import PREFERENCE_TASKS, PreferenceExample, make_preference_task
+from advantage.errors import ConfigError, NonFiniteError
+from advantage.math.preference import bradley_terry_loss, kwise_ranking_loss
+from advantage.registry import Algorithm, register
+from advantage.torch_state import load_optimizer, optimizer_state
+
+HEAD_FILE, META_FILE = "value_head.safetensors", "reward_model.json"
+
+
+@dataclass
+class RMDataConfig:
+    """The ``data`` section. Keys other than those below are options of the preference task
+    (``data.k=4``, ``data.label_noise=0.1``, ``data.path=prefs.jsonl``)."""
+
+    task: str = option(
+        "synthetic",
+        "preference task: synthetic (a hidden scoring rule) or dataset (read from data.path)",
+        choices=tuple(PREFERENCE_TASKS),
+    )
+    seed: int = option(0, "seed of the generated comparisons (fixed across training seeds)", lo=0)
+    train_size: int = option(8000, "training examples (a prompt with its ranked responses)", lo=1)
+    validation_size: int = option(200, "validation examples (evaluated during training)", lo=1)
+    test_size: int = option(500, "test examples (advantage eval)", lo=1)
+    max_prompt_length: int = option(64, "longest prompt in tokens (longer: an error)", lo=1)
+    max_response_length: int = option(32, "longest response in tokens with its EOS (longer: an error)", lo=1)
+    chat_template: bool = option(False, "wrap prompts in the tokenizer's chat template")
+    kwargs: dict[str, Any] = field(default_factory=dict, metadata={"help": "task options", "extra": True})
+
+
+@dataclass
+class RMAlgorithm:
+    learning_rate: float = option(1e-3, "peak learning rate", lo=0, lo_open=True)
+    lr_schedule: str = option("cosine", "decay after warm-up", choices=("cosine", "linear", "constant"))
+    warmup_steps: int = option(10, "linear warm-up steps", lo=0)
+    min_lr_ratio: float = option(0.1, "final learning rate / peak (cosine and linear)", lo=0, hi=1)
+    batch_size: int = option(32, "comparisons per optimizer step: pairs (pairwise) or rankings (kwise)", lo=1)
+    micro_batch_size: int = option(0, "comparisons per forward pass (0: the whole batch)", lo=0)
+    weight_decay: float = option(0.0, "AdamW weight decay", lo=0)
+    betas: list[float] = option([0.9, 0.98], "AdamW (β1, β2)")
+    max_grad_norm: float = option(1.0, "global gradient-norm clip (0: none)", lo=0)
+    loss: str = option(
+        "pairwise",
+        "pairwise: Bradley–Terry on pairs; kwise: InstructGPT, one prompt's C(K,2) pairs averaged",
+        choices=("pairwise", "kwise"),
+    )
+    center_rewards_coef: float = option(0.0, "weight of the mean-reward² term per comparison", lo=0)
+
+    def problems(self) -> list[str]:
+        out = []
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            out.append(f"algorithm.betas must be two numbers in [0, 1), got {self.betas}")
+        if self.micro_batch_size > self.batch_size:
+            out.append(
+                f"algorithm.micro_batch_size={self.micro_batch_size} is larger than "
+                f"algorithm.batch_size={self.batch_size}"
+            )
+        return out
+
+
+@dataclass
+class RMConfig:
+    data: RMDataConfig = section(RMDataConfig)
+    algorithm: RMAlgorithm = section(RMAlgorithm)
+    model: LMModelConfig = section(LMModelConfig)
+    trainer: LMTrainerConfig = section(LMTrainerConfig)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The model
+
+
+def last_token_index(attention_mask: Tensor) -> Tensor:
+    """``[S]`` index of the last 1 in each row of ``attention_mask`` ``[S, L]``: the last real token
+    under left, right or mixed (prompt left, response right) padding."""
+    if bool((attention_mask.sum(-1) == 0).any()):
+        raise ValueError("every sequence needs at least one real token")
+    # argmax returns the first maximum: in the flipped mask, the last real token.
+    return attention_mask.shape[-1] - 1 - attention_mask.flip(-1).long().argmax(-1)
+
+
+class RewardModel(nn.Module):
+    """A causal LM backbone and a scalar head on the last real token (module docstring, detail 1).
+
+    ``forward(input_ids, attention_mask)`` gives ``[S]`` rewards; :meth:`score` takes text."""
+
+    def __init__(self, backbone: nn.Module, tokenizer: Any, *, chat_template: bool = False, seed: int = 0):
+        super().__init__()
+        self.backbone, self.tokenizer, self.chat_template = backbone, tokenizer, chat_template
+        hidden = self._base().config.hidden_size
+        self.head = nn.Linear(hidden, 1, dtype=torch.float32)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            nn.init.normal_(self.head.weight, std=1.0 / math.sqrt(hidden + 1))
+        nn.init.zeros_(self.head.bias)
+
+    def _base(self) -> nn.Module:
+        return self.backbone.get_base_model() if hasattr(self.backbone, "get_base_model") else self.backbone
+
+    @property
+    def device(self) -> torch.device:
+        return self.head.weight.device
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """Rewards ``[S]`` (fp32) of sequences ``[S, L]``, any padding side."""
+        from advantage.nn.lm import position_ids_from_mask
+
+        out = self._base().base_model(  # the transformer without the LM head: final-norm hidden states
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+            use_cache=False,
+        )
+        idx = last_token_index(attention_mask)  # [S]
+        h = out.last_hidden_state[torch.arange(len(idx), device=idx.device), idx]  # [S, H]
+        return self.head(h.float()).squeeze(-1)
+
+    def encode(self, prompt: str, response: str) -> tuple[list[int], list[int]]:
+        """Token ids of the prompt (as the model sees it) and of the response followed by EOS."""
+        tok = self.tokenizer
+        p = tok(common.prompt_text(tok, prompt, self.chat_template), add_special_tokens=False)["input_ids"]
+        r = tok(response, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        return p, r
+
+    @torch.no_grad()
+    def score(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 64) -> Tensor:
+        """Rewards ``[B]`` (fp32, on the model's device) of ``responses[i]`` to ``prompts[i]``."""
+        if len(prompts) != len(responses):
+            raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+        seqs = [[*ids, *rest] for ids, rest in map(self.encode, prompts, responses)]
+        was_training = self.training
+        self.eval()
+        out = []
+        try:
+            for i in range(0, len(seqs), batch_size):
+                ids, mask = collate(seqs[i : i + batch_size], self.tokenizer.pad_token_id)
+                out.append(self(ids.to(self.device), mask.to(self.device)))
+        finally:
+            self.train(was_training)
+        return torch.cat(out) if out else torch.zeros(0, device=self.device)
+
+    def files(self) -> dict[str, bytes]:
+        """The checkpoint files: the backbone's ``save_pretrained`` files, the head, and the settings."""
+        from safetensors.torch import save
+
+        head = {k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}
+        meta = {"format": 1, "head": HEAD_FILE, "chat_template": self.chat_template, "append_eos": True}
+        return {
+            **common.hf_files(self.backbone, self.tokenizer),
+            HEAD_FILE: save(head),
+            META_FILE: json.dumps(meta, indent=1).encode(),
+        }
+
+
+def collate(seqs: Sequence[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
+    """Sequences right-padded: ``input_ids`` and ``attention_mask`` ``[S, L]``."""
+    L = max(map(len, seqs))
+    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), L), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+        mask[i, : len(s)] = 1
+    return ids, mask
+
+
+def load_reward_model(
+    path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> RewardModel:
+    """The reward model of a checkpoint folder, or of a run folder (its latest checkpoint)."""
+    from safetensors.torch import load_file
+
+    from advantage.nn.lm import load_pretrained
+
+    folder = common.model_folder(str(path))
+    if not (folder / HEAD_FILE).is_file():
+        raise ConfigError(
+            f"{str(folder)!r} is not a reward model folder: no {HEAD_FILE} (a policy or SFT checkpoint?)"
+        )
+    meta_path = folder / META_FILE
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    backbone, tok = load_pretrained(folder, dtype=dtype)
+    rm = RewardModel(backbone, tok, chat_template=bool(meta.get("chat_template", False)))
+    rm.head.load_state_dict(load_file(folder / HEAD_FILE))
+    return rm.to(device).eval()
+
+
+class RewardPolicy:
+    """A trained reward model with its task: ``act((prompt, response))`` — or ``act(text)``, a response
+    to the empty prompt — is the reward, a float."""
+
+    def __init__(self, model: RewardModel, task: Any, cfg: Any):
+        self.model, self.task, self.cfg = model, task, cfg
+        self._examples: dict[tuple[str, int], list[PreferenceExample]] = {}
+
+    def examples(self, split: str, n: int | None = None) -> list[PreferenceExample]:
+        """The first ``n`` examples of ``split`` (cached; the same for every training seed)."""
+        if split not in common.SPLITS:
+            raise ConfigError(f"split must be one of {', '.join(common.SPLITS)}, got {split!r}")
+        d = self.cfg.data
+        size = {"train": d.train_size, "validation": d.validation_size, "test": d.test_size}[split]
+        if (split, size) not in self._examples:
+            self._examples[(split, size)] = self.task.examples(split, size, d.seed)
+        return self._examples[(split, size)][: n or size]
+
+    def act(self, obs: Any, deterministic: bool = True) -> float:
+        prompt, response = ("", obs) if isinstance(obs, str) else obs
+        return float(self.model.score([prompt], [response])[0])
+
+
+def load_policy(cfg: RMConfig, ckpt: Checkpoint) -> RewardPolicy:
+    rm = load_reward_model(ckpt.path, device=cfg.trainer.device, dtype=getattr(torch, cfg.model.dtype))
+    return RewardPolicy(rm, make_preference_task(cfg.data.task, **cfg.data.kwargs), cfg)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Loss
+
+RANK_LOSSES = {
+    "pairwise": lambda scores, valid: bradley_terry_loss(scores[:, 0], scores[:, 1]),  # [N, 2] → [N]
+    "kwise": kwise_ranking_loss,  # [N, K] best first → [N]
+}
+
+
+def rm_loss(
+    model: RewardModel,
+    seqs: Sequence[list[int]],
+    index: Tensor,
+    normalizer: float,
+    *,
+    loss: str = "pairwise",
+    center_coef: float = 0.0,
+) -> tuple[Tensor, dict[str, float]]:
+    """The micro-batch's summed comparison losses divided by the step's comparison count ``normalizer``.
+
+    ``seqs`` are the micro-batch's token sequences; ``index`` ``[N, K]`` says which sequence is each
+    comparison's k-th best response (-1: none, for rankings shorter than K). One forward pass."""
+    ids, mask = collate(seqs, model.tokenizer.pad_token_id)
+    rewards = model(ids.to(model.device), mask.to(model.device))  # [S]
+    index = index.to(model.device)
+    valid = index >= 0  # [N, K]
+    scores = torch.where(valid, rewards[index.clamp(min=0)], 0.0)  # [N, K]
+    per = RANK_LOSSES[loss](scores, valid)  # [N]
+    if center_coef:
+        per = per + center_coef * ((scores * valid).sum(-1) / valid.sum(-1)) ** 2
+    with torch.no_grad():  # every ranked pair (i above j) of the micro-batch, for the logs
+        i, j = torch.triu_indices(index.shape[1], index.shape[1], offset=1)
+        both = valid[:, i] & valid[:, j]
+        diff = (scores[:, i] - scores[:, j])[both]
+        stats = {
+            "pairs": float(both.sum()),
+            "correct": float((diff > 0).sum()),
+            "margin": float(diff.sum()),
+            "reward": float(rewards.sum()),
+            "reward_sq": float((rewards**2).sum()),
+            "sequences": float(len(rewards)),
+        }
+    return per.sum() / normalizer, stats
+
+
+def build_items(examples: Sequence[PreferenceExample], loss: str) -> list[tuple[int, tuple[int, ...]]]:
+    """Training items ``(example, responses best first)``: every pair (pairwise) or every ranking (kwise)."""
+    if loss == "kwise":
+        return [(e, tuple(range(len(ex.responses)))) for e, ex in enumerate(examples)]
+    return [(e, (i, j)) for e, ex in enumerate(examples) for i, j in ex.pairs()]
+
+
+def micro_batch(
+    items: Sequence[tuple[int, tuple[int, ...]]], tokens: Sequence[tuple[list[int], list[list[int]]]]
+) -> tuple[list[list[int]], Tensor]:
+    """The sequences (prompt + response + EOS) of ``items`` and their ``[N, K]`` index (-1 padded)."""
+    seqs: list[list[int]] = []
+    index = torch.full((len(items), max(len(r) for _, r in items)), -1, dtype=torch.long)
+    for n, (e, ranked) in enumerate(items):
+        prompt, responses = tokens[e]
+        for k, r in enumerate(ranked):
+            index[n, k] = len(seqs)
+            seqs.append(prompt + responses[r])
+    return seqs, index
+
+
+def tokenize(model: RewardModel, examples: Sequence[PreferenceExample], d: RMDataConfig) -> list[Any]:
+    """``(prompt ids, [response ids + EOS])`` per example; too long is a :class:`ConfigError`."""
+    out = []
+    for i, ex in enumerate(examples):
+        pairs = [model.encode(ex.prompt, r) for r in ex.responses]
+        p = pairs[0][0]
+        if len(p) > d.max_prompt_length:
+            raise ConfigError(
+                f"training prompt {i} is {len(p)} tokens, longer than "
+                f"data.max_prompt_length={d.max_prompt_length}"
+            )
+        longest = max(len(r) for _, r in pairs)
+        if longest > d.max_response_length:
+            raise ConfigError(
+                f"a response of training example {i} is {longest} tokens with EOS, longer than "
+                f"data.max_response_length={d.max_response_length}"
+            )
+        out.append((p, [r for _, r in pairs]))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# Training
+
+
+def train(cfg: RMConfig, ctx: RunContext) -> None:
+    a, t, d = cfg.algorithm, cfg.trainer, cfg.data
+    torch.set_num_threads(t.torch_threads)
+    torch.manual_seed(t.seed)
+    task = make_preference_task(d.task, **d.kwargs)
+    restored = ctx.restored
+    if restored is not None and cfg.model.lora.rank == 0:
+        from advantage.nn.lm import load_pretrained
+
+        backbone, tok = load_pretrained(restored.path, dtype=getattr(torch, cfg.model.dtype))
+    else:
+        backbone, tok = common.build_model(cfg, task)
+    model = RewardModel(backbone, tok, chat_template=d.chat_template, seed=t.seed).to(t.device)
+    policy = RewardPolicy(model, task, cfg)
+    examples = policy.examples("train")
+    tokens = tokenize(model, examples, d)
+    items = build_items(examples, a.loss)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=a.learning_rate, betas=tuple(a.betas), weight_decay=a.weight_decay)
+    step, epoch, pos = 0, 0, 0
+    if restored is not None:
+        s = restored.state["algo"]
+        named = dict(model.backbone.named_parameters())
+        with torch.no_grad():
+            model.head.weight.copy_(restored.tensors["value_head.weight"])
+            model.head.bias.copy_(restored.tensors["value_head.bias"])
+            for name, value in restored.tensors.items():
+                if name.startswith("adapter."):
+                    named[name[len("adapter.") :]].copy_(value)
+        load_optimizer("optim", opt, restored.tensors, s["optim"])
+        torch.set_rng_state(restored.tensors["torch_rng"])
+        step, epoch, pos = restored.step, s["epoch"], s["pos"]
+    order = common.data_order(len(items), t.seed, epoch)
+
+    def snapshot() -> Snapshot:
+        opt_tensors, opt_meta = optimizer_state("optim", opt)
+        tensors = {**opt_tensors, "torch_rng": torch.get_rng_state()}
+        tensors.update({f"value_head.{k}": v.detach() for k, v in model.head.state_dict().items()})
+        if cfg.model.lora.rank > 0:
+            tensors.update({f"adapter.{k}": v for k, v in common.trainable_tensors(model.backbone).items()})
+        state = {"optim": opt_meta, "epoch": epoch, "pos": pos}
+        return Snapshot(policy, tensors, state, files=model.files)
+
+    micro = a.micro_batch_size or a.batch_size
+    model.train()
+    totals = dict.fromkeys(
+        ("loss", "grad_norm", "n", "pairs", "correct", "margin", "reward", "reward_sq"), 0.0
+    )
+    totals["sequences"] = 0.0
+    clock = time.perf_counter()
+    while step < t.total_steps:
+        idx: list[int] = []
+        while len(idx) < a.batch_size:  # the next batch, crossing into a new epoch when needed
+            take = order[pos : pos + a.batch_size - len(idx)].tolist()
+            idx += take
+            pos += len(take)
+            if pos >= len(order):
+                epoch, pos = epoch + 1, 0
+                order = common.data_order(len(items), t.seed, epoch)
+        lr = common.learning_rate(a, step, t.total_steps)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for j in range(0, len(idx), micro):
+            seqs, index = micro_batch([items[i] for i in idx[j : j + micro]], tokens)
+            loss, stats = rm_loss(
+                model, seqs, index, float(len(idx)), loss=a.loss, center_coef=a.center_rewards_coef
+            )
+            loss.backward()
+            total += float(loss.detach())
+            for k, v in stats.items():
+                totals[k] += v
+        if not math.isfinite(total):
+            raise NonFiniteError(
+                f"step {step + 1}: reward-model loss is {total}; stopping (the last checkpoint is kept)"
+            )
+        grad_norm = (
+            float(torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm)) if a.max_grad_norm > 0 else 0.0
+        )
+        opt.step()
+        step += 1
+        totals["loss"] += total
+        totals["grad_norm"] += grad_norm
+        totals["n"] += 1
+        if step % t.log_every == 0 or step == t.total_steps:
+            now = time.perf_counter()
+            n, pairs, seqs_n = totals["n"], max(totals["pairs"], 1.0), max(totals["sequences"], 1.0)
+            mean = totals["reward"] / seqs_n
+            ctx.log(
+                step,
+                {
+                    "train/loss": totals["loss"] / n,
+                    "train/accuracy": totals["correct"] / pairs,
+                    "train/margin": totals["margin"] / pairs,
+                    "train/reward_mean": mean,
+                    "train/reward_std": math.sqrt(max(totals["reward_sq"] / seqs_n - mean**2, 0.0)),
+                    "train/grad_norm": totals["grad_norm"] / n,
+                    "train/learning_rate": lr,
+                    "train/epoch": epoch + pos / len(order),
+                    "train/sequences_per_second": totals["sequences"] / max(now - clock, 1e-9),
+                },
+            )
+            totals = dict.fromkeys(totals, 0.0)
+            clock = now
+        if ctx.tick(step, snapshot):
+            break
+    ctx.finish(step, snapshot())
+
+
+# ----------------------------------------------------------------------------------------------------
+# Evaluation and checks
+
+
+def evaluate(
+    cfg: RMConfig,
+    policy: RewardPolicy,
+    *,
+    split: str = "validation",
+    limit: int | None = None,
+    samples: int | None = None,
+    seed: int | None = None,
+    temperature: float | None = None,
+) -> dict[str, Any]:
+    """Score every response of the first ``limit`` examples of ``split`` (default
+    ``trainer.eval_episodes`` for validation, the whole split otherwise).
+
+    * ``accuracy`` — the fraction of labelled pairs (all :math:`\\binom K2` of each ranking) the model
+      orders the same way; ``return_mean`` is the same number (for ``trainer.stop_at_return``);
+    * ``margin`` — the mean :math:`r_\\text{better} - r_\\text{worse}` over those pairs; ``reward_mean``,
+      ``reward_std`` over all responses;
+    * a task with a ``hidden_score`` (synthetic) adds ``hidden_agreement``, the fraction of pairs ordered
+      as the noise-free hidden score orders them, and ``hidden_correlation``, Pearson's r of the rewards
+      and the hidden scores.
+
+    A reward model does not sample: ``samples`` must be None or 1; ``seed`` and ``temperature`` are
+    accepted for the CLI's sake and unused."""
+    if limit is not None and limit < 1:
+        raise ConfigError(f"limit must be >= 1, got {limit}")
+    if samples not in (None, 1):
+        raise ConfigError(f"a reward model does not sample; --samples must be 1, got {samples}")
+    n = limit or (cfg.trainer.eval_episodes if split == "validation" else None)
+    examples = policy.examples(split, n)
+    prompts = [ex.prompt for ex in examples for _ in ex.responses]
+    responses = [r for ex in examples for r in ex.responses]
+    rewards = policy.model.score(prompts, responses, batch_size=cfg.trainer.eval_batch_size).cpu().double()
+    diffs, hidden_diffs, start = [], [], 0
+    for ex in examples:
+        r = rewards[start : start + len(ex.responses)]
+        for i, j in ex.pairs():
+            diffs.append(float(r[i] - r[j]))
+        start += len(ex.responses)
+    res: dict[str, Any] = {
+        "split": split,
+        "n": len(examples),
+        "pairs": len(diffs),
+        "accuracy": sum(x > 0 for x in diffs) / len(diffs),
+        "margin": sum(diffs) / len(diffs),
+        "reward_mean": float(rewards.mean()),
+        "reward_std": float(rewards.std(unbiased=False)),
+    }
+    res["return_mean"] = res["accuracy"]
+    score = getattr(policy.task, "hidden_score", None)
+    if score is not None:
+        hidden = torch.tensor(
+            [score(p, y) for p, y in zip(prompts, responses, strict=True)], dtype=torch.float64
+        )
+        start = 0
+        for ex in examples:
+            h, r = hidden[start : start + len(ex.responses)], rewards[start : start + len(ex.responses)]
+            hidden_diffs += [(float(h[i] - h[j]), float(r[i] - r[j])) for i, j in ex.pairs() if h[i] != h[j]]
+            start += len(ex.responses)
+        res["hidden_agreement"] = sum(hd * rd > 0 for hd, rd in hidden_diffs) / max(len(hidden_diffs), 1)
+        res["hidden_correlation"] = float(torch.corrcoef(torch.stack([rewards, hidden]))[0, 1])
+    return res
+
+
+def check(cfg: RMConfig) -> list[str]:
+    """Problems found before any compute: the task and its options (every split is generated or read),
+    the model folder, the context length."""
+    problems: list[str] = []
+    d, m = cfg.data, cfg.model
+    try:
+        task = make_preference_task(d.task, **d.kwargs)
+        for split, n in zip(common.SPLITS, (d.train_size, d.validation_size, d.test_size), strict=True):
+            task.examples(split, n, d.seed)
+    except ConfigError as e:
+        problems.extend(e.problems)
+    context: Any = m.max_position_embeddings
+    folder = common.model_folder(m.path) if m.pretrained and m.path else None
+    if folder is not None and (folder / "config.json").is_file():
+        try:
+            context = json.loads((folder / "config.json").read_text()).get("max_position_embeddings")
+        except ValueError:
+            context = None  # load_tokenizer below names the unreadable file
+    if isinstance(context, int) and d.max_prompt_length + d.max_response_length > context:
+        problems.append(
+            f"data.max_prompt_length={d.max_prompt_length} + data.max_response_length="
+            f"{d.max_response_length} exceeds the model's context of {context} tokens"
+        )
+    if folder is not None:
+        from advantage.nn.lm import load_tokenizer
+
+        try:
+            load_tokenizer(folder, trust_remote_code=m.trust_remote_code, pad_to_eos=m.pad_to_eos)
+        except ConfigError as e:
+            problems.extend(e.problems)
+    if cfg.trainer.eval_episodes > d.validation_size:
+        problems.append(
+            f"trainer.eval_episodes={cfg.trainer.eval_episodes} is more than "
+            f"data.validation_size={d.validation_size}"
+        )
+    return problems
+
+
+PRESETS = {
+    "synthetic": Preset(
+        "a small reward model on the synthetic task, CPU (about 20 s; held-out accuracy about 0.9)",
+        {
+            "data.task": "synthetic",
+            "data.response_length": 4,
+            "model.hidden_size": 64,
+            "trainer.total_steps": 300,
+            "trainer.eval_every": 100,
+        },
+    ),
+    "instructgpt": Preset(
+        "InstructGPT's K-wise ranking on the synthetic task: 4 responses per prompt, their 6 pairs averaged",
+        {
+            "data.task": "synthetic",
+            "data.k": 4,
+            "data.response_length": 4,
+            "algorithm.loss": "kwise",
+            "algorithm.batch_size": 16,
+            "model.hidden_size": 64,
+            "trainer.total_steps": 300,
+            "trainer.eval_every": 100,
+        },
+    ),
+}
+
+register(
+    Algorithm(
+        name="reward_model",
+        summary="a reward model (LM backbone + scalar head) from pairwise or K-wise comparisons",
+        config=RMConfig,
+        train=train,
+        load_policy=load_policy,
+        evaluate=evaluate,
+        check=check,
+        presets=PRESETS,
+    )
+)
