@@ -413,7 +413,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         if a.overlong_filter:
             mask = mask * (~gen.truncated).float()[:, None]
         ids, attn = gen.sequences()
-        P, T = gen.prompt_ids.shape[1], gen.response_ids.shape[1]
+        P = gen.prompt_ids.shape[1]
         mini_rows = (actor.mini_batch_size or d.rollout_batch_size) * G
         micro = actor.micro_batch_size or mini_rows
         all_rows = torch.arange(n_rows)
@@ -442,7 +442,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
                         mask[r],
                         actor,
                         max(Z, 1.0),
-                        T,
+                        d.max_response_length,  # Dr.GRPO's fixed length constant, not this batch's width
                     )
                     loss.backward()
                     total += float(loss.detach())

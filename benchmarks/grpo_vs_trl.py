@@ -1,0 +1,501 @@
+"""GRPO step time: advantage's ``grpo`` trainer vs TRL's ``GRPOTrainer``, side by side, fully offline.
+
+    python benchmarks/grpo_vs_trl.py   # -> benchmarks/results/grpo_vs_trl.{md,json,png}  (about 3 minutes)
+
+Both libraries train the same randomly initialised Qwen2 scratch model (``build_scratch_model``, same seed,
+so the same initial weights) with the same character tokenizer (``build_char_tokenizer`` over the task's
+alphabet) on the same task: ``addition`` with ``digits=2``, plain answers, and reward = our verifier's
+score (TRL gets a reward function that calls ``task.verify`` on the same ``Example``). The verifier gives
+``format_reward`` for a bare integer, so a scratch model has a signal to learn from within 30 steps.
+
+Matched settings: temperature 1, top-p 1, top-k off; β = 0 (no reference model); μ = 1 (TRL
+``num_iterations=1``: on-policy, old log-probs = sg(log-probs) in both); PPO clip ε = 0.2; group mean /
+Bessel-corrected std advantages with the same ε = 1e-4 (TRL's hard-coded value; ours
+``algorithm.std_eps``); per-sequence token mean (TRL ``loss_type="grpo"``, ours ``loss_agg=
+seq_mean_token_mean``); the whole rollout in one optimizer step; torch AdamW (TRL ``optim="adamw_torch"``)
+with constant learning rate, weight decay 0, gradient-norm clip 1; fp32, no gradient checkpointing, eager
+attention; one torch thread (``OMP_NUM_THREADS=1`` and ``torch.set_num_threads(1)``).
+
+Generation stops, in both, when every row has emitted EOS or after ``max_new_tokens``; the number of
+tokens generated therefore depends on the policy, and the table reports generated tokens per second
+(response tokens up to and including the EOS, divided by the step's wall time) next to the step time.
+
+Timing: each (library, size, seed) runs in a fresh process (like ``harness.run_all``), the two libraries
+interleaved. Step time is the wall time between consecutive step ends (a TrainerCallback's
+``on_step_end`` for TRL; the ``time`` stamp of advantage's per-step metrics row), so it includes all per-step
+bookkeeping; the first ``--warmup`` steps are excluded. Phases: advantage's own ``train/time/{generate,
+score,learn}`` metrics; for TRL, ``GRPOTrainer._generate`` (tokenize, ``model.generate``, decode) is
+"generate", ``_calculate_rewards`` is "score", and the rest of ``training_step`` plus the optimizer step
+(``on_step_begin`` → ``on_step_end``) is "learn". "other" is step time minus the three phases (logging,
+callbacks, the data loader). Step CPU time is the process's CPU time over the same interval. Peak RSS is the
+process's ``ru_maxrss``. The 1-minute load average before each worker is recorded: run it on an otherwise
+idle machine (it was ≤ 1 for the committed results). Besides the ratio of the per-library medians, the
+report gives the median of the per-seed ratios and the ratio of time per generated token, since the two
+libraries' policies (hence their answer lengths) drift apart within a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SIZES: dict[str, dict[str, int]] = {
+    # hidden, layers, heads; prompts per step, G, new tokens
+    "small": {"hidden_size": 64, "layers": 2, "heads": 4, "prompts": 2, "G": 8, "new_tokens": 16},
+    "medium": {"hidden_size": 128, "layers": 4, "heads": 4, "prompts": 8, "G": 8, "new_tokens": 32},
+}
+TARGETS = {"small": 0.4, "medium": 0.7}  # acceptance: ours / TRL median step time at most this
+TASK = {"digits": 2, "answer_format": "plain", "format_reward": 0.5}
+TRAIN_SIZE = 2000
+LEARNING_RATE = 1e-3
+STD_EPS = 1e-4  # TRL's (r - mean) / (std + 1e-4), hard-coded in GRPOTrainer
+CLIP = 0.2
+MAX_POSITIONS = 256
+LIBS = ("trl", "advantage")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Workers (one process each)
+
+
+def _warm_core(seconds: float = 0.5) -> None:
+    """Spin the core before either clock starts (clock ramp-up, first-call kernel init), as the harness."""
+    import torch
+
+    w = torch.randn(256, 256, requires_grad=True)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        (torch.relu(w @ w).sum()).backward()
+
+
+def advantage_overrides(size: str, seed: int, steps: int, run_dir: str) -> dict[str, Any]:
+    """The ``advantage.train("grpo", ...)`` settings of one run (matched to :func:`run_trl`)."""
+    s = SIZES[size]
+    return {
+        "data.task": "addition",
+        **{f"data.{k}": v for k, v in TASK.items()},
+        "data.train_size": TRAIN_SIZE,
+        "data.validation_size": 8,
+        "data.test_size": 8,
+        "data.rollout_batch_size": s["prompts"],
+        "data.max_response_length": s["new_tokens"],
+        "worker.rollout.n": s["G"],
+        "worker.rollout.temperature": 1.0,
+        "worker.actor.model.arch": "qwen2",
+        "worker.actor.model.hidden_size": s["hidden_size"],
+        "worker.actor.model.layers": s["layers"],
+        "worker.actor.model.heads": s["heads"],
+        "worker.actor.model.max_position_embeddings": MAX_POSITIONS,
+        "worker.actor.learning_rate": LEARNING_RATE,
+        "worker.actor.lr_schedule": "constant",
+        "worker.actor.max_grad_norm": 1.0,
+        "worker.actor.ppo_epochs": 1,
+        "worker.actor.clip_low": CLIP,
+        "worker.actor.loss": "ppo_clip",
+        "worker.actor.loss_agg": "seq_mean_token_mean",
+        "worker.actor.kl_coef": 0.0,
+        "algorithm.advantage": "grpo",
+        "algorithm.std_eps": STD_EPS,
+        "trainer.seed": seed,
+        "trainer.total_steps": steps,
+        "trainer.eval_every": 0,
+        "trainer.eval_episodes": 8,
+        "trainer.log_every": 1,
+        "trainer.tensorboard": False,
+        "trainer.progress": "none",
+        "trainer.torch_threads": 1,
+        "trainer.run_dir": run_dir,
+    }
+
+
+def run_advantage(size: str, seed: int, steps: int) -> dict[str, Any]:
+    import advantage
+    from advantage.context import RunContext
+
+    s = SIZES[size]
+    cpu: dict[int, float] = {}  # process CPU time when each step's metrics row is logged
+    log = RunContext.log
+
+    def stamped(self: Any, step: int, metrics: Any) -> None:
+        if "train/time/learn" in metrics:
+            cpu[step] = time.process_time()
+        log(self, step, metrics)
+
+    RunContext.log = stamped  # this worker process only
+    with tempfile.TemporaryDirectory() as tmp:
+        run = advantage.train(
+            "grpo", quiet=True, **advantage_overrides(size, seed, steps, os.path.join(tmp, "run"))
+        )
+        rows = run.metrics
+    by_step: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        if "train/time/learn" in r:
+            by_step[r["step"]] = r
+    ordered = [by_step[k] for k in sorted(by_step)]
+    G = s["G"] * s["prompts"]
+    return {
+        "step_end": [r["time"] for r in ordered],
+        "cpu_end": [cpu[r["step"]] for r in ordered],
+        "generate": [r["train/time/generate"] for r in ordered],
+        "score": [r["train/time/score"] for r in ordered],
+        "learn": [r["train/time/learn"] for r in ordered],
+        "tokens": [r["train/response/length_mean"] * G for r in ordered],
+        "reward": [r["train/reward/mean"] for r in ordered],
+    }
+
+
+def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from advantage.envs.text import make_task
+    from advantage.nn.lm import build_char_tokenizer, build_scratch_model
+
+    s = SIZES[size]
+    task = make_task("addition", **TASK)
+    examples = task.examples("train", TRAIN_SIZE, 0)
+    tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
+    model = build_scratch_model(
+        "qwen2",
+        tok,
+        hidden_size=s["hidden_size"],
+        layers=s["layers"],
+        heads=s["heads"],
+        max_position_embeddings=MAX_POSITIONS,
+        seed=seed,
+    )
+    dataset = Dataset.from_list([{"prompt": e.prompt, "idx": i} for i, e in enumerate(examples)])
+
+    def verifier(completions: list[str], idx: list[int], **_: Any) -> list[float]:
+        return [float(task.verify(c, examples[i]).score) for c, i in zip(completions, idx, strict=True)]
+
+    keys = ("begin", "step_end", "cpu_end", "generate", "score", "tokens")
+    rec: dict[str, list[float]] = {k: [] for k in keys}
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            rec["begin"].append(time.perf_counter())
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            rec["step_end"].append(time.perf_counter())
+            rec["cpu_end"].append(time.process_time())
+
+    with tempfile.TemporaryDirectory() as tmp:
+        args = GRPOConfig(
+            output_dir=tmp,
+            report_to=[],
+            use_cpu=True,
+            bf16=False,
+            seed=seed,
+            max_steps=steps,
+            per_device_train_batch_size=s["prompts"] * s["G"],  # completions per step
+            num_generations=s["G"],
+            max_completion_length=s["new_tokens"],
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            beta=0.0,
+            num_iterations=1,
+            epsilon=CLIP,
+            loss_type="grpo",
+            scale_rewards="group",
+            learning_rate=LEARNING_RATE,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            weight_decay=0.0,
+            max_grad_norm=1.0,
+            optim="adamw_torch",
+            gradient_checkpointing=False,
+            logging_steps=1,
+            save_strategy="no",
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+        )
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=verifier,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tok,
+            callbacks=[Clock()],
+        )
+
+        def timed(name: str, fn: Any, count: bool = False) -> Any:
+            def wrapper(*a: Any, **k: Any) -> Any:
+                t0 = time.perf_counter()
+                out = fn(*a, **k)
+                rec[name].append(time.perf_counter() - t0)
+                if count:  # _generate returns (prompt_ids, completion_ids, ...)
+                    rec["tokens"].append(float(sum(len(c) for c in out[1])))
+                return out
+
+            return wrapper
+
+        trainer._generate = timed("generate", trainer._generate, count=True)
+        trainer._calculate_rewards = timed("score", trainer._calculate_rewards)
+        trainer.train()
+        history = trainer.state.log_history
+    rewards = [h["reward"] for h in history if "reward" in h]
+    n = len(rec["step_end"])
+    inner = [rec["step_end"][i] - rec["begin"][i] for i in range(n)]
+    learn = [inner[i] - rec["generate"][i] - rec["score"][i] for i in range(n)]
+    assert torch.get_num_threads() == 1
+    return {
+        "step_end": rec["step_end"],
+        "cpu_end": rec["cpu_end"],
+        "generate": rec["generate"][:n],
+        "score": rec["score"][:n],
+        "learn": learn,
+        "tokens": rec["tokens"][:n],
+        "reward": rewards[:n],
+    }
+
+
+def worker(lib: str, size: str, seed: int, steps: int) -> None:
+    import torch
+    import torch._dynamo  # paid before either clock, as in harness.worker
+
+    torch.set_num_threads(1)
+    if lib == "trl":  # imports are not training: pay them before the clock, for both
+        import trl  # noqa: F401
+    else:
+        import advantage  # noqa: F401
+    _warm_core()
+    t0 = time.perf_counter()
+    out = (run_trl if lib == "trl" else run_advantage)(size, seed, steps)
+    out.update(
+        lib=lib,
+        size=size,
+        seed=seed,
+        total_seconds=time.perf_counter() - t0,
+        threads=torch.get_num_threads(),
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    )
+    print(json.dumps(out))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Driver and report
+
+
+def summarize(r: dict[str, Any], warmup: int) -> dict[str, Any]:
+    """Medians over steps ``warmup+1 ..`` of step time, phases and tokens/s."""
+    step = _steps(r)  # step[k - 1] is the wall time of step k (0-based), k >= 1
+    idx = range(max(warmup, 1), len(r["step_end"]))
+    step_s = [step[k - 1] for k in idx]
+    phases = ("generate", "score", "learn")
+    med = statistics.median
+    cpu = [b - a for a, b in itertools.pairwise(r["cpu_end"])]
+    out = {"step_s": med(step_s), "cpu_step_s": med(cpu[k - 1] for k in idx)}
+    out.update({f"{p}_s": med(r[p][k] for k in idx) for p in phases})
+    out["other_s"] = med(step[k - 1] - sum(r[p][k] for p in phases) for k in idx)
+    out["tokens_per_step"] = med(r["tokens"][k] for k in idx)
+    out["tokens_per_s"] = sum(r["tokens"][k] for k in idx) / sum(step_s)
+    out["reward_last10"] = statistics.fmean(r["reward"][-10:])
+    return out
+
+
+def run_all(sizes: list[str], seeds: int, steps: int) -> list[dict[str, Any]]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    results = []
+    for size in sizes:
+        for seed in range(seeds):
+            libs = LIBS if seed % 2 == 0 else LIBS[::-1]  # interleaved, order flipped every seed
+            for lib in libs:
+                load = os.getloadavg()[0]  # 1-minute load average (other work on the machine)
+                cmd = [sys.executable, __file__, "--worker", lib, "--size", size, "--seed", str(seed)]
+                out = subprocess.run(
+                    [*cmd, "--steps", str(steps)], capture_output=True, text=True, env=env, check=False
+                )
+                if out.returncode != 0:
+                    sys.stderr.write(out.stderr[-4000:])
+                    raise SystemExit(f"worker {lib} {size} seed {seed} failed")
+                results.append({**json.loads(out.stdout.strip().splitlines()[-1]), "load_before": load})
+                r = results[-1]
+                print(
+                    f"{size} seed {seed} {lib}: total {r['total_seconds']:.1f}s, "
+                    f"median step {statistics.median(_steps(r)):.3f}s, reward(last) {r['reward'][-1]:.3f}, "
+                    f"load before {load:.2f}",
+                    flush=True,
+                )
+    return results
+
+
+def _steps(r: dict[str, Any]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(r["step_end"])]
+
+
+def report(results: list[dict[str, Any]], out: Path, warmup: int, steps: int, load: list[float]) -> None:
+    import torch
+    import transformers
+    import trl
+
+    out.mkdir(parents=True, exist_ok=True)
+    for r in results:
+        r["summary"] = summarize(r, warmup)
+    sizes = list(dict.fromkeys(r["size"] for r in results))
+    max_load = max(r["load_before"] for r in results)
+    seeds = len({r["seed"] for r in results})
+    med = statistics.median
+
+    def agg(size: str, lib: str, key: str) -> float:
+        return med(r["summary"][key] for r in results if r["size"] == size and r["lib"] == lib)
+
+    def rss(size: str, lib: str) -> float:
+        return med(r["peak_rss_mb"] for r in results if r["size"] == size and r["lib"] == lib)
+
+    lines = [
+        "### GRPO step time: advantage vs TRL `GRPOTrainer`",
+        "",
+        f"Task `addition` (digits 2, plain answers, format_reward {TASK['format_reward']}), reward = "
+        "advantage's verifier for both; Qwen2 scratch models with the same initial weights and the same char "
+        f"tokenizer; temperature 1, β = 0, μ = 1, ε = {CLIP}, std ε = {STD_EPS}, per-sequence token mean, "
+        f"AdamW at a constant {LEARNING_RATE:g}, fp32, no gradient checkpointing; one torch thread. "
+        f"{steps} steps × {seeds} fresh processes per library and size, interleaved; medians over steps "
+        f"{warmup + 1}..{steps} and then over processes. torch {torch.__version__}, transformers "
+        f"{transformers.__version__}, TRL {trl.__version__}, {platform.processor() or platform.machine()}; "
+        f"1-minute load average {load[0]:.2f} at the start and at most {max_load:.2f} before any worker "
+        f"({os.cpu_count()} cores; the just-finished worker's own share of ~1 decays in that average).",
+        "",
+        "| size | model | completions × new tokens | library | step s | step CPU s | generate s | score s | "
+        "learn s | other s | gen tokens / step | gen tokens/s | peak RSS MB | mean reward, last 10 steps |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    ratios = {}
+    for size in sizes:
+        s = SIZES[size]
+        for lib in LIBS:
+            lines.append(
+                f"| {size} | {s['layers']}L × h{s['hidden_size']} | {s['prompts']}×{s['G']} × "
+                f"{s['new_tokens']} | {lib} | {agg(size, lib, 'step_s'):.3f} | "
+                f"{agg(size, lib, 'cpu_step_s'):.3f} | "
+                f"{agg(size, lib, 'generate_s'):.3f} | {agg(size, lib, 'score_s'):.4f} | "
+                f"{agg(size, lib, 'learn_s'):.3f} | {agg(size, lib, 'other_s'):.3f} | "
+                f"{agg(size, lib, 'tokens_per_step'):.0f} | {agg(size, lib, 'tokens_per_s'):,.0f} | "
+                f"{rss(size, lib):.0f} | {agg(size, lib, 'reward_last10'):.3f} |"
+            )
+        paired = [
+            mine["summary"]["step_s"] / theirs["summary"]["step_s"]
+            for mine in results
+            for theirs in results
+            if mine["size"] == theirs["size"] == size
+            and mine["seed"] == theirs["seed"]
+            and (mine["lib"], theirs["lib"]) == ("advantage", "trl")
+        ]
+        ratios[size] = {
+            "step_time": agg(size, "advantage", "step_s") / agg(size, "trl", "step_s"),
+            "step_time_paired": med(paired),
+            "cpu_step_time": agg(size, "advantage", "cpu_step_s") / agg(size, "trl", "cpu_step_s"),
+            "tokens_per_s": agg(size, "advantage", "tokens_per_s") / agg(size, "trl", "tokens_per_s"),
+        }
+    lines += [
+        "",
+        "| size | ours / TRL median step time | target | met | median of per-seed ratios | "
+        "ours / TRL step CPU time | ours / TRL time per generated token |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for size in sizes:
+        rt, target = ratios[size]["step_time"], TARGETS[size]
+        lines.append(
+            f"| {size} | **{rt:.3f}** | ≤ {target} | {'yes' if rt <= target else 'no'} | "
+            f"{ratios[size]['step_time_paired']:.3f} | {ratios[size]['cpu_step_time']:.3f} | "
+            f"{1 / ratios[size]['tokens_per_s']:.3f} |"
+        )
+    lines += [
+        "",
+        "Step time is the wall time between consecutive step ends (step CPU time: the process's CPU time "
+        "over the same interval, less sensitive to other load on the machine); generate / score / learn "
+        "are advantage's "
+        "`train/time/*` and, for TRL, `_generate` / `_calculate_rewards` / the rest of the step; *other* is "
+        "the remainder (logging, callbacks, data loading). Generated tokens count each response up to and "
+        "including its EOS; both samplers stop once every row has ended, so a policy that has learnt short "
+        "answers decodes fewer steps. Loss parity of the two (same batch, same loss and gradients to 1e-5) "
+        "is tested in tests/test_grpo_trl_parity.py.",
+    ]
+    (out / "grpo_vs_trl.md").write_text("\n".join(lines) + "\n")
+    (out / "grpo_vs_trl.json").write_text(
+        json.dumps(
+            {
+                "sizes": SIZES,
+                "task": TASK,
+                "steps": steps,
+                "warmup": warmup,
+                "load_average": load,
+                "ratios": ratios,
+                "results": results,
+            },
+            indent=1,
+        )
+    )
+    print("\n".join(lines))
+    plot(results, sizes, out / "grpo_vs_trl.png")
+
+
+def plot(results: list[dict[str, Any]], sizes: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, len(sizes), figsize=(5.5 * len(sizes), 10), squeeze=False, sharex=True)
+    colors = {"trl": "tab:blue", "advantage": "tab:orange"}
+    for j, size in enumerate(sizes):
+        for lib in LIBS:
+            rs = [r for r in results if r["size"] == size and r["lib"] == lib]
+            for k, r in enumerate(rs):
+                style = {"color": colors[lib], "alpha": 0.85, "lw": 0.9, "antialiased": False}
+                style["label"] = lib if k == 0 else None
+                steps = _steps(r)  # steps 2..N
+                per_token = [1e3 * t / n for t, n in zip(steps, r["tokens"][1:], strict=True)]
+                axes[0][j].plot(range(1, len(r["reward"]) + 1), r["reward"], **style)
+                axes[1][j].plot(range(2, len(steps) + 2), steps, **style)
+                axes[2][j].plot(range(2, len(steps) + 2), per_token, **style)
+        s = SIZES[size]
+        n = s["prompts"] * s["G"]
+        axes[0][j].set_title(f"{size}: {s['layers']}L × h{s['hidden_size']}, {n} completions per step")
+        axes[0][j].set_ylabel("mean reward per step")
+        axes[1][j].set_ylabel("step wall time (s)")
+        axes[2][j].set_ylabel("step wall time per generated token (ms)")
+        axes[2][j].set_xlabel("step")
+        for row in axes:
+            row[j].grid(alpha=0.3)
+            row[j].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--sizes", default="small,medium")
+    p.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    p.add_argument("--worker", choices=LIBS)
+    p.add_argument("--size", choices=list(SIZES))
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    if args.worker:
+        worker(args.worker, args.size, args.seed, args.steps)
+        return
+    load = list(os.getloadavg())
+    results = run_all(args.sizes.split(","), args.seeds, args.steps)
+    report(results, Path(args.out), args.warmup, args.steps, load)
+
+
+if __name__ == "__main__":
+    main()
