@@ -119,13 +119,18 @@ def test_checkpoint_is_a_model_folder_with_identical_logprobs(tmp_path):
     run = _train(tmp_path)
     folder = run.checkpoint.path
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(run.checkpoint.files)
-    hf = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
+    hf = AutoModelForCausalLM.from_pretrained(
+        folder, local_files_only=True, attn_implementation="eager"
+    ).eval()
+    hf_default = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
     tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     ours = run.policy.model
     ids = torch.tensor([tok("13+4=17", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]])
     a = sequence_logprobs(hf, ids, torch.ones_like(ids), response_start=5)
     b = sequence_logprobs(ours, ids, torch.ones_like(ids), response_start=5)
-    assert torch.equal(a, b)
+    assert torch.equal(a, b)  # same weights, same attention kernel: bit for bit
+    c = sequence_logprobs(hf_default, ids, torch.ones_like(ids), response_start=5)
+    torch.testing.assert_close(c, b, rtol=0, atol=1e-5)  # transformers' default kernel (sdpa)
     # ... and a later run starts from it with model.path.
     run2 = _train(tmp_path, "from_path", **{"model.path": str(folder), "trainer.total_steps": 2})
     assert run2.config.model.pretrained and run2.step == 2

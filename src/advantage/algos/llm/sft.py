@@ -282,10 +282,24 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
     ctx.finish(step, snapshot())
 
 
+# The defaults train a scratch model on 3-digit addition in about 2 minutes on 2 CPU cores, to a held-out
+# greedy accuracy part-way up the curve (0.735 for seed 0): a starting point that RL can improve.
+DEFAULTS = {
+    "data.task": "addition",
+    "model.hidden_size": 256,
+    "model.heads": 8,
+    "algorithm.learning_rate": 2e-3,
+    "trainer.total_steps": 600,
+}
+
 PRESETS = {
     "addition": Preset(
-        "3-digit addition from scratch on CPU: a starting point for RL (about 30-80% greedy accuracy)",
-        {"data.task": "addition"},
+        "3-digit addition from scratch on CPU: a starting point for RL (greedy accuracy part-way up)",
+        dict(DEFAULTS),
+    ),
+    "addition_long": Preset(
+        "the same, trained 1500 steps: a model that is mostly right (about 0.9)",
+        {**DEFAULTS, "trainer.total_steps": 1500},
     ),
 }
 
@@ -299,5 +313,6 @@ register(
         evaluate=common.evaluate,
         check=common.check,
         presets=PRESETS,
+        defaults=DEFAULTS,
     )
 )
