@@ -36,7 +36,10 @@ def load_module(
             parts.append(f"unexpected keys {unexpected}")
         if shapes:
             parts.append(f"wrong shapes {shapes}")
-        raise CheckpointError(f"{where}: {prefix} does not match the model: " + "; ".join(parts))
+        raise CheckpointError(
+            f"{where}: the checkpoint's {prefix!r} tensors do not fit the network built from the config: "
+            + "; ".join(parts)
+        )
     module.load_state_dict(got)
 
 
