@@ -241,3 +241,40 @@ def test_a_nan_reward_names_the_sample(tmp_path, monkeypatch, coin_task):
     monkeypatch.setattr(CoinTask, "verify", nan_verify)
     with pytest.raises(NonFiniteError, match=r"the reward of completion .* for prompt '\d+\+\d+=' is nan"):
         _train(tmp_path, **{"data.task": "coin", "data.digits": None})
+
+
+def test_trimmed_micro_batches_give_the_full_width_log_probs():
+    from advantage.algos.llm.common import LMPolicy, build_model, make_task
+    from advantage.nn.lm import sequence_logprobs
+    from advantage.runs import resolve_config
+
+    _, cfg = resolve_config("grpo", overrides=TINY)
+    task = make_task(cfg.data)
+    model, tok = build_model(cfg, task)
+    with torch.no_grad():  # larger weights: varied lengths, some early EOS
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    policy = LMPolicy(model, tok, task, cfg)
+    g = torch.Generator().manual_seed(0)
+    gen, _ = policy.complete(
+        [e.prompt for e in policy.examples("train", 6)], temperature=1.0, samples=2, generator=g
+    )
+    assert len(set(gen.lengths.tolist())) > 1  # rows of different lengths
+    rows = torch.arange(12)
+    chunks = grpo.micro_batches(rows, gen.lengths, 12, auto=True)
+    assert len(chunks) == 2 and sorted(torch.cat(chunks).tolist()) == rows.tolist()
+    assert gen.lengths[chunks[0]].min() >= gen.lengths[chunks[1]].max()  # sorted by length
+    ids, attn = gen.sequences()
+    full = sequence_logprobs(model, ids, attn, response_start=gen.prompt_ids.shape[1])
+    for r in chunks:
+        t_ids, t_attn, p_len, t_len = grpo.trimmed(gen, r)
+        assert t_len == int(gen.lengths[r].max()) and t_ids.shape[1] <= ids.shape[1]
+        part = sequence_logprobs(model, t_ids, t_attn, response_start=p_len)
+        m = gen.response_mask[r, :t_len]
+        torch.testing.assert_close(part * m, full[r, :t_len] * m, rtol=0, atol=1e-5)
+        assert float(gen.response_mask[r, t_len:].sum()) == 0.0  # nothing cut was a response token
+    assert [c.tolist() for c in grpo.micro_batches(rows, gen.lengths, 5, auto=False)] == [
+        [0, 1, 2, 3, 4],
+        [5, 6, 7, 8, 9],
+        [10, 11],
+    ]

@@ -202,6 +202,33 @@ def step_normalizer(mask: Tensor, mode: str) -> float:
     return float(mask.shape[0])
 
 
+def micro_batches(rows: Tensor, lengths: Tensor, micro: int, auto: bool) -> list[Tensor]:
+    """The rows of one optimizer step in micro-batches. With ``auto`` (``micro_batch_size=0``) and at least
+    8 rows, the rows are sorted by response length and cut in two halves, each then padded only to its
+    own longest response (:func:`trimmed`): most of a GRPO batch is padding after short answers, and the
+    step's global normaliser keeps the gradient that of one batch."""
+    if auto and len(rows) >= 8:
+        order = rows[torch.argsort(lengths[rows], descending=True, stable=True)]
+        half = (len(order) + 1) // 2
+        return [order[:half], order[half:]]
+    return [rows[j : j + micro] for j in range(0, len(rows), micro)]
+
+
+def trimmed(gen: Any, rows: Tensor) -> tuple[Tensor, Tensor, int, int]:
+    """``(input_ids, attention_mask, P_r, T_r)`` of ``rows`` without the columns that are padding in
+    every one of them: prompts cut to their longest (``P_r``), responses to their longest (``T_r``, EOS
+    included). Log-probs are unchanged (positions come from the mask; padding is masked out)."""
+    P = gen.prompt_ids.shape[1]
+    p_len = max(int(gen.prompt_mask[rows].sum(-1).max()), 1)
+    t_len = max(int(gen.lengths[rows].max()), 1)
+    ids = torch.cat([gen.prompt_ids[rows, P - p_len :], gen.response_ids[rows, :t_len]], dim=1)
+    attn = torch.cat(
+        [gen.prompt_mask[rows, P - p_len :].to(gen.response_mask.dtype), gen.response_mask[rows, :t_len]],
+        dim=1,
+    )
+    return ids, attn, p_len, t_len
+
+
 # ----------------------------------------------------------------------------------------------------
 # Training
 
@@ -412,8 +439,6 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         mask = gen.response_mask.clone()
         if a.overlong_filter:
             mask = mask * (~gen.truncated).float()[:, None]
-        ids, attn = gen.sequences()
-        P = gen.prompt_ids.shape[1]
         mini_rows = (actor.mini_batch_size or d.rollout_batch_size) * G
         micro = actor.micro_batch_size or mini_rows
         all_rows = torch.arange(n_rows)
@@ -429,24 +454,25 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
                 Z = step_normalizer(mask[mini], actor.loss_agg)
                 opt.zero_grad(set_to_none=True)
                 total = 0.0
-                for j in range(0, len(mini), micro):
-                    r = mini[j : j + micro]
-                    logp = sequence_logprobs(
-                        model, ids[r], attn[r], response_start=P, temperature=roll.temperature
+                for r in micro_batches(mini, gen.lengths, micro, actor.micro_batch_size == 0):
+                    ids, attn, p_len, t_len = trimmed(gen, r)
+                    logp = sequence_logprobs(  # [b, t_len]
+                        model, ids, attn, response_start=p_len, temperature=roll.temperature
                     )
+                    m_r = mask[r, :t_len]
                     loss, lm = grpo_loss(
                         logp,
-                        None if old_logp is None else old_logp[r],
-                        None if ref_logp is None else ref_logp[r],
+                        None if old_logp is None else old_logp[r, :t_len],
+                        None if ref_logp is None else ref_logp[r, :t_len],
                         ro.advantages[r],
-                        mask[r],
+                        m_r,
                         actor,
                         max(Z, 1.0),
                         d.max_response_length,  # Dr.GRPO's fixed length constant, not this batch's width
                     )
                     loss.backward()
                     total += float(loss.detach())
-                    lm["entropy"] = masked_mean(-logp.detach(), mask[r])
+                    lm["entropy"] = masked_mean(-logp.detach(), m_r)
                     for k, v in lm.items():
                         stats.setdefault(k, []).append(float(v))
                 if not math.isfinite(total):
