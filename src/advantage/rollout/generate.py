@@ -285,6 +285,11 @@ def generate(
     step_mask = _decode_mask(model, mask)
     next_pos = prompt_mask.long().sum(-1, keepdim=True)  # [B, 1] position of the first response token
 
+    # Rows that have ended leave the batch: once a quarter of the rows still decoding have emitted EOS,
+    # the cache, mask and positions keep only the others (GRPO batches end at very different lengths, and
+    # decoding finished rows was most of the work). `active` maps cache rows to output rows.
+    active = torch.arange(batch, device=device)
+    can_drop = hasattr(cache, "batch_select_indices")
     steps = 0
     with torch.inference_mode():
         out = model(
@@ -296,14 +301,22 @@ def generate(
             **{cache_key: cache},
         )
         for t in range(n_new):
-            tok, lp = sample_tokens(out.logits[:, -1], params, generator)
-            tok = tok.masked_fill(finished, pad_id)
-            tokens[:, t] = tok
-            logps[:, t] = lp.masked_fill(finished, 0.0)
-            finished |= tok == eos_id
+            tok, lp = sample_tokens(out.logits[:, -1], params, generator)  # [A]
+            done = finished[active]  # [A]
+            tok = tok.masked_fill(done, pad_id)
+            tokens[active, t] = tok
+            logps[active, t] = lp.masked_fill(done, 0.0)
+            done = done | (tok == eos_id)
+            finished[active] = done
             steps = t + 1
-            if steps == n_new or bool(finished.all()):  # the one host sync per step
+            n_done = int(done.sum())  # the one host sync per step
+            if steps == n_new or n_done == len(active):
                 break
+            if can_drop and 4 * n_done >= len(active):
+                keep = (~done).nonzero().squeeze(-1)
+                cache.batch_select_indices(keep)
+                active, tok = active[keep], tok[keep]
+                step_mask, next_pos = step_mask[keep], next_pos[keep]
             out = model(
                 input_ids=tok[:, None],
                 attention_mask=step_mask[..., : plen + steps],
