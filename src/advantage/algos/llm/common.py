@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,12 +129,27 @@ def make_task(data: DataConfig) -> Any:
     return _make(data.task, **data.kwargs)
 
 
-def check(cfg: Any) -> list[str]:
-    """Problems found before any compute: the task and its options, the model folder."""
+def optimizer_problems(a: Any) -> list[str]:
+    """Cross-field checks of an ``algorithm`` section with AdamW ``betas`` and micro-batches."""
+    out = []
+    if len(a.betas) != 2 or not all(0 <= b < 1 for b in a.betas):
+        out.append(f"algorithm.betas must be two numbers in [0, 1), got {a.betas}")
+    if a.micro_batch_size > a.batch_size:
+        out.append(
+            f"algorithm.micro_batch_size={a.micro_batch_size} is larger than "
+            f"algorithm.batch_size={a.batch_size}"
+        )
+    return out
+
+
+def check(cfg: Any, task_factory: Callable[[DataConfig], Any] | None = None) -> list[str]:
+    """Problems found before any compute: the task and its options (every split is generated or read),
+    the model's context and folder, the evaluation size. ``task_factory(cfg.data)`` builds the task
+    (default :func:`make_task`; preference algorithms pass theirs)."""
     problems: list[str] = []
     d = cfg.data
     try:
-        task = make_task(d)
+        task = (task_factory or make_task)(d)
         # Generating (or reading) every split now turns "too few problems" into a config error.
         for split, n in zip(SPLITS, (d.train_size, d.validation_size, d.test_size), strict=True):
             task.examples(split, n, d.seed)

@@ -318,29 +318,8 @@ def load_policy(cfg: DPOConfig, ckpt: Any) -> LMPolicy:
 
 
 def check(cfg: DPOConfig) -> list[str]:
-    """The preference task and its splits, and the model folder, before any compute."""
-    problems: list[str] = []
-    d = cfg.data
-    try:
-        task = make_task(d)
-        for split, n in zip(common.SPLITS, (d.train_size, d.validation_size, d.test_size), strict=True):
-            task.examples(split, n, d.seed)
-    except ConfigError as e:
-        problems.extend(e.problems)
-    if cfg.trainer.eval_episodes > d.validation_size:
-        problems.append(
-            f"trainer.eval_episodes={cfg.trainer.eval_episodes} is more than "
-            f"data.validation_size={d.validation_size}"
-        )
-    m = cfg.model
-    if m.pretrained and m.path:
-        from advantage.nn.lm import load_tokenizer
-
-        try:
-            load_tokenizer(common.model_folder(m.path), trust_remote_code=m.trust_remote_code)
-        except ConfigError as e:
-            problems.extend(e.problems)
-    return problems
+    """:func:`advantage.algos.llm.common.check` with the preference task."""
+    return common.check(cfg, make_task)
 
 
 register(

@@ -495,10 +495,6 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
     ctx.finish(step, snapshot())
 
 
-def _check(cfg: GRPOConfig) -> list[str]:
-    return common.check(cfg)
-
-
 register(
     Algorithm(
         name="grpo",
@@ -507,7 +503,7 @@ register(
         train=train,
         load_policy=common.load_policy,
         evaluate=common.evaluate,
-        check=_check,
+        check=common.check,
         presets=PRESETS,
         defaults={"trainer.eval_every": 10, "trainer.log_every": 1, "trainer.total_steps": 100},
     )

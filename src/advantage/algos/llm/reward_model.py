@@ -105,15 +105,7 @@ class RMAlgorithm:
     center_rewards_coef: float = option(0.0, "weight of the mean-reward² term per comparison", lo=0)
 
     def problems(self) -> list[str]:
-        out = []
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            out.append(f"algorithm.betas must be two numbers in [0, 1), got {self.betas}")
-        if self.micro_batch_size > self.batch_size:
-            out.append(
-                f"algorithm.micro_batch_size={self.micro_batch_size} is larger than "
-                f"algorithm.batch_size={self.batch_size}"
-            )
-        return out
+        return common.optimizer_problems(self)
 
 
 @dataclass
@@ -539,41 +531,8 @@ def evaluate(
 
 
 def check(cfg: RMConfig) -> list[str]:
-    """Problems found before any compute: the task and its options (every split is generated or read),
-    the model folder, the context length."""
-    problems: list[str] = []
-    d, m = cfg.data, cfg.model
-    try:
-        task = make_preference_task(d.task, **d.kwargs)
-        for split, n in zip(common.SPLITS, (d.train_size, d.validation_size, d.test_size), strict=True):
-            task.examples(split, n, d.seed)
-    except ConfigError as e:
-        problems.extend(e.problems)
-    context: Any = m.max_position_embeddings
-    folder = common.model_folder(m.path) if m.pretrained and m.path else None
-    if folder is not None and (folder / "config.json").is_file():
-        try:
-            context = json.loads((folder / "config.json").read_text()).get("max_position_embeddings")
-        except ValueError:
-            context = None  # load_tokenizer below names the unreadable file
-    if isinstance(context, int) and d.max_prompt_length + d.max_response_length > context:
-        problems.append(
-            f"data.max_prompt_length={d.max_prompt_length} + data.max_response_length="
-            f"{d.max_response_length} exceeds the model's context of {context} tokens"
-        )
-    if folder is not None:
-        from advantage.nn.lm import load_tokenizer
-
-        try:
-            load_tokenizer(folder, trust_remote_code=m.trust_remote_code, pad_to_eos=m.pad_to_eos)
-        except ConfigError as e:
-            problems.extend(e.problems)
-    if cfg.trainer.eval_episodes > d.validation_size:
-        problems.append(
-            f"trainer.eval_episodes={cfg.trainer.eval_episodes} is more than "
-            f"data.validation_size={d.validation_size}"
-        )
-    return problems
+    """:func:`advantage.algos.llm.common.check` with the preference task."""
+    return common.check(cfg, lambda d: make_preference_task(d.task, **d.kwargs))
 
 
 PRESETS = {

@@ -66,15 +66,7 @@ class SFTAlgorithm:
     pack_length: int = option(256, "tokens per packed row", lo=8)
 
     def problems(self) -> list[str]:
-        out = []
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            out.append(f"algorithm.betas must be two numbers in [0, 1), got {self.betas}")
-        if self.micro_batch_size > self.batch_size:
-            out.append(
-                f"algorithm.micro_batch_size={self.micro_batch_size} is larger than "
-                f"algorithm.batch_size={self.batch_size}"
-            )
-        return out
+        return common.optimizer_problems(self)
 
 
 @dataclass
