@@ -283,6 +283,35 @@ def data_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
 
 
+class DataCursor:
+    """Where a trainer is in its training set: the epoch and the offset into that epoch's order
+    (:func:`data_order`). :meth:`next` hands out indices and crosses into the next epoch when one ends;
+    ``epoch`` and ``pos`` are all a checkpoint needs to continue with exactly the same batches."""
+
+    def __init__(self, n: int, seed: int, epoch: int = 0, pos: int = 0):
+        self.n, self.seed, self.epoch, self.pos = n, seed, epoch, pos
+        self.order = data_order(n, seed, epoch)
+
+    def next(self, k: int) -> list[int]:
+        idx: list[int] = []
+        while len(idx) < k:
+            take = self.order[self.pos : self.pos + k - len(idx)].tolist()
+            idx += take
+            self.pos += len(take)
+            if self.pos >= self.n:
+                self.epoch, self.pos = self.epoch + 1, 0
+                self.order = data_order(self.n, self.seed, self.epoch)
+        return idx
+
+    @property
+    def progress(self) -> float:
+        """Epochs done, fractional (for the ``train/epoch`` metric)."""
+        return self.epoch + self.pos / self.n
+
+    def state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "pos": self.pos}
+
+
 # ----------------------------------------------------------------------------------------------------
 # Prompts and the policy
 

@@ -198,26 +198,19 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
         load_optimizer("optim", opt, restored.tensors, s["optim"])
         torch.set_rng_state(restored.tensors["torch_rng"])
         step, epoch, pos = restored.step, s["epoch"], s["pos"]
-    order = common.data_order(len(items), t.seed, epoch)
+    cursor = common.DataCursor(len(items), t.seed, epoch, pos)
     policy.reference = ref  # evaluation needs it for the implicit rewards
 
     def snapshot() -> Snapshot:
         opt_tensors, opt_meta = optimizer_state("optim", opt)
         tensors = {**opt_tensors, "torch_rng": torch.get_rng_state()}
-        state = {"optim": opt_meta, "epoch": epoch, "pos": pos}
+        state = {"optim": opt_meta, **cursor.state()}
         return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
 
     loss_fn = dpo_loss_fn(a)
     model.train()
     while step < t.total_steps:
-        idx: list[int] = []
-        while len(idx) < a.batch_size:
-            take = order[pos : pos + a.batch_size - len(idx)].tolist()
-            idx += take
-            pos += len(take)
-            if pos >= len(order):
-                epoch, pos = epoch + 1, 0
-                order = common.data_order(len(items), t.seed, epoch)
+        idx = cursor.next(a.batch_size)
         lr = common.learning_rate(a, step, t.total_steps)
         for g in opt.param_groups:
             g["lr"] = lr

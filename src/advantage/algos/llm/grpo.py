@@ -295,7 +295,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         pick_rng.set_state(restored.tensors["pick_rng"])
         passes, tries = restored.tensors["passes"].clone(), restored.tensors["tries"].clone()
         step, epoch, pos = restored.step, s["epoch"], s["pos"]
-    order = common.data_order(len(examples), t.seed, epoch)
+    cursor = common.DataCursor(len(examples), t.seed, epoch, pos)
 
     def snapshot() -> Snapshot:
         opt_tensors, opt_meta = optimizer_state("optim", opt)
@@ -309,24 +309,15 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         }
         if lora:
             tensors.update({f"adapter.{k}": v for k, v in common.trainable_tensors(model).items()})
-        state = {"optim": opt_meta, "epoch": epoch, "pos": pos}
+        state = {"optim": opt_meta, **cursor.state()}
         return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
 
     def next_prompts(n: int) -> list[int]:
-        nonlocal epoch, pos, order
         if a.curriculum == "hard":  # hard-example mining: weight 1 - pass rate (+ floor)
             rate = torch.where(tries > 0, passes / tries.clamp(min=1), torch.zeros_like(tries))
             weights = 1.0 - rate + a.curriculum_floor
             return torch.multinomial(weights, n, replacement=False, generator=pick_rng).tolist()
-        idx: list[int] = []
-        while len(idx) < n:
-            take = order[pos : pos + n - len(idx)].tolist()
-            idx += take
-            pos += len(take)
-            if pos >= len(order):
-                epoch, pos = epoch + 1, 0
-                order = common.data_order(len(examples), t.seed, epoch)
-        return idx
+        return cursor.next(n)
 
     def ref_logprobs(gen: Any, rows: Tensor) -> Tensor:
         micro = cfg.worker.ref.micro_batch_size or len(rows)

@@ -385,7 +385,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
         load_optimizer("optim", opt, restored.tensors, s["optim"])
         torch.set_rng_state(restored.tensors["torch_rng"])
         step, epoch, pos = restored.step, s["epoch"], s["pos"]
-    order = common.data_order(len(items), t.seed, epoch)
+    cursor = common.DataCursor(len(items), t.seed, epoch, pos)
 
     def snapshot() -> Snapshot:
         opt_tensors, opt_meta = optimizer_state("optim", opt)
@@ -393,7 +393,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
         tensors.update({f"value_head.{k}": v.detach() for k, v in model.head.state_dict().items()})
         if cfg.model.lora.rank > 0:
             tensors.update({f"adapter.{k}": v for k, v in common.trainable_tensors(model.backbone).items()})
-        state = {"optim": opt_meta, "epoch": epoch, "pos": pos}
+        state = {"optim": opt_meta, **cursor.state()}
         return Snapshot(policy, tensors, state, files=model.files)
 
     micro = a.micro_batch_size or a.batch_size
@@ -404,14 +404,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     totals["sequences"] = 0.0
     clock = time.perf_counter()
     while step < t.total_steps:
-        idx: list[int] = []
-        while len(idx) < a.batch_size:  # the next batch, crossing into a new epoch when needed
-            take = order[pos : pos + a.batch_size - len(idx)].tolist()
-            idx += take
-            pos += len(take)
-            if pos >= len(order):
-                epoch, pos = epoch + 1, 0
-                order = common.data_order(len(items), t.seed, epoch)
+        idx = cursor.next(a.batch_size)
         lr = common.learning_rate(a, step, t.total_steps)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -452,7 +445,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
                     "train/reward_std": math.sqrt(max(totals["reward_sq"] / seqs_n - mean**2, 0.0)),
                     "train/grad_norm": totals["grad_norm"] / n,
                     "train/learning_rate": lr,
-                    "train/epoch": epoch + pos / len(order),
+                    "train/epoch": cursor.progress,
                     "train/sequences_per_second": totals["sequences"] / max(now - clock, 1e-9),
                 },
             )

@@ -201,14 +201,14 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
         load_optimizer("optim", opt, restored.tensors, s["optim"])
         torch.set_rng_state(restored.tensors["torch_rng"])
         step, epoch, pos = restored.step, s["epoch"], s["pos"]
-    order = common.data_order(len(examples), t.seed, epoch)
+    cursor = common.DataCursor(len(examples), t.seed, epoch, pos)
 
     def snapshot() -> Snapshot:
         opt_tensors, opt_meta = optimizer_state("optim", opt)
         tensors = {**opt_tensors, "torch_rng": torch.get_rng_state()}
         if cfg.model.lora.rank > 0:
             tensors.update({f"adapter.{k}": v for k, v in common.trainable_tensors(model).items()})
-        state = {"optim": opt_meta, "epoch": epoch, "pos": pos}
+        state = {"optim": opt_meta, **cursor.state()}
         return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
 
     micro = a.micro_batch_size or a.batch_size
@@ -216,14 +216,7 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
     stats: dict[str, float] = {"loss": 0.0, "tokens": 0.0, "grad_norm": 0.0, "n": 0}
     clock = time.perf_counter()
     while step < t.total_steps:
-        idx = []
-        while len(idx) < a.batch_size:  # the next batch, crossing into a new epoch when needed
-            take = order[pos : pos + a.batch_size - len(idx)].tolist()
-            idx += take
-            pos += len(take)
-            if pos >= len(order):
-                epoch, pos = epoch + 1, 0
-                order = common.data_order(len(examples), t.seed, epoch)
+        idx = cursor.next(a.batch_size)
         lr = common.learning_rate(a, step, t.total_steps)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -263,7 +256,7 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
                     "train/loss": stats["loss"] / n,
                     "train/grad_norm": stats["grad_norm"] / n,
                     "train/learning_rate": lr,
-                    "train/epoch": epoch + pos / len(order),
+                    "train/epoch": cursor.progress,
                     "train/tokens_per_second": stats["tokens"] / max(now - clock, 1e-9),
                 },
             )
