@@ -240,6 +240,31 @@ def build_model(cfg: Any, task: Any) -> tuple[torch.nn.Module, Any]:
     return model.to(cfg.trainer.device), tok
 
 
+def policy_model(cfg: Any, task: Any, restored: Checkpoint | None) -> tuple[torch.nn.Module, Any]:
+    """The model to train and its tokenizer: :func:`build_model` for a new run; on resume the
+    checkpoint folder (a ``save_pretrained`` folder) or, with LoRA, the rebuilt base model with the
+    checkpoint's ``adapter.*`` tensors put back."""
+    m = cfg.model
+    if restored is not None and m.lora.rank == 0:
+        from advantage.nn.lm import load_pretrained
+
+        model, tok = load_pretrained(restored.path, dtype=getattr(torch, m.dtype))
+        return model.to(cfg.trainer.device), tok
+    model, tok = build_model(cfg, task)
+    if restored is not None:
+        named = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, value in restored.tensors.items():
+                if name.startswith("adapter."):
+                    named[name[len("adapter.") :]].copy_(value)
+    return model, tok
+
+
+def adapter_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The LoRA parameters for a checkpoint, as :func:`policy_model` reads them back."""
+    return {f"adapter.{k}": v for k, v in trainable_tensors(model).items()}
+
+
 def trainable_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The parameters an optimizer updates (all of them, or only LoRA's), by name."""
     return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}

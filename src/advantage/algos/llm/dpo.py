@@ -176,13 +176,7 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
     restored = ctx.restored
     if cfg.model.lora.rank > 0:
         raise ConfigError("dpo does not support model.lora yet; set model.lora.rank=0")
-    if restored is not None:
-        from advantage.nn.lm import load_pretrained
-
-        model, tok = load_pretrained(restored.path, dtype=getattr(torch, cfg.model.dtype))
-        model = model.to(t.device)
-    else:
-        model, tok = common.build_model(cfg, task)
+    model, tok = common.policy_model(cfg, task, restored)
     ref = _reference(cfg, task, model, fresh=restored is None)
     policy = LMPolicy(model, tok, task, cfg)
     items = tokenize_pairs(tok, pairs_of(policy.examples("train")), d)

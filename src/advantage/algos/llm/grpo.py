@@ -259,13 +259,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
     torch.manual_seed(t.seed)
     task = common.make_task(d)
     restored = ctx.restored
-    if restored is not None and actor.model.lora.rank == 0:
-        from advantage.nn.lm import load_pretrained
-
-        model, tok = load_pretrained(restored.path, dtype=getattr(torch, actor.model.dtype))
-        model = model.to(t.device)
-    else:
-        model, tok = common.build_model(cfg, task)
+    model, tok = common.policy_model(cfg, task, restored)
     lora = actor.model.lora.rank > 0
     needs_ref = actor.kl_coef > 0 or a.kl_reward_coef > 0
     ref_model = None
@@ -283,12 +277,6 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
     tries = torch.zeros(len(examples))
     if restored is not None:
         s = restored.state["algo"]
-        if lora:
-            named = dict(model.named_parameters())
-            with torch.no_grad():
-                for name, value in restored.tensors.items():
-                    if name.startswith("adapter."):
-                        named[name[len("adapter.") :]].copy_(value)
         load_optimizer("optim", opt, restored.tensors, s["optim"])
         torch.set_rng_state(restored.tensors["torch_rng"])
         gen_rng.set_state(restored.tensors["gen_rng"])
@@ -308,7 +296,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
             "tries": tries,
         }
         if lora:
-            tensors.update({f"adapter.{k}": v for k, v in common.trainable_tensors(model).items()})
+            tensors.update(common.adapter_tensors(model))
         state = {"optim": opt_meta, **cursor.state()}
         return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
 

@@ -359,12 +359,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     torch.manual_seed(t.seed)
     task = make_preference_task(d.task, **d.kwargs)
     restored = ctx.restored
-    if restored is not None and cfg.model.lora.rank == 0:
-        from advantage.nn.lm import load_pretrained
-
-        backbone, tok = load_pretrained(restored.path, dtype=getattr(torch, cfg.model.dtype))
-    else:
-        backbone, tok = common.build_model(cfg, task)
+    backbone, tok = common.policy_model(cfg, task, restored)
     model = RewardModel(backbone, tok, chat_template=d.chat_template, seed=t.seed).to(t.device)
     policy = RewardPolicy(model, task, cfg)
     examples = policy.examples("train")
@@ -375,13 +370,9 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     step, epoch, pos = 0, 0, 0
     if restored is not None:
         s = restored.state["algo"]
-        named = dict(model.backbone.named_parameters())
         with torch.no_grad():
             model.head.weight.copy_(restored.tensors["value_head.weight"])
             model.head.bias.copy_(restored.tensors["value_head.bias"])
-            for name, value in restored.tensors.items():
-                if name.startswith("adapter."):
-                    named[name[len("adapter.") :]].copy_(value)
         load_optimizer("optim", opt, restored.tensors, s["optim"])
         torch.set_rng_state(restored.tensors["torch_rng"])
         step, epoch, pos = restored.step, s["epoch"], s["pos"]
@@ -392,7 +383,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
         tensors = {**opt_tensors, "torch_rng": torch.get_rng_state()}
         tensors.update({f"value_head.{k}": v.detach() for k, v in model.head.state_dict().items()})
         if cfg.model.lora.rank > 0:
-            tensors.update({f"adapter.{k}": v for k, v in common.trainable_tensors(model.backbone).items()})
+            tensors.update(common.adapter_tensors(model.backbone))
         state = {"optim": opt_meta, **cursor.state()}
         return Snapshot(policy, tensors, state, files=model.files)
 

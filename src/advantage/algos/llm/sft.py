@@ -175,13 +175,7 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
     torch.manual_seed(t.seed)
     task = common.make_task(d)
     restored = ctx.restored
-    if restored is not None and cfg.model.lora.rank == 0:
-        from advantage.nn.lm import load_pretrained
-
-        model, tok = load_pretrained(restored.path, dtype=getattr(torch, cfg.model.dtype))
-        model = model.to(t.device)
-    else:
-        model, tok = common.build_model(cfg, task)
+    model, tok = common.policy_model(cfg, task, restored)
     policy = LMPolicy(model, tok, task, cfg)
     examples = policy.examples("train")
     if not examples:
@@ -192,12 +186,6 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
     step, epoch, pos = 0, 0, 0
     if restored is not None:
         s = restored.state["algo"]
-        if cfg.model.lora.rank > 0:
-            named = dict(model.named_parameters())
-            with torch.no_grad():
-                for name, value in restored.tensors.items():
-                    if name.startswith("adapter."):
-                        named[name[len("adapter.") :]].copy_(value)
         load_optimizer("optim", opt, restored.tensors, s["optim"])
         torch.set_rng_state(restored.tensors["torch_rng"])
         step, epoch, pos = restored.step, s["epoch"], s["pos"]
@@ -207,7 +195,7 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
         opt_tensors, opt_meta = optimizer_state("optim", opt)
         tensors = {**opt_tensors, "torch_rng": torch.get_rng_state()}
         if cfg.model.lora.rank > 0:
-            tensors.update({f"adapter.{k}": v for k, v in common.trainable_tensors(model).items()})
+            tensors.update(common.adapter_tensors(model))
         state = {"optim": opt_meta, **cursor.state()}
         return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
 
