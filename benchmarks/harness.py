@@ -229,3 +229,249 @@ def report(
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / f"{name}.png", dpi=110)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Step-time comparisons with TRL: one fresh process per (library, size, seed), interleaved. Used by
+# dpo_vs_trl.py and reward_model_vs_trl.py; each worker returns per-step clocks and the loss.
+
+
+def warm_core(seconds: float = 0.5) -> None:
+    """Spin the core before either clock starts (clock ramp-up, first-call kernel init), as :func:`worker`."""
+    import torch
+
+    w = torch.randn(256, 256, requires_grad=True)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        (torch.relu(w @ w).sum()).backward()
+
+
+def worker_env() -> dict[str, str]:
+    """The environment of a step-time worker: one thread, nothing fetched from the network."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", TQDM_DISABLE="1")
+    return env
+
+
+def advantage_step_clock(key: str) -> dict[str, list[float]]:
+    """Patch ``RunContext.log`` (in this worker process only) to stamp wall and CPU time whenever a row
+    with ``key`` (a per-step training metric) is logged; returns the stamps, filled as training runs."""
+    from advantage.context import RunContext
+
+    rec: dict[str, list[float]] = {"step_end": [], "cpu_end": [], "loss": []}
+    log = RunContext.log
+
+    def stamped(self: Any, step: int, metrics: Any) -> None:
+        if key in metrics:
+            rec["step_end"].append(time.perf_counter())
+            rec["cpu_end"].append(time.process_time())
+            rec["loss"].append(float(metrics[key]))
+        log(self, step, metrics)
+
+    RunContext.log = stamped  # type: ignore[method-assign]
+    return rec
+
+
+def trl_step_clock() -> tuple[Any, dict[str, list[float]]]:
+    """A ``TrainerCallback`` stamping wall and CPU time at every ``on_step_end``, and the stamps."""
+    from transformers import TrainerCallback
+
+    rec: dict[str, list[float]] = {"step_end": [], "cpu_end": []}
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            rec["step_end"].append(time.perf_counter())
+            rec["cpu_end"].append(time.process_time())
+
+    return Clock(), rec
+
+
+def step_worker(run: Callable[[], dict[str, Any]], lib: str, size: str, seed: int, preload: str) -> None:
+    """Body of one step-time worker: import ``preload`` (the library) and warm the core before the clock,
+    run, print one JSON line with the per-step stamps, the total time and the peak RSS."""
+    import importlib
+
+    import torch
+    import torch._dynamo  # noqa: F401  (paid before either clock, as in worker)
+
+    torch.set_num_threads(1)
+    importlib.import_module(preload)  # imports are not training: paid before the clock, for both
+    warm_core()
+    t0 = time.perf_counter()
+    out = run()
+    out.update(
+        lib=lib,
+        size=size,
+        seed=seed,
+        total_seconds=time.perf_counter() - t0,
+        threads=torch.get_num_threads(),
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    )
+    print(json.dumps(out))
+
+
+def run_step_workers(
+    script: str, libs: tuple[str, str], sizes: list[str], seeds: int, steps: int
+) -> list[dict[str, Any]]:
+    """``script --worker LIB --size S --seed N --steps K`` for every (size, seed, library): a fresh
+    process each, the libraries interleaved and their order flipped every seed; the 1-minute load
+    average before each worker is recorded as ``load_before``."""
+    results = []
+    for size in sizes:
+        for seed in range(seeds):
+            for lib in libs if seed % 2 == 0 else libs[::-1]:
+                load = os.getloadavg()[0]
+                cmd = [sys.executable, script, "--worker", lib, "--size", size, "--seed", str(seed)]
+                out = subprocess.run(
+                    [*cmd, "--steps", str(steps)], capture_output=True, text=True, env=worker_env(), check=False
+                )
+                if out.returncode != 0:
+                    sys.stderr.write(out.stderr[-4000:])
+                    raise SystemExit(f"worker {lib} {size} seed {seed} failed")
+                r = {**json.loads(out.stdout.strip().splitlines()[-1]), "load_before": load}
+                results.append(r)
+                print(
+                    f"{size} seed {seed} {lib}: total {r['total_seconds']:.1f}s, median step "
+                    f"{statistics.median(step_intervals(r['step_end'])):.4f}s, loss {r['loss'][0]:.4f} → "
+                    f"{r['loss'][-1]:.4f}, load before {load:.2f}",
+                    flush=True,
+                )
+    return results
+
+
+def step_intervals(stamps: list[float]) -> list[float]:
+    """Wall (or CPU) time of steps 2..N: differences of consecutive step-end stamps."""
+    return [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+
+
+def summarize_steps(r: dict[str, Any], warmup: int) -> dict[str, float]:
+    """Median wall and CPU time over steps ``warmup+1..N`` (0-based step k's time is ``end[k] - end[k-1]``)."""
+    wall, cpu = step_intervals(r["step_end"]), step_intervals(r["cpu_end"])
+    first = max(warmup, 1) - 1  # index into the intervals of step warmup+1 (0-based: step k ↔ k - 1)
+    return {"step_s": statistics.median(wall[first:]), "cpu_step_s": statistics.median(cpu[first:])}
+
+
+def step_report(
+    results: list[dict[str, Any]],
+    *,
+    out: Path,
+    name: str,
+    title: str,
+    intro: str,
+    libs: tuple[str, str],
+    sizes: dict[str, str],
+    targets: dict[str, float],
+    warmup: int,
+    steps: int,
+    load: list[float],
+    notes: str = "",
+    meta: dict[str, Any] | None = None,
+) -> dict[str, dict[str, float]]:
+    """Write ``out/name.{md,json,png}`` for a step-time comparison of ``libs = (theirs, ours)``: per size
+    and library the medians (over processes) of the per-process median step wall and CPU time, the peak
+    RSS and the first/last loss; then ours / theirs with the acceptance ``targets``. ``sizes`` maps each
+    size to its description in the table. Returns the ratios."""
+    import platform
+
+    import torch
+    import transformers
+    import trl
+
+    out.mkdir(parents=True, exist_ok=True)
+    theirs, ours = libs
+    for r in results:
+        r["summary"] = summarize_steps(r, warmup)
+    done = [s for s in sizes if any(r["size"] == s for r in results)]
+    med = statistics.median
+    max_load = max(r["load_before"] for r in results)
+    seeds = len({r["seed"] for r in results})
+
+    def pick(size: str, lib: str) -> list[dict[str, Any]]:
+        return [r for r in results if r["size"] == size and r["lib"] == lib]
+
+    def agg(size: str, lib: str, key: str) -> float:
+        return med(r["summary"][key] for r in pick(size, lib))
+
+    lines = [
+        f"### {title}",
+        "",
+        f"{intro} {steps} steps × {seeds} fresh processes per library and size, interleaved; medians over "
+        f"steps {max(warmup, 1) + 1}..{steps} and then over processes. torch {torch.__version__}, "
+        f"transformers {transformers.__version__}, TRL {trl.__version__}, "
+        f"{platform.processor() or platform.machine()}; 1-minute load average {load[0]:.2f} at the start and "
+        f"at most {max_load:.2f} before any worker ({os.cpu_count()} cores; the just-finished worker's own "
+        "share of ~1 decays in that average).",
+        "",
+        "| size | setting | library | step s | step CPU s | peak RSS MB | loss, step 1 | loss, last step |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    ratios: dict[str, dict[str, float]] = {}
+    for size in done:
+        for lib in libs:
+            rs = pick(size, lib)
+            lines.append(
+                f"| {size} | {sizes[size]} | {lib} | {agg(size, lib, 'step_s'):.4f} | "
+                f"{agg(size, lib, 'cpu_step_s'):.4f} | {med(r['peak_rss_mb'] for r in rs):.0f} | "
+                f"{med(r['loss'][0] for r in rs):.4f} | {med(r['loss'][-1] for r in rs):.4f} |"
+            )
+        paired = [
+            m["summary"]["step_s"] / t["summary"]["step_s"]
+            for m in pick(size, ours)
+            for t in pick(size, theirs)
+            if m["seed"] == t["seed"]
+        ]
+        ratios[size] = {
+            "step_time": agg(size, ours, "step_s") / agg(size, theirs, "step_s"),
+            "step_time_paired": med(paired),
+            "cpu_step_time": agg(size, ours, "cpu_step_s") / agg(size, theirs, "cpu_step_s"),
+            "peak_rss": med(r["peak_rss_mb"] for r in pick(size, ours))
+            / med(r["peak_rss_mb"] for r in pick(size, theirs)),
+        }
+    lines += [
+        "",
+        f"| size | {ours} / {theirs} median step time | target | met | median of per-seed ratios | "
+        f"{ours} / {theirs} step CPU time | {ours} / {theirs} peak RSS |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for size in done:
+        rt = ratios[size]
+        ok = "yes" if rt["step_time"] <= targets[size] else "no"
+        lines.append(
+            f"| {size} | **{rt['step_time']:.3f}** | ≤ {targets[size]} | {ok} | {rt['step_time_paired']:.3f} | "
+            f"{rt['cpu_step_time']:.3f} | {rt['peak_rss']:.3f} |"
+        )
+    if notes:
+        lines += ["", notes]
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    payload = {**(meta or {}), "steps": steps, "warmup": warmup, "load_average": load, "ratios": ratios}
+    (out / f"{name}.json").write_text(json.dumps({**payload, "results": results}, indent=1))
+    print("\n".join(lines))
+    _plot_steps(results, done, libs, out / f"{name}.png")
+    return ratios
+
+
+def _plot_steps(results: list[dict[str, Any]], sizes: list[str], libs: tuple[str, str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(sizes), figsize=(5.5 * len(sizes), 7), squeeze=False, sharex=True)
+    colors = dict(zip(libs, ("tab:blue", "tab:orange"), strict=True))
+    for j, size in enumerate(sizes):
+        for lib in libs:
+            rs = [r for r in results if r["size"] == size and r["lib"] == lib]
+            for k, r in enumerate(rs):
+                style = {"color": colors[lib], "alpha": 0.85, "lw": 0.9, "label": lib if k == 0 else None}
+                axes[0][j].plot(range(1, len(r["loss"]) + 1), r["loss"], **style)
+                wall = step_intervals(r["step_end"])
+                axes[1][j].plot(range(2, len(wall) + 2), [1e3 * w for w in wall], **style)
+        axes[0][j].set_title(size)
+        axes[0][j].set_ylabel("training loss")
+        axes[1][j].set_ylabel("step wall time (ms)")
+        axes[1][j].set_xlabel("step")
+        for row in axes:
+            row[j].grid(alpha=0.3)
+            row[j].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)

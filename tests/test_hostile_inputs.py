@@ -203,6 +203,49 @@ def test_non_finite_value_stops_at_its_step_naming_it_and_the_last_checkpoint_lo
     Run(run_dir).evaluate(episodes=1)  # the last checkpoint is a working policy
 
 
+@pytest.mark.parametrize(
+    "algo, over, component",
+    [
+        ("ppo", {"algorithm.minibatch_size": 32, "algorithm.normalize_reward": False}, "value loss inf"),
+        ("a2c", {}, "value loss inf"),
+        ("reinforce", {"algorithm.baseline": "value"}, "value loss inf"),
+        ("dqn", {"algorithm.loss": "mse"}, "TD loss is inf"),
+    ],
+)
+def test_a_loss_that_overflows_stops_before_the_weights_change_and_the_last_checkpoint_loads(
+    tmp_path, algo, over, component
+):
+    """A reward of 1e30 is finite, so it passes the reward check, but its square overflows float32: the
+    first loss computed on it is inf. The run stops at that update, names the step and the component, and
+    never saves weights touched by it."""
+    run_dir = tmp_path / "run"
+    with pytest.raises(NonFiniteError) as info:
+        advantage.train(
+            algo,
+            quiet=True,
+            **FAST,
+            **over,
+            **{
+                "env.id": "AdvantageInject-v0",
+                "env.base": "CartPole-v1",
+                "env.what": "reward",
+                "env.value": 1e30,
+                "env.num_envs": 1,
+                "trainer.total_steps": 6000,
+                "trainer.checkpoint_every": 500,
+                "trainer.run_dir": str(run_dir),
+            },
+        )
+    message = str(info.value)
+    step = int(message.split(":")[0].removeprefix("step "))
+    assert step >= BAD_STEP, message
+    assert component in message and "weights not updated" in message, message
+    ck = load_checkpoint(run_dir / "checkpoints")
+    assert 0 < ck.step <= step
+    assert all(torch.isfinite(t).all() for t in ck.tensors.values() if t.is_floating_point())
+    Run(run_dir).evaluate(episodes=1)
+
+
 # ---- a bad YAML file ---------------------------------------------------------------------------------
 
 

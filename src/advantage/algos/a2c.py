@@ -245,16 +245,16 @@ def train(cfg: A2CConfig, ctx: RunContext) -> None:
 
         # ---- one gradient step ------------------------------------------------------------------------
         loss, m = loss_fn(model, batch, a)
+        if not math.isfinite(float(loss.detach())):  # stop before a NaN reaches the weights
+            raise NonFiniteError(
+                f"step {step}: loss is {float(loss.detach())} (policy loss {float(m['policy_loss'])}, "
+                f"value loss {float(m['value_loss'])}); weights not updated"
+            )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if a.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.max_grad_norm)
         opt.step()
-        if not math.isfinite(float(loss.detach())):
-            raise NonFiniteError(
-                f"step {step}: loss is NaN/inf "
-                f"(policy {float(m['policy_loss'])}, value {float(m['value_loss'])})"
-            )
         for k, v in m.items():
             stats.setdefault(k, []).append(float(v.detach()))
         if step >= next_log:  # one row per trainer.log_every steps: an update is only N·T steps

@@ -330,9 +330,9 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
             losses = []
             for _ in range(a.gradient_steps):
                 losses.append(gradient_step(q, q_target, opt, params, buffer, a))
+                if not math.isfinite(losses[-1]):
+                    raise NonFiniteError(f"step {step}: TD loss is {losses[-1]}; weights not updated")
             row: dict[str, Any] = {"train/loss": sum(losses) / len(losses), "train/epsilon": eps}
-            if not math.isfinite(row["train/loss"]):
-                raise NonFiniteError(f"step {step}: TD loss is {row['train/loss']}")
             if recent:
                 row.update(overestimation())
             ctx.log(step, row)
@@ -374,6 +374,9 @@ def gradient_step(
         per_sample = 0.5 * (pred - target) ** 2
     weights = torch.as_tensor(b["weights"], dtype=torch.float32)
     loss = (per_sample * weights).mean()
+    value = float(loss.detach())
+    if not math.isfinite(value):  # the caller stops the run; a NaN must not reach the weights first
+        return value
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if a.max_grad_norm > 0:
@@ -382,7 +385,7 @@ def gradient_step(
     opt.step()
     if isinstance(buffer, PrioritizedReplayBuffer):
         buffer.update_priorities(b["indices"], (pred - target).detach().abs().cpu().numpy())
-    return float(loss.detach())
+    return value
 
 
 def split_state(state: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

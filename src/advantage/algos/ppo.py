@@ -278,6 +278,14 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
                 loss = pl.mean() + a.vf_coef * vl.mean()
                 if a.ent_coef > 0:  # keep the entropy out of the graph when it has no weight
                     loss = loss - a.ent_coef * entropy.mean()
+                if not math.isfinite(float(loss.detach())):  # stop before a NaN reaches the weights
+                    parts = {"policy loss": pl, "value loss": vl, "entropy": entropy}
+                    raise NonFiniteError(
+                        f"step {step}: loss is {float(loss.detach())} in epoch {epoch + 1}, minibatch "
+                        f"{start // a.minibatch_size + 1} ("
+                        + ", ".join(f"{k} {float(v.detach().mean())}" for k, v in parts.items())
+                        + "); weights not updated"
+                    )
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if a.max_grad_norm > 0:
@@ -300,11 +308,6 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
                     break
             if stop:
                 break
-        if not math.isfinite(stats["policy_loss"][-1]) or not math.isfinite(stats["value_loss"][-1]):
-            raise NonFiniteError(
-                f"step {step}: loss is NaN/inf (policy {stats['policy_loss'][-1]}, "
-                f"value {stats['value_loss'][-1]})"
-            )
         row = {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}
         var_y = float(b_ret.var())
         row["train/explained_variance"] = (

@@ -440,13 +440,18 @@ def train(cfg: Any, ctx: RunContext, off_policy: bool = False) -> None:
         stats: dict[str, list[float]] = {}
         for k in range(reuse):
             pl, vl, m = loss_fn(model, parts, batch, a, off_policy=off_policy and k > 0)
+            if not (
+                math.isfinite(float(pl.detach())) and (not use_critic or math.isfinite(float(vl.detach())))
+            ):
+                raise NonFiniteError(  # before a NaN reaches the weights
+                    f"step {step}: loss is NaN/inf (policy loss {float(pl.detach())}, value loss "
+                    f"{float(vl.detach())}); weights not updated"
+                )
             _step(opt, model, pl + vl if use_critic else pl, a.max_grad_norm)
             for key, v in {"policy_loss": pl, "value_loss": vl, **m}.items():
                 stats.setdefault(key, []).append(float(v.detach()))
             for _ in range(a.value_steps - 1 if use_critic else 0):  # extra critic steps: policy untouched
                 _step(opt, model, value_loss_fn(model, batch, a), a.max_grad_norm)
-        if not math.isfinite(stats["policy_loss"][-1]):
-            raise NonFiniteError(f"step {step}: policy loss is {stats['policy_loss'][-1]}")
         row = {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}
         row["train/discarded_steps"] = discarded
         row["train/batch_steps"] = int(batch.mask.sum())
