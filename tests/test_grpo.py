@@ -4,6 +4,7 @@ sampling, the metrics people look for, exact resume and the bad-input errors."""
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -234,6 +235,52 @@ def test_a_nan_reward_names_the_sample(tmp_path, monkeypatch, coin_task):
     monkeypatch.setattr(CoinTask, "verify", nan_verify)
     with pytest.raises(NonFiniteError, match=r"the reward of completion .* for prompt '\d+\+\d+=' is nan"):
         _train(tmp_path, **{"data.task": "coin", "data.digits": None})
+
+
+def test_code_task_rewards_come_from_the_sandbox_in_parallel():
+    """GRPO's scorer runs the ``code`` task's sandbox, a process per completion, in parallel: the
+    reference solution scores 1, a wrong one and a fake success (exit 0 before the tests) score 0."""
+    from types import SimpleNamespace
+
+    task = make_task("code", timeout=2.0)
+    exs = task.examples("train", 2, seed=0)
+    texts = [
+        exs[0].target,
+        "def f(x):\n    return None",
+        "import os\nos._exit(0)\ndef f(x):\n    return 0",
+        exs[1].target,
+    ]
+    calls = []
+    original = task.verify_many
+
+    def spy(completions, examples, max_workers=2):
+        calls.append(max_workers)
+        return original(completions, examples, max_workers=max_workers)
+
+    task.verify_many = spy
+    rewards, correct = grpo.score(SimpleNamespace(task=task), exs, texts, G=2)
+    assert rewards.tolist() == [1.0, 0.0, 0.0, 1.0]
+    assert correct.tolist() == [True, False, False, True]
+    assert calls == [os.cpu_count() or 1]
+
+
+def test_grpo_trains_on_the_code_task(tmp_path):
+    """``data.task=code`` runs end to end: rollouts, sandboxed scoring, an update, metrics."""
+    run = _train(
+        tmp_path,
+        **{
+            "data.task": "code",
+            "data.digits": None,
+            "data.timeout": 2.0,
+            "data.max_prompt_length": 256,
+            "worker.actor.model.max_position_embeddings": 320,
+            "data.max_response_length": 24,
+            "trainer.total_steps": 2,
+        },
+    )
+    rows = [r for r in run.metrics if "train/reward/mean" in r]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(math.isfinite(r["train/reward/mean"]) and r["train/time/score"] > 0 for r in rows)
 
 
 def test_trimmed_micro_batches_give_the_full_width_log_probs():

@@ -390,7 +390,10 @@ class LMPolicy:
 
         d = self.cfg.data
         texts = [prompt_text(self.tokenizer, p, d.chat_template) for p in prompts for _ in range(samples)]
-        ids, mask = encode_prompts(self.tokenizer, texts, max_length=d.max_prompt_length)
+        try:
+            ids, mask = encode_prompts(self.tokenizer, texts, max_length=d.max_prompt_length)
+        except ConfigError as e:  # name the setting to change, not the sampler's argument
+            raise ConfigError(f"{e} (data.max_prompt_length={d.max_prompt_length}; raise it)") from None
         params = SamplingParams(
             temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=d.max_response_length
         )

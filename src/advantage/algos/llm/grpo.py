@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -106,11 +107,16 @@ class Rollout:
 
 def score(policy: LMPolicy, examples: list[Any], texts: list[str], G: int) -> tuple[Tensor, Tensor]:
     """Verifier rewards ``[B]`` and correctness for completions grouped G per example. A reward that is
-    not a finite number stops the run, naming the prompt and completion."""
+    not a finite number stops the run, naming the prompt and completion. A task that verifies by running
+    code (``code``: one sandboxed process per completion) scores the batch in parallel, one sandbox per
+    CPU core, through its ``verify_many``."""
     rewards, correct = [], []
-    for i, text in enumerate(texts):
-        ex = examples[i // G]
-        r = policy.task.verify(text, ex)
+    per_text = [examples[i // G] for i in range(len(texts))]
+    if hasattr(policy.task, "verify_many"):
+        results = policy.task.verify_many(texts, per_text, max_workers=os.cpu_count() or 1)
+    else:
+        results = [policy.task.verify(text, ex) for text, ex in zip(texts, per_text, strict=True)]
+    for text, ex, r in zip(texts, per_text, results, strict=True):
         value = r.score
         if value is None or not isinstance(value, int | float) or not math.isfinite(value):
             raise NonFiniteError(
