@@ -36,17 +36,17 @@ from functools import partial
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
 from advantage.context import RunContext, Snapshot
-from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
+from advantage.envs import describe_space, make_vec_env
 from advantage.errors import EnvError, NonFiniteError
-from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, gae, masked_whiten
-from advantage.nn import ActorCritic, ActorCriticModel, ActorCriticPolicy, ObsNormalizer
+from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, masked_whiten
+from advantage.nn import ActorCritic, ActorCriticModel, ActorCriticPolicy
 from advantage.registry import Algorithm, register
-from advantage.torch_state import RunningMeanStd, load_module, load_optimizer, module_tensors, optimizer_state
+from advantage.rollout.onpolicy import OnPolicyCollector
+from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
 
 @dataclass
@@ -129,65 +129,45 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
     torch.set_flush_denormal(True)  # tiny Adam moments turn denormal and slow CPU math down several-fold
     torch.manual_seed(t.seed)
     env = make_vec_env(cfg.env)
-    N, T = cfg.env.num_envs, a.n_steps
     obs_space, act_space = env.single_observation_space, env.single_action_space
     model = make_model(cfg, obs_space, act_space)
     # The fused kernel updates every parameter in one call: a large share of a small network's step time.
     params = list(model.parameters())
     opt = torch.optim.Adam(params, lr=a.learning_rate, eps=1e-5, fused=True)
-    obs_norm = ObsNormalizer(obs_space.shape, a.normalize_obs, a.clip_obs)
-    ret_rms = RunningMeanStd(())
     kl_ctl = AdaptiveKLController(a.kl_beta, a.kl_target)
-    discrete = isinstance(act_space, gym.spaces.Discrete)
+    rollout = OnPolicyCollector(
+        env,
+        model,
+        a.n_steps,
+        gamma=a.gamma,
+        normalize_obs=a.normalize_obs,
+        clip_obs=a.clip_obs,
+        normalize_reward=a.normalize_reward,
+        ctx=ctx,
+    )
 
     if ctx.restored is None:
         step = 0
-        raw_obs, _ = env.reset(seed=t.seed)
-        obs = obs_norm(raw_obs, update=True)
-        autoreset = np.zeros(N, dtype=bool)
-        ep_ret, ep_len, disc_ret = np.zeros(N), np.zeros(N, dtype=np.int64), np.zeros(N)
+        rollout.reset(t.seed)
     else:
         ck, s = ctx.restored, ctx.restored.state["algo"]
         load_module("model", model, ck.tensors, str(ck.path))
         load_optimizer("optim", opt, ck.tensors, s["optim"])
-        obs_norm.rms.load("obs_rms", ck.tensors)
-        ret_rms.load("ret_rms", ck.tensors)
         torch.set_rng_state(ck.tensors["torch_rng"])
-        env.reset(seed=t.seed)
-        set_env_state(env, s["env"])
+        rollout.load(ck.tensors, s["env"], t.seed)
         kl_ctl.beta = s["beta"]
         step = ck.step
-        obs = ck.tensors["obs"].numpy().copy()
-        autoreset = ck.tensors["autoreset"].numpy().copy()
-        ep_ret, ep_len, disc_ret = (ck.tensors[k].numpy().copy() for k in ("ep_ret", "ep_len", "disc_ret"))
 
     def snapshot() -> Snapshot:
-        tensors = {
-            **module_tensors("model", model),
-            **obs_norm.rms.tensors("obs_rms"),
-            **ret_rms.tensors("ret_rms"),
-            "torch_rng": torch.get_rng_state(),
-            "obs": torch.as_tensor(obs),
-            "autoreset": torch.as_tensor(autoreset),
-            "ep_ret": torch.as_tensor(ep_ret),
-            "ep_len": torch.as_tensor(ep_len),
-            "disc_ret": torch.as_tensor(disc_ret),
-        }
+        tensors = {**module_tensors("model", model), **rollout.tensors(), "torch_rng": torch.get_rng_state()}
         opt_tensors, opt_meta = optimizer_state("optim", opt)
         tensors.update(opt_tensors)
         return Snapshot(
-            ActorCriticPolicy(model, obs_norm),
+            ActorCriticPolicy(model, rollout.obs_norm),
             tensors,
-            {"optim": opt_meta, "env": env_state(env), "beta": kl_ctl.beta},
+            {"optim": opt_meta, "env": rollout.state(), "beta": kl_ctl.beta},
         )
 
-    # Rollout storage, [T, N] (time first while collecting; transposed to [N, T] for GAE). What the env
-    # returns stays in numpy until the rollout ends: one conversion per rollout, not one per step.
-    obs_buf = torch.zeros((T, N, *obs_space.shape))
-    act_buf = torch.zeros((T, N), dtype=torch.long) if discrete else torch.zeros((T, N, *act_space.shape))
-    logp_buf, val_buf = torch.zeros((T, N)), torch.zeros((T, N))
-    rew_np = np.zeros((T, N))
-    term_np, trunc_np, mask_np = (np.zeros((T, N), dtype=bool) for _ in range(3))
     policy_loss = partial(POLICY_LOSSES["ppo_clip"]) if a.objective == "clip" else None
     value_hp = {"clip": a.value_clip} if a.value_loss == "clipped" else {}
     value_loss = partial(VALUE_LOSSES[a.value_loss], **value_hp)
@@ -208,51 +188,13 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
         else:
             policy_loss = partial(POLICY_LOSSES["ppo_penalty"], beta=kl_ctl.beta)
 
-        # ---- collect T steps from N envs -----------------------------------------------------------
-        for i in range(T):
-            obs_t = torch.as_tensor(obs, dtype=torch.float32)
-            action, logp, value = model.act(obs_t)
-            raw_next, reward, term, trunc, _ = env.step(model.head.to_env(action))
-            valid = ~autoreset
-            step += int(valid.sum())
-            if not (np.isfinite(reward).all() and np.isfinite(raw_next).all()):
-                what = "reward" if not np.isfinite(reward).all() else "observation"
-                bad = reward[~np.isfinite(reward)][0] if what == "reward" else "NaN or inf"
-                raise NonFiniteError(f"step {step}: {what} from the environment is {bad}")
-            ep_ret += reward * valid
-            ep_len += valid
-            done = term | trunc
-            r = reward
-            if a.normalize_reward:
-                disc_ret = disc_ret * a.gamma + reward
-                ret_rms.update(disc_ret[valid])
-                r = reward / math.sqrt(ret_rms.var + 1e-8)
-                disc_ret[done] = 0.0
-            obs_buf[i], act_buf[i], logp_buf[i], val_buf[i] = obs_t, action, logp, value
-            rew_np[i], term_np[i], trunc_np[i], mask_np[i] = r * valid, term & valid, trunc & valid, valid
-            if done.any():
-                for j in np.flatnonzero(done & valid):
-                    ctx.episode(step, float(ep_ret[j]), int(ep_len[j]))
-                    ep_ret[j], ep_len[j] = 0.0, 0
-            autoreset = done
-            obs = obs_norm(raw_next, update=True)
-
-        # ---- advantages ------------------------------------------------------------------------------
-        with torch.no_grad():
-            last_value = model.value(torch.as_tensor(obs, dtype=torch.float32))
-        next_values = torch.cat([val_buf[1:], last_value[None]])
-        rew_buf = torch.as_tensor(rew_np, dtype=torch.float32)
-        term_buf, trunc_buf = torch.as_tensor(term_np), torch.as_tensor(trunc_np)
-        adv = gae(rew_buf.T, val_buf.T, next_values.T, term_buf.T, trunc_buf.T, a.gamma, a.gae_lambda).T
-        returns = adv + val_buf
-        idx = torch.as_tensor(mask_np).flatten().nonzero().squeeze(-1)
-        b_obs = obs_buf.reshape(T * N, *obs_space.shape)[idx]
-        b_act = act_buf.reshape(T * N, *act_buf.shape[2:])[idx]
-        b_logp, b_val = logp_buf.flatten()[idx], val_buf.flatten()[idx]
-        b_adv, b_ret = adv.flatten()[idx], returns.flatten()[idx]
+        # ---- collect T steps from N envs, GAE ---------------------------------------------------------
+        batch, step = rollout.collect(step, a.gae_lambda)
+        b_obs, b_act, b_logp, b_val = batch.obs, batch.actions, batch.logp, batch.values
+        b_adv, b_ret = batch.advantages, batch.returns
 
         # ---- epochs × minibatches ---------------------------------------------------------------------
-        n = idx.shape[0]
+        n = b_adv.shape[0]
         # A minibatch that is the whole batch is normalised once here, not again in every epoch.
         whole_batch = a.minibatch_size >= n
         if a.normalize_advantage and whole_batch and n > 1:
