@@ -87,9 +87,10 @@ class RunningMeanStd:
 
     def update(self, batch: np.ndarray) -> None:
         batch = np.asarray(batch, dtype=np.float64)
-        b_mean, b_var, n = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
-        if n == 0:
+        n = batch.shape[0]
+        if n == 0:  # e.g. every env is at its reset step: nothing to add (and no empty-mean warning)
             return
+        b_mean, b_var = batch.mean(axis=0), batch.var(axis=0)
         delta = b_mean - self.mean
         total = self.count + n
         self.mean = self.mean + delta * n / total

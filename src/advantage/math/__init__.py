@@ -53,6 +53,14 @@ from advantage.math.returns import (
     reward_to_go,
 )
 from advantage.math.rewards import length_preference, overlong_penalty
+from advantage.math.trust_region import (
+    LineSearchResult,
+    conjugate_gradient,
+    fisher_vector_product,
+    flat_grad,
+    line_search,
+    natural_step,
+)
 from advantage.math.value_losses import VALUE_LOSSES
 
 __all__ = [
@@ -63,10 +71,12 @@ __all__ = [
     "POLICY_LOSSES",
     "VALUE_LOSSES",
     "AdaptiveKLController",
+    "LineSearchResult",
     "adaptive_kl_beta",
     "aggregate",
     "batch_std",
     "bradley_terry_loss",
+    "conjugate_gradient",
     "cumulative_weights",
     "discounted_return",
     "double_q_target",
@@ -76,6 +86,8 @@ __all__ = [
     "dueling_combine",
     "episode_returns",
     "first_visit_mask",
+    "fisher_vector_product",
+    "flat_grad",
     "gae",
     "grpo",
     "gspo",
@@ -85,12 +97,14 @@ __all__ = [
     "kwise_ranking_loss",
     "leave_one_out_mean",
     "length_preference",
+    "line_search",
     "masked_mean",
     "masked_sum",
     "masked_var",
     "masked_whiten",
     "mc_update",
     "n_step_returns",
+    "natural_step",
     "optimal_constant_baseline",
     "outer_weights",
     "overlong_penalty",

@@ -95,7 +95,13 @@ class OnPolicyCollector:
     def reset(self, seed: int) -> None:
         """Start fresh: reset the envs with ``seed`` and normalise the first observation."""
         raw_obs, _ = self.env.reset(seed=seed)
-        self.obs = self.obs_norm(raw_obs, update=True)
+        self.obs = self._normalize(raw_obs)
+
+    def _normalize(self, raw_obs: np.ndarray) -> np.ndarray:
+        """Normalised (when on) and C-contiguous. Gymnasium's vectorized CartPole returns a transposed
+        view; a network fed a non-contiguous batch takes another matmul path, which rounds differently
+        from the contiguous copy a checkpoint restores, so a resumed run would drift in the last bits."""
+        return np.ascontiguousarray(self.obs_norm(raw_obs, update=True))
 
     def tensors(self) -> dict[str, Tensor]:
         """What a checkpoint stores as tensors (statistics, current observation, episode counters)."""
@@ -157,7 +163,7 @@ class OnPolicyCollector:
                     self.ctx.episode(step, float(ep_ret[j]), int(ep_len[j]))
                     ep_ret[j], ep_len[j] = 0.0, 0
             autoreset = done
-            obs = self.obs_norm(raw_next, update=True)
+            obs = self._normalize(raw_next)
         self.obs, self.autoreset = obs, autoreset
         return self._batch(gae_lambda), step
 

@@ -1,0 +1,335 @@
+r"""Trust Region Policy Optimization (Schulman et al. 2015; seed 003 "Trust Region Policy Optimization").
+
+Each update maximises the importance-sampled surrogate subject to a mean-KL trust region,
+
+.. math::
+    \max_\theta\ \mathcal L_{\theta_k}(\theta) = \mathbb E\Big[\frac{\pi_\theta(a|s)}{\pi_{\theta_k}(a|s)}
+    \hat A(s,a)\Big] \quad\text{s.t.}\quad \mathbb E_s\big[D_\mathrm{KL}(\pi_{\theta_k}(\cdot|s)\,\|\,
+    \pi_\theta(\cdot|s))\big] \le \delta,
+
+by the natural-gradient step of :mod:`advantage.math.trust_region`: the gradient :math:`g` of
+:math:`\mathcal L`, conjugate gradient on Fisher-vector products of the *exact* mean KL (categorical, or
+diagonal Gaussian before any tanh squashing — KL is invariant under the bijection), the step scaled so
+its quadratic KL model is δ, then a backtracking line search that keeps the first candidate whose real
+surrogate improves and whose real mean KL is at most δ (else no policy update this time).
+
+The loop is ``collect (vectorized envs, GAE) → natural-gradient policy step → value regression``:
+
+* Rollouts and GAE: :class:`advantage.rollout.onpolicy.OnPolicyCollector`, shared with PPO.
+* Advantages are whitened over the batch; the policy and value networks are separate (a shared trunk
+  would let the unconstrained value regression move the policy, so ``model.shared_trunk=true`` is
+  refused).
+* The value function is fitted afterwards with Adam on the MSE to the GAE returns,
+  ``algorithm.vf_epochs`` passes of minibatches (Schulman et al. 2016 fit it by a trust region too;
+  Adam is what Stable-Baselines3-contrib's and Spinning Up's TRPO do).
+* Logged per update: ``train/kl`` (the accepted step's mean KL, ≤ δ by construction; 0 when rejected),
+  ``train/backtracks``, ``train/accepted``, ``train/step_fraction``, ``train/improvement`` (real) and
+  ``train/expected_improvement`` (linear model, :math:`g^\top\Delta\theta`), ``train/value_loss``,
+  ``train/entropy``, ``train/explained_variance``.
+
+Defaults follow Stable-Baselines3-contrib's TRPO (δ = 0.01, 15 CG iterations, damping 0.1, backtracking
+0.8 up to 10 times, critic Adam 1e-3, 10 critic passes of minibatches of 128).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import torch
+from torch import Tensor
+
+from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
+from advantage.context import RunContext, Snapshot
+from advantage.envs import describe_space, make_vec_env
+from advantage.errors import EnvError, NonFiniteError
+from advantage.math import (
+    conjugate_gradient,
+    fisher_vector_product,
+    flat_grad,
+    line_search,
+    masked_whiten,
+    natural_step,
+)
+from advantage.nn import ActorCritic, ActorCriticModel, ActorCriticPolicy
+from advantage.nn.actor_critic import CategoricalHead
+from advantage.registry import Algorithm, register
+from advantage.rollout.onpolicy import OnPolicyCollector
+from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
+
+
+@dataclass
+class TRPOAlgorithm:
+    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
+    gae_lambda: float = option(0.95, "GAE λ", lo=0, hi=1)
+    n_steps: int = option(2048, "steps per environment per rollout", lo=1)
+    max_kl: float = option(0.01, "trust-region radius δ on the mean KL", lo=0, lo_open=True)
+    cg_iters: int = option(15, "conjugate-gradient iterations", lo=1)
+    cg_damping: float = option(0.1, "damping added to the Fisher matrix", lo=0)
+    backtrack_coef: float = option(
+        0.8, "line search: step shrink factor", lo=0, hi=1, lo_open=True, hi_open=True
+    )
+    max_backtracks: int = option(10, "line search: shrinks tried before the update is skipped", lo=0)
+    vf_learning_rate: float = option(1e-3, "value function: Adam learning rate", lo=0, lo_open=True)
+    vf_epochs: int = option(10, "value function: passes over each rollout", lo=1)
+    vf_minibatch_size: int = option(128, "value function: transitions per minibatch", lo=1)
+    normalize_advantage: bool = option(True, "whiten advantages over the batch")
+    normalize_obs: bool = option(False, "normalise observations by running mean/std")
+    normalize_reward: bool = option(False, "scale rewards by the running std of the discounted return")
+    clip_obs: float = option(10.0, "clip normalised observations to ±clip_obs", lo=0, lo_open=True)
+
+
+@dataclass
+class TRPOConfig:
+    env: VecEnvConfig = section(VecEnvConfig)
+    algorithm: TRPOAlgorithm = section(TRPOAlgorithm)
+    model: ActorCriticModel = section(ActorCriticModel)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+    def problems(self) -> list[str]:
+        if self.model.shared_trunk:
+            return [
+                "model.shared_trunk=true is not allowed for trpo: the value regression would move the "
+                "policy's features outside the trust region; use separate trunks (false)"
+            ]
+        return []
+
+
+def check_env(cfg: TRPOConfig, env: gym.Env) -> None:
+    if not isinstance(env.observation_space, gym.spaces.Box):
+        raise EnvError(
+            f"trpo needs a Box observation space; {cfg.env.id} has {describe_space(env.observation_space)}"
+        )
+    if not isinstance(env.action_space, gym.spaces.Discrete | gym.spaces.Box):
+        raise EnvError(
+            f"trpo needs a Discrete or Box action space; {cfg.env.id} has {describe_space(env.action_space)}"
+        )
+
+
+# ----------------------------------------------------------------------------------------------------
+# The policy's distribution and its exact KL
+
+
+def distribution(model: ActorCritic, obs: Tensor) -> Tensor:
+    """The policy's distribution parameters at ``obs [n, ...]``: log-probabilities ``[n, A]`` (Discrete)
+    or the Gaussian mean ``[n, D]`` (Box; the log-std is the state-independent ``model.head.log_std``)."""
+    h = model.pi_body(obs)
+    if isinstance(model.head, CategoricalHead):
+        return torch.log_softmax(model.head.logits(h), dim=-1)
+    return model.head.mean(h)
+
+
+def mean_kl(model: ActorCritic, obs: Tensor, old: Tensor, old_log_std: Tensor | None) -> Tensor:
+    r"""Mean over states of :math:`D_\mathrm{KL}(\pi_\text{old}(\cdot|s)\,\|\,\pi_\theta(\cdot|s))`, exact.
+
+    Categorical: :math:`\sum_a p_\text{old}(a)(\log p_\text{old}(a) - \log p_\theta(a))`. Diagonal
+    Gaussian: :math:`\sum_d \log\frac{\sigma_d}{\sigma_{\text{old},d}} + \frac{\sigma_{\text{old},d}^2 +
+    (\mu_{\text{old},d} - \mu_d)^2}{2\sigma_d^2} - \frac12`. ``old`` (and ``old_log_std``) are detached
+    values of :func:`distribution` at :math:`\theta_k`."""
+    new = distribution(model, obs)
+    if old_log_std is None:
+        return (old.exp() * (old - new)).sum(-1).mean()
+    log_std = model.head.log_std.expand_as(new)
+    old_ls = old_log_std.expand_as(new)
+    kl = log_std - old_ls + ((2 * old_ls).exp() + (old - new) ** 2) / (2 * (2 * log_std).exp()) - 0.5
+    return kl.sum(-1).mean()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Training
+
+
+def train(cfg: TRPOConfig, ctx: RunContext) -> None:
+    a, t = cfg.algorithm, cfg.trainer
+    torch.set_num_threads(t.torch_threads)
+    torch.set_flush_denormal(True)
+    torch.manual_seed(t.seed)
+    env = make_vec_env(cfg.env)
+    model = cfg.model.build(env.single_observation_space, env.single_action_space)
+    pi_params = [*model.pi_body.parameters(), *model.head.parameters()]
+    vf_params = [*model.v_body.parameters(), *model.value_head.parameters()]
+    vf_opt = torch.optim.Adam(vf_params, lr=a.vf_learning_rate, eps=1e-5, fused=True)
+    rollout = OnPolicyCollector(
+        env,
+        model,
+        a.n_steps,
+        gamma=a.gamma,
+        normalize_obs=a.normalize_obs,
+        clip_obs=a.clip_obs,
+        normalize_reward=a.normalize_reward,
+        ctx=ctx,
+    )
+    if ctx.restored is None:
+        step = 0
+        rollout.reset(t.seed)
+    else:
+        ck, s = ctx.restored, ctx.restored.state["algo"]
+        load_module("model", model, ck.tensors, str(ck.path))
+        load_optimizer("vf_optim", vf_opt, ck.tensors, s["vf_optim"])
+        torch.set_rng_state(ck.tensors["torch_rng"])
+        rollout.load(ck.tensors, s["env"], t.seed)
+        step = ck.step
+
+    def snapshot() -> Snapshot:
+        opt_tensors, opt_meta = optimizer_state("vf_optim", vf_opt)
+        tensors = {
+            **module_tensors("model", model),
+            **rollout.tensors(),
+            "torch_rng": torch.get_rng_state(),
+            **opt_tensors,
+        }
+        return Snapshot(
+            ActorCriticPolicy(model, rollout.obs_norm),
+            tensors,
+            {"vf_optim": opt_meta, "env": rollout.state()},
+        )
+
+    while step < t.total_steps:
+        batch, step = rollout.collect(step, a.gae_lambda)
+        adv = batch.advantages
+        if a.normalize_advantage and adv.shape[0] > 1:
+            adv = masked_whiten(adv, torch.ones_like(adv))
+        row = policy_step(model, pi_params, batch.obs, batch.actions, batch.logp, adv, a, step)
+        row.update(value_step(model, vf_params, vf_opt, batch.obs, batch.returns, batch.values, a, step))
+        ctx.log(step, row)
+        if ctx.tick(step, snapshot):
+            break
+    ctx.finish(step, snapshot())
+    env.close()
+
+
+def policy_step(
+    model: ActorCritic,
+    params: list[torch.nn.Parameter],
+    obs: Tensor,
+    actions: Tensor,
+    old_logp: Tensor,
+    adv: Tensor,
+    a: TRPOAlgorithm,
+    step: int,
+) -> dict[str, Any]:
+    """One natural-gradient step with line search on the policy parameters; returns the logged row."""
+    with torch.no_grad():
+        old = distribution(model, obs)
+        old_log_std = None if isinstance(model.head, CategoricalHead) else model.head.log_std.detach().clone()
+
+    def surrogate() -> tuple[Tensor, Tensor]:
+        logp, entropy = model.head.log_prob_entropy(model.pi_body(obs), actions)
+        return (torch.exp(logp - old_logp) * adv).mean(), entropy.mean()
+
+    loss, entropy = surrogate()
+    g = flat_grad(loss, params)
+    if not torch.isfinite(g).all():
+        raise NonFiniteError(
+            f"step {step}: the policy gradient is NaN/inf (surrogate {float(loss.detach())})"
+        )
+    fvp = fisher_vector_product(mean_kl(model, obs, old, old_log_std), params, a.cg_damping)
+    step_dir = conjugate_gradient(fvp, g, a.cg_iters)
+    full_step = natural_step(step_dir, fvp, a.max_kl)
+    expected = float(torch.dot(g, full_step))
+
+    def evaluate() -> tuple[float, float]:
+        return float(surrogate()[0]), float(mean_kl(model, obs, old, old_log_std))
+
+    result = line_search(
+        evaluate,
+        params,
+        full_step,
+        a.max_kl,
+        backtrack_coef=a.backtrack_coef,
+        max_backtracks=a.max_backtracks,
+    )
+    return {
+        "train/surrogate": float(loss.detach()),
+        "train/entropy": float(entropy.detach()),
+        "train/kl": result.kl,
+        "train/accepted": float(result.accepted),
+        "train/backtracks": result.backtracks,
+        "train/step_fraction": result.fraction,
+        "train/improvement": result.improvement,
+        "train/expected_improvement": expected,
+    }
+
+
+def value_step(
+    model: ActorCritic,
+    params: list[torch.nn.Parameter],
+    opt: torch.optim.Optimizer,
+    obs: Tensor,
+    returns: Tensor,
+    old_values: Tensor,
+    a: TRPOAlgorithm,
+    step: int,
+) -> dict[str, Any]:
+    """``vf_epochs`` passes of minibatch Adam on ``0.5·(V(s) − R)²``; returns the logged row."""
+    n = obs.shape[0]
+    losses = []
+    for _ in range(a.vf_epochs):
+        perm = torch.randperm(n)
+        for start in range(0, n, a.vf_minibatch_size):
+            mb = perm[start : start + a.vf_minibatch_size]
+            loss = 0.5 * ((model.value(obs[mb]) - returns[mb]) ** 2).mean()
+            if not math.isfinite(float(loss.detach())):  # stop before a NaN reaches the weights
+                raise NonFiniteError(
+                    f"step {step}: value loss is {float(loss.detach())}; weights not updated"
+                )
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+    var_y = float(returns.var()) if n > 1 else 0.0
+    explained = float("nan") if var_y == 0 else 1 - float((returns - old_values).var()) / var_y
+    last_epoch = losses[-math.ceil(n / a.vf_minibatch_size) :]
+    return {"train/value_loss": sum(last_epoch) / len(last_epoch), "train/explained_variance": explained}
+
+
+def _policy(cfg: TRPOConfig, env: gym.Env, tensors: Any) -> ActorCriticPolicy:
+    model = cfg.model.build(env.observation_space, env.action_space)
+    return ActorCriticPolicy.from_checkpoint(
+        model, cfg.algorithm.normalize_obs, cfg.algorithm.clip_obs, tensors
+    )
+
+
+PRESETS = {
+    "cartpole": Preset(
+        "CartPole-v1 (rl-baselines3-zoo's TRPO settings: 2 envs × 512 steps, λ 0.98, 20 critic passes)",
+        {
+            "env.id": "CartPole-v1",
+            "env.num_envs": 2,
+            "algorithm.n_steps": 512,
+            "algorithm.gae_lambda": 0.98,
+            "algorithm.vf_epochs": 20,
+            "algorithm.vf_minibatch_size": 512,
+            "trainer.total_steps": 200_000,
+        },
+    ),
+    "pendulum": Preset(
+        "Pendulum-v1 (rl-baselines3-zoo's TRPO settings, normalised observations)",
+        {
+            "env.id": "Pendulum-v1",
+            "env.num_envs": 2,
+            "algorithm.n_steps": 1024,
+            "algorithm.gamma": 0.9,
+            "algorithm.gae_lambda": 0.95,
+            "algorithm.max_kl": 0.01,
+            "algorithm.normalize_obs": True,
+            "model.log_std_init": -0.5,
+            "trainer.total_steps": 200_000,
+        },
+    ),
+}
+
+register(
+    Algorithm(
+        name="trpo",
+        summary="TRPO: natural-gradient step in a mean-KL trust region, CG + line search (seed 003)",
+        config=TRPOConfig,
+        train=train,
+        policy=_policy,
+        check_env=check_env,
+        presets=PRESETS,
+        defaults={k: v for k, v in PRESETS["cartpole"].overrides.items()},
+    )
+)
