@@ -101,6 +101,14 @@ class TrainerConfig:
     tensorboard: bool = option(True, "write TensorBoard event files")
     torch_threads: int = option(1, "torch CPU threads (small networks are fastest on one)", lo=1)
     device: str = option("cpu", "torch device for networks: cpu, cuda, cuda:N")
+    num_workers: int = option(
+        0, "Ray rollout workers (0: everything in this process, Ray never imported)", lo=0
+    )
+    ray_address: str | None = option(None, "join this Ray cluster (auto or host:port); default: start one")
+    worker_timeout: float = option(
+        120.0, "seconds a worker may take for a rollout before it is replaced", lo=0, lo_open=True
+    )
+    fault_tolerance: bool = option(True, "replace failed or hung workers (false: stop the run)")
 
 
 @dataclass(frozen=True)

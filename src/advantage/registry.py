@@ -48,6 +48,7 @@ class Algorithm:
             episode evaluation; its ``return_mean`` is what ``trainer.stop_at_return`` compares.
         check: ``check(cfg) -> problems`` — extra validation before the run folder is created (for
             example the task's options).
+        workers: the trainer can collect with Ray workers (``trainer.num_workers > 0``).
     """
 
     name: str
@@ -61,6 +62,7 @@ class Algorithm:
     load_policy: Callable[[Any, Checkpoint], Policy] | None = None
     evaluate: Callable[..., dict[str, Any]] | None = None
     check: Callable[[Any], list[str]] | None = None
+    workers: bool = False
 
     @property
     def uses_env(self) -> bool:

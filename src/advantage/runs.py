@@ -36,7 +36,7 @@ from advantage.envs.make import check_env_api
 from advantage.errors import ConfigError, RunDirError
 from advantage.evaluation import EVAL_SEED_OFFSET, evaluate_policy
 from advantage.metrics import read_metrics, truncate_metrics
-from advantage.registry import Algorithm, Policy, get_algorithm
+from advantage.registry import ALGORITHMS, Algorithm, Policy, get_algorithm
 
 DEFAULT_ALGO = "ppo"
 CONFIG_FILE = "config.yaml"
@@ -85,6 +85,7 @@ def resolve_config(
         problems.extend(check_env_config(cfg.env))
     if spec.check is not None and not problems:
         problems.extend(spec.check(cfg))
+    problems.extend(_worker_problems(spec, cfg))
     if problems:
         raise ConfigError(problems)
     cfg.__dict__["_interpolations"] = interpolations(nest(dict(spec.defaults)), preset, tree, over)
@@ -204,6 +205,24 @@ def resume(run_dir: str | Path, *, quiet: bool = False, **overrides: Any) -> Run
     finally:
         ctx.close()
     return Run(run_dir)
+
+
+def _worker_problems(spec: Algorithm, cfg: Any) -> list[str]:
+    """``trainer.num_workers`` is allowed only where the trainer collects with Ray workers, and must split
+    ``env.num_envs`` evenly."""
+    n = getattr(getattr(cfg, "trainer", None), "num_workers", 0)
+    if not n:
+        return []
+    if not spec.workers:
+        able = ", ".join(sorted(a.name for a in ALGORITHMS.values() if a.workers))
+        return [
+            f"trainer.num_workers={n}: {spec.name} runs in one process; Ray workers are available for {able}"
+        ]
+    if cfg.env.num_envs % n:
+        return [
+            f"env.num_envs={cfg.env.num_envs} must be divisible by trainer.num_workers={n} (envs per worker)"
+        ]
+    return []
 
 
 class Run:

@@ -45,7 +45,7 @@ from advantage.errors import EnvError, NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, masked_whiten
 from advantage.nn import ActorCritic, ActorCriticModel, ActorCriticPolicy
 from advantage.registry import Algorithm, register
-from advantage.rollout.onpolicy import OnPolicyCollector
+from advantage.rollout.onpolicy import make_collector
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
 
@@ -135,16 +135,7 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
     params = list(model.parameters())
     opt = torch.optim.Adam(params, lr=a.learning_rate, eps=1e-5, fused=True)
     kl_ctl = AdaptiveKLController(a.kl_beta, a.kl_target)
-    rollout = OnPolicyCollector(
-        env,
-        model,
-        a.n_steps,
-        gamma=a.gamma,
-        normalize_obs=a.normalize_obs,
-        clip_obs=a.clip_obs,
-        normalize_reward=a.normalize_reward,
-        ctx=ctx,
-    )
+    rollout = make_collector(env, model, cfg, a.n_steps, ctx)
 
     if ctx.restored is None:
         step = 0
@@ -256,6 +247,7 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
             float("nan") if var_y == 0 else 1 - float((b_ret - b_val).var()) / var_y
         )
         row.update({"train/learning_rate": lr, "train/clip_range": clip, "train/epochs": epochs_run})
+        row.update(rollout.metrics())
         if a.objective == "penalty":
             with torch.no_grad():
                 new_logp, _, _ = model.evaluate(b_obs, b_act)
@@ -268,6 +260,8 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
             break
     ctx.finish(step, snapshot())
     env.close()
+    if hasattr(rollout, "close"):  # Ray workers
+        rollout.close()
 
 
 def _policy(cfg: PPOConfig, env: gym.Env, tensors: Any) -> ActorCriticPolicy:
@@ -356,6 +350,7 @@ register(
         policy=_policy,
         check_env=check_env,
         presets=PRESETS,
+        workers=True,
         defaults={k: v for k, v in PRESETS["cartpole"].overrides.items()},
     )
 )

@@ -56,7 +56,7 @@ from advantage.math import (
 from advantage.nn import ActorCritic, ActorCriticModel, ActorCriticPolicy
 from advantage.nn.actor_critic import CategoricalHead
 from advantage.registry import Algorithm, register
-from advantage.rollout.onpolicy import OnPolicyCollector
+from advantage.rollout.onpolicy import make_collector
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
 
@@ -151,16 +151,7 @@ def train(cfg: TRPOConfig, ctx: RunContext) -> None:
     pi_params = [*model.pi_body.parameters(), *model.head.parameters()]
     vf_params = [*model.v_body.parameters(), *model.value_head.parameters()]
     vf_opt = torch.optim.Adam(vf_params, lr=a.vf_learning_rate, eps=1e-5, fused=True)
-    rollout = OnPolicyCollector(
-        env,
-        model,
-        a.n_steps,
-        gamma=a.gamma,
-        normalize_obs=a.normalize_obs,
-        clip_obs=a.clip_obs,
-        normalize_reward=a.normalize_reward,
-        ctx=ctx,
-    )
+    rollout = make_collector(env, model, cfg, a.n_steps, ctx)
     if ctx.restored is None:
         step = 0
         rollout.reset(t.seed)
@@ -193,11 +184,14 @@ def train(cfg: TRPOConfig, ctx: RunContext) -> None:
             adv = masked_whiten(adv, torch.ones_like(adv))
         row = policy_step(model, pi_params, batch.obs, batch.actions, batch.logp, adv, a, step)
         row.update(value_step(model, vf_params, vf_opt, batch.obs, batch.returns, batch.values, a, step))
+        row.update(rollout.metrics())
         ctx.log(step, row)
         if ctx.tick(step, snapshot):
             break
     ctx.finish(step, snapshot())
     env.close()
+    if hasattr(rollout, "close"):  # Ray workers
+        rollout.close()
 
 
 def policy_step(
@@ -330,6 +324,7 @@ register(
         policy=_policy,
         check_env=check_env,
         presets=PRESETS,
+        workers=True,
         defaults={k: v for k, v in PRESETS["cartpole"].overrides.items()},
     )
 )

@@ -117,6 +117,10 @@ class OnPolicyCollector:
         """What a checkpoint stores as JSON (the envs' own state)."""
         return env_state(self.env)
 
+    def metrics(self) -> dict[str, float]:
+        """Collector metrics for the training row (none in one process)."""
+        return {}
+
     def load(self, tensors: dict[str, Tensor], state: dict[str, Any], seed: int) -> None:
         """Restore :meth:`tensors` and :meth:`state` (the envs are reset with ``seed`` first)."""
         self.obs_norm.rms.load("obs_rms", tensors)
@@ -186,3 +190,25 @@ class OnPolicyCollector:
             advantages=adv.flatten()[idx],
             returns=returns.flatten()[idx],
         )
+
+
+def make_collector(env: gym.vector.VectorEnv, model: ActorCritic, cfg: Any, n_steps: int, ctx: Any) -> Any:
+    """The run's collector: :class:`OnPolicyCollector` in this process, or, with
+    ``trainer.num_workers > 0``, :class:`advantage.rollout.remote.RemoteCollector` over Ray workers
+    (imported only then). ``cfg`` has ``env``, ``model``, ``trainer`` and the algorithm's ``gamma``,
+    ``normalize_obs``, ``clip_obs`` and ``normalize_reward``."""
+    a = cfg.algorithm
+    common = {
+        "gamma": a.gamma,
+        "normalize_obs": a.normalize_obs,
+        "clip_obs": a.clip_obs,
+        "normalize_reward": a.normalize_reward,
+        "ctx": ctx,
+    }
+    if cfg.trainer.num_workers > 0:
+        from advantage.rollout.remote import RemoteCollector
+
+        return RemoteCollector(
+            cfg.env, cfg.model, model, n_steps, cfg.trainer, obs_space=env.single_observation_space, **common
+        )
+    return OnPolicyCollector(env, model, n_steps, **common)

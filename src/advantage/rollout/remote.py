@@ -1,0 +1,312 @@
+"""Scale-out on Ray: rollout workers that step vectorized environments, replaced when they die or hang.
+
+``trainer.num_workers=N`` (N ≥ 1) makes PPO and TRPO collect with :class:`RemoteCollector` instead of
+:class:`~advantage.rollout.onpolicy.OnPolicyCollector`. It has the same interface (``reset``,
+``collect``, ``tensors``, ``state``, ``load``, ``obs_norm``), so the trainers do not change. With
+``num_workers=0`` (the default) nothing here is imported and Ray never is.
+
+What crosses the network, per rollout:
+
+* learner → each worker: the policy's weights (one ``ray.put`` shared by all workers, tagged with a
+  version number), and the observation-normalisation statistics frozen for the rollout;
+* worker → learner: ``T`` steps of its envs as numpy arrays (normalised and raw observations, actions,
+  log-probs, values, raw rewards, terminated/truncated/valid flags), the finished episodes and the
+  weights version it used (checked: a rollout of stale weights is an error).
+
+``env.num_envs`` is split evenly across the workers (it must be divisible by ``num_workers``), so the
+batch has the same shape as in one process and the step budget means the same. Reward scaling and the
+observation statistics are updated on the learner, step by step in the same order as the local
+collector. One difference from one process: a worker normalises observations with the statistics
+frozen at the start of the rollout rather than updated at every step.
+
+Fault tolerance (``trainer.fault_tolerance=true``, the default): a worker that raises, dies (e.g.
+SIGKILL) or does not answer within ``trainer.worker_timeout`` seconds is killed and replaced by a new
+one (its envs reseeded), and its share of the rollout is collected again with the same weights;
+``train/worker_restarts`` counts the replacements. With ``fault_tolerance=false`` the run stops with a
+:class:`WorkerError` naming the worker and the cause.
+
+Checkpoints keep the learner's state (weights, optimizer, statistics); the workers' envs restart from
+fresh resets on resume, so a resumed distributed run is not bit-identical to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor
+
+from advantage.errors import AdvantageError, NonFiniteError
+from advantage.math import gae
+from advantage.nn import ObsNormalizer
+from advantage.rollout.onpolicy import Batch
+from advantage.torch_state import RunningMeanStd
+
+
+class WorkerError(AdvantageError, RuntimeError):
+    """A rollout worker failed and fault tolerance is off (or a worker cannot be started)."""
+
+
+def import_ray(address: str | None, num_workers: int) -> Any:
+    """``ray``, initialised: joins ``address`` (``auto`` or ``host:port``) or starts a local instance with
+    one CPU per worker plus one for the learner."""
+    try:
+        import ray
+    except ImportError:
+        raise WorkerError(
+            "trainer.num_workers > 0 needs Ray: pip install 'advantage[ray]' (or set trainer.num_workers=0)"
+        ) from None
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=num_workers + 1, include_dashboard=False, log_to_driver=False)
+    return ray
+
+
+class EnvWorker:
+    """One Ray actor: ``n`` envs of the run's env config and a copy of the policy, stepped ``T`` steps per
+    :meth:`rollout`. Runs in its own process; everything it returns is numpy."""
+
+    def __init__(self, env_cfg: Any, model_cfg: Any, spec: gym.envs.registration.EnvSpec | None, seed: int):
+        from advantage.envs import make_vec_env
+
+        torch.set_num_threads(1)
+        if spec is not None and spec.id not in gym.registry:  # an env registered only in the driver
+            gym.register(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.init})
+        torch.manual_seed(seed)
+        self.env = make_vec_env(env_cfg)
+        self.model = model_cfg.build(self.env.single_observation_space, self.env.single_action_space)
+        self.raw, _ = self.env.reset(seed=seed)
+        n = env_cfg.num_envs
+        self.autoreset = np.zeros(n, dtype=bool)
+        self.ep_ret, self.ep_len = np.zeros(n), np.zeros(n, dtype=np.int64)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def rollout(self, version: int, weights: dict[str, Tensor], norm: tuple | None, T: int) -> dict[str, Any]:
+        """``T`` steps with ``weights``; ``norm = (mean, var, clip)`` or None."""
+        self.model.load_state_dict(weights)
+
+        def normalise(raw: np.ndarray) -> np.ndarray:
+            if norm is None:
+                return np.ascontiguousarray(raw, dtype=np.float64)
+            mean, var, clip = norm
+            return np.ascontiguousarray(np.clip((raw - mean) / np.sqrt(var + 1e-8), -clip, clip))
+
+        n = self.autoreset.shape[0]
+        obs_shape = self.env.single_observation_space.shape
+        out = {
+            "obs": np.zeros((T, n, *obs_shape), dtype=np.float32),
+            "raw_next": np.zeros((T, n, *obs_shape)),
+            "logp": np.zeros((T, n), dtype=np.float32),
+            "values": np.zeros((T, n), dtype=np.float32),
+            "rewards": np.zeros((T, n)),
+            "term": np.zeros((T, n), dtype=bool),
+            "trunc": np.zeros((T, n), dtype=bool),
+            "valid": np.zeros((T, n), dtype=bool),
+        }
+        actions = []
+        episodes = []  # (t, env index, return, length)
+        for t in range(T):
+            obs_t = torch.as_tensor(normalise(self.raw), dtype=torch.float32)
+            action, logp, value = self.model.act(obs_t)
+            raw_next, reward, term, trunc, _ = self.env.step(self.model.head.to_env(action))
+            valid = ~self.autoreset
+            self.ep_ret += reward * valid
+            self.ep_len += valid
+            done = term | trunc
+            out["obs"][t], out["raw_next"][t] = obs_t.numpy(), raw_next
+            out["logp"][t], out["values"][t] = logp.numpy(), value.numpy()
+            out["rewards"][t], out["term"][t], out["trunc"][t], out["valid"][t] = reward, term, trunc, valid
+            actions.append(action.numpy())
+            for j in np.flatnonzero(done & valid):
+                episodes.append((t, int(j), float(self.ep_ret[j]), int(self.ep_len[j])))
+                self.ep_ret[j], self.ep_len[j] = 0.0, 0
+            self.autoreset = done
+            self.raw = raw_next
+        out["actions"] = np.stack(actions)
+        out["last_obs"] = normalise(self.raw).astype(np.float32)
+        out["episodes"], out["version"] = episodes, version
+        return out
+
+
+class RemoteCollector:
+    """The learner's side: ``num_workers`` :class:`EnvWorker` actors, each with ``env.num_envs /
+    num_workers`` envs; :meth:`collect` gathers one rollout of ``T`` steps from all of them."""
+
+    def __init__(
+        self,
+        env_cfg: Any,
+        model_cfg: Any,
+        model: Any,
+        n_steps: int,
+        trainer: Any,
+        *,
+        gamma: float,
+        normalize_obs: bool,
+        clip_obs: float,
+        normalize_reward: bool,
+        ctx: Any,
+        obs_space: gym.Space,
+    ):
+        self.ray = import_ray(trainer.ray_address, trainer.num_workers)
+        self.W, self.T = trainer.num_workers, n_steps
+        self.N = env_cfg.num_envs
+        self.per_worker = self.N // self.W
+        self.env_cfg = dataclasses.replace(env_cfg, num_envs=self.per_worker)
+        self.model_cfg, self.model, self.ctx = model_cfg, model, ctx
+        self.gamma, self.normalize_reward, self.clip_obs = gamma, normalize_reward, clip_obs
+        self.timeout, self.fault_tolerance = trainer.worker_timeout, trainer.fault_tolerance
+        self.obs_norm = ObsNormalizer(obs_space.shape, normalize_obs, clip_obs)
+        self.ret_rms = RunningMeanStd(())
+        self.disc_ret = np.zeros(self.N)
+        self.spec = gym.spec(env_cfg.id)
+        self.version, self.restarts, self.seed = 0, 0, 0
+        self.actor_cls = self.ray.remote(num_cpus=1, max_restarts=0)(EnvWorker)
+        self.workers: list[Any] = []
+
+    # ---- workers ------------------------------------------------------------------------------------
+
+    def _start(self, i: int) -> Any:
+        # distinct, reproducible seeds per worker and per replacement
+        seed = self.seed + 1_000_003 * (i + 1) + 7_919 * self.restarts
+        return self.actor_cls.remote(self.env_cfg, self.model_cfg, self.spec, seed)
+
+    def reset(self, seed: int) -> None:
+        self.seed = seed
+        self.workers = [self._start(i) for i in range(self.W)]
+
+    def close(self) -> None:
+        for w in self.workers:
+            self.ray.kill(w)
+        self.workers = []
+
+    def _gather(self, weights_ref: Any, norm: tuple | None) -> list[dict[str, Any]]:
+        """One rollout from every worker; failed or hung workers are replaced and asked again."""
+
+        def ask(i: int) -> Any:
+            return self.workers[i].rollout.remote(self.version, weights_ref, norm, self.T)
+
+        pending = {i: ask(i) for i in range(self.W)}
+        results: dict[int, dict[str, Any]] = {}
+        while pending:
+            ready, _ = self.ray.wait(list(pending.values()), num_returns=len(pending), timeout=self.timeout)
+            by_ref = {ref: i for i, ref in pending.items()}
+            failed: dict[int, str] = {}
+            for ref in ready:
+                i = by_ref[ref]
+                try:
+                    results[i] = self.ray.get(ref)
+                except Exception as e:  # the actor died (RayActorError) or raised (RayTaskError)
+                    failed[i] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                del pending[i]
+            for i in list(pending):  # not ready within the timeout: hung
+                failed[i] = f"no answer within trainer.worker_timeout={self.timeout} s"
+                del pending[i]
+            for i, why in failed.items():
+                if not self.fault_tolerance:
+                    raise WorkerError(f"rollout worker {i} failed ({why}); trainer.fault_tolerance=false")
+                self.ray.kill(self.workers[i])
+                self.restarts += 1
+                self.workers[i] = self._start(i)
+                pending[i] = ask(i)
+        return [results[i] for i in range(self.W)]
+
+    # ---- collection ---------------------------------------------------------------------------------
+
+    def collect(self, step: int, gae_lambda: float) -> tuple[Batch, int]:
+        self.version += 1
+        weights = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        norm = None
+        if self.obs_norm.enabled:
+            norm = (self.obs_norm.rms.mean.copy(), self.obs_norm.rms.var.copy(), self.clip_obs)
+        parts = self._gather(self.ray.put(weights), norm)
+        for p in parts:
+            if p["version"] != self.version:
+                raise WorkerError(f"a worker used weights version {p['version']}, expected {self.version}")
+        cat = {
+            k: np.concatenate([p[k] for p in parts], axis=1)
+            for k in parts[0]
+            if k not in ("episodes", "version", "last_obs")
+        }
+        last_obs = np.concatenate([p["last_obs"] for p in parts], axis=0)
+        T = self.T
+        rewards = np.zeros((T, self.N))
+        for t in range(T):  # the learner replays the per-step bookkeeping in time order
+            valid, reward = cat["valid"][t], cat["rewards"][t]
+            step += int(valid.sum())
+            if not (np.isfinite(reward).all() and np.isfinite(cat["raw_next"][t]).all()):
+                what = "reward" if not np.isfinite(reward).all() else "observation"
+                raise NonFiniteError(f"step {step}: {what} from the environment is NaN or inf")
+            for p in parts:
+                for t_ep, _, ret, length in p["episodes"]:
+                    if t_ep == t:
+                        self.ctx.episode(step, ret, length)
+            r = reward
+            if self.normalize_reward:
+                done = cat["term"][t] | cat["trunc"][t]
+                self.disc_ret = self.disc_ret * self.gamma + reward
+                self.ret_rms.update(self.disc_ret[valid])
+                r = reward / math.sqrt(self.ret_rms.var + 1e-8)
+                self.disc_ret[done] = 0.0
+            rewards[t] = r * valid
+            if self.obs_norm.enabled:
+                self.obs_norm.rms.update(cat["raw_next"][t])
+        return self._batch(cat, rewards, last_obs, gae_lambda), step
+
+    def _batch(
+        self, cat: dict[str, np.ndarray], rewards: np.ndarray, last_obs: np.ndarray, lam: float
+    ) -> Batch:
+        T, N = self.T, self.N
+        val = torch.as_tensor(cat["values"])
+        with torch.no_grad():
+            last_value = self.model.value(torch.as_tensor(last_obs))
+        next_values = torch.cat([val[1:], last_value[None]])
+        valid = cat["valid"]
+        term = torch.as_tensor(cat["term"] & valid)
+        trunc = torch.as_tensor(cat["trunc"] & valid)
+        rew = torch.as_tensor(rewards, dtype=torch.float32)
+        adv = gae(rew.T, val.T, next_values.T, term.T, trunc.T, self.gamma, lam).T
+        returns = adv + val
+        idx = torch.as_tensor(valid).flatten().nonzero().squeeze(-1)
+        obs = torch.as_tensor(cat["obs"])
+        actions = torch.as_tensor(cat["actions"])
+        return Batch(
+            obs=obs.reshape(T * N, *obs.shape[2:])[idx],
+            actions=actions.reshape(T * N, *actions.shape[2:])[idx],
+            logp=torch.as_tensor(cat["logp"]).flatten()[idx],
+            values=val.flatten()[idx],
+            advantages=adv.flatten()[idx],
+            returns=returns.flatten()[idx],
+        )
+
+    # ---- checkpoint state ---------------------------------------------------------------------------
+
+    def tensors(self) -> dict[str, Tensor]:
+        return {
+            **self.obs_norm.rms.tensors("obs_rms"),
+            **self.ret_rms.tensors("ret_rms"),
+            "disc_ret": torch.as_tensor(self.disc_ret),
+            "worker_restarts": torch.tensor(self.restarts),
+        }
+
+    def state(self) -> dict[str, Any]:
+        return {"num_workers": self.W}
+
+    def metrics(self) -> dict[str, float]:
+        """``train/worker_restarts`` (cumulative) and ``train/weights_version`` (rollouts so far)."""
+        return {"train/worker_restarts": self.restarts, "train/weights_version": self.version}
+
+    def load(self, tensors: dict[str, Tensor], state: dict[str, Any], seed: int) -> None:
+        self.obs_norm.rms.load("obs_rms", tensors)
+        self.ret_rms.load("ret_rms", tensors)
+        self.disc_ret = tensors["disc_ret"].numpy().copy()
+        self.restarts = int(tensors["worker_restarts"])
+        self.reset(seed + 1)  # fresh envs: a resumed distributed run is not bit-identical

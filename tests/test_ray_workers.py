@@ -1,0 +1,145 @@
+"""Scale-out on Ray: PPO with rollout workers learns CartPole, survives a worker killed with SIGKILL, stops
+with a clear error when fault tolerance is off; ``num_workers=0`` never imports Ray."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import advantage
+from advantage.errors import ConfigError
+
+LEARN = {
+    "trainer.eval_every": 5000,
+    "trainer.eval_episodes": 10,
+    "trainer.stop_at_return": 475,
+    "trainer.tensorboard": False,
+    "trainer.progress": "none",
+}
+
+
+def test_no_workers_never_imports_ray(tmp_path):
+    over = {
+        "trainer.total_steps": 512,
+        "trainer.eval_every": 0,
+        "trainer.eval_episodes": 1,
+        "trainer.tensorboard": False,
+        "trainer.run_dir": str(tmp_path / "r"),
+    }
+    code = (
+        "import sys, advantage\n"
+        f"advantage.train('ppo', quiet=True, **{over!r})\n"
+        "bad = sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.'))\n"
+        "assert not bad, bad\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+def test_worker_settings_are_checked_before_anything_runs():
+    with pytest.raises(
+        ConfigError,
+        match=r"trainer.num_workers=2: dqn runs in one process; Ray workers are available for ppo, trpo",
+    ):
+        advantage.train("dqn", quiet=True, **{"trainer.num_workers": 2})
+    with pytest.raises(ConfigError, match=r"env.num_envs=8 must be divisible by trainer.num_workers=3"):
+        advantage.train("ppo", quiet=True, **{"trainer.num_workers": 3})
+
+
+# ---- with a local Ray instance --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_ppo_with_two_workers_learns_cartpole(tmp_path, ray_local):
+    run = advantage.train(
+        "ppo", quiet=True, **LEARN, **{"trainer.num_workers": 2, "trainer.run_dir": str(tmp_path / "r")}
+    )
+    evals = [r["eval/return_mean"] for r in run.metrics if "eval/return_mean" in r]
+    assert max(evals) >= 475 and run.step <= 100_000  # the cartpole preset's single-process budget
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_training_is_replaced_and_the_run_still_learns(tmp_path, ray_local, monkeypatch):
+    from advantage.rollout.remote import RemoteCollector
+
+    original = RemoteCollector.collect
+    killed = []
+
+    def collect(self, step, lam):
+        if self.version == 5 and not killed:  # after 5 rollouts: SIGKILL worker 0's process
+            pid = ray_local.get(self.workers[0].pid.remote())
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        return original(self, step, lam)
+
+    monkeypatch.setattr(RemoteCollector, "collect", collect)
+    run = advantage.train(
+        "ppo", quiet=True, **LEARN, **{"trainer.num_workers": 2, "trainer.run_dir": str(tmp_path / "r")}
+    )
+    assert killed
+    restarts = [r["train/worker_restarts"] for r in run.metrics if "train/worker_restarts" in r]
+    assert restarts[-1] == 1
+    evals = [r["eval/return_mean"] for r in run.metrics if "eval/return_mean" in r]
+    assert max(evals) >= 475
+
+
+@pytest.mark.slow
+def test_without_fault_tolerance_a_dead_worker_stops_the_run_naming_it(tmp_path, ray_local, monkeypatch):
+    from advantage.rollout.remote import RemoteCollector, WorkerError
+
+    original = RemoteCollector.collect
+
+    def collect(self, step, lam):
+        if self.version == 2:
+            os.kill(ray_local.get(self.workers[1].pid.remote()), signal.SIGKILL)
+        return original(self, step, lam)
+
+    monkeypatch.setattr(RemoteCollector, "collect", collect)
+    with pytest.raises(WorkerError, match=r"rollout worker 1 failed .*trainer.fault_tolerance=false"):
+        advantage.train(
+            "ppo",
+            quiet=True,
+            **{
+                **LEARN,
+                "trainer.num_workers": 2,
+                "trainer.fault_tolerance": False,
+                "trainer.total_steps": 4096,
+                "trainer.run_dir": str(tmp_path / "r"),
+            },
+        )
+
+
+@pytest.mark.slow
+def test_trpo_with_workers_and_normalisation_runs(tmp_path, ray_local):
+    run = advantage.train(
+        "trpo",
+        quiet=True,
+        **{
+            "env.num_envs": 2,
+            "algorithm.n_steps": 128,
+            "algorithm.normalize_obs": True,
+            "algorithm.normalize_reward": True,
+            "trainer.num_workers": 2,
+            "trainer.total_steps": 1024,
+            "trainer.eval_every": 0,
+            "trainer.eval_episodes": 2,
+            "trainer.tensorboard": False,
+            "trainer.run_dir": str(tmp_path / "t"),
+        },
+    )
+    rows = [r for r in run.metrics if "train/kl" in r]
+    assert len(rows) >= 4 and all(r["train/kl"] <= 0.01 for r in rows)
+    assert run.checkpoint.tensors["obs_rms.count"] > 1000  # the learner updated the statistics
