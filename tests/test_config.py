@@ -143,5 +143,12 @@ def test_example_configs_are_valid():
         over = (
             {"worker.actor.model.path": None} if "runs/" in path.read_text().split("path:")[-1][:40] else {}
         )
+        if "reward:\n    model: runs/" in path.read_text():  # chains from a reward-model run: checked early
+            with pytest.raises(ConfigError) as info:
+                resolve_config(None, path, over)
+            assert info.value.problems == [
+                f"worker.reward.model={'runs/reward_model_synthetic'!r} does not exist"
+            ]
+            continue
         spec, cfg = resolve_config(None, path, over)
         assert spec.name and (cfg.env.id if spec.uses_env else cfg.data.task)

@@ -1,3 +1,3 @@
 """Language-model post-training: SFT (and, building on it, reward models, PPO-RLHF, DPO and GRPO)."""
 
-from advantage.algos.llm import dpo, grpo, reward_model, sft  # noqa: F401
+from advantage.algos.llm import dpo, grpo, ppo_rlhf, reward_model, sft  # noqa: F401

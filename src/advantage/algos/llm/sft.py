@@ -30,6 +30,12 @@ Implementation details:
    the data position are in the checkpoint's tensors and state for an exact resume.
 6. Validation during training: greedy accuracy (and pass@K / maj@K with ``trainer.eval_samples``) on the
    validation split; ``advantage eval RUN`` reports the same on the test split.
+7. Preference data (the start of the RLHF pipeline, seed 002: pretrain → SFT → reward model → PPO): with
+   ``data.task=synthetic`` (or ``data.task=dataset data.targets=chosen|all`` for a preference file) the
+   targets are a preference task's responses — ``data.targets=all`` imitates every ranked response of a
+   prompt (a policy with varied, middling answers: room for RL to improve), ``chosen`` only the best
+   one. Evaluation then reports the greedy responses' mean hidden score (the synthetic task's rule) and
+   the held-out NLL of the targets (:func:`evaluate`).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -70,11 +76,79 @@ class SFTAlgorithm:
 
 
 @dataclass
+class SFTData(DataConfig):
+    targets: str = option(
+        "auto",
+        "what to imitate: target (a text task's reference answer), chosen (a preference task's best "
+        "response), all (every ranked response of a preference task); auto: all for data.task=synthetic, "
+        "else target",
+        choices=("auto", "target", "chosen", "all"),
+    )
+
+    def problems(self) -> list[str]:
+        from advantage.envs.text.preference import PREFERENCE_TASKS
+
+        if self.targets in ("chosen", "all") and self.task not in PREFERENCE_TASKS:
+            return [
+                f"data.targets={self.targets} needs a preference task ({', '.join(PREFERENCE_TASKS)}), "
+                f"got data.task={self.task!r}"
+            ]
+        if self.targets == "target" and self.task in _PREFERENCE_ONLY:
+            return [
+                f"data.task={self.task!r} is a preference task without reference answers: set "
+                "data.targets=all (every ranked response) or chosen (the best one)"
+            ]
+        return []
+
+
+@dataclass
 class SFTConfig:
-    data: DataConfig = section(DataConfig)
+    data: SFTData = section(SFTData)
     algorithm: SFTAlgorithm = section(SFTAlgorithm)
     model: LMModelConfig = section(LMModelConfig)
     trainer: LMTrainerConfig = section(LMTrainerConfig)
+
+
+# Preference tasks that are not also text tasks ("dataset" is both: a text dataset unless data.targets asks
+# for a preference file).
+_PREFERENCE_ONLY = ("synthetic",)
+
+
+class Demonstration(NamedTuple):
+    """One SFT target: a prompt and the response to imitate."""
+
+    prompt: str
+    target: str
+
+
+def preference_targets(d: DataConfig) -> str | None:
+    """``"chosen"`` or ``"all"`` when SFT imitates a preference task's responses, None for a text task."""
+    targets = getattr(d, "targets", "target")
+    if targets == "auto":
+        return "all" if d.task in _PREFERENCE_ONLY else None
+    return targets if targets in ("chosen", "all") else None
+
+
+def make_task(d: DataConfig) -> Any:
+    """The task of ``data``: a preference task (:func:`preference_targets`) or a text task."""
+    if preference_targets(d) is None:
+        return common.make_task(d)
+    from advantage.envs.text.preference import make_preference_task
+
+    return make_preference_task(d.task, **d.kwargs)
+
+
+def demonstrations(examples: list[Any], d: DataConfig) -> list[Any]:
+    """The training targets: a text task's examples as they are; for a preference task every ranked
+    response of each prompt (``all``) or the best one (``chosen``), as :class:`Demonstration` s."""
+    mode = preference_targets(d)
+    if mode is None:
+        return examples
+    return [
+        Demonstration(e.prompt, r)
+        for e in examples
+        for r in (e.responses if mode == "all" else e.responses[:1])
+    ]
 
 
 def tokenize_examples(
@@ -173,11 +247,11 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
     a, t, d = cfg.algorithm, cfg.trainer, cfg.data
     torch.set_num_threads(t.torch_threads)
     torch.manual_seed(t.seed)
-    task = common.make_task(d)
+    task = make_task(d)
     restored = ctx.restored
     model, tok = common.policy_model(cfg, task, restored)
     policy = LMPolicy(model, tok, task, cfg)
-    examples = policy.examples("train")
+    examples = demonstrations(policy.examples("train"), d)
     if not examples:
         raise ConfigError(f"data.task={d.task!r} gave no training examples")
     prompts, responses = tokenize_examples(policy, examples, d.max_prompt_length, d.max_response_length)
@@ -255,6 +329,94 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
     ctx.finish(step, snapshot())
 
 
+# ----------------------------------------------------------------------------------------------------
+# Evaluation and loading
+
+
+def evaluate(
+    cfg: SFTConfig,
+    policy: LMPolicy,
+    *,
+    split: str = "validation",
+    samples: int | None = None,
+    limit: int | None = None,
+    seed: int | None = None,
+    temperature: float | None = None,
+) -> dict[str, Any]:
+    """A text task: :func:`advantage.algos.llm.common.evaluate` (accuracy, pass@K, maj@K). A preference
+    task: on the first ``limit`` prompts of ``split``, the greedy responses' mean ``hidden_score`` (when the
+    task has the synthetic rule; it is then ``return_mean``) and length, and ``nll``, the mean per-token
+    negative log-likelihood of the held-out targets (``return_mean`` is ``-nll`` without a hidden score)."""
+    if preference_targets(cfg.data) is None:
+        return common.evaluate(
+            cfg, policy, split=split, samples=samples, limit=limit, seed=seed, temperature=temperature
+        )
+    from advantage.algos.llm.preference_eval import greedy_responses
+
+    if limit is not None and limit < 1:
+        raise ConfigError(f"limit must be >= 1, got {limit}")
+    if samples not in (None, 1):
+        raise ConfigError(
+            f"SFT on preference data evaluates greedy responses; --samples must be 1, got {samples}"
+        )
+    d, t = cfg.data, cfg.trainer
+    examples = policy.examples(split, limit or (t.eval_episodes if split == "validation" else None))
+    prompts = [e.prompt for e in examples]
+    texts, lengths = greedy_responses(
+        policy.model,
+        policy.tokenizer,
+        prompts,
+        max_prompt_length=d.max_prompt_length,
+        max_response_length=d.max_response_length,
+        chat_template=d.chat_template,
+        batch_size=t.eval_batch_size,
+    )
+    ps, rs = tokenize_examples(
+        policy, demonstrations(examples, d), d.max_prompt_length, d.max_response_length
+    )
+    was_training = policy.model.training
+    policy.model.eval()
+    nll_sum, tokens = 0.0, float(sum(map(len, rs)))
+    try:
+        with torch.no_grad():
+            for i in range(0, len(ps), t.eval_batch_size):
+                mb = collate(
+                    ps[i : i + t.eval_batch_size],
+                    rs[i : i + t.eval_batch_size],
+                    policy.tokenizer.pad_token_id,
+                )
+                nll_sum += float(
+                    sft_loss(policy.model, {k: v.to(policy.device) for k, v in mb.items()}, tokens)
+                )
+    finally:
+        policy.model.train(was_training)
+    res: dict[str, Any] = {
+        "split": split,
+        "n": len(examples),
+        "nll": nll_sum,
+        "response_length": sum(lengths) / len(lengths),
+        "return_mean": -nll_sum,
+    }
+    score = getattr(policy.task, "hidden_score", None)
+    if score is not None:
+        res["hidden_score"] = sum(score(p, y) for p, y in zip(prompts, texts, strict=True)) / len(texts)
+        res["return_mean"] = res["hidden_score"]
+    return res
+
+
+def load_policy(cfg: SFTConfig, ckpt: Any) -> LMPolicy:
+    """The policy of a checkpoint (a ``save_pretrained`` folder) with the run's task."""
+    from advantage.nn.lm import load_pretrained
+
+    model, tok = load_pretrained(ckpt.path, dtype=getattr(torch, cfg.model.dtype))
+    return LMPolicy(model.to(cfg.trainer.device), tok, make_task(cfg.data), cfg)
+
+
+def check(cfg: SFTConfig) -> list[str]:
+    """:func:`advantage.algos.llm.common.check` with the task of :func:`make_task`."""
+    return common.check(cfg, make_task)
+
+
 # The defaults train a scratch model on 3-digit addition in about 2 minutes on 2 CPU cores, to a held-out
 # greedy accuracy part-way up the curve (0.735 for seed 0): a starting point that RL can improve.
 DEFAULTS = {
@@ -274,6 +436,23 @@ PRESETS = {
         "the same, trained 1500 steps: a model that is mostly right (about 0.9)",
         {**DEFAULTS, "trainer.total_steps": 1500},
     ),
+    "preference": Preset(
+        "the start of the RLHF pipeline: every ranked response of the synthetic preference task, a small "
+        "scratch model (about 30 s on CPU; a policy with varied answers of middling hidden score)",
+        {
+            "data.task": "synthetic",
+            "data.targets": "all",
+            "data.response_length": 4,
+            "data.train_size": 4000,
+            "data.max_response_length": 8,
+            "model.hidden_size": 64,
+            "model.heads": 4,
+            "algorithm.learning_rate": 2e-3,
+            "algorithm.warmup_steps": 20,
+            "trainer.total_steps": 300,
+            "trainer.eval_every": 100,
+        },
+    ),
 }
 
 register(
@@ -282,9 +461,9 @@ register(
         summary="supervised fine-tuning of a causal LM on response tokens (the start of RLHF / RLVR)",
         config=SFTConfig,
         train=train,
-        load_policy=common.load_policy,
-        evaluate=common.evaluate,
-        check=common.check,
+        load_policy=load_policy,
+        evaluate=evaluate,
+        check=check,
         presets=PRESETS,
         defaults=DEFAULTS,
     )
