@@ -143,3 +143,39 @@ def test_trpo_with_workers_and_normalisation_runs(tmp_path, ray_local):
     rows = [r for r in run.metrics if "train/kl" in r]
     assert len(rows) >= 4 and all(r["train/kl"] <= 0.01 for r in rows)
     assert run.checkpoint.tensors["obs_rms.count"] > 1000  # the learner updated the statistics
+
+
+_DRIVER = os.getpid()
+
+
+def _only_in_the_driver(**kwargs):
+    """An env that cannot be built in a worker process (like one whose code the workers cannot import)."""
+    import gymnasium as gym
+
+    if os.getpid() != _DRIVER:
+        raise RuntimeError("this env cannot be built here")
+    return gym.make("CartPole-v1", **kwargs)
+
+
+@pytest.mark.slow
+def test_a_worker_that_can_never_start_stops_the_run_with_the_cause(tmp_path, ray_local):
+    import gymnasium as gym
+
+    from advantage.rollout.remote import MAX_ATTEMPTS, WorkerError
+
+    ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    gym.register("AdvantageDriverOnly-v0", entry_point=_only_in_the_driver, max_episode_steps=500)
+    with pytest.raises(
+        WorkerError, match=rf"failed {MAX_ATTEMPTS + 1} times in a row .*cannot be built here"
+    ):
+        advantage.train(
+            "ppo",
+            quiet=True,
+            **{
+                **LEARN,
+                "env.id": "AdvantageDriverOnly-v0",
+                "trainer.num_workers": 2,
+                "trainer.total_steps": 2048,
+                "trainer.run_dir": str(tmp_path / "r"),
+            },
+        )

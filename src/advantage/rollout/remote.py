@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -46,6 +47,8 @@ from advantage.math import gae
 from advantage.nn import ObsNormalizer
 from advantage.rollout.onpolicy import Batch
 from advantage.torch_state import RunningMeanStd
+
+MAX_ATTEMPTS = 3  # replacements of one worker within one rollout before the run stops
 
 
 class WorkerError(AdvantageError, RuntimeError):
@@ -196,6 +199,7 @@ class RemoteCollector:
 
         pending = {i: ask(i) for i in range(self.W)}
         results: dict[int, dict[str, Any]] = {}
+        attempts = dict.fromkeys(range(self.W), 0)
         while pending:
             ready, _ = self.ray.wait(list(pending.values()), num_returns=len(pending), timeout=self.timeout)
             by_ref = {ref: i for i, ref in pending.items()}
@@ -205,7 +209,7 @@ class RemoteCollector:
                 try:
                     results[i] = self.ray.get(ref)
                 except Exception as e:  # the actor died (RayActorError) or raised (RayTaskError)
-                    failed[i] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                    failed[i] = _cause(e)
                 del pending[i]
             for i in list(pending):  # not ready within the timeout: hung
                 failed[i] = f"no answer within trainer.worker_timeout={self.timeout} s"
@@ -213,6 +217,14 @@ class RemoteCollector:
             for i, why in failed.items():
                 if not self.fault_tolerance:
                     raise WorkerError(f"rollout worker {i} failed ({why}); trainer.fault_tolerance=false")
+                attempts[i] += 1
+                if attempts[i] > MAX_ATTEMPTS:  # a worker that can never work (e.g. an env it cannot build)
+                    raise WorkerError(
+                        f"rollout worker {i} failed {attempts[i]} times in a row in one rollout; last: {why}"
+                    )
+                print(
+                    f"warning: rollout worker {i} failed ({why}); replacing it", file=sys.stderr, flush=True
+                )
                 self.ray.kill(self.workers[i])
                 self.restarts += 1
                 self.workers[i] = self._start(i)
@@ -310,3 +322,15 @@ class RemoteCollector:
         self.disc_ret = tensors["disc_ret"].numpy().copy()
         self.restarts = int(tensors["worker_restarts"])
         self.reset(seed + 1)  # fresh envs: a resumed distributed run is not bit-identical
+
+
+def _cause(e: BaseException) -> str:
+    """One line: the Ray error's type and the worker-side exception that caused it (the last line of the
+    remote traceback), without colour codes."""
+    import re
+
+    lines = [ln.strip() for ln in re.sub(r"\x1b\[[0-9;]*m", "", str(e)).splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    cause = lines[-1] if len(lines) > 1 else ""
+    return f"{type(e).__name__}: {lines[0][:200]}" + (f" ... {cause[:300]}" if cause else "")
