@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from advantage.errors import AdvantageError
@@ -116,6 +117,31 @@ def cmd_plot(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(ns: argparse.Namespace) -> int:
+    from advantage.config import flatten, parse_overrides
+    from advantage.sweep import parse_grid, sweep
+
+    algo, rest = _split_algo(ns.args)
+    stray = [a for a in rest if "=" not in a]
+    if stray:
+        raise AdvantageError(f"expected key=value overrides after the algorithm, got {' '.join(stray)!r}")
+    rows = sweep(
+        algo,
+        parse_grid(ns.grid or []),
+        seeds=ns.seeds,
+        config=ns.config,
+        overrides=flatten(parse_overrides(rest)),
+        out=ns.out,
+        workers=ns.workers,
+        ray_address=ns.ray_address,
+    )
+    if not ns.quiet:
+        out = Path(rows[0]["run_dir"]).parent
+        print((out / "summary.md").read_text())
+        print(f"sweep folder: {out}")
+    return 0
+
+
 def cmd_list(ns: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -216,6 +242,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.set_defaults(fn=cmd_plot)
 
+    sw = sub.add_parser(
+        "sweep",
+        help="run a grid of hyperparameters x seeds, one run folder per trial",
+        description="Run every combination of the --grid values, for --seeds seeds each, and write "
+        "OUT/summary.md. Trials run one after another, or --workers N at a time as Ray tasks.",
+    )
+    sw.add_argument("args", nargs="*", metavar="[ALGO] [key=value ...]")
+    sw.add_argument("--grid", action="append", metavar="KEY=V1,V2", help="a swept key (repeatable)")
+    sw.add_argument("--seeds", type=int, default=1, help="seeds per grid point (default 1)")
+    sw.add_argument("--config", metavar="F", help="YAML config file")
+    sw.add_argument("--out", metavar="DIR", help="sweep folder (default runs/sweep-ALGO)")
+    sw.add_argument("--workers", type=int, default=0, help="trials at a time on Ray (default 0: in turn)")
+    sw.add_argument("--ray-address", help="join this Ray cluster (auto or host:port)")
+    sw.add_argument("--quiet", action="store_true", help="print nothing")
+    sw.set_defaults(fn=cmd_sweep)
+
     ls = sub.add_parser(
         "list", help="algorithms and presets", description="List algorithms, or one's options."
     )
@@ -229,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns, extra = parser.parse_known_args(argv)
     # Options may come between the overrides (`train sft a=1 --quiet b=2`): argparse leaves the
     # overrides after the option unparsed, so they join the others here.
-    target = {"train": "args", "resume": "overrides"}.get(ns.command)
+    target = {"train": "args", "sweep": "args", "resume": "overrides"}.get(ns.command)
     if extra and (target is None or any("=" not in x or x.startswith("-") for x in extra)):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
