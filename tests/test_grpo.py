@@ -318,3 +318,65 @@ def test_trimmed_micro_batches_give_the_full_width_log_probs():
         [5, 6, 7, 8, 9],
         [10, 11],
     ]
+
+
+# ---- rewards from a reward model (no verifier) ----------------------------------------------------------
+
+RM_TASK = {"data.train_size": 64, "data.validation_size": 16, "data.test_size": 16, "data.response_length": 4}
+RM_SMALL = {"hidden_size": 32, "layers": 1, "heads": 2}
+
+
+@pytest.fixture(scope="module")
+def synthetic_rm(tmp_path_factory):
+    """A reward model trained for two steps on the synthetic preference task (the scratch tokenizer)."""
+    over = {
+        **RM_TASK,
+        **{f"model.{k}": v for k, v in RM_SMALL.items()},
+        "algorithm.batch_size": 8,
+        "trainer.eval_episodes": 8,
+        "trainer.eval_every": 0,
+        "trainer.total_steps": 2,
+        "trainer.tensorboard": False,
+        "trainer.run_dir": str(tmp_path_factory.mktemp("rm") / "rm"),
+    }
+    return advantage.train("reward_model", quiet=True, **over).dir
+
+
+def test_grpo_with_a_reward_model_on_the_synthetic_task(tmp_path, synthetic_rm):
+    from advantage.algos.llm.reward_model import load_reward_model
+
+    over = {
+        **RM_TASK,
+        "data.task": "synthetic",
+        "data.rollout_batch_size": 4,
+        "data.max_response_length": 5,
+        **{f"worker.actor.model.{k}": v for k, v in RM_SMALL.items()},
+        "worker.rollout.n": 4,
+        "worker.reward.model": str(synthetic_rm),
+        "trainer.total_steps": 2,
+        "trainer.eval_episodes": 8,
+        "trainer.eval_every": 0,
+        "trainer.tensorboard": False,
+        "trainer.run_dir": str(tmp_path / "g"),
+    }
+    spy = []
+    original = grpo.score
+
+    def score(policy, exs, texts, G):
+        rewards, correct = original(policy, exs, texts, G)
+        spy.append(([e.prompt for e in exs for _ in range(G)], texts, rewards))
+        return rewards, correct
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(grpo, "score", score)
+        run = advantage.train("grpo", quiet=True, **over)
+    rm = load_reward_model(synthetic_rm)
+    prompts, texts, rewards = spy[0]
+    torch.testing.assert_close(rewards, rm.score(prompts, texts).float())  # the reward is the RM's score
+    last = [r for r in run.metrics if "eval/win_rate" in r][-1]
+    assert 0.0 <= last["eval/win_rate"] <= 1.0 and "eval/rm_score" in last and "eval/hidden_score" in last
+
+
+def test_synthetic_task_without_a_reward_model_is_refused():
+    with pytest.raises(ConfigError, match="data.task=synthetic has no verifier: set worker.reward.model"):
+        advantage.train("grpo", quiet=True, **{"data.task": "synthetic", "data.digits": None})

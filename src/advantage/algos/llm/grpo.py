@@ -84,7 +84,7 @@ from advantage.algos.llm.grpo_config import (  # noqa: F401  (re-exported: the c
     WorkerConfig,
 )
 from advantage.context import RunContext, Snapshot
-from advantage.errors import NonFiniteError
+from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import KL_ESTIMATORS, POLICY_LOSSES, aggregate, masked_mean
 from advantage.registry import Algorithm, register
 from advantage.torch_state import load_optimizer, optimizer_state
@@ -105,6 +105,63 @@ class Rollout:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+# Tasks with no verifier: prompts from the synthetic preference task, rewards from a reward model.
+PREFERENCE_TASKS = ("synthetic",)
+
+
+def make_task(d: Any) -> Any:
+    """A text task with a verifier (:func:`advantage.algos.llm.common.make_task`), or ``synthetic``: the
+    prompts of the synthetic preference task, scored by ``worker.reward.model``."""
+    if d.task in PREFERENCE_TASKS:
+        from advantage.algos.llm.ppo_rlhf_config import make_task as make_preference
+
+        return make_preference(d)
+    return common.make_task(d)
+
+
+def check(cfg: GRPOConfig) -> list[str]:
+    """:func:`advantage.algos.llm.common.check`, plus the reward model when one is set (it exists, is a
+    reward model and shares the policy's tokenizer) or required (a task without a verifier)."""
+    from advantage.algos.llm import ppo_rlhf_config as rl
+
+    problems = common.check(cfg, make_task)
+    path = cfg.worker.reward.model
+    if not path:
+        if cfg.data.task in PREFERENCE_TASKS:
+            problems.append(
+                f"data.task={cfg.data.task} has no verifier: set worker.reward.model to a reward_model run"
+            )
+        return problems
+    try:
+        from advantage.nn.lm import load_tokenizer
+
+        folder = rl.reward_folder(cfg)
+        policy_tok, src = rl._policy_tokenizer(cfg, make_task(cfg.data))
+        rl.check_tokenizers(policy_tok, load_tokenizer(folder), src, str(path))
+    except ConfigError as e:
+        problems.extend(e.problems)
+    return problems
+
+
+def load_policy(cfg: GRPOConfig, ckpt: Any) -> LMPolicy:
+    """:func:`advantage.algos.llm.common.load_policy` with this trainer's tasks."""
+    from advantage.nn.lm import load_pretrained
+
+    model, tok = load_pretrained(ckpt.path, trust_remote_code=False, dtype=getattr(torch, cfg.model.dtype))
+    return LMPolicy(model.to(cfg.trainer.device), tok, make_task(cfg.data), cfg)
+
+
+def evaluate(cfg: GRPOConfig, policy: LMPolicy, **options: Any) -> dict[str, Any]:
+    """Verifier tasks: :func:`advantage.algos.llm.common.evaluate` (accuracy, pass@K, maj@K). A task scored
+    by a reward model: :func:`advantage.algos.llm.ppo_rlhf.evaluate` (greedy reward-model and hidden
+    scores, win rate against the starting policy)."""
+    if hasattr(policy.task, "verify"):
+        return common.evaluate(cfg, policy, **options)
+    from advantage.algos.llm import ppo_rlhf
+
+    return ppo_rlhf.evaluate(cfg, policy, **options)
+
+
 def score(policy: LMPolicy, examples: list[Any], texts: list[str], G: int) -> tuple[Tensor, Tensor]:
     """Verifier rewards ``[B]`` and correctness for completions grouped G per example. A reward that is
     not a finite number stops the run, naming the prompt and completion. A task that verifies by running
@@ -112,6 +169,17 @@ def score(policy: LMPolicy, examples: list[Any], texts: list[str], G: int) -> tu
     CPU core, through its ``verify_many``."""
     rewards, correct = [], []
     per_text = [examples[i // G] for i in range(len(texts))]
+    rm = getattr(policy, "reward_model", None)
+    if rm is not None:  # rewards from the reward model; correctness from the verifier, if the task has one
+        scores = rm.score([e.prompt for e in per_text], texts, batch_size=policy.cfg.worker.reward.batch_size)
+        for text, ex, value in zip(texts, per_text, scores.tolist(), strict=True):
+            if not math.isfinite(value):
+                raise NonFiniteError(
+                    f"the reward model's score of completion {text!r} for prompt {ex.prompt!r} is {value}"
+                )
+        verify = getattr(policy.task, "verify", None)
+        ok = [bool(verify(x, e).correct) if verify else False for x, e in zip(texts, per_text, strict=True)]
+        return scores.float().cpu(), torch.tensor(ok)
     if hasattr(policy.task, "verify_many"):
         results = policy.task.verify_many(texts, per_text, max_workers=os.cpu_count() or 1)
     else:
@@ -263,7 +331,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
     G = roll.n
     torch.set_num_threads(t.torch_threads)
     torch.manual_seed(t.seed)
-    task = common.make_task(d)
+    task = make_task(d)
     restored = ctx.restored
     model, tok = common.policy_model(cfg, task, restored)
     lora = actor.model.lora.rank > 0
@@ -273,6 +341,10 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         ref_model = common.build_model(cfg, task)[0] if restored is not None else copy.deepcopy(model)
         ref_model.eval().requires_grad_(False)
     policy = LMPolicy(model, tok, task, cfg)
+    if cfg.worker.reward.model:
+        from advantage.algos.llm.ppo_rlhf import load_reward
+
+        policy.reward_model = load_reward(cfg, tok)
     examples = policy.examples("train")
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=actor.learning_rate, weight_decay=actor.weight_decay)
@@ -486,9 +558,9 @@ register(
         summary="GRPO and its family (DAPO, GSPO, Dr.GRPO, Lite PPO) on verifiable rewards (seed 003)",
         config=GRPOConfig,
         train=train,
-        load_policy=common.load_policy,
-        evaluate=common.evaluate,
-        check=common.check,
+        load_policy=load_policy,
+        evaluate=evaluate,
+        check=check,
         presets=PRESETS,
         defaults={"trainer.eval_every": 10, "trainer.log_every": 1, "trainer.total_steps": 100},
     )

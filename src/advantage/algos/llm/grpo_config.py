@@ -87,6 +87,12 @@ class RefConfig:
 
 @dataclass
 class RewardConfig:
+    model: str | None = option(
+        None,
+        "a reward_model run or checkpoint: rewards are its scores instead of the task's verifier "
+        "(needed for data.task=synthetic, which has none)",
+    )
+    batch_size: int = option(64, "reward model: responses scored together", lo=1)
     overlong_buffer: int = option(0, "DAPO soft overlong punishment: buffer length L_cache (0: off)", lo=0)
     overlong_penalty_factor: float = option(1.0, "scale of that punishment", lo=0)
     length_preference: float = option(0.0, "bonus for shorter answers among equally rewarded ones", lo=0)
