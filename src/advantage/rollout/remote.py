@@ -140,6 +140,70 @@ class EnvWorker:
         return out
 
 
+class WorkerPool:
+    """``n`` Ray actors of ``actor_cls`` with replacement on failure (module docstring, "Fault tolerance").
+
+    ``make_args(i, restarts)`` gives worker ``i``'s constructor arguments (a replacement gets a new
+    ``restarts`` count, so it can reseed); :meth:`call` runs one method on every worker and returns the
+    results in worker order."""
+
+    def __init__(self, ray: Any, actor_cls: type, make_args: Any, n: int, trainer: Any):
+        self.ray, self.n, self.make_args = ray, n, make_args
+        self.timeout, self.fault_tolerance = trainer.worker_timeout, trainer.fault_tolerance
+        self.actor_cls = ray.remote(num_cpus=1, max_restarts=0)(actor_cls)
+        self.restarts = 0
+        self.workers = [self._start(i) for i in range(n)]
+
+    def _start(self, i: int) -> Any:
+        return self.actor_cls.remote(*self.make_args(i, self.restarts))
+
+    def close(self) -> None:
+        for w in self.workers:
+            self.ray.kill(w)
+        self.workers = []
+
+    def call(self, method: str, args: list[tuple]) -> list[Any]:
+        """``worker[i].method(*args[i])`` for every worker; failed or hung workers are replaced and asked
+        again (at most :data:`MAX_ATTEMPTS` times each), or, without fault tolerance, the run stops."""
+
+        def ask(i: int) -> Any:
+            return getattr(self.workers[i], method).remote(*args[i])
+
+        pending = {i: ask(i) for i in range(self.n)}
+        results: dict[int, Any] = {}
+        attempts = dict.fromkeys(range(self.n), 0)
+        while pending:
+            ready, _ = self.ray.wait(list(pending.values()), num_returns=len(pending), timeout=self.timeout)
+            by_ref = {ref: i for i, ref in pending.items()}
+            failed: dict[int, str] = {}
+            for ref in ready:
+                i = by_ref[ref]
+                try:
+                    results[i] = self.ray.get(ref)
+                except Exception as e:  # the actor died (ActorDiedError) or raised (RayTaskError)
+                    failed[i] = _cause(e)
+                del pending[i]
+            for i in list(pending):  # not ready within the timeout: hung
+                failed[i] = f"no answer within trainer.worker_timeout={self.timeout} s"
+                del pending[i]
+            for i, why in failed.items():
+                if not self.fault_tolerance:
+                    raise WorkerError(f"rollout worker {i} failed ({why}); trainer.fault_tolerance=false")
+                attempts[i] += 1
+                if attempts[i] > MAX_ATTEMPTS:  # a worker that can never work (e.g. an env it cannot build)
+                    raise WorkerError(
+                        f"rollout worker {i} failed {attempts[i]} times in a row in one rollout; last: {why}"
+                    )
+                print(
+                    f"warning: rollout worker {i} failed ({why}); replacing it", file=sys.stderr, flush=True
+                )
+                self.ray.kill(self.workers[i])
+                self.restarts += 1
+                self.workers[i] = self._start(i)
+                pending[i] = ask(i)
+        return [results[i] for i in range(self.n)]
+
+
 class RemoteCollector:
     """The learner's side: ``num_workers`` :class:`EnvWorker` actors, each with ``env.num_envs /
     num_workers`` envs; :meth:`collect` gathers one rollout of ``T`` steps from all of them."""
@@ -166,70 +230,35 @@ class RemoteCollector:
         self.env_cfg = dataclasses.replace(env_cfg, num_envs=self.per_worker)
         self.model_cfg, self.model, self.ctx = model_cfg, model, ctx
         self.gamma, self.normalize_reward, self.clip_obs = gamma, normalize_reward, clip_obs
-        self.timeout, self.fault_tolerance = trainer.worker_timeout, trainer.fault_tolerance
+        self.trainer = trainer
         self.obs_norm = ObsNormalizer(obs_space.shape, normalize_obs, clip_obs)
         self.ret_rms = RunningMeanStd(())
         self.disc_ret = np.zeros(self.N)
         self.spec = gym.spec(env_cfg.id)
-        self.version, self.restarts, self.seed = 0, 0, 0
-        self.actor_cls = self.ray.remote(num_cpus=1, max_restarts=0)(EnvWorker)
-        self.workers: list[Any] = []
+        self.version, self.seed = 0, 0
+        self.pool: WorkerPool | None = None
+        self._restarts = 0  # restored from a checkpoint, added to the pool's count
 
-    # ---- workers ------------------------------------------------------------------------------------
+    @property
+    def restarts(self) -> int:
+        return self._restarts + (self.pool.restarts if self.pool is not None else 0)
 
-    def _start(self, i: int) -> Any:
-        # distinct, reproducible seeds per worker and per replacement
-        seed = self.seed + 1_000_003 * (i + 1) + 7_919 * self.restarts
-        return self.actor_cls.remote(self.env_cfg, self.model_cfg, self.spec, seed)
+    @property
+    def workers(self) -> list[Any]:
+        return self.pool.workers if self.pool is not None else []
 
     def reset(self, seed: int) -> None:
         self.seed = seed
-        self.workers = [self._start(i) for i in range(self.W)]
+
+        def args(i: int, restarts: int) -> tuple:
+            # distinct, reproducible seeds per worker and per replacement
+            return (self.env_cfg, self.model_cfg, self.spec, seed + 1_000_003 * (i + 1) + 7_919 * restarts)
+
+        self.pool = WorkerPool(self.ray, EnvWorker, args, self.W, self.trainer)
 
     def close(self) -> None:
-        for w in self.workers:
-            self.ray.kill(w)
-        self.workers = []
-
-    def _gather(self, weights_ref: Any, norm: tuple | None) -> list[dict[str, Any]]:
-        """One rollout from every worker; failed or hung workers are replaced and asked again."""
-
-        def ask(i: int) -> Any:
-            return self.workers[i].rollout.remote(self.version, weights_ref, norm, self.T)
-
-        pending = {i: ask(i) for i in range(self.W)}
-        results: dict[int, dict[str, Any]] = {}
-        attempts = dict.fromkeys(range(self.W), 0)
-        while pending:
-            ready, _ = self.ray.wait(list(pending.values()), num_returns=len(pending), timeout=self.timeout)
-            by_ref = {ref: i for i, ref in pending.items()}
-            failed: dict[int, str] = {}
-            for ref in ready:
-                i = by_ref[ref]
-                try:
-                    results[i] = self.ray.get(ref)
-                except Exception as e:  # the actor died (RayActorError) or raised (RayTaskError)
-                    failed[i] = _cause(e)
-                del pending[i]
-            for i in list(pending):  # not ready within the timeout: hung
-                failed[i] = f"no answer within trainer.worker_timeout={self.timeout} s"
-                del pending[i]
-            for i, why in failed.items():
-                if not self.fault_tolerance:
-                    raise WorkerError(f"rollout worker {i} failed ({why}); trainer.fault_tolerance=false")
-                attempts[i] += 1
-                if attempts[i] > MAX_ATTEMPTS:  # a worker that can never work (e.g. an env it cannot build)
-                    raise WorkerError(
-                        f"rollout worker {i} failed {attempts[i]} times in a row in one rollout; last: {why}"
-                    )
-                print(
-                    f"warning: rollout worker {i} failed ({why}); replacing it", file=sys.stderr, flush=True
-                )
-                self.ray.kill(self.workers[i])
-                self.restarts += 1
-                self.workers[i] = self._start(i)
-                pending[i] = ask(i)
-        return [results[i] for i in range(self.W)]
+        if self.pool is not None:
+            self.pool.close()
 
     # ---- collection ---------------------------------------------------------------------------------
 
@@ -239,7 +268,9 @@ class RemoteCollector:
         norm = None
         if self.obs_norm.enabled:
             norm = (self.obs_norm.rms.mean.copy(), self.obs_norm.rms.var.copy(), self.clip_obs)
-        parts = self._gather(self.ray.put(weights), norm)
+        assert self.pool is not None, "reset() or load() first"
+        ref = self.ray.put(weights)
+        parts = self.pool.call("rollout", [(self.version, ref, norm, self.T)] * self.W)
         for p in parts:
             if p["version"] != self.version:
                 raise WorkerError(f"a worker used weights version {p['version']}, expected {self.version}")
@@ -320,7 +351,7 @@ class RemoteCollector:
         self.obs_norm.rms.load("obs_rms", tensors)
         self.ret_rms.load("ret_rms", tensors)
         self.disc_ret = tensors["disc_ret"].numpy().copy()
-        self.restarts = int(tensors["worker_restarts"])
+        self._restarts = int(tensors["worker_restarts"])
         self.reset(seed + 1)  # fresh envs: a resumed distributed run is not bit-identical
 
 
