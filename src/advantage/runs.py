@@ -218,7 +218,7 @@ def _worker_problems(spec: Algorithm, cfg: Any) -> list[str]:
         return [
             f"trainer.num_workers={n}: {spec.name} runs in one process; Ray workers are available for {able}"
         ]
-    if cfg.env.num_envs % n:
+    if spec.uses_env and cfg.env.num_envs % n:
         return [
             f"env.num_envs={cfg.env.num_envs} must be divisible by trainer.num_workers={n} (envs per worker)"
         ]

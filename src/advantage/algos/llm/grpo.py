@@ -125,6 +125,10 @@ def check(cfg: GRPOConfig) -> list[str]:
     from advantage.algos.llm import ppo_rlhf_config as rl
 
     problems = common.check(cfg, make_task)
+    if cfg.trainer.num_workers > 0 and cfg.model.lora.rank > 0:
+        problems.append(
+            "trainer.num_workers > 0 with LoRA (worker.actor.model.lora.rank > 0) is not supported"
+        )
     path = cfg.worker.reward.model
     if not path:
         if cfg.data.task in PREFERENCE_TASKS:
@@ -392,6 +396,13 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         with model.disable_adapter():  # LoRA: the base model is the reference
             return _logprobs(model, gen, rows, micro, roll.temperature)
 
+    remote = None  # trainer.num_workers > 0: generation and scoring in Ray workers
+    if t.num_workers > 0:
+        from advantage.rollout.remote import RemoteGenerator
+
+        remote = RemoteGenerator(cfg, model, tok.pad_token_id)
+    sampling = {"temperature": roll.temperature, "top_p": roll.top_p, "top_k": roll.top_k}
+
     def collect() -> tuple[Rollout, dict[str, float]]:
         """Generate and score until the batch is full (one round unless dynamic sampling)."""
         B = d.rollout_batch_size
@@ -404,16 +415,16 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
             idx = next_prompts(B - sum(len(i) for i in kept_idx) if a.dynamic_sampling else B)
             exs = [examples[i] for i in idx]
             t0 = time.perf_counter()
-            gen, texts = policy.complete(
-                [e.prompt for e in exs],
-                temperature=roll.temperature,
-                samples=G,
-                generator=gen_rng,
-                top_p=roll.top_p,
-                top_k=roll.top_k,
-            )
-            t1 = time.perf_counter()
-            rewards, correct = score(policy, exs, texts, G)
+            if remote is not None:  # workers generate and score (time/generate covers both)
+                gen, texts, rewards, correct = remote.generate(weights_ref, idx, G, sampling)
+                gen = gen.to(policy.device)
+                t1 = time.perf_counter()
+            else:
+                gen, texts = policy.complete(
+                    [e.prompt for e in exs], samples=G, generator=gen_rng, **sampling
+                )
+                t1 = time.perf_counter()
+                rewards, correct = score(policy, exs, texts, G)
             kl_seq = None
             if a.kl_reward_coef > 0:
                 rows = torch.arange(len(texts))
@@ -479,11 +490,16 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         return ro, m
 
     model.train()
+    weights_ref = None
     while step < t.total_steps:
         lr = common.learning_rate(actor, step, t.total_steps)
         for g in opt.param_groups:
             g["lr"] = lr
+        if remote is not None:
+            weights_ref = remote.push()
         ro, m = collect()
+        if remote is not None:
+            m.update({"worker_restarts": remote.restarts, "weights_version": remote.version})
         if ro is None:  # every group had equal rewards, even after max_sampling_rounds: nothing to learn
             step += 1
             ctx.log(step, {**{f"train/{k}": v for k, v in m.items()}, "train/skipped": 1.0})
@@ -550,6 +566,8 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         if ctx.tick(step, snapshot):
             break
     ctx.finish(step, snapshot())
+    if remote is not None:
+        remote.close()
 
 
 register(
@@ -562,6 +580,7 @@ register(
         evaluate=evaluate,
         check=check,
         presets=PRESETS,
+        workers=True,
         defaults={"trainer.eval_every": 10, "trainer.log_every": 1, "trainer.total_steps": 100},
     )
 )
