@@ -24,3 +24,27 @@ def rewound(tmp_path):
         return dest
 
     return make
+
+
+# A tiny synthetic preference task and model size, shared by the tests that need a reward model.
+RM_TASK = {"data.train_size": 64, "data.validation_size": 16, "data.test_size": 16, "data.response_length": 4}
+RM_SMALL = {"hidden_size": 32, "layers": 1, "heads": 2}
+
+
+@pytest.fixture(scope="session")
+def tiny_reward_model(tmp_path_factory):
+    """The run folder of a reward model trained for two steps on the synthetic task (the scratch policy's
+    tokenizer), for trainers that read ``worker.reward.model``."""
+    import advantage
+
+    over = {
+        **RM_TASK,
+        **{f"model.{k}": v for k, v in RM_SMALL.items()},
+        "algorithm.batch_size": 8,
+        "trainer.eval_episodes": 8,
+        "trainer.eval_every": 0,
+        "trainer.total_steps": 2,
+        "trainer.tensorboard": False,
+        "trainer.run_dir": str(tmp_path_factory.mktemp("rm") / "rm"),
+    }
+    return advantage.train("reward_model", quiet=True, **over).dir

@@ -322,28 +322,10 @@ def test_trimmed_micro_batches_give_the_full_width_log_probs():
 
 # ---- rewards from a reward model (no verifier) ----------------------------------------------------------
 
-RM_TASK = {"data.train_size": 64, "data.validation_size": 16, "data.test_size": 16, "data.response_length": 4}
-RM_SMALL = {"hidden_size": 32, "layers": 1, "heads": 2}
 
-
-@pytest.fixture(scope="module")
-def synthetic_rm(tmp_path_factory):
-    """A reward model trained for two steps on the synthetic preference task (the scratch tokenizer)."""
-    over = {
-        **RM_TASK,
-        **{f"model.{k}": v for k, v in RM_SMALL.items()},
-        "algorithm.batch_size": 8,
-        "trainer.eval_episodes": 8,
-        "trainer.eval_every": 0,
-        "trainer.total_steps": 2,
-        "trainer.tensorboard": False,
-        "trainer.run_dir": str(tmp_path_factory.mktemp("rm") / "rm"),
-    }
-    return advantage.train("reward_model", quiet=True, **over).dir
-
-
-def test_grpo_with_a_reward_model_on_the_synthetic_task(tmp_path, synthetic_rm):
+def test_grpo_with_a_reward_model_on_the_synthetic_task(tmp_path, tiny_reward_model):
     from advantage.algos.llm.reward_model import load_reward_model
+    from conftest import RM_SMALL, RM_TASK
 
     over = {
         **RM_TASK,
@@ -352,7 +334,7 @@ def test_grpo_with_a_reward_model_on_the_synthetic_task(tmp_path, synthetic_rm):
         "data.max_response_length": 5,
         **{f"worker.actor.model.{k}": v for k, v in RM_SMALL.items()},
         "worker.rollout.n": 4,
-        "worker.reward.model": str(synthetic_rm),
+        "worker.reward.model": str(tiny_reward_model),
         "trainer.total_steps": 2,
         "trainer.eval_episodes": 8,
         "trainer.eval_every": 0,
@@ -370,7 +352,7 @@ def test_grpo_with_a_reward_model_on_the_synthetic_task(tmp_path, synthetic_rm):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(grpo, "score", score)
         run = advantage.train("grpo", quiet=True, **over)
-    rm = load_reward_model(synthetic_rm)
+    rm = load_reward_model(tiny_reward_model)
     prompts, texts, rewards = spy[0]
     torch.testing.assert_close(rewards, rm.score(prompts, texts).float())  # the reward is the RM's score
     last = [r for r in run.metrics if "eval/win_rate" in r][-1]

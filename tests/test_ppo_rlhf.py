@@ -17,6 +17,7 @@ from advantage.checkpoint import load_checkpoint
 from advantage.cli import main
 from advantage.errors import ConfigError
 from advantage.math import masked_whiten
+from conftest import RM_SMALL, RM_TASK
 
 TASK = {"data.train_size": 64, "data.validation_size": 16, "data.test_size": 16, "data.response_length": 4}
 SMALL = {"hidden_size": 32, "layers": 1, "heads": 2}
@@ -37,20 +38,11 @@ TINY = {
 }
 
 
-@pytest.fixture(scope="module")
-def tiny_rm(tmp_path_factory):
-    """A reward model trained for two steps on the synthetic task (the scratch policy's tokenizer)."""
-    over = {
-        **TASK,
-        **{f"model.{k}": v for k, v in SMALL.items()},
-        "algorithm.batch_size": 8,
-        "trainer.eval_episodes": 8,
-        "trainer.eval_every": 0,
-        "trainer.total_steps": 2,
-        "trainer.tensorboard": False,
-        "trainer.run_dir": str(tmp_path_factory.mktemp("rm") / "rm"),
-    }
-    return advantage.train("reward_model", quiet=True, **over).dir
+@pytest.fixture
+def tiny_rm(tiny_reward_model):
+    """The shared two-step reward model of ``conftest.py`` (same task and size as here)."""
+    assert (TASK, SMALL) == (RM_TASK, RM_SMALL)
+    return tiny_reward_model
 
 
 def _train(tmp_path, rm, name="run", **over):

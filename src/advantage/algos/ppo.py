@@ -108,15 +108,16 @@ def make_model(cfg: PPOConfig, obs_space: gym.Space, action_space: gym.Space) ->
     return cfg.model.build(obs_space, action_space)
 
 
-def check_env(cfg: PPOConfig, env: gym.Env) -> None:
+def check_env(cfg: PPOConfig, env: gym.Env, algo: str = "ppo") -> None:
+    """The spaces an :class:`~advantage.nn.ActorCritic` handles (PPO, TRPO): Box observations, Discrete or
+    Box actions; ``model.squash`` only with Box actions."""
     if not isinstance(env.observation_space, gym.spaces.Box):
         raise EnvError(
-            f"ppo needs a Box observation space; {cfg.env.id} has {describe_space(env.observation_space)}"
+            f"{algo} needs a Box observation space; {cfg.env.id} has {describe_space(env.observation_space)}"
         )
     if not isinstance(env.action_space, gym.spaces.Discrete | gym.spaces.Box):
-        raise EnvError(
-            f"ppo needs a Discrete or Box action space; {cfg.env.id} has {describe_space(env.action_space)}"
-        )
+        has = describe_space(env.action_space)
+        raise EnvError(f"{algo} needs a Discrete or Box action space; {cfg.env.id} has {has}")
     if cfg.model.squash and not isinstance(env.action_space, gym.spaces.Box):
         raise EnvError(
             f"model.squash=true needs a Box action space; {cfg.env.id} has {describe_space(env.action_space)}"

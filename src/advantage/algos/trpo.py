@@ -35,16 +35,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
 import torch
 from torch import Tensor
 
+from advantage.algos import ppo
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
 from advantage.context import RunContext, Snapshot
-from advantage.envs import describe_space, make_vec_env
-from advantage.errors import EnvError, NonFiniteError
+from advantage.envs import make_vec_env
+from advantage.errors import NonFiniteError
 from advantage.math import (
     conjugate_gradient,
     fisher_vector_product,
@@ -95,17 +97,6 @@ class TRPOConfig:
                 "policy's features outside the trust region; use separate trunks (false)"
             ]
         return []
-
-
-def check_env(cfg: TRPOConfig, env: gym.Env) -> None:
-    if not isinstance(env.observation_space, gym.spaces.Box):
-        raise EnvError(
-            f"trpo needs a Box observation space; {cfg.env.id} has {describe_space(env.observation_space)}"
-        )
-    if not isinstance(env.action_space, gym.spaces.Discrete | gym.spaces.Box):
-        raise EnvError(
-            f"trpo needs a Discrete or Box action space; {cfg.env.id} has {describe_space(env.action_space)}"
-        )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -322,7 +313,7 @@ register(
         config=TRPOConfig,
         train=train,
         policy=_policy,
-        check_env=check_env,
+        check_env=partial(ppo.check_env, algo="trpo"),
         presets=PRESETS,
         workers=True,
         defaults={k: v for k, v in PRESETS["cartpole"].overrides.items()},
