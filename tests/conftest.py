@@ -48,3 +48,41 @@ def tiny_reward_model(tmp_path_factory):
         "trainer.run_dir": str(tmp_path_factory.mktemp("rm") / "rm"),
     }
     return advantage.train("reward_model", quiet=True, **over).dir
+
+
+@pytest.fixture
+def assert_resume_exact(tmp_path, monkeypatch):
+    """``assert_resume_exact(algo, overrides, at)``: train once straight; once more with a SIGTERM raised at
+    the first step boundary at or after ``at`` (the run checkpoints there and stops), then ``resume`` it to
+    the same ``trainer.total_steps``. Every tensor of the two final checkpoints must be bit-identical.
+    Returns the straight run's final checkpoint tensors."""
+    import signal
+
+    import torch
+
+    import advantage
+    from advantage.context import RunContext
+
+    def check(algo: str, common: dict, at: int) -> dict:
+        straight = advantage.train(algo, quiet=True, **common, **{"trainer.run_dir": str(tmp_path / "a")})
+        original, stopped_at = RunContext.tick, []
+
+        def tick(self, step, snapshot):
+            if step >= at and not stopped_at:
+                stopped_at.append(step)
+                signal.raise_signal(signal.SIGTERM)
+            return original(self, step, snapshot)
+
+        with monkeypatch.context() as m:
+            m.setattr(RunContext, "tick", tick)
+            half = advantage.train(algo, quiet=True, **common, **{"trainer.run_dir": str(tmp_path / "b")})
+        assert half.step == stopped_at[0] < common["trainer.total_steps"]
+        resumed = advantage.resume(half.dir, quiet=True)
+        assert straight.step == resumed.step
+        a, b = straight.checkpoint.tensors, resumed.checkpoint.tensors
+        assert a.keys() == b.keys()
+        differ = [k for k in a if not torch.equal(a[k], b[k])]
+        assert not differ, differ
+        return a
+
+    return check

@@ -1,12 +1,8 @@
 """DQN: bad inputs, exact resume, learning CartPole, overestimation logging."""
 
-import signal
-
 import pytest
-import torch
 
 import advantage
-from advantage.context import RunContext
 from advantage.errors import ConfigError, EnvError
 
 FAST = {"trainer.tensorboard": False, "trainer.eval_episodes": 2, "trainer.eval_every": 0}
@@ -36,7 +32,7 @@ def test_invalid_options_are_config_errors(key, value, message):
 
 
 @pytest.mark.parametrize("preset", ["dqn", "rainbow_lite"])
-def test_resume_is_exact(tmp_path, monkeypatch, preset):
+def test_resume_is_exact(assert_resume_exact, preset):
     common = {
         **FAST,
         "preset": preset,
@@ -47,24 +43,7 @@ def test_resume_is_exact(tmp_path, monkeypatch, preset):
         "algorithm.gradient_steps": 4,
         "algorithm.buffer_size": 1000,
     }
-    straight = advantage.train("dqn", quiet=True, **common, **{"trainer.run_dir": str(tmp_path / "a")})
-    original, stopped = RunContext.tick, []
-
-    def tick(self, step, snapshot):
-        if step >= 700 and not stopped:
-            stopped.append(step)
-            signal.raise_signal(signal.SIGTERM)
-        return original(self, step, snapshot)
-
-    monkeypatch.setattr(RunContext, "tick", tick)
-    half = advantage.train("dqn", quiet=True, **common, **{"trainer.run_dir": str(tmp_path / "b")})
-    monkeypatch.setattr(RunContext, "tick", original)
-    assert half.step == stopped[0]
-    resumed = advantage.resume(half.dir, quiet=True)
-    a, b = straight.checkpoint.tensors, resumed.checkpoint.tensors
-    assert straight.step == resumed.step and a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
+    assert_resume_exact("dqn", common, at=700)
 
 
 def test_overestimation_is_logged():

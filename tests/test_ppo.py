@@ -1,15 +1,12 @@
 """PPO: bad inputs, NaN detection, exact resume, learning CartPole and the penalty variant."""
 
 import itertools
-import signal
 
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 
 import advantage
-from advantage.context import RunContext
 from advantage.errors import ConfigError, EnvError, NonFiniteError
 
 FAST = {"trainer.tensorboard": False, "trainer.eval_episodes": 2, "trainer.eval_every": 0}
@@ -61,7 +58,7 @@ def test_nan_reward_stops_at_the_step_naming_it():
         )
 
 
-def test_resume_is_exact(tmp_path, monkeypatch):
+def test_resume_is_exact(assert_resume_exact):
     common = {
         **FAST,
         "trainer.total_steps": 2048,
@@ -72,27 +69,7 @@ def test_resume_is_exact(tmp_path, monkeypatch):
         "algorithm.normalize_obs": True,
         "algorithm.normalize_reward": True,
     }
-    straight = advantage.train("ppo", quiet=True, **common, **{"trainer.run_dir": str(tmp_path / "a")})
-    original = RunContext.tick
-
-    stopped_at = []
-
-    def tick(self, step, snapshot):
-        if step >= 1000 and not stopped_at:
-            stopped_at.append(step)
-            signal.raise_signal(signal.SIGTERM)
-        return original(self, step, snapshot)
-
-    monkeypatch.setattr(RunContext, "tick", tick)
-    half = advantage.train("ppo", quiet=True, **common, **{"trainer.run_dir": str(tmp_path / "b")})
-    monkeypatch.setattr(RunContext, "tick", original)
-    assert half.step == stopped_at[0] < 2048
-    resumed = advantage.resume(half.dir, quiet=True)
-    assert straight.step == resumed.step
-    a, b = straight.checkpoint.tensors, resumed.checkpoint.tensors
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
+    assert_resume_exact("ppo", common, at=1000)
 
 
 def test_box_actions_and_eval_policy_shapes():

@@ -1,8 +1,6 @@
 """REINFORCE, off-policy REINFORCE and A2C: bad inputs, batches of whole episodes, critic targets, exact
 resume, and learning CartPole-v1."""
 
-import signal
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -17,7 +15,6 @@ from advantage.algos.reinforce import (
     per_episode_gradients,
 )
 from advantage.config import VecEnvConfig
-from advantage.context import RunContext
 from advantage.envs import make_vec_env
 from advantage.errors import ConfigError, EnvError, NonFiniteError
 from advantage.math import gae
@@ -199,30 +196,7 @@ def test_mc_and_td_critic_targets():
 # --------------------------------------------------------------------------------------------- resume
 
 
-def _interrupted_and_resumed(algo, common, tmp_path, monkeypatch, at):
-    straight = advantage.train(algo, quiet=True, **common, **{"trainer.run_dir": str(tmp_path / "a")})
-    original = RunContext.tick
-    stopped_at = []
-
-    def tick(self, step, snapshot):
-        if step >= at and not stopped_at:
-            stopped_at.append(step)
-            signal.raise_signal(signal.SIGTERM)
-        return original(self, step, snapshot)
-
-    monkeypatch.setattr(RunContext, "tick", tick)
-    half = advantage.train(algo, quiet=True, **common, **{"trainer.run_dir": str(tmp_path / "b")})
-    monkeypatch.setattr(RunContext, "tick", original)
-    assert half.step == stopped_at[0] < common["trainer.total_steps"]
-    resumed = advantage.resume(half.dir, quiet=True)
-    assert straight.step == resumed.step
-    a, b = straight.checkpoint.tensors, resumed.checkpoint.tensors
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
-
-
-def test_a2c_resume_is_exact(tmp_path, monkeypatch):
+def test_a2c_resume_is_exact(assert_resume_exact):
     common = {
         **FAST,
         "trainer.total_steps": 3000,
@@ -231,13 +205,13 @@ def test_a2c_resume_is_exact(tmp_path, monkeypatch):
         "algorithm.normalize_obs": True,
         "algorithm.ent_coef": 0.01,
     }
-    _interrupted_and_resumed("a2c", common, tmp_path, monkeypatch, at=1000)
+    assert_resume_exact("a2c", common, at=1000)
 
 
 @pytest.mark.parametrize(
     ("algo", "baseline"), [("reinforce", "value"), ("reinforce", "optimal"), ("reinforce_is", "mean")]
 )
-def test_reinforce_resume_is_exact(tmp_path, monkeypatch, algo, baseline):
+def test_reinforce_resume_is_exact(assert_resume_exact, algo, baseline):
     common = {
         **FAST,
         "trainer.total_steps": 3000,
@@ -246,7 +220,7 @@ def test_reinforce_resume_is_exact(tmp_path, monkeypatch, algo, baseline):
         "algorithm.baseline": baseline,
         "algorithm.discount_weight": True,
     }
-    _interrupted_and_resumed(algo, common, tmp_path, monkeypatch, at=1000)
+    assert_resume_exact(algo, common, at=1000)
 
 
 @pytest.mark.parametrize("algo", ["reinforce", "a2c"])
