@@ -9,6 +9,7 @@ environments and the model are built; one-time imports are paid before either cl
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import resource
@@ -236,6 +237,9 @@ def report(
 # dpo_vs_trl.py and reward_model_vs_trl.py; each worker returns per-step clocks and the loss.
 
 
+BUSY_LOAD = 1.5  # a 1-minute load average from which step_report flags its numbers as measured under load
+
+
 def warm_core(seconds: float = 0.5) -> None:
     """Spin the core before either clock starts (clock ramp-up, first-call kernel init), as :func:`worker`."""
     import torch
@@ -292,7 +296,7 @@ def step_worker(run: Callable[[], dict[str, Any]], lib: str, size: str, seed: in
     import importlib
 
     import torch
-    import torch._dynamo  # noqa: F401  (paid before either clock, as in worker)
+    import torch._dynamo  # paid before either clock, as in worker
 
     torch.set_num_threads(1)
     importlib.import_module(preload)  # imports are not training: paid before the clock, for both
@@ -323,7 +327,11 @@ def run_step_workers(
                 load = os.getloadavg()[0]
                 cmd = [sys.executable, script, "--worker", lib, "--size", size, "--seed", str(seed)]
                 out = subprocess.run(
-                    [*cmd, "--steps", str(steps)], capture_output=True, text=True, env=worker_env(), check=False
+                    [*cmd, "--steps", str(steps)],
+                    capture_output=True,
+                    text=True,
+                    env=worker_env(),
+                    check=False,
                 )
                 if out.returncode != 0:
                     sys.stderr.write(out.stderr[-4000:])
@@ -341,11 +349,11 @@ def run_step_workers(
 
 def step_intervals(stamps: list[float]) -> list[float]:
     """Wall (or CPU) time of steps 2..N: differences of consecutive step-end stamps."""
-    return [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    return [b - a for a, b in itertools.pairwise(stamps)]
 
 
 def summarize_steps(r: dict[str, Any], warmup: int) -> dict[str, float]:
-    """Median wall and CPU time over steps ``warmup+1..N`` (0-based step k's time is ``end[k] - end[k-1]``)."""
+    """Median wall and CPU time over steps ``warmup+1..N`` (0-based step k: ``end[k] - end[k-1]``)."""
     wall, cpu = step_intervals(r["step_end"]), step_intervals(r["cpu_end"])
     first = max(warmup, 1) - 1  # index into the intervals of step warmup+1 (0-based: step k ↔ k - 1)
     return {"step_s": statistics.median(wall[first:]), "cpu_step_s": statistics.median(cpu[first:])}
@@ -437,11 +445,19 @@ def step_report(
         rt = ratios[size]
         ok = "yes" if rt["step_time"] <= targets[size] else "no"
         lines.append(
-            f"| {size} | **{rt['step_time']:.3f}** | ≤ {targets[size]} | {ok} | {rt['step_time_paired']:.3f} | "
-            f"{rt['cpu_step_time']:.3f} | {rt['peak_rss']:.3f} |"
+            f"| {size} | **{rt['step_time']:.3f}** | ≤ {targets[size]} | {ok} | "
+            f"{rt['step_time_paired']:.3f} | {rt['cpu_step_time']:.3f} | {rt['peak_rss']:.3f} |"
         )
     if notes:
         lines += ["", notes]
+    if max_load >= BUSY_LOAD:
+        lines += [
+            "",
+            f"**Measured on a busy machine** (1-minute load average up to {max_load:.2f} on "
+            f"{os.cpu_count()} cores, other jobs running): the wall-time ratios are noisy, the CPU-time "
+            "ratio and the median of the per-seed ratios less so. Rerun on an idle machine before relying "
+            "on them.",
+        ]
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")
     payload = {**(meta or {}), "steps": steps, "warmup": warmup, "load_average": load, "ratios": ratios}
     (out / f"{name}.json").write_text(json.dumps({**payload, "results": results}, indent=1))

@@ -18,7 +18,13 @@ Implementation details:
    state of the **last real token** of prompt + response + EOS. The EOS makes the read-out token the same
    for every sequence; the index is that of the last 1 in the attention mask (:func:`last_token_index`), so
    left, right and mixed padding all pool the right position, and position ids come from the mask, so a
-   padded row scores as the same row alone (tested to 1e-5). One forward pass per micro-batch of sequences.
+   padded row scores as the same row alone (tested to 1e-5). One forward pass per micro-batch. Training
+   packs each comparison as one segment *prompt, response 1, response 2, ...* (:func:`advantage.algos.llm.dpo.
+   pack_prompts`): every response attends to the prompt and to itself only, at the positions it would have
+   after the prompt, so the prompt is computed once per comparison and short segments share a row instead
+   of being padded; the rewards equal the padded batch's (:meth:`RewardModel.forward`, used by
+   :meth:`RewardModel.score` and for backbones :func:`~advantage.algos.llm.dpo.packable` refuses) to float
+   rounding.
 2. ``algorithm.loss=pairwise`` trains on pairs: a K-wise example gives its :math:`\binom K2` pairs as
    separate items, shuffled independently. ``kwise`` trains on rankings: one prompt's K responses are in
    the same micro-batch and its pair losses are averaged first (InstructGPT: each prompt counts once, which
@@ -54,6 +60,7 @@ from torch import Tensor, nn
 
 from advantage.algos.llm import common
 from advantage.algos.llm.common import LMModelConfig, LMTrainerConfig
+from advantage.algos.llm.dpo import PackedPrompts, fused_adamw, pack_prompts, packable, packed_hidden
 from advantage.checkpoint import Checkpoint
 from advantage.config import Preset, option, section
 from advantage.context import RunContext, Snapshot
@@ -163,6 +170,16 @@ class RewardModel(nn.Module):
         )
         idx = last_token_index(attention_mask)  # [S]
         h = out.last_hidden_state[torch.arange(len(idx), device=idx.device), idx]  # [S, H]
+        return self.head(h.float()).squeeze(-1)
+
+    def packable(self) -> bool:
+        """Whether training batches can be packed (:func:`~advantage.algos.llm.dpo.packable` backbone)."""
+        return packable(self._base())
+
+    def forward_packed(self, packed: PackedPrompts) -> Tensor:
+        """Rewards ``[S]`` (fp32) of the responses of a :func:`~advantage.algos.llm.dpo.pack_prompts` batch:
+        the head on the hidden state of each response's last token."""
+        h = packed_hidden(self._base().base_model, packed)[packed.last]  # [S, H]
         return self.head(h.float()).squeeze(-1)
 
     def encode(self, prompt: str, response: str) -> tuple[list[int], list[int]]:
@@ -286,7 +303,16 @@ def rm_loss(
     comparison's k-th best response (-1: none, for rankings shorter than K). One forward pass."""
     ids, mask = collate(seqs, model.tokenizer.pad_token_id)
     rewards = model(ids.to(model.device), mask.to(model.device))  # [S]
-    index = index.to(model.device)
+    loss_value, stats = rank_loss(rewards, index, normalizer, loss=loss, center_coef=center_coef)
+    return loss_value, {k: float(v) for k, v in stats.items()}
+
+
+def rank_loss(
+    rewards: Tensor, index: Tensor, normalizer: float, *, loss: str = "pairwise", center_coef: float = 0.0
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """:func:`rm_loss` from the rewards ``[S]`` of the micro-batch's sequences; the statistics are 0-d
+    tensors (no conversion per micro-batch)."""
+    index = index.to(rewards.device)
     valid = index >= 0  # [N, K]
     scores = torch.where(valid, rewards[index.clamp(min=0)], 0.0)  # [N, K]
     per = RANK_LOSSES[loss](scores, valid)  # [N]
@@ -297,12 +323,12 @@ def rm_loss(
         both = valid[:, i] & valid[:, j]
         diff = (scores[:, i] - scores[:, j])[both]
         stats = {
-            "pairs": float(both.sum()),
-            "correct": float((diff > 0).sum()),
-            "margin": float(diff.sum()),
-            "reward": float(rewards.sum()),
-            "reward_sq": float((rewards**2).sum()),
-            "sequences": float(len(rewards)),
+            "pairs": both.sum().float(),
+            "correct": (diff > 0).sum().float(),
+            "margin": diff.sum(),
+            "reward": rewards.sum(),
+            "reward_sq": (rewards**2).sum(),
+            "sequences": rewards.new_tensor(float(len(rewards))),
         }
     return per.sum() / normalizer, stats
 
@@ -326,6 +352,22 @@ def micro_batch(
             index[n, k] = len(seqs)
             seqs.append(prompt + responses[r])
     return seqs, index
+
+
+def micro_groups(
+    items: Sequence[tuple[int, tuple[int, ...]]], tokens: Sequence[tuple[list[int], list[list[int]]]]
+) -> tuple[list[tuple[list[int], list[list[int]]]], Tensor]:
+    """:func:`micro_batch` for :func:`~advantage.algos.llm.dpo.pack_prompts`: ``(prompt, [responses in
+    ranked order])`` per item, and the same ``[N, K]`` index (the packed responses are numbered in order)."""
+    groups = []
+    index = torch.full((len(items), max(len(r) for _, r in items)), -1, dtype=torch.long)
+    count = 0
+    for n, (e, ranked) in enumerate(items):
+        prompt, responses = tokens[e]
+        groups.append((prompt, [responses[r] for r in ranked]))
+        index[n, : len(ranked)] = torch.arange(count, count + len(ranked))
+        count += len(ranked)
+    return groups, index
 
 
 def tokenize(model: RewardModel, examples: Sequence[PreferenceExample], d: RMDataConfig) -> list[Any]:
@@ -366,7 +408,13 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     tokens = tokenize(model, examples, d)
     items = build_items(examples, a.loss)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=a.learning_rate, betas=tuple(a.betas), weight_decay=a.weight_decay)
+    opt = torch.optim.AdamW(
+        params,
+        lr=a.learning_rate,
+        betas=tuple(a.betas),
+        weight_decay=a.weight_decay,
+        fused=fused_adamw(params),
+    )
     step, epoch, pos = 0, 0, 0
     if restored is not None:
         s = restored.state["algo"]
@@ -388,6 +436,8 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
         return Snapshot(policy, tensors, state, files=model.files)
 
     micro = a.micro_batch_size or a.batch_size
+    packed = model.packable()
+    pad_id, mask_dtype = tok.pad_token_id, model.backbone.get_input_embeddings().weight.dtype
     model.train()
     totals = dict.fromkeys(
         ("loss", "grad_norm", "n", "pairs", "correct", "margin", "reward", "reward_sq"), 0.0
@@ -400,16 +450,26 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
-        total = 0.0
+        sums: dict[str, Tensor] = {}  # the step's loss and statistics, tensors until the step ends
         for j in range(0, len(idx), micro):
-            seqs, index = micro_batch([items[i] for i in idx[j : j + micro]], tokens)
-            loss, stats = rm_loss(
-                model, seqs, index, float(len(idx)), loss=a.loss, center_coef=a.center_rewards_coef
+            chunk = [items[i] for i in idx[j : j + micro]]
+            if packed:
+                groups, index = micro_groups(chunk, tokens)
+                rewards = model.forward_packed(pack_prompts(groups, pad_id, mask_dtype).to(model.device))
+            else:
+                seqs, index = micro_batch(chunk, tokens)
+                ids, mask = collate(seqs, pad_id)
+                rewards = model(ids.to(model.device), mask.to(model.device))
+            loss, stats = rank_loss(
+                rewards, index, float(len(idx)), loss=a.loss, center_coef=a.center_rewards_coef
             )
             loss.backward()
-            total += float(loss.detach())
-            for k, v in stats.items():
-                totals[k] += v
+            for k, v in {"loss": loss.detach(), **stats}.items():
+                sums[k] = sums[k] + v if k in sums else v
+        values = dict(zip(sums, torch.stack(list(sums.values())).tolist(), strict=True))  # one conversion
+        total = values.pop("loss")
+        for k, v in values.items():
+            totals[k] += v
         if not math.isfinite(total):
             raise NonFiniteError(
                 f"step {step + 1}: reward-model loss is {total}; stopping (the last checkpoint is kept)"
