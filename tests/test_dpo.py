@@ -86,6 +86,11 @@ def test_training_learns_the_preferences(tmp_path):
     evals = [r for r in run.metrics if "eval/accuracy" in r]
     assert evals[-1]["eval/accuracy"] > 0.5
     assert {"eval/reward_margin", "eval/rewards_chosen", "eval/rewards_rejected"} <= set(evals[-1])
+    # the synthetic task has a hidden rule: greedy responses are compared with the reference's
+    last = evals[-1]
+    assert last["eval/wins"] + last["eval/ties"] + last["eval/losses"] == last["eval/n"]
+    assert last["eval/win_rate"] == (last["eval/wins"] + 0.5 * last["eval/ties"]) / last["eval/n"]
+    assert 0.0 <= last["eval/hidden_score"] <= 1.0 and 0.0 <= last["eval/reference_hidden_score"] <= 1.0
 
 
 @pytest.mark.parametrize("loss_type", ["ipo", "hinge"])

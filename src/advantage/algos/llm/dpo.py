@@ -439,12 +439,16 @@ def evaluate(
     seed: int | None = None,
 ) -> dict[str, Any]:
     """Preference accuracy of the implicit reward on ``split`` (``return_mean`` is that accuracy), the
-    mean implicit rewards and margin, and the loss."""
+    mean implicit rewards and margin, and the loss. On a task with a hidden scoring rule (``synthetic``)
+    also the **win rate against the reference policy**: greedy responses of the policy and of the
+    reference to the same prompts, compared by the rule, ties counting half
+    (:func:`advantage.algos.llm.preference_eval.compare_to_reference`), with both mean hidden scores."""
     if samples is not None and samples > 1:
         raise ConfigError("dpo evaluation scores given pairs; --samples is for generated answers")
     n = limit or (cfg.trainer.eval_episodes if split == "validation" else None)
     tok = policy.tokenizer
-    items = tokenize_pairs(tok, pairs_of(policy.examples(split, n)), cfg.data)
+    examples = policy.examples(split, n)
+    items = tokenize_pairs(tok, pairs_of(examples), cfg.data)
     ref = getattr(policy, "reference", None)
     if ref is None:
         ref = policy.reference = _reference(cfg, policy.task, policy.model, fresh=False)
@@ -461,7 +465,7 @@ def evaluate(
     loss = dpo_loss_fn(cfg.algorithm)(lp[:, 0], lp[:, 1], rp[:, 0], rp[:, 1]).mean()
     # A count over the pairs, not a float32 mean (0.86, not 0.8600000143).
     acc = int(((lp[:, 0] - rp[:, 0]) > (lp[:, 1] - rp[:, 1])).sum()) / max(len(items), 1)
-    return {
+    out = {
         "split": split,
         "n": len(items),
         "accuracy": acc,
@@ -471,6 +475,35 @@ def evaluate(
         "rewards_rejected": float(m["rewards_rejected"]),
         "loss": float(loss),
     }
+    scorer = getattr(policy.task, "hidden_score", None)
+    if scorer is not None:
+        from advantage.algos.llm.preference_eval import compare_to_reference
+
+        d = cfg.data
+        c = compare_to_reference(
+            policy.model,
+            ref,
+            tok,
+            examples,
+            scorer,
+            max_prompt_length=d.max_prompt_length,
+            max_response_length=d.max_response_length,
+            chat_template=d.chat_template,
+            batch_size=cfg.trainer.eval_batch_size,
+        )
+        out.update(
+            {
+                "win_rate": c["win_rate"],
+                "wins": c["wins"],
+                "ties": c["ties"],
+                "losses": c["losses"],
+                "hidden_score": c["score_mean"],
+                "reference_hidden_score": c["reference_score_mean"],
+                "response_length": c["response_length"],
+                "reference_response_length": c["reference_response_length"],
+            }
+        )
+    return out
 
 
 def load_policy(cfg: DPOConfig, ckpt: Any) -> LMPolicy:
