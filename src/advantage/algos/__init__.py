@@ -2,4 +2,3 @@
 
 from advantage.algos import a2c, dqn, llm, ppo, reinforce, trpo  # noqa: F401
 from advantage.algos.tabular import monte_carlo, planning, td  # noqa: F401
-from advantage.algos import ddpg, sac, td3  # noqa: F401  (off-policy, Box actions)
