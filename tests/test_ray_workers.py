@@ -44,7 +44,7 @@ def test_no_workers_never_imports_ray(tmp_path):
 def test_worker_settings_are_checked_before_anything_runs():
     with pytest.raises(
         ConfigError,
-        match=r"trainer.num_workers=2: dqn runs in one process; Ray workers are available for ppo, trpo",
+        match=r"trainer.num_workers=2: dqn runs in one process; Ray workers are available for grpo, ppo",
     ):
         advantage.train("dqn", quiet=True, **{"trainer.num_workers": 2})
     with pytest.raises(ConfigError, match=r"env.num_envs=8 must be divisible by trainer.num_workers=3"):
