@@ -153,6 +153,21 @@ class ReplayBuffer:
         live = np.ones(E, bool) if valid is None else self._as_batch("valid", valid, ()).astype(bool)
 
         env = np.flatnonzero(live)
+        if n == 1:
+            # Fast path (continuous control adds one step per call): every live step is a finished 1-step
+            # transition. Same transitions, slots and state as the general path below, with a third of
+            # the numpy calls; the pending window's slot 0 is written too, so state_dict() is identical.
+            self._p_obs[env, 0] = obs[env]
+            self._p_act[env, 0] = actions[env]
+            self._p_rew[env, 0] = rewards[env]
+            return self._write(
+                obs=obs[env],
+                actions=actions[env],
+                rewards=rewards[env],
+                next_obs=next_obs[env],
+                terminated=term[env],
+                discounts=np.full(env.size, self._gamma_pow[1]),
+            )
         slot = (self._p_start[env] + self._p_len[env]) % n
         self._p_obs[env, slot] = obs[env]
         self._p_act[env, slot] = actions[env]

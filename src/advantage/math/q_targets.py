@@ -21,7 +21,14 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-__all__ = ["double_q_target", "dueling_combine", "polyak_update", "td_target"]
+__all__ = [
+    "clipped_double_q_target",
+    "double_q_target",
+    "dueling_combine",
+    "polyak_update",
+    "soft_q_target",
+    "td_target",
+]
 
 DUELING_MODES = ("max", "mean")
 
@@ -109,6 +116,76 @@ def double_q_target(
         )
     best = next_q_online.argmax(dim=-1, keepdim=True).to(next_q_target.device)  # [B, 1]
     return _bootstrap(rewards, term, gamma, next_q_target.gather(-1, best).squeeze(-1))
+
+
+def _check_ensemble(rewards: Tensor, terminated: Tensor, gamma: float | Tensor, next_qs: Tensor) -> Tensor:
+    term = _check(rewards, terminated, gamma)
+    if next_qs.dim() != 2 or next_qs.shape[1] != rewards.shape[0] or next_qs.shape[0] < 1:
+        raise ValueError(
+            f"next_qs must be [K, B] with K >= 1 critics and B={rewards.shape[0]}, got {tuple(next_qs.shape)}"
+        )
+    return term
+
+
+def clipped_double_q_target(
+    rewards: Tensor, next_qs: Tensor, terminated: Tensor, gamma: float | Tensor
+) -> Tensor:
+    r"""Clipped double-Q target of TD3 (Fujimoto, van Hoof & Meger 2018, eq. 10), for continuous actions.
+
+    .. math::
+        y = r + \gamma\,(1 - \text{term})\,\min_{k} Q_{\bar\theta_k}(s', \tilde a')
+
+    where :math:`\tilde a'` is the action the (target) policy takes at :math:`s'` (TD3 adds clipped noise
+    to it: target policy smoothing). Taking the minimum of ``K`` independently trained critics counters the
+    overestimation that a max (DQN) or an actor climbing a single critic's errors (DDPG) builds up; with
+    ``K = 1`` this is DDPG's target :math:`r + \gamma Q_{\bar\theta}(s', \mu_{\bar\phi}(s'))`.
+
+    Args:
+        rewards: float ``[B]``.
+        next_qs: ``[K, B]``, the target critics' values at :math:`(s', \tilde a')`.
+        terminated: bool (or 0/1) ``[B]``; a truncation is not a termination and keeps the bootstrap.
+        gamma: float in [0, 1] or per-sample ``[B]`` discounts (see :func:`td_target`).
+
+    Returns:
+        ``y``, ``[B]``.
+    """
+    term = _check_ensemble(rewards, terminated, gamma, next_qs)
+    return _bootstrap(rewards, term, gamma, next_qs.min(dim=0).values)
+
+
+def soft_q_target(
+    rewards: Tensor,
+    next_qs: Tensor,
+    next_logp: Tensor,
+    terminated: Tensor,
+    gamma: float | Tensor,
+    alpha: float | Tensor,
+) -> Tensor:
+    r"""Soft Bellman target of SAC (Haarnoja et al. 2018), with the clipped double-Q minimum.
+
+    .. math::
+        y = r + \gamma\,(1 - \text{term})\,
+            \Big(\min_k Q_{\bar\theta_k}(s', a') - \alpha \log\pi(a' \mid s')\Big),
+        \qquad a' \sim \pi(\cdot \mid s')
+
+    The bracket is a one-sample estimate of the soft state value :math:`V(s') = \mathbb E_{a'\sim\pi}
+    [Q(s', a') - \alpha\log\pi(a'|s')]`: the entropy bonus is part of the return being learned.
+
+    Args:
+        rewards: float ``[B]``.
+        next_qs: ``[K, B]``, target critics at :math:`(s', a')`.
+        next_logp: ``[B]``, :math:`\log\pi(a' \mid s')` of the same sampled :math:`a'`.
+        terminated: bool (or 0/1) ``[B]``.
+        gamma: float in [0, 1] or per-sample ``[B]`` discounts.
+        alpha: the entropy temperature :math:`\alpha \ge 0`, a float or a ``[]``/``[1]`` tensor.
+
+    Returns:
+        ``y``, ``[B]``.
+    """
+    term = _check_ensemble(rewards, terminated, gamma, next_qs)
+    if next_logp.shape != rewards.shape:
+        raise ValueError(f"next_logp must be [B] with B={rewards.shape[0]}, got {tuple(next_logp.shape)}")
+    return _bootstrap(rewards, term, gamma, next_qs.min(dim=0).values - alpha * next_logp)
 
 
 @torch.no_grad()

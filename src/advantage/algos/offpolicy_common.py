@@ -1,0 +1,325 @@
+"""What DDPG, TD3 and SAC share: the environment side of an off-policy run on ``Box`` actions.
+
+:class:`Experience` owns the vector environment, the replay buffer, the observation normalizer and the
+bookkeeping of a run (step counter, unfinished episodes, the exploration generator) and knows how to save
+and restore all of it. Each algorithm keeps its own loop visible (``act → experience.step → updates →
+log → tick``) and its own update; this module holds no learning code.
+
+Conventions:
+
+1. Actions are *normalized* to ``[-1, 1]^A`` everywhere inside the learner (networks, replay buffer,
+   noise); :func:`advantage.nn.continuous.to_env_action` maps them to the env's bounds. This is
+   Stable-Baselines3's convention, so a noise scale means the same thing for every environment.
+2. The replay buffer stores *raw* observations; with ``algorithm.normalize_obs`` they are normalized when
+   sampled, with the running statistics of that moment (Stable-Baselines3's ``VecNormalize`` does the
+   same for off-policy algorithms), so old transitions are never stuck with stale statistics.
+3. Before ``algorithm.learning_starts`` steps, actions are uniform in ``[-1, 1]^A`` (SB3, CleanRL and the
+   TD3 reference code: the first data come from a policy that covers the action space).
+4. A truncated episode bootstraps from its final observation (the buffer stores ``terminated=False``);
+   Gymnasium's ``NEXT_STEP`` autoreset step is not stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from advantage.config import VecEnvConfig
+from advantage.context import RunContext
+from advantage.data import ReplayBuffer
+from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
+from advantage.errors import EnvError, NonFiniteError
+from advantage.nn.continuous import to_env_action
+from advantage.nn.policy import ObsNormalizer
+from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
+
+
+def check_continuous_env(algo: str, cfg: Any, env: gym.Env) -> None:
+    """Raise :class:`EnvError` unless ``env`` has a bounded ``Box`` action space and a ``Box`` observation
+    space: the actor's ``tanh`` output is mapped onto ``[low, high]``, which must be finite."""
+    space, env_id = env.action_space, cfg.env.id
+    if not isinstance(space, gym.spaces.Box):
+        raise EnvError(
+            f"{algo} needs a continuous (Box) action space; {env_id} has {describe_space(space)} "
+            "(for Discrete actions use dqn or ppo)"
+        )
+    if not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
+        raise EnvError(
+            f"{algo} needs a bounded Box action space (finite low and high: the tanh-squashed actor is "
+            f"rescaled to them); {env_id} has {describe_space(space)}. Wrap the env with "
+            "gymnasium.wrappers.RescaleAction or give the space finite bounds"
+        )
+    if not isinstance(env.observation_space, gym.spaces.Box):
+        raise EnvError(
+            f"{algo} needs a Box observation space; {env_id} has {describe_space(env.observation_space)}"
+        )
+
+
+class ContinuousPolicy:
+    """A trained policy for evaluation: raw observation in, env-scaled action out (deterministic: the
+    actor's mean / deterministic output; otherwise the trainer's ``explore`` function)."""
+
+    def __init__(self, actor: nn.Module, obs_norm: ObsNormalizer, action_space: gym.spaces.Box):
+        self.actor, self.obs_norm = actor, obs_norm
+        self.low, self.high = action_space.low.astype(np.float64), action_space.high.astype(np.float64)
+        self.shape = action_space.shape
+
+    @torch.inference_mode()
+    def act(self, obs: Any, deterministic: bool = True) -> np.ndarray:
+        x = torch.as_tensor(self.obs_norm(np.asarray(obs, np.float64)[None]), dtype=torch.float32)
+        if hasattr(self.actor, "mode"):  # SAC: tanh(mean) when deterministic, a sample otherwise
+            a = self.actor.mode(x.flatten(1)) if deterministic else self.actor(x.flatten(1))[0]
+        else:
+            a = self.actor(x.flatten(1))
+        return (
+            to_env_action(a[0].numpy().astype(np.float64), self.low.ravel(), self.high.ravel())
+            .reshape(self.shape)
+            .astype(np.float32)
+        )
+
+
+def load_policy(
+    actor: nn.Module, normalize_obs: bool, clip_obs: float, env: gym.Env, tensors: Any
+) -> ContinuousPolicy:
+    """The evaluation policy of a checkpoint holding ``actor.*`` (and ``obs_rms.*``) tensors."""
+    load_module("actor", actor, tensors)
+    obs_norm = ObsNormalizer(env.observation_space.shape, normalize_obs, clip_obs)
+    if normalize_obs:
+        obs_norm.rms.load("obs_rms", tensors)
+    return ContinuousPolicy(actor, obs_norm, env.action_space)
+
+
+class Experience:
+    """The environment side of an off-policy run: vector env, replay buffer, observation normalizer.
+
+    Args:
+        env_cfg: the ``env`` section.
+        buffer_size: replay capacity in transitions.
+        gamma: discount (stored per transition, see :class:`advantage.data.ReplayBuffer`).
+        seed: seeds the env, the buffer's sampler and the exploration generator ``self.rng``.
+        normalize_obs, clip_obs: observation normalization by running mean/std, clipped to ±``clip_obs``.
+    """
+
+    def __init__(
+        self,
+        env_cfg: VecEnvConfig,
+        buffer_size: int,
+        gamma: float,
+        seed: int,
+        normalize_obs: bool,
+        clip_obs: float,
+    ):
+        self.env = make_vec_env(env_cfg)
+        self.seed = seed
+        self.N = env_cfg.num_envs
+        obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
+        self.obs_shape, self.act_shape = obs_space.shape, act_space.shape
+        self.obs_dim, self.act_dim = int(np.prod(obs_space.shape)), int(np.prod(act_space.shape))
+        self.low = act_space.low.astype(np.float64).reshape(-1)
+        self.high = act_space.high.astype(np.float64).reshape(-1)
+        self.action_space = act_space
+        self.buffer = ReplayBuffer(
+            capacity=buffer_size,
+            obs_shape=(self.obs_dim,),
+            obs_dtype=np.float32,
+            action_shape=(self.act_dim,),
+            action_dtype=np.float32,
+            num_envs=self.N,
+            gamma=gamma,
+            seed=seed,
+        )
+        self.obs_norm = ObsNormalizer((self.obs_dim,), normalize_obs, clip_obs)
+        self.rng = np.random.default_rng(seed)
+        self.step = 0
+        obs, _ = self.env.reset(seed=seed)
+        self.obs = self._flat(obs)
+        self.obs_norm(self.obs, update=True)
+        self.autoreset = np.zeros(self.N, dtype=bool)
+        self.ep_ret, self.ep_len = np.zeros(self.N), np.zeros(self.N, dtype=np.int64)
+
+    def _flat(self, obs: np.ndarray) -> np.ndarray:
+        return np.asarray(obs, np.float32).reshape(self.N, self.obs_dim)
+
+    # ---- acting -------------------------------------------------------------------------------------
+    def obs_tensor(self) -> torch.Tensor:
+        """The current (normalized) observations, float32 ``[N, O]``, for the actor."""
+        return torch.from_numpy(np.asarray(self.obs_norm(self.obs), np.float32))
+
+    def random_actions(self) -> np.ndarray:
+        """Uniform normalized actions ``[N, A]`` (the warm-up before ``learning_starts``)."""
+        return self.rng.uniform(-1.0, 1.0, size=(self.N, self.act_dim)).astype(np.float32)
+
+    def gaussian_noise(self, actions: np.ndarray, std: float) -> np.ndarray:
+        """``clip(actions + N(0, std²), -1, 1)``: DDPG's and TD3's exploration, in normalized units."""
+        noisy = actions + std * self.rng.standard_normal(actions.shape)
+        return np.clip(noisy, -1.0, 1.0).astype(np.float32)
+
+    def env_step(self, actions: np.ndarray, ctx: RunContext) -> None:
+        """Step every env with normalized ``actions`` ``[N, A]``; store the transitions, count the steps,
+        report finished episodes to ``ctx``."""
+        env_actions = to_env_action(actions.astype(np.float64), self.low, self.high)
+        next_obs, reward, term, trunc, _ = self.env.step(
+            env_actions.reshape(self.N, *self.act_shape).astype(self.action_space.dtype)
+        )
+        valid = ~self.autoreset
+        self.step += int(valid.sum())
+        if not np.isfinite(reward).all():
+            bad = reward[~np.isfinite(reward)][0]
+            raise NonFiniteError(f"step {self.step}: reward from the environment is {bad}")
+        next_obs = self._flat(next_obs)
+        if not np.isfinite(next_obs).all():
+            raise NonFiniteError(f"step {self.step}: observation from the environment is NaN or inf")
+        self.buffer.add(self.obs, actions, reward, next_obs, term, trunc, valid=valid)
+        self.ep_ret += reward * valid
+        self.ep_len += valid
+        done = (term | trunc) & valid
+        for j in np.flatnonzero(done):
+            ctx.episode(self.step, float(self.ep_ret[j]), int(self.ep_len[j]))
+            self.ep_ret[j], self.ep_len[j] = 0.0, 0
+        self.autoreset = term | trunc
+        self.obs = next_obs
+        if self.obs_norm.enabled:  # the reset step's observation is a real new one too
+            self.obs_norm(next_obs, update=True)
+
+    # ---- learning -----------------------------------------------------------------------------------
+    def sample(self, batch_size: int) -> tuple[torch.Tensor, ...]:
+        """A uniform batch ``(obs [B, O], actions [B, A], rewards [B], next_obs [B, O], terminated [B],
+        discounts [B])`` as tensors (zero-copy views of the sampled numpy arrays)."""
+        b = self.buffer.sample(batch_size)
+        obs, next_obs = b["obs"], b["next_obs"]
+        if self.obs_norm.enabled:
+            obs = self.obs_norm(obs).astype(np.float32)
+            next_obs = self.obs_norm(next_obs).astype(np.float32)
+        return (
+            torch.from_numpy(obs),
+            torch.from_numpy(b["actions"]),
+            torch.from_numpy(b["rewards"]),
+            torch.from_numpy(next_obs),
+            torch.from_numpy(b["terminated"]),
+            torch.from_numpy(b["discounts"]),
+        )
+
+    # ---- checkpoints --------------------------------------------------------------------------------
+    def tensors(self) -> dict[str, torch.Tensor]:
+        state = self.buffer.state_dict()
+        out = {f"buffer.{k}": torch.as_tensor(v) for k, v in state.items() if isinstance(v, np.ndarray)}
+        if self.obs_norm.enabled:
+            out.update(self.obs_norm.rms.tensors("obs_rms"))
+        return out | {
+            "obs": torch.as_tensor(self.obs),
+            "autoreset": torch.as_tensor(self.autoreset),
+            "ep_ret": torch.as_tensor(self.ep_ret),
+            "ep_len": torch.as_tensor(self.ep_len),
+        }
+
+    def state(self) -> dict[str, Any]:
+        buffer_meta = {k: v for k, v in self.buffer.state_dict().items() if not isinstance(v, np.ndarray)}
+        return {"buffer": buffer_meta, "rng": self.rng.bit_generator.state, "env": env_state(self.env)}
+
+    def restore(self, step: int, tensors: Any, state: dict[str, Any]) -> None:
+        self.buffer.load_state_dict(
+            {k[len("buffer.") :]: v.numpy() for k, v in tensors.items() if k.startswith("buffer.")}
+            | state["buffer"]
+        )
+        if self.obs_norm.enabled:
+            self.obs_norm.rms.load("obs_rms", tensors)
+        self.rng.bit_generator.state = state["rng"]
+        self.env.reset(seed=self.seed)
+        set_env_state(self.env, state["env"])
+        self.step = step
+        self.obs = tensors["obs"].numpy().copy()
+        self.autoreset = tensors["autoreset"].numpy().copy()
+        self.ep_ret, self.ep_len = tensors["ep_ret"].numpy().copy(), tensors["ep_len"].numpy().copy()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def save_learner(
+    modules: dict[str, nn.Module], optimizers: dict[str, torch.optim.Optimizer]
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Checkpoint tensors and JSON state of the networks and optimizers (and the torch RNG, which SAC's
+    sampling and TD3's target noise draw from)."""
+    tensors: dict[str, torch.Tensor] = {"torch_rng": torch.get_rng_state()}
+    meta: dict[str, Any] = {}
+    for name, m in modules.items():
+        tensors.update(module_tensors(name, m))
+    for name, opt in optimizers.items():
+        t, meta[name] = optimizer_state(name, opt)
+        tensors.update(t)
+    return tensors, meta
+
+
+def load_learner(
+    modules: dict[str, nn.Module],
+    optimizers: dict[str, torch.optim.Optimizer],
+    tensors: Any,
+    meta: dict[str, Any],
+    where: str,
+) -> None:
+    for name, m in modules.items():
+        load_module(name, m, tensors, where)
+    for name, opt in optimizers.items():
+        load_optimizer(name, opt, tensors, meta[name])
+    torch.set_rng_state(tensors["torch_rng"])
+
+
+class LeanAdam:
+    """Adam with ``torch.optim.Adam(fused=True)``'s exact arithmetic, stepped without the optimizer's
+    per-call Python layers (hooks, profiler ranges, the dynamo guard, regrouping the tensors by device and
+    dtype), which cost more than the update itself for the small networks of continuous control on CPU.
+
+    The state lives in ``self.opt``, a real ``torch.optim.Adam``, so checkpoints save and load it as usual
+    (:func:`advantage.torch_state.optimizer_state`); ``step`` performs what that optimizer's fused path
+    does for one CPU float32 group: add 1 to every step counter, then one ``torch._fused_adam_`` call.
+    Every parameter must have a gradient when ``step`` is called.
+    """
+
+    def __init__(self, params: Any, lr: float):
+        self.params = list(params)
+        self.opt = torch.optim.Adam(self.params, lr=lr, fused=True)
+        for p in self.params:  # the state Adam's fused path creates lazily at its first step
+            self.opt.state[p] = {
+                "step": torch.zeros((), dtype=torch.float32),
+                "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+            }
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        group, state = self.opt.param_groups[0], self.opt.state
+        states = [state[p] for p in self.params]  # re-read: load_state_dict replaces the state dicts
+        steps = [s["step"] for s in states]
+        torch._foreach_add_(steps, 1)
+        torch._fused_adam_(
+            self.params,
+            [p.grad for p in self.params],
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
+            [],
+            steps,
+            amsgrad=False,
+            lr=group["lr"],
+            beta1=group["betas"][0],
+            beta2=group["betas"][1],
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            maximize=False,
+            grad_scale=None,
+            found_inf=None,
+        )
+
+
+def check_finite(step: int, what: str, value: torch.Tensor) -> None:
+    """Stop before the optimizer step when a loss is NaN/inf, so a bad batch never reaches the weights.
+    (On CPU this ``float()`` is a read, not a device synchronisation.)"""
+    v = float(value.detach())
+    if v != v or v in (float("inf"), float("-inf")):
+        raise NonFiniteError(f"step {step}: {what} is {v}; weights not updated")

@@ -1,0 +1,321 @@
+r"""Soft Actor-Critic (SPEC P7): Haarnoja et al. 2018a, "Soft Actor-Critic: Off-Policy Maximum Entropy Deep
+Reinforcement Learning with a Stochastic Actor"; 2018b, "Soft Actor-Critic Algorithms and Applications"
+(the learned temperature).
+
+SAC learns a stochastic policy that maximizes return *plus entropy*,
+:math:`\sum_t \mathbb E[r_t + \alpha \mathcal H(\pi(\cdot|s_t))]`, off-policy from a replay buffer. It
+continues seed 000's line from DQN to continuous actions: the critics regress on a bootstrapped target
+from target networks, the actor climbs the critics.
+
+Per gradient step, on a batch from the replay buffer (:func:`update`):
+
+1. Critics, twin :math:`Q_{\theta_1}, Q_{\theta_2}`, regress on the soft target
+   (:func:`advantage.math.q_targets.soft_q_target`)
+   :math:`y = r + \gamma(1-d)\,(\min_k Q_{\bar\theta_k}(s', a') - \alpha\log\pi(a'|s'))`,
+   :math:`a'\sim\pi(s')`,
+   with loss :math:`\tfrac12\sum_k \text{MSE}(Q_{\theta_k}(s,a), y)`.
+2. Actor: minimize :math:`\mathbb E[\alpha\log\pi(a|s) - \min_k Q_{\theta_k}(s, a)]` with the
+   reparameterized sample :math:`a = \tanh(\mu + \sigma\varepsilon)`; its log-density carries the tanh
+   change-of-variables correction (:func:`advantage.nn.continuous.squashed_gaussian_log_prob`).
+3. Temperature: minimize :math:`-\log\alpha\,(\log\pi(a|s) + \bar{\mathcal H})` (automatic entropy tuning,
+   Haarnoja et al. 2018b) towards the target entropy :math:`\bar{\mathcal H} = -|\mathcal A|`.
+4. Target critics: Polyak average :math:`\bar\theta \leftarrow \tau\theta + (1-\tau)\bar\theta`.
+
+Implementation details (with where they come from):
+
+1. Actions are normalized to ``[-1, 1]`` and rescaled to the env's bounds (SB3); uniform random actions
+   before ``learning_starts``.
+2. ``log σ`` is clamped to ``[-20, 2]`` (SAC reference code, SB3).
+3. The temperature is learned as ``log α`` (SB3, CleanRL: positive by construction), initial ``α = 1``
+   (SB3's ``ent_coef="auto"``), with the same learning rate as the networks.
+4. The actor's sample on ``s`` is drawn once and serves both the temperature loss and the actor loss, and
+   the actor loss is taken after the critic step (the order of SB3's ``SAC.train``).
+5. Both critics run in one batched pass (:class:`advantage.nn.continuous.EnsembleQ`); the actor loss
+   uses detached critic weights, so its backward pass computes no critic weight gradients.
+6. Target entropy ``-dim(A)`` (Haarnoja et al. 2018b, SB3, CleanRL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from advantage.algos.offpolicy_common import (
+    ContinuousPolicy,
+    Experience,
+    LeanAdam,
+    check_continuous_env,
+    check_finite,
+    load_learner,
+    load_policy,
+    save_learner,
+)
+from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
+from advantage.context import RunContext, Snapshot
+from advantage.math.q_targets import polyak_update, soft_q_target
+from advantage.nn.continuous import EnsembleQ, SquashedGaussianActor
+from advantage.registry import Algorithm, register
+
+
+@dataclass
+class SACAlgorithm:
+    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
+    learning_rate: float = option(
+        1e-3, "Adam learning rate (actor, critics, temperature)", lo=0, lo_open=True
+    )
+    buffer_size: int = option(1_000_000, "replay capacity (transitions)", lo=1)
+    learning_starts: int = option(1000, "environment steps of uniform random actions before learning", lo=1)
+    batch_size: int = option(256, "transitions per gradient step", lo=1)
+    train_freq: int = option(1, "environment steps between updates", lo=1)
+    gradient_steps: int = option(1, "gradient steps per update", lo=1)
+    tau: float = option(0.005, "Polyak weight of the target update", lo=0, hi=1, lo_open=True)
+    ent_coef: float | None = option(None, "fixed temperature α (null: learn it towards target_entropy)", lo=0)
+    ent_coef_init: float = option(1.0, "initial α when it is learned", lo=0, lo_open=True)
+    target_entropy: float | None = option(None, "target entropy (null: −dim(A), Haarnoja et al. 2018b)")
+    normalize_obs: bool = option(False, "normalize observations by running mean/std")
+    clip_obs: float = option(10.0, "clip normalized observations to ±clip_obs", lo=0, lo_open=True)
+
+
+@dataclass
+class SACModel:
+    actor_hidden: list[int] = field(default_factory=lambda: [256, 256], metadata={"help": "actor MLP sizes"})
+    critic_hidden: list[int] = field(
+        default_factory=lambda: [256, 256], metadata={"help": "critic MLP sizes"}
+    )
+
+
+@dataclass
+class SACConfig:
+    env: VecEnvConfig = section(VecEnvConfig)
+    algorithm: SACAlgorithm = section(SACAlgorithm)
+    model: SACModel = section(SACModel)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+    def problems(self) -> list[str]:
+        a, out = self.algorithm, []
+        if a.batch_size > a.buffer_size:
+            out.append(
+                f"algorithm.batch_size ({a.batch_size}) must be <= algorithm.buffer_size ({a.buffer_size})"
+            )
+        if a.learning_starts < a.batch_size:
+            out.append(
+                f"algorithm.learning_starts ({a.learning_starts}) must be >= algorithm.batch_size "
+                f"({a.batch_size}): the first update samples a full batch"
+            )
+        for name in ("actor_hidden", "critic_hidden"):
+            sizes = getattr(self.model, name)
+            if not sizes or min(sizes) < 1:
+                out.append(f"model.{name} must be a non-empty list of positive sizes, got {sizes}")
+        return out
+
+
+@dataclass
+class SACNets:
+    """The learner: actor, twin critics and their targets, the temperature and the two optimizers."""
+
+    actor: SquashedGaussianActor
+    critic: EnsembleQ
+    critic_target: EnsembleQ
+    log_alpha: torch.nn.Parameter
+    critic_opt: LeanAdam
+    actor_opt: LeanAdam  # actor parameters and log α: their losses touch disjoint parameters
+    target_entropy: float
+    learn_alpha: bool
+
+    targets: list[torch.nn.Parameter] = field(init=False, repr=False)
+    onlines: list[torch.nn.Parameter] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Parameter lists built once for the Polyak update (a module's .parameters() walks the tree).
+        self.targets, self.onlines = list(self.critic_target.parameters()), list(self.critic.parameters())
+
+    def modules(self) -> dict[str, torch.nn.Module]:
+        return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
+
+
+def make_nets(cfg: SACConfig, obs_dim: int, act_dim: int) -> SACNets:
+    a, m = cfg.algorithm, cfg.model
+    actor = SquashedGaussianActor(obs_dim, act_dim, list(m.actor_hidden))
+    critic = EnsembleQ(obs_dim, act_dim, list(m.critic_hidden), n=2)
+    critic_target = EnsembleQ(obs_dim, act_dim, list(m.critic_hidden), n=2)
+    critic_target.load_state_dict(critic.state_dict())
+    critic_target.requires_grad_(False)
+    learn_alpha = a.ent_coef is None
+    init = a.ent_coef_init if learn_alpha else max(float(a.ent_coef or 0.0), 1e-30)
+    log_alpha = torch.nn.Parameter(torch.log(torch.full((1,), float(init))), requires_grad=learn_alpha)
+    # LeanAdam: fused Adam without the per-call wrappers; one kernel updates every parameter.
+    critic_opt = LeanAdam(critic.parameters(), a.learning_rate)
+    actor_params = [*actor.parameters(), *([log_alpha] if learn_alpha else [])]
+    actor_opt = LeanAdam(actor_params, a.learning_rate)
+    target_entropy = float(-act_dim if a.target_entropy is None else a.target_entropy)
+    return SACNets(
+        actor, critic, critic_target, log_alpha, critic_opt, actor_opt, target_entropy, learn_alpha
+    )
+
+
+def update(
+    nets: SACNets, batch: tuple[torch.Tensor, ...], tau: float, step: int, metrics: bool = False
+) -> dict[str, torch.Tensor]:
+    """One SAC gradient step (critics, then actor and temperature, then the target critics) on a batch
+    ``(obs [B, O], actions [B, A], rewards [B], next_obs [B, O], terminated [B], discounts [B])``.
+    With ``metrics``, returns detached metric tensors (only asked for when a log row is due)."""
+    obs, actions, rewards, next_obs, terminated, discounts = batch
+    alpha = nets.log_alpha.detach().exp()  # [1]; the value before this step's temperature update
+    pi, logp = nets.actor(obs)  # [B, A], [B]: reused by the actor and the temperature losses
+    with torch.no_grad():
+        next_pi, next_logp = nets.actor(next_obs)
+        y = soft_q_target(
+            rewards, nets.critic_target(next_obs, next_pi), next_logp, terminated, discounts, alpha
+        )
+    q = nets.critic(obs, actions)  # [2, B]
+    critic_loss = 0.5 * ((q - y) ** 2).mean(-1).sum()  # ½ Σ_k MSE_k, as SB3
+    check_finite(step, "critic loss", critic_loss)
+    nets.critic_opt.zero_grad()
+    critic_loss.backward()
+    nets.critic_opt.step()
+
+    q_pi = nets.critic(obs, pi, detach=True).min(0).values  # [B], with the updated critics
+    actor_loss = (alpha * logp - q_pi).mean()
+    loss = actor_loss
+    if nets.learn_alpha:
+        alpha_loss = -(nets.log_alpha * (logp.detach() + nets.target_entropy)).mean()
+        loss = actor_loss + alpha_loss  # disjoint parameters: one backward, one fused Adam step
+    check_finite(step, "actor loss", loss)
+    nets.actor_opt.zero_grad()
+    loss.backward()
+    nets.actor_opt.step()
+    polyak_update(nets.targets, nets.onlines, tau)
+    if not metrics:
+        return {}
+    return {
+        "train/critic_loss": critic_loss.detach(),
+        "train/actor_loss": actor_loss.detach(),
+        "train/alpha": alpha,
+        "train/entropy": -logp.detach().mean(),
+        "train/q_mean": q.detach().mean(),
+    }
+
+
+def check_env(cfg: SACConfig, env: gym.Env) -> None:
+    check_continuous_env("sac", cfg, env)
+
+
+def train(cfg: SACConfig, ctx: RunContext) -> None:
+    a, t = cfg.algorithm, cfg.trainer
+    torch.set_num_threads(t.torch_threads)
+    torch.set_flush_denormal(True)  # tiny Adam moments turn denormal and slow CPU math down several-fold
+    torch.manual_seed(t.seed)
+    exp = Experience(cfg.env, a.buffer_size, a.gamma, t.seed, a.normalize_obs, a.clip_obs)
+    nets = make_nets(cfg, exp.obs_dim, exp.act_dim)
+    optimizers = {"critic_optim": nets.critic_opt.opt, "actor_optim": nets.actor_opt.opt}
+    modules = nets.modules()
+    next_train = a.learning_starts
+    if ctx.restored is not None:
+        ck, s = ctx.restored, ctx.restored.state["algo"]
+        load_learner(modules, optimizers, ck.tensors, s["learner"], str(ck.path))
+        with torch.no_grad():
+            nets.log_alpha.copy_(ck.tensors["log_alpha"])
+        exp.restore(ck.step, ck.tensors, s["experience"])
+        next_train = s["next_train"]
+
+    def snapshot() -> Snapshot:
+        tensors, meta = save_learner(modules, optimizers)
+        tensors |= exp.tensors() | {"log_alpha": nets.log_alpha.detach().clone()}
+        state = {"learner": meta, "experience": exp.state(), "next_train": next_train}
+        return Snapshot(ContinuousPolicy(nets.actor, exp.obs_norm, exp.action_space), tensors, state)
+
+    metrics: dict[str, torch.Tensor] = {}
+    next_log = exp.step - exp.step % t.log_every + t.log_every  # metrics are read on these steps only
+    while exp.step < t.total_steps:
+        # ---- act: uniform warm-up, then a sample of the policy ---------------------------------------
+        if exp.step < a.learning_starts:
+            actions = exp.random_actions()
+        else:
+            with torch.inference_mode():
+                actions = nets.actor(exp.obs_tensor())[0].numpy()
+        exp.env_step(actions, ctx)
+
+        # ---- learn: gradient_steps updates every train_freq steps once learning_starts is reached ------
+        while exp.step >= next_train:
+            next_train += a.train_freq
+            for _ in range(a.gradient_steps):
+                metrics = update(nets, exp.sample(a.batch_size), a.tau, exp.step, exp.step >= next_log)
+        if metrics and exp.step >= next_log:
+            next_log = exp.step - exp.step % t.log_every + t.log_every
+            ctx.log(exp.step, {k: float(v) for k, v in metrics.items()})
+        if ctx.tick(exp.step, snapshot):
+            break
+    ctx.finish(exp.step, snapshot())
+    exp.close()
+
+
+def _policy(cfg: SACConfig, env: gym.Env, tensors: Any) -> ContinuousPolicy:
+    obs_dim, act_dim = (int(np.prod(s.shape)) for s in (env.observation_space, env.action_space))
+    actor = SquashedGaussianActor(obs_dim, act_dim, list(cfg.model.actor_hidden))
+    return load_policy(actor, cfg.algorithm.normalize_obs, cfg.algorithm.clip_obs, env, tensors)
+
+
+_MUJOCO = {
+    "env.num_envs": 1,
+    "algorithm.learning_rate": 3e-4,
+    "algorithm.learning_starts": 10_000,
+    "algorithm.buffer_size": 1_000_000,
+    "model.actor_hidden": [256, 256],
+    "model.critic_hidden": [256, 256],
+    "trainer.total_steps": 1_000_000,
+    "trainer.eval_every": 10_000,
+    "trainer.eval_episodes": 10,
+}
+PRESETS = {
+    "pendulum": Preset(
+        "Pendulum-v1 in 20k steps, tuned for wall-clock time (64-64 networks); the default",
+        {
+            "env.id": "Pendulum-v1",
+            "env.num_envs": 1,
+            "algorithm.learning_rate": 1e-3,
+            "algorithm.learning_starts": 1000,
+            "model.actor_hidden": [64, 64],
+            "model.critic_hidden": [64, 64],
+            "trainer.total_steps": 20_000,
+            "trainer.eval_episodes": 10,
+        },
+    ),
+    "zoo_pendulum": Preset(
+        "rl-baselines3-zoo's Pendulum-v1 SAC settings (256-256, lr 1e-3, learning_starts 100, 20k steps)",
+        {
+            "env.id": "Pendulum-v1",
+            "env.num_envs": 1,
+            "algorithm.learning_rate": 1e-3,
+            "algorithm.learning_starts": 256,  # zoo: 100 (SB3 then waits for a batch); ours needs a batch
+            "model.actor_hidden": [256, 256],
+            "model.critic_hidden": [256, 256],
+            "trainer.total_steps": 20_000,
+            "trainer.eval_episodes": 10,
+        },
+    ),
+    "mujoco": Preset(
+        "MuJoCo locomotion (HalfCheetah-v5; also Hopper-v5, Walker2d-v5, Ant-v5 via env.id; needs the "
+        "mujoco extra): Haarnoja et al. 2018 / rl-baselines3-zoo settings, 1M steps",
+        {"env.id": "HalfCheetah-v5", **_MUJOCO},
+    ),
+    "hopper": Preset("Hopper-v5 with the mujoco settings", {"env.id": "Hopper-v5", **_MUJOCO}),
+    "walker2d": Preset("Walker2d-v5 with the mujoco settings", {"env.id": "Walker2d-v5", **_MUJOCO}),
+    "ant": Preset("Ant-v5 with the mujoco settings", {"env.id": "Ant-v5", **_MUJOCO}),
+}
+
+register(
+    Algorithm(
+        name="sac",
+        summary="Soft Actor-Critic: twin critics, learned temperature, tanh-Gaussian policy (Box actions)",
+        config=SACConfig,
+        train=train,
+        policy=_policy,
+        check_env=check_env,
+        presets=PRESETS,
+        defaults=dict(PRESETS["pendulum"].overrides),
+    )
+)

@@ -1,0 +1,312 @@
+r"""Twin Delayed DDPG, TD3 (Fujimoto, van Hoof & Meger 2018, "Addressing Function Approximation Error in
+Actor-Critic Methods") (SPEC P7).
+
+TD3 is DDPG (:mod:`advantage.algos.ddpg`) with three changes, each aimed at the overestimation that an actor
+climbing a single critic's errors builds up — the continuous-action cousin of the max-bias seed 000
+explains for DQN:
+
+1. **Clipped double-Q**: twin critics, and the target takes their minimum
+   (:func:`advantage.math.q_targets.clipped_double_q_target`):
+   :math:`y = r + \gamma(1-d)\min_{k=1,2} Q_{\bar\theta_k}(s', \tilde a')`.
+2. **Target policy smoothing**: :math:`\tilde a' = \operatorname{clip}(\mu_{\bar\phi}(s') +
+   \operatorname{clip}(\varepsilon, -c, c), -1, 1)`, :math:`\varepsilon \sim N(0, \tilde\sigma^2)` with
+   :math:`\tilde\sigma = 0.2`, :math:`c = 0.5` (in normalized action units): the target averages the
+   critic over a small neighbourhood of the action, so a narrow peak of critic error is not exploited.
+3. **Delayed actor updates**: the actor and all target networks are updated once every
+   ``policy_delay = 2`` critic updates, so the actor climbs a critic whose error has had time to shrink.
+
+Losses per gradient step (:func:`update`): critics :math:`\sum_k \text{MSE}(Q_{\theta_k}(s, a), y)` (SB3's
+sum over critics); actor, on delayed steps, :math:`-\frac1B\sum Q_{\theta_1}(s, \mu_\phi(s))` (the first
+critic only, as the paper); then Polyak averaging of the actor and critic targets with ``tau``.
+
+Implementation details: actions normalized to ``[-1, 1]`` (SB3); uniform random actions before
+``learning_starts``; Gaussian exploration noise ``exploration_noise`` (0.1, the paper's) added to the
+actor's action and clipped; both critics in one batched pass (:class:`advantage.nn.continuous.EnsembleQ`);
+the actor loss uses detached critic weights (no critic weight gradients computed for it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from advantage.algos.offpolicy_common import (
+    ContinuousPolicy,
+    Experience,
+    LeanAdam,
+    check_continuous_env,
+    check_finite,
+    load_learner,
+    load_policy,
+    save_learner,
+)
+from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
+from advantage.context import RunContext, Snapshot
+from advantage.math.q_targets import clipped_double_q_target, polyak_update
+from advantage.nn.continuous import DeterministicActor, EnsembleQ
+from advantage.registry import Algorithm, register
+
+
+@dataclass
+class TD3Algorithm:
+    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
+    learning_rate: float = option(1e-3, "Adam learning rate (actor and critics)", lo=0, lo_open=True)
+    buffer_size: int = option(1_000_000, "replay capacity (transitions)", lo=1)
+    learning_starts: int = option(1000, "environment steps of uniform random actions before learning", lo=1)
+    batch_size: int = option(256, "transitions per gradient step", lo=1)
+    train_freq: int = option(1, "environment steps between updates", lo=1)
+    gradient_steps: int = option(1, "gradient steps per update", lo=1)
+    tau: float = option(0.005, "Polyak weight of the target update", lo=0, hi=1, lo_open=True)
+    exploration_noise: float = option(0.1, "std of the Gaussian exploration noise (normalized units)", lo=0)
+    policy_noise: float = option(0.2, "std of the target policy smoothing noise (normalized units)", lo=0)
+    noise_clip: float = option(0.5, "clip of the target policy smoothing noise", lo=0)
+    policy_delay: int = option(2, "critic updates per actor (and target) update", lo=1)
+    normalize_obs: bool = option(False, "normalize observations by running mean/std")
+    clip_obs: float = option(10.0, "clip normalized observations to ±clip_obs", lo=0, lo_open=True)
+
+
+@dataclass
+class TD3Model:
+    actor_hidden: list[int] = field(default_factory=lambda: [400, 300], metadata={"help": "actor MLP sizes"})
+    critic_hidden: list[int] = field(
+        default_factory=lambda: [400, 300], metadata={"help": "critic MLP sizes"}
+    )
+
+
+@dataclass
+class TD3Config:
+    env: VecEnvConfig = section(VecEnvConfig)
+    algorithm: TD3Algorithm = section(TD3Algorithm)
+    model: TD3Model = section(TD3Model)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+    def problems(self) -> list[str]:
+        a, out = self.algorithm, []
+        if a.batch_size > a.buffer_size:
+            out.append(
+                f"algorithm.batch_size ({a.batch_size}) must be <= algorithm.buffer_size ({a.buffer_size})"
+            )
+        if a.learning_starts < a.batch_size:
+            out.append(
+                f"algorithm.learning_starts ({a.learning_starts}) must be >= algorithm.batch_size "
+                f"({a.batch_size}): the first update samples a full batch"
+            )
+        for name in ("actor_hidden", "critic_hidden"):
+            sizes = getattr(self.model, name)
+            if not sizes or min(sizes) < 1:
+                out.append(f"model.{name} must be a non-empty list of positive sizes, got {sizes}")
+        return out
+
+
+@dataclass
+class TD3Nets:
+    actor: DeterministicActor
+    actor_target: DeterministicActor
+    critic: EnsembleQ
+    critic_target: EnsembleQ
+    actor_opt: LeanAdam
+    critic_opt: LeanAdam
+    updates: int = 0  # critic updates so far; the actor moves on every policy_delay-th
+
+    targets: list[torch.nn.Parameter] = field(init=False, repr=False)
+    onlines: list[torch.nn.Parameter] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Parameter lists built once for the Polyak update (a module's .parameters() walks the tree).
+        self.targets = [*self.critic_target.parameters(), *self.actor_target.parameters()]
+        self.onlines = [*self.critic.parameters(), *self.actor.parameters()]
+
+    def modules(self) -> dict[str, torch.nn.Module]:
+        return {
+            "actor": self.actor,
+            "actor_target": self.actor_target,
+            "critic": self.critic,
+            "critic_target": self.critic_target,
+        }
+
+
+def make_nets(cfg: TD3Config, obs_dim: int, act_dim: int, n_critics: int = 2) -> TD3Nets:
+    a, m = cfg.algorithm, cfg.model
+    actor = DeterministicActor(obs_dim, act_dim, list(m.actor_hidden))
+    actor_target = DeterministicActor(obs_dim, act_dim, list(m.actor_hidden))
+    critic = EnsembleQ(obs_dim, act_dim, list(m.critic_hidden), n=n_critics)
+    critic_target = EnsembleQ(obs_dim, act_dim, list(m.critic_hidden), n=n_critics)
+    for online, target in ((actor, actor_target), (critic, critic_target)):
+        target.load_state_dict(online.state_dict())
+        target.requires_grad_(False)
+    return TD3Nets(
+        actor,
+        actor_target,
+        critic,
+        critic_target,
+        LeanAdam(actor.parameters(), a.learning_rate),
+        LeanAdam(critic.parameters(), a.learning_rate),
+    )
+
+
+def update(
+    nets: TD3Nets, batch: tuple[torch.Tensor, ...], a: TD3Algorithm, step: int, metrics: bool = False
+) -> dict[str, torch.Tensor]:
+    """One TD3 gradient step on ``(obs [B, O], actions [B, A], rewards [B], next_obs [B, O], terminated [B],
+    discounts [B])``: the critics always; the actor and the targets every ``policy_delay``-th call."""
+    obs, actions, rewards, next_obs, terminated, discounts = batch
+    with torch.no_grad():
+        noise = (torch.randn_like(actions) * a.policy_noise).clamp_(-a.noise_clip, a.noise_clip)
+        next_actions = (nets.actor_target(next_obs) + noise).clamp_(-1.0, 1.0)  # target policy smoothing
+        y = clipped_double_q_target(
+            rewards, nets.critic_target(next_obs, next_actions), terminated, discounts
+        )
+    q = nets.critic(obs, actions)  # [2, B]
+    critic_loss = ((q - y) ** 2).mean(-1).sum()  # Σ_k MSE_k, as SB3
+    check_finite(step, "critic loss", critic_loss)
+    nets.critic_opt.zero_grad()
+    critic_loss.backward()
+    nets.critic_opt.step()
+    nets.updates += 1
+    out = {"train/critic_loss": critic_loss.detach(), "train/q_mean": q.detach().mean()} if metrics else {}
+    if nets.updates % a.policy_delay == 0:
+        actor_loss = -nets.critic(obs, nets.actor(obs), first_only=True, detach=True).mean()
+        check_finite(step, "actor loss", actor_loss)
+        nets.actor_opt.zero_grad()
+        actor_loss.backward()
+        nets.actor_opt.step()
+        polyak_update(nets.targets, nets.onlines, a.tau)  # critic and actor targets in one call
+        if metrics:
+            out["train/actor_loss"] = actor_loss.detach()
+    return out
+
+
+def check_env(cfg: TD3Config, env: gym.Env) -> None:
+    check_continuous_env("td3", cfg, env)
+
+
+def train(cfg: TD3Config, ctx: RunContext) -> None:
+    a, t = cfg.algorithm, cfg.trainer
+    torch.set_num_threads(t.torch_threads)
+    torch.set_flush_denormal(True)  # tiny Adam moments turn denormal and slow CPU math down several-fold
+    torch.manual_seed(t.seed)
+    exp = Experience(cfg.env, a.buffer_size, a.gamma, t.seed, a.normalize_obs, a.clip_obs)
+    nets = make_nets(cfg, exp.obs_dim, exp.act_dim)
+    optimizers = {"actor_optim": nets.actor_opt.opt, "critic_optim": nets.critic_opt.opt}
+    modules = nets.modules()
+    next_train = a.learning_starts
+    if ctx.restored is not None:
+        ck, s = ctx.restored, ctx.restored.state["algo"]
+        load_learner(modules, optimizers, ck.tensors, s["learner"], str(ck.path))
+        exp.restore(ck.step, ck.tensors, s["experience"])
+        next_train, nets.updates = s["next_train"], s["updates"]
+
+    def snapshot() -> Snapshot:
+        tensors, meta = save_learner(modules, optimizers)
+        state = {
+            "learner": meta,
+            "experience": exp.state(),
+            "next_train": next_train,
+            "updates": nets.updates,
+        }
+        return Snapshot(
+            ContinuousPolicy(nets.actor, exp.obs_norm, exp.action_space), tensors | exp.tensors(), state
+        )
+
+    metrics: dict[str, torch.Tensor] = {}
+    next_log = exp.step - exp.step % t.log_every + t.log_every  # metrics are read on these steps only
+    while exp.step < t.total_steps:
+        # ---- act: uniform warm-up, then the actor's action plus Gaussian noise ------------------------
+        if exp.step < a.learning_starts:
+            actions = exp.random_actions()
+        else:
+            with torch.inference_mode():
+                mu = nets.actor(exp.obs_tensor()).numpy()
+            actions = exp.gaussian_noise(mu, a.exploration_noise)
+        exp.env_step(actions, ctx)
+
+        # ---- learn ---------------------------------------------------------------------------------
+        while exp.step >= next_train:
+            next_train += a.train_freq
+            for _ in range(a.gradient_steps):
+                row = update(nets, exp.sample(a.batch_size), a, exp.step, exp.step >= next_log)
+                metrics |= row
+        if metrics and exp.step >= next_log:
+            next_log = exp.step - exp.step % t.log_every + t.log_every
+            ctx.log(exp.step, {k: float(v) for k, v in metrics.items()})
+            metrics = {}
+        if ctx.tick(exp.step, snapshot):
+            break
+    ctx.finish(exp.step, snapshot())
+    exp.close()
+
+
+def _policy(cfg: TD3Config, env: gym.Env, tensors: Any) -> ContinuousPolicy:
+    obs_dim, act_dim = (int(np.prod(s.shape)) for s in (env.observation_space, env.action_space))
+    actor = DeterministicActor(obs_dim, act_dim, list(cfg.model.actor_hidden))
+    return load_policy(actor, cfg.algorithm.normalize_obs, cfg.algorithm.clip_obs, env, tensors)
+
+
+_MUJOCO = {
+    "env.num_envs": 1,
+    "algorithm.learning_rate": 1e-3,
+    "algorithm.learning_starts": 10_000,
+    "algorithm.buffer_size": 1_000_000,
+    "model.actor_hidden": [400, 300],
+    "model.critic_hidden": [400, 300],
+    "trainer.total_steps": 1_000_000,
+    "trainer.eval_every": 10_000,
+    "trainer.eval_episodes": 10,
+}
+PRESETS = {
+    "pendulum": Preset(
+        "Pendulum-v1 in 20k steps, tuned for wall-clock time (64-64 networks, batch 128); the default",
+        {
+            "env.id": "Pendulum-v1",
+            "env.num_envs": 1,
+            "algorithm.gamma": 0.98,
+            "algorithm.learning_rate": 1e-3,
+            "algorithm.learning_starts": 1000,
+            "algorithm.batch_size": 128,  # Fujimoto et al. 2018 use 100; half of 256's compute per update
+            "model.actor_hidden": [64, 64],
+            "model.critic_hidden": [64, 64],
+            "trainer.total_steps": 20_000,
+            "trainer.eval_episodes": 10,
+        },
+    ),
+    "zoo_pendulum": Preset(
+        "rl-baselines3-zoo's Pendulum-v1 TD3 settings (400-300, γ 0.98, learning_starts 10k, 20k steps)",
+        {
+            "env.id": "Pendulum-v1",
+            "env.num_envs": 1,
+            "algorithm.gamma": 0.98,
+            "algorithm.learning_rate": 1e-3,
+            "algorithm.buffer_size": 200_000,
+            "algorithm.learning_starts": 10_000,
+            "model.actor_hidden": [400, 300],
+            "model.critic_hidden": [400, 300],
+            "trainer.total_steps": 20_000,
+            "trainer.eval_episodes": 10,
+        },
+    ),
+    "mujoco": Preset(
+        "MuJoCo locomotion (HalfCheetah-v5; also Hopper-v5, Walker2d-v5, Ant-v5 via env.id; needs the "
+        "mujoco extra): Fujimoto et al. 2018 / rl-baselines3-zoo settings, 1M steps",
+        {"env.id": "HalfCheetah-v5", **_MUJOCO},
+    ),
+    "hopper": Preset("Hopper-v5 with the mujoco settings", {"env.id": "Hopper-v5", **_MUJOCO}),
+    "walker2d": Preset("Walker2d-v5 with the mujoco settings", {"env.id": "Walker2d-v5", **_MUJOCO}),
+    "ant": Preset("Ant-v5 with the mujoco settings", {"env.id": "Ant-v5", **_MUJOCO}),
+}
+
+register(
+    Algorithm(
+        name="td3",
+        summary="TD3: DDPG + clipped double-Q, target policy smoothing, delayed actor updates (Box actions)",
+        config=TD3Config,
+        train=train,
+        policy=_policy,
+        check_env=check_env,
+        presets=PRESETS,
+        defaults=dict(PRESETS["pendulum"].overrides),
+    )
+)
