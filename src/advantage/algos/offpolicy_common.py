@@ -38,6 +38,26 @@ from advantage.nn.policy import ObsNormalizer
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
 
+def config_problems(cfg: Any) -> list[str]:
+    """Cross-field checks shared by the ddpg, td3 and sac configs: the batch fits in the buffer, the first
+    update has a full batch, and both network size lists are non-empty and positive."""
+    a, out = cfg.algorithm, []
+    if a.batch_size > a.buffer_size:
+        out.append(
+            f"algorithm.batch_size ({a.batch_size}) must be <= algorithm.buffer_size ({a.buffer_size})"
+        )
+    if a.learning_starts < a.batch_size:
+        out.append(
+            f"algorithm.learning_starts ({a.learning_starts}) must be >= algorithm.batch_size "
+            f"({a.batch_size}): the first update samples a full batch"
+        )
+    for name in ("actor_hidden", "critic_hidden"):
+        sizes = getattr(cfg.model, name)
+        if not sizes or min(sizes) < 1:
+            out.append(f"model.{name} must be a non-empty list of positive sizes, got {sizes}")
+    return out
+
+
 def check_continuous_env(algo: str, cfg: Any, env: gym.Env) -> None:
     """Raise :class:`EnvError` unless ``env`` has a bounded ``Box`` action space and a ``Box`` observation
     space: the actor's ``tanh`` output is mapped onto ``[low, high]``, which must be finite."""

@@ -40,6 +40,7 @@ from advantage.algos.offpolicy_common import (
     LeanAdam,
     check_continuous_env,
     check_finite,
+    config_problems,
     load_learner,
     load_policy,
     save_learner,
@@ -85,21 +86,7 @@ class TD3Config:
     trainer: TrainerConfig = section(TrainerConfig)
 
     def problems(self) -> list[str]:
-        a, out = self.algorithm, []
-        if a.batch_size > a.buffer_size:
-            out.append(
-                f"algorithm.batch_size ({a.batch_size}) must be <= algorithm.buffer_size ({a.buffer_size})"
-            )
-        if a.learning_starts < a.batch_size:
-            out.append(
-                f"algorithm.learning_starts ({a.learning_starts}) must be >= algorithm.batch_size "
-                f"({a.batch_size}): the first update samples a full batch"
-            )
-        for name in ("actor_hidden", "critic_hidden"):
-            sizes = getattr(self.model, name)
-            if not sizes or min(sizes) < 1:
-                out.append(f"model.{name} must be a non-empty list of positive sizes, got {sizes}")
-        return out
+        return config_problems(self)
 
 
 @dataclass
