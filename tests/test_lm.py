@@ -212,10 +212,21 @@ def test_batched_left_padded_logprobs_equal_unpadded(tok, arch, response_pad_mas
     assert logp[:, 0].max() < -0.5  # log-probs of a random 24-token model, not zeros
 
 
-def test_logits_only_for_response_positions(tok):
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "transformers"])
+def test_logits_only_for_response_positions(tok, lean, monkeypatch):
+    from advantage.nn.lean import LeanDecoder
+
+    monkeypatch.setenv("ADVANTAGE_LEAN", "1" if lean else "0")
     model = tiny("qwen2", tok)
     ids, mask, p = batch([tok.encode("12345678")], [tok.encode("9")], 0)
     seen = []
+    record = LeanDecoder.logits
+
+    def logits(self, hidden):
+        seen.append(tuple(hidden.shape))
+        return record(self, hidden)
+
+    monkeypatch.setattr(LeanDecoder, "logits", logits)
     handle = model.lm_head.register_forward_hook(lambda mod, inp, out: seen.append(tuple(inp[0].shape)))
     try:
         sequence_logprobs(model, ids, mask, response_start=p)

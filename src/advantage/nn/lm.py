@@ -39,6 +39,7 @@ __all__ = [
     "position_ids_from_mask",
     "response_mask",
     "sequence_logprobs",
+    "token_logprobs",
 ]
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0..3, in this order
@@ -349,6 +350,16 @@ def sequence_logprobs(
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     keep = torch.arange(response_start - 1, length - 1, device=input_ids.device)  # [T]
+    targets = input_ids[:, response_start:]  # [B, T]
+    from advantage.nn.lean import lean_decoder, padded_causal_mask
+
+    lean = lean_decoder(model)
+    if lean is not None:  # the same function with less framework work per call (advantage.nn.lean)
+        dtype = model.get_input_embeddings().weight.dtype
+        mask = padded_causal_mask(attention_mask, dtype)
+        hidden = lean.hidden(input_ids, position_ids_from_mask(attention_mask), mask)[:, keep]  # [B, T, H]
+        logp = token_logprobs(lean.logits(hidden), targets, temperature)
+        return (logp, hidden) if return_hidden else logp
     kwargs: dict[str, Any] = {"use_cache": False, "output_hidden_states": return_hidden}
     if forward_accepts(model, "logits_to_keep"):
         kwargs["logits_to_keep"] = keep
@@ -359,13 +370,21 @@ def sequence_logprobs(
         **kwargs,
     )
     logits = out.logits if "logits_to_keep" in kwargs else out.logits[:, keep]  # [B, T, V]
-    logits = logits.float() / temperature
-    targets = input_ids[:, response_start:]  # [B, T]
-    # gather − logsumexp equals log_softmax(...).gather but never materialises a second [B, T, V] tensor.
-    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+    logp = token_logprobs(logits, targets, temperature)
     if return_hidden:
         return logp, out.hidden_states[-1][:, keep]  # hidden_states[-1] is after the final norm
     return logp
+
+
+def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:
+    r"""``log_softmax(logits / τ)[target]`` in fp32: logits ``[..., V]``, targets ``[...]`` → ``[...]``.
+
+    ``gather − logsumexp`` equals ``log_softmax(...).gather`` but never materialises a second ``[..., V]``
+    tensor."""
+    z = logits.float()
+    if temperature != 1.0:
+        z = z / temperature
+    return z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - z.logsumexp(-1)
 
 
 def response_mask(response_ids: Tensor, eos_id: int, valid: Tensor | None = None) -> Tensor:

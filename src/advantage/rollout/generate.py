@@ -6,7 +6,9 @@ pass over ``output_scores``), and its per-step logits-processor and stopping-cri
 than the forward pass of a small model (``benchmarks/lm_sampling.py`` measures the difference).
 
 The loop: one prefill forward over the left-padded prompts (position ids from the mask, as in
-:func:`advantage.nn.lm.sequence_logprobs`), then one token per step with ``DynamicCache``. Outputs are
+:func:`advantage.nn.lm.sequence_logprobs`), then one token per step with a key/value cache: the
+preallocated cache of :mod:`advantage.nn.lean` for Qwen2/Llama models, ``DynamicCache`` through the
+transformers forward for any other causal LM. Outputs are
 written into preallocated ``[B, max_new_tokens]`` buffers; the only host sync per step is the
 "every row finished" check. Finished rows keep emitting ``pad_id`` (ignored by the mask).
 """
@@ -208,13 +210,77 @@ def _top_k_top_p(z: Tensor, top_k: int, top_p: float) -> Tensor:
     return z
 
 
-def _new_cache(model: PreTrainedModel) -> Any:
-    from transformers import DynamicCache
+class _HFStepper:
+    """Decoding through the transformers forward with a ``DynamicCache`` (any causal LM)."""
 
-    try:
-        return DynamicCache(config=model.config)
-    except TypeError:  # transformers < 4.56 takes no config
-        return DynamicCache()
+    def __init__(self, model: PreTrainedModel, mask: Tensor):
+        from transformers import DynamicCache
+
+        self.model = model
+        try:
+            self.cache = DynamicCache(config=model.config)
+        except TypeError:  # transformers < 4.56 takes no config
+            self.cache = DynamicCache()
+        self.cache_key = "cache" if forward_accepts(model, "cache") else "past_key_values"  # renamed in v5
+        # logits for the last position only: the vocabulary projection of the prompt is wasted work
+        self.last_only = {"logits_to_keep": 1} if forward_accepts(model, "logits_to_keep") else {}
+        self.mask, self.step_mask = mask, _decode_mask(model, mask)
+        self.can_drop = hasattr(self.cache, "batch_select_indices")
+
+    def _forward(self, ids: Tensor, mask: Tensor, pos: Tensor) -> Tensor:
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            use_cache=True,
+            **self.last_only,
+            **{self.cache_key: self.cache},
+        )
+        return out.logits[:, -1]
+
+    def prefill(self, prompt_ids: Tensor, prompt_mask: Tensor) -> Tensor:
+        plen = prompt_ids.shape[1]
+        return self._forward(prompt_ids, self.mask[:, :plen], position_ids_from_mask(prompt_mask))
+
+    def step(self, tok: Tensor, pos: Tensor, length: int) -> Tensor:
+        """Logits ``[A, V]`` after appending ``tok`` ``[A]`` at positions ``pos`` ``[A, 1]``; ``length``:
+        the sequence length including ``tok``."""
+        return self._forward(tok[:, None], self.step_mask[..., :length], pos)
+
+    def select(self, rows: Tensor) -> None:
+        self.cache.batch_select_indices(rows)
+        self.step_mask = self.step_mask[rows]
+
+
+class _LeanStepper:
+    """Decoding through :class:`~advantage.nn.lean.LeanDecoder`: fused weights computed once per call, a
+    preallocated key/value cache written in place, the decode mask built once."""
+
+    def __init__(self, lean: Any, mask: Tensor, dtype: torch.dtype):
+        from advantage.nn.lean import additive_mask
+
+        self.lean, self.weights = lean, lean.weights()
+        self.mask = mask
+        self.cache = lean.new_cache(mask.shape[0], mask.shape[1])
+        self.step_mask = additive_mask(mask.bool(), dtype)[:, None, None, :]  # [B, 1, 1, P + N]
+        self.can_drop = True
+
+    def prefill(self, prompt_ids: Tensor, prompt_mask: Tensor) -> Tensor:
+        from advantage.nn.lean import padded_causal_mask
+
+        mask = padded_causal_mask(prompt_mask, self.step_mask.dtype)
+        pos = position_ids_from_mask(prompt_mask)
+        h = self.lean.hidden(prompt_ids, pos, mask, weights=self.weights, cache=self.cache)
+        return self.lean.logits(h[:, -1])
+
+    def step(self, tok: Tensor, pos: Tensor, length: int) -> Tensor:
+        mask = self.step_mask[..., :length]
+        h = self.lean.hidden(tok[:, None], pos, mask, weights=self.weights, cache=self.cache)
+        return self.lean.logits(h[:, -1])
+
+    def select(self, rows: Tensor) -> None:
+        self.cache.select(rows)
+        self.step_mask = self.step_mask[rows]
 
 
 def _decode_mask(model: PreTrainedModel, mask: Tensor) -> Tensor:
@@ -267,41 +333,36 @@ def generate(
         )
     if not bool(prompt_mask[:, -1].all()):
         raise ValueError("prompts must be left-padded: prompt_mask[:, -1] must be 1 for every row")
+    from advantage.nn.lean import lean_decoder
+
     batch, plen = prompt_ids.shape
     n_new = params.max_new_tokens
     device = prompt_ids.device
-    cache_key = "cache" if forward_accepts(model, "cache") else "past_key_values"  # renamed in transformers 5
-    cache = _new_cache(model)
-    # logits for the last position only: the vocabulary projection of the prompt is wasted work
-    last_only = {"logits_to_keep": 1} if forward_accepts(model, "logits_to_keep") else {}
 
     tokens = torch.full((batch, n_new), pad_id, dtype=torch.long, device=device)  # [B, N]
     logps = torch.zeros((batch, n_new), dtype=torch.float32, device=device)  # [B, N]
     finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [B]
-    # The mask over prompt + generated tokens, preallocated; step t passes the view [..., :P + t + 1].
+    # The mask over prompt + generated tokens, preallocated; step t attends to [..., :P + t + 1].
     # Finished rows keep attending to their pads, harmlessly: nothing they produce is kept.
     mask = torch.ones((batch, plen + n_new), dtype=torch.long, device=device)
     mask[:, :plen] = prompt_mask
-    step_mask = _decode_mask(model, mask)
+    lean = lean_decoder(model)
+    stepper: Any = (
+        _LeanStepper(lean, mask, model.get_input_embeddings().weight.dtype)
+        if lean is not None
+        else _HFStepper(model, mask)
+    )
     next_pos = prompt_mask.long().sum(-1, keepdim=True)  # [B, 1] position of the first response token
 
     # Rows that have ended leave the batch: once a quarter of the rows still decoding have emitted EOS,
     # the cache, mask and positions keep only the others (GRPO batches end at very different lengths, and
     # decoding finished rows was most of the work). `active` maps cache rows to output rows.
     active = torch.arange(batch, device=device)
-    can_drop = hasattr(cache, "batch_select_indices")
     steps = 0
     with torch.inference_mode():
-        out = model(
-            input_ids=prompt_ids,
-            attention_mask=mask[:, :plen],
-            position_ids=position_ids_from_mask(prompt_mask),
-            use_cache=True,
-            **last_only,
-            **{cache_key: cache},
-        )
+        logits = stepper.prefill(prompt_ids, prompt_mask)
         for t in range(n_new):
-            tok, lp = sample_tokens(out.logits[:, -1], params, generator)  # [A]
+            tok, lp = sample_tokens(logits, params, generator)  # [A]
             done = finished[active]  # [A]
             tok = tok.masked_fill(done, pad_id)
             tokens[active, t] = tok
@@ -312,19 +373,11 @@ def generate(
             n_done = int(done.sum())  # the one host sync per step
             if steps == n_new or n_done == len(active):
                 break
-            if can_drop and 4 * n_done >= len(active):
+            if stepper.can_drop and 4 * n_done >= len(active):
                 keep = (~done).nonzero().squeeze(-1)
-                cache.batch_select_indices(keep)
-                active, tok = active[keep], tok[keep]
-                step_mask, next_pos = step_mask[keep], next_pos[keep]
-            out = model(
-                input_ids=tok[:, None],
-                attention_mask=step_mask[..., : plen + steps],
-                position_ids=next_pos + t,
-                use_cache=True,
-                **last_only,
-                **{cache_key: cache},
-            )
+                stepper.select(keep)
+                active, tok, next_pos = active[keep], tok[keep], next_pos[keep]
+            logits = stepper.step(tok, next_pos + t, plen + steps)
 
     response_ids = tokens[:, :steps]
     rmask = response_mask(response_ids, eos_id)  # [B, T]

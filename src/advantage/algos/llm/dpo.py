@@ -272,7 +272,13 @@ def packable(model: torch.nn.Module) -> bool:
 
 def packed_hidden(decoder: torch.nn.Module, packed: PackedPrompts) -> Tensor:
     """Final-norm hidden states ``[R * L, H]`` of a packed batch (``decoder``: the transformer without the
-    LM head)."""
+    LM head). Qwen2/Llama decoders go through the lean forward (:mod:`advantage.nn.lean`)."""
+    from advantage.nn.lean import lean_decoder
+
+    lean = lean_decoder(decoder)
+    if lean is not None:
+        h = lean.hidden(packed.input_ids, packed.position_ids, packed.attention_mask)
+        return h.reshape(-1, h.shape[-1])
     out = decoder(
         input_ids=packed.input_ids,
         attention_mask=packed.attention_mask,

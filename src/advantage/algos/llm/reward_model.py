@@ -160,16 +160,21 @@ class RewardModel(nn.Module):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """Rewards ``[S]`` (fp32) of sequences ``[S, L]``, any padding side."""
+        from advantage.nn.lean import lean_decoder, padded_causal_mask
         from advantage.nn.lm import position_ids_from_mask
 
-        out = self._base().base_model(  # the transformer without the LM head: final-norm hidden states
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids_from_mask(attention_mask),
-            use_cache=False,
-        )
+        decoder = self._base().base_model  # the transformer without the LM head: final-norm hidden states
+        positions = position_ids_from_mask(attention_mask)
+        lean = lean_decoder(decoder)
+        if lean is not None:  # the same function with less framework work per call (advantage.nn.lean)
+            mask = padded_causal_mask(attention_mask, decoder.embed_tokens.weight.dtype)
+            hidden = lean.hidden(input_ids, positions, mask)
+        else:
+            hidden = decoder(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False
+            ).last_hidden_state
         idx = last_token_index(attention_mask)  # [S]
-        h = out.last_hidden_state[torch.arange(len(idx), device=idx.device), idx]  # [S, H]
+        h = hidden[torch.arange(len(idx), device=idx.device), idx]  # [S, H]
         return self.head(h.float()).squeeze(-1)
 
     def packable(self) -> bool:

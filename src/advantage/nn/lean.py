@@ -1,0 +1,278 @@
+r"""A lean forward pass for Qwen2 and Llama decoders: the same function as the transformers modules, on
+the model's own parameters, with a fraction of the Python work per call.
+
+For the small models of RL post-training on a CPU (and for decoding one token at a time anywhere), a
+transformers forward is dominated by framework overhead, not arithmetic: a module call per projection,
+the causal-mask factory, the rotary module and a growing ``DynamicCache`` per step. This module computes
+
+.. math::
+    x_0 = E[\text{ids}], \qquad
+    x \leftarrow x + W_o\,\mathrm{Attn}\big(\mathrm{RoPE}(W_{qkv}\,\mathrm{RMSNorm}(x))\big), \qquad
+    x \leftarrow x + W_d\big(\mathrm{silu}(W_g h) \odot W_u h\big),\ h = \mathrm{RMSNorm}(x)
+
+per layer, then the final RMSNorm, with the query/key/value (and gate/up) projections as one matmul each,
+rotary tables built once and indexed by position, one ``scaled_dot_product_attention`` call per layer
+(grouped-query attention included) and, for decoding, a preallocated key/value cache written in place.
+The parameters are read from the modules at every call, so gradients reach the model's own
+``nn.Parameter`` objects and an optimizer built on ``model.parameters()`` trains it as usual.
+
+Equality with the transformers forward (hidden states, log-probs and gradients, to 1e-5, Qwen2 and Llama,
+grouped-query attention, left padding, packed rows, decoding with the cache) is tested in
+``tests/test_lean.py``. :func:`lean_decoder` returns ``None`` for anything it does not reproduce exactly
+(other architectures, RoPE scaling, sliding windows, LoRA-wrapped projections, attention dropout while
+training, gradient checkpointing), and callers then use the transformers forward. ``ADVANTAGE_LEAN=0`` in
+the environment turns the lean path off everywhere (to compare, or to rule it out when debugging).
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["KVCache", "LeanDecoder", "additive_mask", "lean_decoder", "padded_causal_mask"]
+
+LEAN_TYPES = ("qwen2", "llama")
+_CACHE: weakref.WeakKeyDictionary[nn.Module, LeanDecoder | None] = weakref.WeakKeyDictionary()
+
+
+def _decoder_of(model: nn.Module) -> nn.Module | None:
+    """The transformer stack (``Qwen2Model`` / ``LlamaModel``) of a causal LM or of the stack itself."""
+    if hasattr(model, "layers") and hasattr(model, "embed_tokens"):
+        return model
+    inner = getattr(model, "model", None)
+    if inner is not None and hasattr(inner, "layers") and hasattr(inner, "embed_tokens"):
+        return inner
+    return None
+
+
+def _supported(model: nn.Module, decoder: nn.Module) -> bool:
+    cfg = getattr(model, "config", None)
+    if cfg is None or getattr(cfg, "model_type", None) not in LEAN_TYPES:
+        return False
+    if getattr(cfg, "hidden_act", "silu") != "silu" or getattr(cfg, "pretraining_tp", 1) != 1:
+        return False
+    if any(t != "full_attention" for t in getattr(cfg, "layer_types", None) or ()):
+        return False
+    rotary = getattr(decoder, "rotary_emb", None)
+    if rotary is None or getattr(rotary, "rope_type", "default") != "default":
+        return False
+    for layer in decoder.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        linears = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
+        linears += (mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+        if any(type(m) is not nn.Linear for m in linears):  # LoRA / quantised layers: not reproduced here
+            return False
+    return True
+
+
+def lean_decoder(model: nn.Module) -> LeanDecoder | None:
+    """The :class:`LeanDecoder` of a Qwen2/Llama causal LM (or its decoder stack), or ``None`` when the lean
+    forward would not reproduce the transformers forward exactly (see the module docstring). Cached per
+    module; whether the model is training (dropout) or checkpointing is checked at every call."""
+    if os.environ.get("ADVANTAGE_LEAN", "1") == "0":
+        return None
+    if model in _CACHE:
+        lean = _CACHE[model]
+    else:
+        decoder = _decoder_of(model)
+        lean = LeanDecoder(model, decoder) if decoder is not None and _supported(model, decoder) else None
+        _CACHE[model] = lean
+    if lean is None:
+        return None
+    if model.training:
+        checkpointing = getattr(model, "is_activation_checkpointing", None)  # renamed in transformers 5
+        if checkpointing is None:
+            checkpointing = getattr(model, "is_gradient_checkpointing", False)
+        if checkpointing or getattr(model.config, "attention_dropout", 0.0) > 0:
+            return None
+    return lean
+
+
+def additive_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:
+    """0 where ``allowed`` (bool), the dtype's finite minimum elsewhere: a query with no visible key then
+    softmaxes to a finite uniform row (its output is never used) instead of NaN, as in transformers'
+    eager attention."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
+        ~allowed, torch.finfo(dtype).min
+    )
+
+
+def padded_causal_mask(attention_mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """The additive mask ``[B, 1, L, L]`` of a padded batch: query ``i`` sees key ``j ≤ i`` when key ``j``
+    is a real token (``attention_mask`` ``[B, L]``, 1 on real tokens)."""
+    L = attention_mask.shape[1]
+    causal = torch.ones((L, L), dtype=torch.bool, device=attention_mask.device).tril_()
+    return additive_mask(causal[None, None] & attention_mask.bool()[:, None, None, :], dtype)
+
+
+@dataclass
+class KVCache:
+    """Keys and values of every layer, ``[layers, B, kv_heads, S, head_dim]``, preallocated for the
+    longest sequence ``S``; ``length`` positions are filled."""
+
+    keys: Tensor
+    values: Tensor
+    length: int = 0
+
+    def select(self, rows: Tensor) -> None:
+        """Keep only the batch rows ``rows`` (rows that finished decoding leave the batch)."""
+        self.keys, self.values = self.keys[:, rows], self.values[:, rows]
+
+
+@dataclass
+class _Weights:
+    """One layer's parameters with the query/key/value and gate/up projections concatenated."""
+
+    attn_norm: Tensor
+    qkv: Tensor
+    qkv_bias: Tensor | None
+    o: Tensor
+    o_bias: Tensor | None
+    mlp_norm: Tensor
+    gate_up: Tensor
+    gate_up_bias: Tensor | None
+    down: Tensor
+    down_bias: Tensor | None
+
+
+def _cat(*tensors: Tensor | None) -> Tensor | None:
+    return None if tensors[0] is None else torch.cat(tensors)  # type: ignore[arg-type]
+
+
+class LeanDecoder:
+    """The decoder forward on a transformers Qwen2/Llama model's parameters (module docstring).
+
+    ``hidden`` gives final-norm hidden states for training and scoring; ``logits`` applies the LM head;
+    ``new_cache`` / ``step`` decode with a preallocated cache. Build it with :func:`lean_decoder`.
+    """
+
+    def __init__(self, model: nn.Module, decoder: nn.Module):
+        cfg = model.config
+        self.model, self.decoder = model, decoder
+        self.layers = list(decoder.layers)
+        attn = self.layers[0].self_attn
+        self.heads = cfg.num_attention_heads
+        self.kv_heads = cfg.num_key_value_heads
+        self.head_dim = attn.head_dim
+        self.scale = float(attn.scaling)
+        self.eps = float(self.layers[0].input_layernorm.variance_epsilon)
+        self.norm_eps = float(decoder.norm.variance_epsilon)
+        self.hidden_size = cfg.hidden_size
+        self.lm_head = getattr(model, "lm_head", None)  # None for a bare decoder stack
+        self._rope: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
+
+    # -- parameters ---------------------------------------------------------------------------------------
+    def weights(self) -> list[_Weights]:
+        """Each layer's parameters, fused where two projections read the same input. Differentiable (the
+        concatenations are ops on the parameters); under ``inference_mode`` compute once per rollout."""
+        out = []
+        for layer in self.layers:
+            a, m = layer.self_attn, layer.mlp
+            out.append(
+                _Weights(
+                    layer.input_layernorm.weight,
+                    torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
+                    _cat(a.q_proj.bias, a.k_proj.bias, a.v_proj.bias),
+                    a.o_proj.weight,
+                    a.o_proj.bias,
+                    layer.post_attention_layernorm.weight,
+                    torch.cat([m.gate_proj.weight, m.up_proj.weight]),
+                    _cat(m.gate_proj.bias, m.up_proj.bias),
+                    m.down_proj.weight,
+                    m.down_proj.bias,
+                )
+            )
+        return out
+
+    def _rotary(self, position_ids: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``cos, sin`` ``[B, L, 1, head_dim]`` at ``position_ids``: rows of tables built once, with the
+        transformers rotary module's own ``inv_freq`` and scaling (fp32 angles, as it computes them)."""
+        key = (position_ids.device, dtype)
+        need = int(position_ids.max()) + 1 if position_ids.numel() else 1
+        tables = self._rope.get(key)
+        if tables is None or tables[0].shape[0] < need:
+            rotary = self.decoder.rotary_emb
+            size = max(need, int(getattr(self.model.config, "max_position_embeddings", 0) or 0))
+            with torch.no_grad():
+                pos = torch.arange(size, device=position_ids.device, dtype=torch.float32)
+                freqs = pos[:, None] * rotary.inv_freq.to(position_ids.device, torch.float32)[None, :]
+                emb = torch.cat([freqs, freqs], dim=-1)  # [S, head_dim]
+                scaling = float(getattr(rotary, "attention_scaling", 1.0))
+                tables = ((emb.cos() * scaling).to(dtype), (emb.sin() * scaling).to(dtype))
+            self._rope[key] = tables
+        cos, sin = tables
+        return cos[position_ids].unsqueeze(2), sin[position_ids].unsqueeze(2)
+
+    # -- forward ------------------------------------------------------------------------------------------
+    def hidden(
+        self,
+        input_ids: Tensor,
+        position_ids: Tensor,
+        mask: Tensor,
+        *,
+        weights: list[_Weights] | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """Final-norm hidden states ``[B, L, H]``.
+
+        Args:
+            input_ids: ``[B, L]``.
+            position_ids: ``[B, L]`` rotary positions (from the padding mask, or restarting per packed
+                segment).
+            mask: additive ``[B or 1, 1, L, K]`` (0 visible, dtype-min hidden; :func:`padded_causal_mask`,
+                :func:`additive_mask`), ``K = L`` without a cache, ``K = cache.length + L`` with one.
+            weights: :meth:`weights`, precomputed (decoding); computed here when ``None``.
+            cache: keys/values of the previous positions; this call's are written after them and
+                ``cache.length`` advances by ``L``.
+        """
+        w = self.weights() if weights is None else weights
+        emb = self.decoder.embed_tokens.weight
+        x = F.embedding(input_ids, emb)  # [B, L, H]
+        B, L = input_ids.shape
+        nh, nkv, d = self.heads, self.kv_heads, self.head_dim
+        cos, sin = self._rotary(position_ids, x.dtype)
+        start = cache.length if cache is not None else 0
+        for i, lw in enumerate(w):
+            h = F.rms_norm(x, (self.hidden_size,), lw.attn_norm, self.eps)
+            qkv = F.linear(h, lw.qkv, lw.qkv_bias).view(B, L, nh + 2 * nkv, d)
+            qk, v = qkv[:, :, : nh + nkv], qkv[:, :, nh + nkv :]
+            x1, x2 = qk.chunk(2, dim=-1)
+            qk = qk * cos + torch.cat([-x2, x1], dim=-1) * sin  # RoPE: q·cos + rotate_half(q)·sin
+            q, k, v = qk[:, :, :nh].transpose(1, 2), qk[:, :, nh:].transpose(1, 2), v.transpose(1, 2)
+            if cache is not None:  # write this call's keys/values in place, attend to all so far
+                cache.keys[i, :, :, start : start + L] = k
+                cache.values[i, :, :, start : start + L] = v
+                k, v = cache.keys[i, :, :, : start + L], cache.values[i, :, :, : start + L]
+            gqa = nkv != nh
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=gqa)
+            x = x + F.linear(o.transpose(1, 2).reshape(B, L, nh * d), lw.o, lw.o_bias)
+            h = F.rms_norm(x, (self.hidden_size,), lw.mlp_norm, self.eps)
+            g, u = F.linear(h, lw.gate_up, lw.gate_up_bias).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(g) * u, lw.down, lw.down_bias)
+        if cache is not None:
+            cache.length = start + L
+        return F.rms_norm(x, (self.hidden_size,), self.decoder.norm.weight, self.norm_eps)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """The LM head on hidden states ``[..., H]`` → ``[..., V]``."""
+        if self.lm_head is None:
+            raise ValueError("this lean decoder wraps a bare decoder stack: it has no LM head")
+        return F.linear(hidden, self.lm_head.weight, self.lm_head.bias)
+
+    def new_cache(self, batch: int, length: int) -> KVCache:
+        """An empty cache for ``batch`` rows of up to ``length`` positions, in the model's dtype/device."""
+        p = self.decoder.embed_tokens.weight
+        shape = (len(self.layers), batch, self.kv_heads, length, self.head_dim)
+        return KVCache(p.new_empty(shape), p.new_empty(shape))
+
+
+def lean_hidden(model: nn.Module, input_ids: Tensor, position_ids: Tensor, mask: Tensor) -> Tensor | None:
+    """Final-norm hidden states ``[B, L, H]`` through the lean forward, or ``None`` when ``model`` has no
+    lean path (:func:`lean_decoder`); ``mask`` as in :meth:`LeanDecoder.hidden`."""
+    lean = lean_decoder(model)
+    return None if lean is None else lean.hidden(input_ids, position_ids, mask)
