@@ -38,6 +38,7 @@ import torch
 from advantage.algos.llm import dpo
 from advantage.algos.llm.common import DataConfig
 from advantage.envs.text.preference import make_preference_task
+from advantage.nn import packing
 from advantage.nn.lm import build_char_tokenizer, build_scratch_model
 
 BETA = 0.5  # large enough that the sigmoid is far from linear on these log-ratios
@@ -157,7 +158,7 @@ def test_packed_training_forward_equals_the_padded_one(setup, row_length):
     """train_logps (packed) == sequence_logps (padded), values and gradients, however many segments
     share a row."""
     tok, policy, _, _, items = setup
-    packed = dpo.pack_prompts([(p, (c, r)) for p, c, r in items], tok.pad_token_id, row_length=row_length)
+    packed = packing.pack_prompts([(p, (c, r)) for p, c, r in items], tok.pad_token_id, row_length=row_length)
     assert (packed.input_ids.shape[0] == 1) == (row_length == 512)  # 1: rows as long as the longest segment
     out = []
     for fn in (partial(dpo.train_logps, row_length=row_length), dpo.sequence_logps):
@@ -176,7 +177,7 @@ def test_packing_layout():
     """Two prompts, two responses each, one row: positions restart after each prompt, every response sees
     its prompt and itself only, and each response token is predicted from the slot before it (the first
     from the prompt's last token)."""
-    packed = dpo.pack_prompts([([5, 6], ([7, 8], [9])), ([4], ([3], [2, 2]))], pad_id=0)
+    packed = packing.pack_prompts([([5, 6], ([7, 8], [9])), ([4], ([3], [2, 2]))], pad_id=0)
     assert packed.input_ids.tolist() == [[5, 6, 7, 8, 9, 4, 3, 2, 2]]
     assert packed.position_ids.tolist() == [[0, 1, 2, 3, 2, 0, 1, 1, 2]]
     seen = (packed.attention_mask[0, 0] == 0).int().tolist()

@@ -33,6 +33,7 @@ import torch
 
 from advantage.algos.llm import reward_model as rm
 from advantage.envs.text.preference import PreferenceExample, make_preference_task
+from advantage.nn import packing
 from advantage.nn.lm import build_char_tokenizer, build_scratch_model
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
@@ -60,7 +61,7 @@ def _ours(setup, center_coef: float, packed: bool = True):
     items = rm.build_items(examples, "pairwise")
     if packed:
         groups, index = rm.micro_groups(items, tokens)
-        rewards = model.forward_packed(rm.pack_prompts(groups, tok.pad_token_id))
+        rewards = model.forward_packed(packing.pack_prompts(groups, tok.pad_token_id))
     else:
         seqs, index = rm.micro_batch(items, tokens)
         rewards = model(*rm.collate(seqs, tok.pad_token_id))
@@ -159,7 +160,7 @@ def test_packed_kwise_rankings_equal_the_padded_ones(setup):
     groups, index = rm.micro_groups(items, tokens)
     assert rm.micro_batch(items, tokens)[1].tolist() == index.tolist() == [[0, 1, 2], [3, 4, -1]]
     with torch.no_grad():
-        got = model.forward_packed(rm.pack_prompts(groups, tok.pad_token_id))
+        got = model.forward_packed(packing.pack_prompts(groups, tok.pad_token_id))
         want = model.score(
             [e.prompt for e in exs for _ in e.responses], [r for e in exs for r in e.responses]
         )

@@ -15,12 +15,13 @@ Putting that reward into the Bradley–Terry likelihood of the preference data c
 Implementation details:
 
 1. :math:`\log\pi(y|x)` is the sum of the response tokens' log-probs (EOS included). Training packs each
-   pair as one segment *prompt, chosen, rejected* (:func:`pack_prompts`): both responses attend to the
-   prompt and to themselves only, with the positions they would have after the prompt, so the prompt is
-   computed once for the pair and several short segments share a row instead of being padded; the
-   vocabulary projection runs only on the hidden states that predict response tokens. The values equal
-   the padded ``[B, T]`` layout of :func:`advantage.nn.lm.sequence_logprobs` (:func:`sequence_logps`, used
-   by evaluation and for models :func:`packable` refuses) to float rounding.
+   pair as one segment *prompt, chosen, rejected* (:func:`~advantage.nn.packing.pack_prompts`): both
+   responses attend to the prompt and to themselves only, with the positions they would have after the
+   prompt, so the prompt is computed once for the pair and several short segments share a row instead of
+   being padded; the vocabulary projection runs only on the hidden states that predict response tokens.
+   The values equal the padded ``[B, T]`` layout of :func:`advantage.nn.lm.sequence_logprobs`
+   (:func:`sequence_logps`, used by evaluation and for models :func:`~advantage.nn.packing.packable`
+   refuses) to float rounding.
 2. The reference is the starting policy, frozen. Its log-probs are computed once for the whole training
    set before training (``algorithm.precompute_ref``, as TRL's ``precompute_ref_log_probs``) or per
    batch.
@@ -39,7 +40,6 @@ import copy
 import itertools
 import math
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -54,6 +54,7 @@ from advantage.config import option, section
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import DPO_LOSSES, dpo_metrics
+from advantage.nn.packing import PACK_ROW_LENGTH, pack_prompts, packable, packed_logprobs
 from advantage.registry import Algorithm, register
 from advantage.torch_state import load_optimizer, optimizer_state
 
@@ -158,137 +159,6 @@ def _ref_logps(ref: torch.nn.Module, items: list[Any], pad_id: int, micro: int) 
     return torch.cat(out) if out else torch.zeros(0, 2)
 
 
-# ----------------------------------------------------------------------------------------------------
-# Shared-prompt packing: the training forward pass (also the reward model's)
-
-PACK_ROW_LENGTH = 128  # tokens per packed row (longer only for a longer segment): attention stays cheap
-PACKABLE_TYPES = ("qwen2", "llama")  # decoders whose forward takes a 4D mask and applies no logit transform
-
-
-@dataclass
-class PackedPrompts:
-    """Prompts with their responses packed into rows for one forward pass (:func:`pack_prompts`).
-
-    Responses are numbered 0..S-1 in input order (the responses of the first prompt, then the second's, ...).
-    Flat indices address ``[R, L]`` as ``row * L + column``."""
-
-    input_ids: Tensor  # [R, L], pad_id after the last segment of a row
-    position_ids: Tensor  # [R, L]: a prompt's tokens 0..P-1, each of its responses P..P+len-1
-    attention_mask: Tensor  # [R, 1, L, L] additive: 0 where a query attends, the dtype's minimum elsewhere
-    predictors: Tensor  # [N] flat index of the hidden state that predicts each response token
-    targets: Tensor  # [N] the response tokens
-    owner: Tensor  # [N] the response each token belongs to
-    last: Tensor  # [S] flat index of each response's last token
-    responses: int  # S
-
-    def to(self, device: torch.device) -> PackedPrompts:
-        return PackedPrompts(
-            *(getattr(self, f).to(device) for f in ("input_ids", "position_ids", "attention_mask")),
-            *(getattr(self, f).to(device) for f in ("predictors", "targets", "owner", "last")),
-            self.responses,
-        )
-
-
-def pack_prompts(
-    groups: Sequence[tuple[list[int], Sequence[list[int]]]],
-    pad_id: int,
-    dtype: torch.dtype = torch.float32,
-    row_length: int = PACK_ROW_LENGTH,
-) -> PackedPrompts:
-    """Pack ``(prompt ids, [response ids, ...])`` groups: each group is one segment *prompt, response 1,
-    response 2, ...*; segments fill rows of ``max(row_length, longest segment)`` tokens first-fit, in order.
-
-    A prompt token attends causally within its prompt; a response token attends to its prompt and causally
-    to its own response, never to another response or segment, and sits at the position it would have right
-    after the prompt. Each response's tokens therefore see exactly what they see in a padded batch of
-    ``prompt + response`` rows with positions from the mask, so the hidden states (and log-probs) are the
-    same up to float rounding, while the prompt is computed once per group and no row is padded to the
-    longest sequence. Pad tokens attend only to earlier pads (a finite softmax; their outputs are unused).
-    """
-    sizes = [len(p) + sum(map(len, rs)) for p, rs in groups]
-    cap = max([row_length, *sizes])
-    fill: list[int] = []  # tokens used per row
-    start: list[tuple[int, int]] = []  # (row, column) of each segment
-    for size in sizes:
-        row = next((r for r, used in enumerate(fill) if used + size <= cap), len(fill))
-        if row == len(fill):
-            fill.append(0)
-        start.append((row, fill[row]))
-        fill[row] += size
-    R, L = len(fill), max(fill)
-    ids, pos = [pad_id] * (R * L), [0] * (R * L)
-    seg, branch = [-1] * (R * L), [-1] * (R * L)  # segment of each slot (-1: pad); 0 prompt, k response k
-    predictors: list[int] = []
-    targets: list[int] = []
-    owner: list[int] = []
-    last: list[int] = []
-    for n, ((prompt, responses), (row, col)) in enumerate(zip(groups, start, strict=True)):
-        at, P = row * L + col, len(prompt)
-        ids[at : at + P], pos[at : at + P] = prompt, range(P)
-        seg[at : at + P], branch[at : at + P] = [n] * P, [0] * P
-        first = at + P - 1  # the last prompt token predicts every response's first token
-        at += P
-        for k, resp in enumerate(responses, 1):
-            m = len(resp)
-            ids[at : at + m], pos[at : at + m] = resp, range(P, P + m)
-            seg[at : at + m], branch[at : at + m] = [n] * m, [k] * m
-            predictors.append(first)
-            predictors.extend(range(at, at + m - 1))
-            targets.extend(resp)
-            owner.extend([len(last)] * m)
-            last.append(at + m - 1)
-            at += m
-    s, b = torch.tensor(seg).view(R, L), torch.tensor(branch).view(R, L)
-    col = torch.arange(L)
-    allowed = (
-        (s[:, :, None] == s[:, None, :])
-        & (col[:, None] >= col[None, :])
-        & ((b[:, None, :] == 0) | (b[:, None, :] == b[:, :, None]))
-    )
-    mask = torch.zeros((R, 1, L, L), dtype=dtype).masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
-    return PackedPrompts(
-        torch.tensor(ids).view(R, L),
-        torch.tensor(pos).view(R, L),
-        mask,
-        torch.tensor(predictors, dtype=torch.long),
-        torch.tensor(targets, dtype=torch.long),
-        torch.tensor(owner, dtype=torch.long),
-        torch.tensor(last, dtype=torch.long),
-        len(last),
-    )
-
-
-def packable(model: torch.nn.Module) -> bool:
-    """Whether :func:`pack_prompts` batches can go through ``model``: a Qwen2 or Llama decoder with eager or
-    SDPA attention (they take a custom 4D mask as is) and no sliding-window layers."""
-    cfg = getattr(model, "config", None)
-    return (
-        cfg is not None
-        and getattr(cfg, "model_type", None) in PACKABLE_TYPES
-        and getattr(cfg, "_attn_implementation", None) in ("eager", "sdpa")
-        and all(t == "full_attention" for t in getattr(cfg, "layer_types", None) or ())
-    )
-
-
-def packed_hidden(decoder: torch.nn.Module, packed: PackedPrompts) -> Tensor:
-    """Final-norm hidden states ``[R * L, H]`` of a packed batch (``decoder``: the transformer without the
-    LM head). Qwen2/Llama decoders go through the lean forward (:mod:`advantage.nn.lean`)."""
-    from advantage.nn.lean import lean_decoder
-
-    lean = lean_decoder(decoder)
-    if lean is not None:
-        h = lean.hidden(packed.input_ids, packed.position_ids, packed.attention_mask)
-        return h.reshape(-1, h.shape[-1])
-    out = decoder(
-        input_ids=packed.input_ids,
-        attention_mask=packed.attention_mask,
-        position_ids=packed.position_ids,
-        use_cache=False,
-    )
-    h = out.last_hidden_state
-    return h.reshape(-1, h.shape[-1])
-
-
 def train_logps(
     model: torch.nn.Module,
     items: list[tuple[list[int], list[int], list[int]]],
@@ -296,17 +166,15 @@ def train_logps(
     row_length: int = PACK_ROW_LENGTH,
 ) -> tuple[Tensor, Tensor]:
     """:func:`sequence_logps` (summed response log-probs ``[B]`` of chosen and rejected), one forward pass
-    of the pairs packed by :func:`pack_prompts`; the padded path for models :func:`packable` refuses or
-    an empty prompt (nothing to predict a response's first token from)."""
+    of the pairs packed by :func:`~advantage.nn.packing.pack_prompts`; the padded path for models
+    :func:`~advantage.nn.packing.packable` refuses or an empty prompt (nothing to predict a response's
+    first token from)."""
     if not packable(model) or any(not p for p, _, _ in items):
         return sequence_logps(model, items, pad_id)
     dev = next(model.parameters()).device
     dtype = model.get_input_embeddings().weight.dtype
     packed = pack_prompts([(p, (c, r)) for p, c, r in items], pad_id, dtype, row_length).to(dev)
-    h = packed_hidden(model.get_decoder(), packed)[packed.predictors]  # [N, H]
-    logits = model.get_output_embeddings()(h).float()  # [N, V]: response tokens only
-    # gather − logsumexp, as in sequence_logprobs: no second [N, V] tensor
-    logp = logits.gather(-1, packed.targets[:, None]).squeeze(-1) - logits.logsumexp(-1)
+    logp = packed_logprobs(model, packed)  # [N]: response tokens only
     seq = torch.zeros(packed.responses, dtype=logp.dtype, device=dev).index_add_(0, packed.owner, logp)
     return seq[0::2], seq[1::2]  # responses alternate chosen, rejected
 
@@ -320,12 +188,6 @@ def precompute_ref_logps(ref: torch.nn.Module, items: list[Any], pad_id: int, mi
             c, r = train_logps(ref, items[j : j + micro], pad_id)
             out.append(torch.stack([c, r], dim=-1))
     return torch.cat(out) if out else torch.zeros(0, 2)
-
-
-def fused_adamw(params: Sequence[Tensor]) -> bool | None:
-    """``fused=True`` for ``torch.optim.AdamW`` where torch has the fused kernel (CPU and CUDA): the same
-    update as the default per-tensor loop, in one kernel per step instead of a dozen ops per parameter."""
-    return True if params and all(p.device.type in ("cpu", "cuda") for p in params) else None
 
 
 def dpo_loss_fn(a: DPOAlgorithm) -> Any:
@@ -361,7 +223,7 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
     ref_all = precompute_ref_logps(ref, items, tok.pad_token_id, micro) if a.precompute_ref else None
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(
-        params, lr=a.learning_rate, weight_decay=a.weight_decay, fused=fused_adamw(params)
+        params, lr=a.learning_rate, weight_decay=a.weight_decay, fused=common.fused_adamw(params)
     )
     step, epoch, pos = 0, 0, 0
     if restored is not None:

@@ -311,23 +311,30 @@ def trimmed(gen: Any, rows: Tensor) -> tuple[Tensor, Tensor, int, int]:
 # Training
 
 
+def rows_logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, temperature: float) -> Tensor:
+    """``[len(rows), T_r]`` log-probs of the responses of ``rows`` (``T_r``: their longest, EOS included),
+    the rows of one prompt packed with their shared prompt computed once
+    (:func:`~advantage.nn.packing.generation_logprobs`; zeros after each response's end)."""
+    from advantage.nn.packing import generation_logprobs
+
+    prompts, responses = (gen.prompt_ids[rows], gen.prompt_mask[rows]), gen.response_ids[rows]
+    return generation_logprobs(model, *prompts, responses, gen.lengths[rows], temperature)
+
+
 def _logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, micro: int, temperature: float) -> Tensor:
     """``[len(rows), T]`` log-probs without grad, ``micro`` rows per forward pass."""
-    from advantage.nn.lm import sequence_logprobs
-
-    ids, attn = gen.sequences()
-    P = gen.prompt_ids.shape[1]
+    T = gen.response_ids.shape[1]
     out = []
     with torch.no_grad():
         for j in range(0, len(rows), micro):
-            r = rows[j : j + micro]
-            out.append(sequence_logprobs(model, ids[r], attn[r], response_start=P, temperature=temperature))
+            lp = rows_logprobs(model, gen, rows[j : j + micro], temperature)
+            out.append(torch.nn.functional.pad(lp, (0, T - lp.shape[1])))
     return torch.cat(out)
 
 
 def train(cfg: GRPOConfig, ctx: RunContext) -> None:
     from advantage.math.advantages import GROUP_ADVANTAGES
-    from advantage.nn.lm import sequence_logprobs
+    from advantage.nn.packing import packable
     from advantage.rollout.generate import concat_generations
 
     a, t, d = cfg.algorithm, cfg.trainer, cfg.data
@@ -351,7 +358,10 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         policy.reward_model = load_reward(cfg, tok)
     examples = policy.examples("train")
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=actor.learning_rate, weight_decay=actor.weight_decay)
+    opt = torch.optim.AdamW(
+        params, lr=actor.learning_rate, weight_decay=actor.weight_decay, fused=common.fused_adamw(params)
+    )
+    packed = packable(model)  # rows of one prompt share one forward of it: no need to sort by length
     gen_rng = torch.Generator(device=policy.device).manual_seed(t.seed)
     pick_rng = torch.Generator().manual_seed(t.seed + 1)
     step, epoch, pos = 0, 0, 0
@@ -527,11 +537,9 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
                 Z = step_normalizer(mask[mini], actor.loss_agg)
                 opt.zero_grad(set_to_none=True)
                 total = 0.0
-                for r in micro_batches(mini, gen.lengths, micro, actor.micro_batch_size == 0):
-                    ids, attn, p_len, t_len = trimmed(gen, r)
-                    logp = sequence_logprobs(  # [b, t_len]
-                        model, ids, attn, response_start=p_len, temperature=roll.temperature
-                    )
+                for r in micro_batches(mini, gen.lengths, micro, actor.micro_batch_size == 0 and not packed):
+                    logp = rows_logprobs(model, gen, r, roll.temperature)  # [b, t_len]
+                    t_len = logp.shape[1]
                     m_r = mask[r, :t_len]
                     loss, lm = grpo_loss(
                         logp,

@@ -23,7 +23,7 @@ Implementation details:
    pack_prompts`): every response attends to the prompt and to itself only, at the positions it would have
    after the prompt, so the prompt is computed once per comparison and short segments share a row instead
    of being padded; the rewards equal the padded batch's (:meth:`RewardModel.forward`, used by
-   :meth:`RewardModel.score` and for backbones :func:`~advantage.algos.llm.dpo.packable` refuses) to float
+   :meth:`RewardModel.score` and for backbones :func:`~advantage.nn.packing.packable` refuses) to float
    rounding.
 2. ``algorithm.loss=pairwise`` trains on pairs: a K-wise example gives its :math:`\binom K2` pairs as
    separate items, shuffled independently. ``kwise`` trains on rankings: one prompt's K responses are in
@@ -60,13 +60,13 @@ from torch import Tensor, nn
 
 from advantage.algos.llm import common
 from advantage.algos.llm.common import LMModelConfig, LMTrainerConfig
-from advantage.algos.llm.dpo import PackedPrompts, fused_adamw, pack_prompts, packable, packed_hidden
 from advantage.checkpoint import Checkpoint
 from advantage.config import Preset, option, section
 from advantage.context import RunContext, Snapshot
 from advantage.envs.text.preference import PREFERENCE_TASKS, PreferenceExample, make_preference_task
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math.preference import bradley_terry_loss, kwise_ranking_loss
+from advantage.nn.packing import PackedPrompts, pack_prompts, packable, packed_hidden
 from advantage.registry import Algorithm, register
 from advantage.torch_state import load_optimizer, optimizer_state
 
@@ -178,11 +178,11 @@ class RewardModel(nn.Module):
         return self.head(h.float()).squeeze(-1)
 
     def packable(self) -> bool:
-        """Whether training batches can be packed (:func:`~advantage.algos.llm.dpo.packable` backbone)."""
+        """Whether training batches can be packed (:func:`~advantage.nn.packing.packable` backbone)."""
         return packable(self._base())
 
     def forward_packed(self, packed: PackedPrompts) -> Tensor:
-        """Rewards ``[S]`` (fp32) of the responses of a :func:`~advantage.algos.llm.dpo.pack_prompts` batch:
+        """Rewards ``[S]`` (fp32) of the responses of a :func:`~advantage.nn.packing.pack_prompts` batch:
         the head on the hidden state of each response's last token."""
         h = packed_hidden(self._base().base_model, packed)[packed.last]  # [S, H]
         return self.head(h.float()).squeeze(-1)
@@ -362,7 +362,7 @@ def micro_batch(
 def micro_groups(
     items: Sequence[tuple[int, tuple[int, ...]]], tokens: Sequence[tuple[list[int], list[list[int]]]]
 ) -> tuple[list[tuple[list[int], list[list[int]]]], Tensor]:
-    """:func:`micro_batch` for :func:`~advantage.algos.llm.dpo.pack_prompts`: ``(prompt, [responses in
+    """:func:`micro_batch` for :func:`~advantage.nn.packing.pack_prompts`: ``(prompt, [responses in
     ranked order])`` per item, and the same ``[N, K]`` index (the packed responses are numbered in order)."""
     groups = []
     index = torch.full((len(items), max(len(r) for _, r in items)), -1, dtype=torch.long)
@@ -418,7 +418,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
         lr=a.learning_rate,
         betas=tuple(a.betas),
         weight_decay=a.weight_decay,
-        fused=fused_adamw(params),
+        fused=common.fused_adamw(params),
     )
     step, epoch, pos = 0, 0, 0
     if restored is not None:

@@ -1,0 +1,215 @@
+"""Shared-prompt packing: many responses to the same prompt in one forward pass, the prompt computed once.
+
+A *segment* is one prompt followed by its responses; segments fill rows of a fixed width first-fit, and a
+4D additive mask lets each response token attend to its own prompt and causally to its own response
+only, at the positions it would have right after the prompt. The hidden states, and so the log-probs, are
+those of the padded ``prompt + response`` batch of :func:`advantage.nn.lm.sequence_logprobs` up to float
+rounding, without the padding: GRPO's groups of G samples, DPO's chosen/rejected pairs and the reward
+model's K responses all share their prompt this way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from advantage.nn.lm import sequence_logprobs, token_logprobs
+
+__all__ = [
+    "PACK_ROW_LENGTH",
+    "PackedPrompts",
+    "generation_logprobs",
+    "pack_prompts",
+    "packable",
+    "packed_hidden",
+    "packed_logprobs",
+]
+
+
+PACK_ROW_LENGTH = 128  # tokens per packed row (longer only for a longer segment): attention stays cheap
+PACKABLE_TYPES = ("qwen2", "llama")  # decoders whose forward takes a 4D mask and applies no logit transform
+
+
+@dataclass
+class PackedPrompts:
+    """Prompts with their responses packed into rows for one forward pass (:func:`pack_prompts`).
+
+    Responses are numbered 0..S-1 in input order (the responses of the first prompt, then the second's, ...).
+    Flat indices address ``[R, L]`` as ``row * L + column``."""
+
+    input_ids: Tensor  # [R, L], pad_id after the last segment of a row
+    position_ids: Tensor  # [R, L]: a prompt's tokens 0..P-1, each of its responses P..P+len-1
+    attention_mask: Tensor  # [R, 1, L, L] additive: 0 where a query attends, the dtype's minimum elsewhere
+    predictors: Tensor  # [N] flat index of the hidden state that predicts each response token
+    targets: Tensor  # [N] the response tokens
+    owner: Tensor  # [N] the response each token belongs to
+    last: Tensor  # [S] flat index of each response's last token
+    responses: int  # S
+
+    def to(self, device: torch.device) -> PackedPrompts:
+        return PackedPrompts(
+            *(getattr(self, f).to(device) for f in ("input_ids", "position_ids", "attention_mask")),
+            *(getattr(self, f).to(device) for f in ("predictors", "targets", "owner", "last")),
+            self.responses,
+        )
+
+
+def pack_prompts(
+    groups: Sequence[tuple[list[int], Sequence[list[int]]]],
+    pad_id: int,
+    dtype: torch.dtype = torch.float32,
+    row_length: int = PACK_ROW_LENGTH,
+) -> PackedPrompts:
+    """Pack ``(prompt ids, [response ids, ...])`` groups: each group is one segment *prompt, response 1,
+    response 2, ...*; segments fill rows of ``max(row_length, longest segment)`` tokens first-fit, in order.
+
+    A prompt token attends causally within its prompt; a response token attends to its prompt and causally
+    to its own response, never to another response or segment, and sits at the position it would have right
+    after the prompt. Each response's tokens therefore see exactly what they see in a padded batch of
+    ``prompt + response`` rows with positions from the mask, so the hidden states (and log-probs) are the
+    same up to float rounding, while the prompt is computed once per group and no row is padded to the
+    longest sequence. Pad tokens attend only to earlier pads (a finite softmax; their outputs are unused).
+    """
+    sizes = [len(p) + sum(map(len, rs)) for p, rs in groups]
+    cap = max([row_length, *sizes])
+    fill: list[int] = []  # tokens used per row
+    start: list[tuple[int, int]] = []  # (row, column) of each segment
+    for size in sizes:
+        row = next((r for r, used in enumerate(fill) if used + size <= cap), len(fill))
+        if row == len(fill):
+            fill.append(0)
+        start.append((row, fill[row]))
+        fill[row] += size
+    R, L = len(fill), max(fill)
+    ids, pos = [pad_id] * (R * L), [0] * (R * L)
+    seg, branch = [-1] * (R * L), [-1] * (R * L)  # segment of each slot (-1: pad); 0 prompt, k response k
+    predictors: list[int] = []
+    targets: list[int] = []
+    owner: list[int] = []
+    last: list[int] = []
+    for n, ((prompt, responses), (row, col)) in enumerate(zip(groups, start, strict=True)):
+        at, P = row * L + col, len(prompt)
+        ids[at : at + P], pos[at : at + P] = prompt, range(P)
+        seg[at : at + P], branch[at : at + P] = [n] * P, [0] * P
+        first = at + P - 1  # the last prompt token predicts every response's first token
+        at += P
+        for k, resp in enumerate(responses, 1):
+            m = len(resp)
+            ids[at : at + m], pos[at : at + m] = resp, range(P, P + m)
+            seg[at : at + m], branch[at : at + m] = [n] * m, [k] * m
+            predictors.append(first)
+            predictors.extend(range(at, at + m - 1))
+            targets.extend(resp)
+            owner.extend([len(last)] * m)
+            last.append(at + m - 1)
+            at += m
+    s, b = torch.tensor(seg).view(R, L), torch.tensor(branch).view(R, L)
+    col = torch.arange(L)
+    allowed = (
+        (s[:, :, None] == s[:, None, :])
+        & (col[:, None] >= col[None, :])
+        & ((b[:, None, :] == 0) | (b[:, None, :] == b[:, :, None]))
+    )
+    mask = torch.zeros((R, 1, L, L), dtype=dtype).masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
+    return PackedPrompts(
+        torch.tensor(ids).view(R, L),
+        torch.tensor(pos).view(R, L),
+        mask,
+        torch.tensor(predictors, dtype=torch.long),
+        torch.tensor(targets, dtype=torch.long),
+        torch.tensor(owner, dtype=torch.long),
+        torch.tensor(last, dtype=torch.long),
+        len(last),
+    )
+
+
+def packable(model: torch.nn.Module) -> bool:
+    """Whether :func:`pack_prompts` batches can go through ``model``: a Qwen2 or Llama decoder with eager or
+    SDPA attention (they take a custom 4D mask as is) and no sliding-window layers."""
+    cfg = getattr(model, "config", None)
+    return (
+        cfg is not None
+        and getattr(cfg, "model_type", None) in PACKABLE_TYPES
+        and getattr(cfg, "_attn_implementation", None) in ("eager", "sdpa")
+        and all(t == "full_attention" for t in getattr(cfg, "layer_types", None) or ())
+    )
+
+
+def packed_hidden(decoder: torch.nn.Module, packed: PackedPrompts) -> Tensor:
+    """Final-norm hidden states ``[R * L, H]`` of a packed batch (``decoder``: the transformer without the
+    LM head). Qwen2/Llama decoders go through the lean forward (:mod:`advantage.nn.lean`)."""
+    from advantage.nn.lean import lean_decoder
+
+    lean = lean_decoder(decoder)
+    if lean is not None:
+        h = lean.hidden(packed.input_ids, packed.position_ids, packed.attention_mask)
+        return h.reshape(-1, h.shape[-1])
+    out = decoder(
+        input_ids=packed.input_ids,
+        attention_mask=packed.attention_mask,
+        position_ids=packed.position_ids,
+        use_cache=False,
+    )
+    h = out.last_hidden_state
+    return h.reshape(-1, h.shape[-1])
+
+
+def packed_logprobs(model: torch.nn.Module, packed: PackedPrompts, temperature: float = 1.0) -> Tensor:
+    """``log π(y_t | x, y_<t) `` of every packed response token (``packed.targets``), ``[N]`` fp32: the
+    vocabulary projection runs on the ``N`` hidden states that predict response tokens only."""
+    h = packed_hidden(model.get_decoder(), packed)[packed.predictors]  # [N, H]
+    return token_logprobs(model.get_output_embeddings()(h), packed.targets, temperature)
+
+
+def generation_logprobs(
+    model: torch.nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    lengths: Tensor,
+    temperature: float = 1.0,
+    row_length: int = PACK_ROW_LENGTH,
+) -> Tensor:
+    """Per-token log-probs ``[B, T]`` (fp32, ``T = max(lengths)``, zeros after each response's end) of
+    sampled responses, rows with the same prompt packed as one segment (:func:`pack_prompts`).
+
+    Equal, to float rounding, to :func:`~advantage.nn.lm.sequence_logprobs` on ``cat(prompt_ids,
+    response_ids[:, :T])`` at response positions (tested); models :func:`packable` refuses, or an empty
+    prompt, take that padded path.
+
+    Args:
+        prompt_ids, prompt_mask: ``[B, P]``, left-padded prompts (as :func:`~advantage.rollout.generate.
+            generate` returns them).
+        response_ids: ``[B, ≥T]``. lengths: ``[B]`` response lengths, EOS included.
+    """
+    B = prompt_ids.shape[0]
+    T = max(int(lengths.max()), 1) if B else 1
+    dev = next(model.parameters()).device
+    real = prompt_mask.bool()
+    prompts = [ids[m].tolist() for ids, m in zip(prompt_ids, real, strict=True)]
+    if not packable(model) or any(not p for p in prompts):
+        P = prompt_ids.shape[1]
+        valid = torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]
+        ids = torch.cat([prompt_ids, response_ids[:, :T]], dim=1).to(dev)
+        attn = torch.cat([prompt_mask.to(valid.dtype), valid], dim=1).to(dev)
+        logp = sequence_logprobs(model, ids, attn, response_start=P, temperature=temperature)
+        return logp * valid.to(dev)
+    responses = [r[:n].tolist() for r, n in zip(response_ids, lengths.tolist(), strict=True)]
+    groups: dict[tuple[int, ...], list[int]] = {}  # prompt -> its rows, in order of first appearance
+    for row, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        if r:
+            groups.setdefault(tuple(p), []).append(row)
+    order = [row for rows in groups.values() for row in rows]  # packed responses, in pack order
+    if not order:
+        return torch.zeros((B, T), device=dev)
+    dtype = model.get_input_embeddings().weight.dtype
+    packed = pack_prompts(
+        [(list(p), [responses[r] for r in rows]) for p, rows in groups.items()], 0, dtype, row_length
+    ).to(dev)
+    logp = packed_logprobs(model, packed, temperature)  # [N]
+    out_rows = torch.tensor([r for r in order for _ in responses[r]], device=dev)
+    out_cols = torch.tensor([c for r in order for c in range(len(responses[r]))], device=dev)
+    return logp.new_zeros((B, T)).index_put((out_rows, out_cols), logp)
