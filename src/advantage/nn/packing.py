@@ -64,7 +64,9 @@ def pack_prompts(
     row_length: int = PACK_ROW_LENGTH,
 ) -> PackedPrompts:
     """Pack ``(prompt ids, [response ids, ...])`` groups: each group is one segment *prompt, response 1,
-    response 2, ...*; segments fill rows of ``max(row_length, longest segment)`` tokens first-fit, in order.
+    response 2, ...*; segments fill rows first-fit, in order, at the row width between the average needed
+    for ``ceil(total / row_length)`` rows and ``max(row_length, longest segment)`` that leaves the fewest
+    pad slots (every slot costs a full forward, padding included).
 
     A prompt token attends causally within its prompt; a response token attends to its prompt and causally
     to its own response, never to another response or segment, and sits at the position it would have right
@@ -74,15 +76,12 @@ def pack_prompts(
     longest sequence. Pad tokens attend only to earlier pads (a finite softmax; their outputs are unused).
     """
     sizes = [len(p) + sum(map(len, rs)) for p, rs in groups]
-    cap = max([row_length, *sizes])
-    fill: list[int] = []  # tokens used per row
-    start: list[tuple[int, int]] = []  # (row, column) of each segment
-    for size in sizes:
-        row = next((r for r, used in enumerate(fill) if used + size <= cap), len(fill))
-        if row == len(fill):
-            fill.append(0)
-        start.append((row, fill[row]))
-        fill[row] += size
+    longest, total = max(sizes), sum(sizes)
+    rows = -(-total // row_length)
+    layouts = (
+        _first_fit(sizes, cap) for cap in range(max(longest, -(-total // rows)), max(row_length, longest) + 1)
+    )
+    fill, start = min(layouts, key=lambda layout: len(layout[0]) * max(layout[0]))
     R, L = len(fill), max(fill)
     ids, pos = [pad_id] * (R * L), [0] * (R * L)
     seg, branch = [-1] * (R * L), [-1] * (R * L)  # segment of each slot (-1: pad); 0 prompt, k response k
@@ -124,6 +123,20 @@ def pack_prompts(
         torch.tensor(last, dtype=torch.long),
         len(last),
     )
+
+
+def _first_fit(sizes: Sequence[int], cap: int) -> tuple[list[int], list[tuple[int, int]]]:
+    """Segments of ``sizes`` placed first-fit, in order, in rows of ``cap``: tokens used per row and the
+    ``(row, column)`` of each segment."""
+    fill: list[int] = []
+    start: list[tuple[int, int]] = []
+    for size in sizes:
+        row = next((r for r, used in enumerate(fill) if used + size <= cap), len(fill))
+        if row == len(fill):
+            fill.append(0)
+        start.append((row, fill[row]))
+        fill[row] += size
+    return fill, start
 
 
 def packable(model: torch.nn.Module) -> bool:
