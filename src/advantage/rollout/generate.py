@@ -178,12 +178,13 @@ def sample_tokens(
     z = logits.float()
     if params.temperature > 0:
         z = z / params.temperature
-    logz = z.logsumexp(-1, keepdim=True)  # [B, 1]
+    # log_softmax, not z - logsumexp(z): one fused kernel (logsumexp alone costs several times more on CPU)
+    logp_all = z.log_softmax(-1)  # [B, V]
     if params.temperature == 0:
         tokens = z.argmax(-1)
     else:
-        filtered = _top_k_top_p(z, params.top_k, params.top_p)
-        probs = (filtered - logz).exp()  # [B, V]; 0 where filtered out
+        filtered = _top_k_top_p(logp_all, params.top_k, params.top_p)  # a shift of z: the same tokens kept
+        probs = filtered.exp()  # [B, V]; 0 where filtered out
         # clamp: an Exp(1) draw of exactly 0 would give 0/0 = NaN on a filtered token, and argmax picks NaN.
         noise = (
             torch.empty_like(probs)
@@ -191,8 +192,7 @@ def sample_tokens(
             .clamp_(min=torch.finfo(probs.dtype).tiny)
         )
         tokens = (probs / noise).argmax(-1)
-    logp = z.gather(-1, tokens[:, None]) - logz
-    return tokens, logp.squeeze(-1)
+    return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)
 
 
 def _top_k_top_p(z: Tensor, top_k: int, top_p: float) -> Tensor:
