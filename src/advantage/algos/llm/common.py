@@ -358,6 +358,7 @@ class LMPolicy:
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, task: Any, cfg: Any):
         self.model, self.tokenizer, self.task, self.cfg = model, tokenizer, task, cfg
+        self._mode: bool | None = None  # see _mode_matters
         self._examples: dict[tuple[str, int], list[Any]] = {}
 
     @property
@@ -389,16 +390,19 @@ class LMPolicy:
         from advantage.rollout.generate import SamplingParams, encode_prompts, generate
 
         d = self.cfg.data
-        texts = [prompt_text(self.tokenizer, p, d.chat_template) for p in prompts for _ in range(samples)]
-        try:
+        texts = [prompt_text(self.tokenizer, p, d.chat_template) for p in prompts]
+        try:  # each prompt once, then repeated: the tokenizer is a visible share of a small model's step
             ids, mask = encode_prompts(self.tokenizer, texts, max_length=d.max_prompt_length)
         except ConfigError as e:  # name the setting to change, not the sampler's argument
             raise ConfigError(f"{e} (data.max_prompt_length={d.max_prompt_length}; raise it)") from None
+        if samples > 1:
+            ids, mask = ids.repeat_interleave(samples, 0), mask.repeat_interleave(samples, 0)
         params = SamplingParams(
             temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=d.max_response_length
         )
         was_training = self.model.training
-        self.model.eval()
+        if was_training and self._mode_matters():  # eval() walks every module: only when it changes anything
+            self.model.eval()
         try:
             gen = generate(
                 self.model,
@@ -410,8 +414,24 @@ class LMPolicy:
                 generator=generator,
             )
         finally:
-            self.model.train(was_training)
+            if self.model.training != was_training:
+                self.model.train(was_training)
         return gen, gen.texts(self.tokenizer)
+
+    def _mode_matters(self) -> bool:
+        """Whether the model's train/eval mode changes what it computes: a dropout with ``p > 0`` (LoRA's
+        included), attention dropout in the config, or gradient checkpointing (no KV cache in training)."""
+        if self._mode is None:
+            m = self.model
+            checkpointing = getattr(m, "is_activation_checkpointing", None)  # renamed in transformers 5
+            if checkpointing is None:
+                checkpointing = getattr(m, "is_gradient_checkpointing", False)
+            self._mode = bool(
+                checkpointing
+                or getattr(getattr(m, "config", None), "attention_dropout", 0.0) > 0
+                or any(isinstance(x, torch.nn.Dropout) and x.p > 0 for x in m.modules())
+            )
+        return self._mode
 
     def act(self, obs: str, deterministic: bool = True) -> str:
         _, texts = self.complete([obs], temperature=0.0 if deterministic else 1.0)
