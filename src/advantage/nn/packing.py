@@ -64,9 +64,9 @@ def pack_prompts(
     row_length: int = PACK_ROW_LENGTH,
 ) -> PackedPrompts:
     """Pack ``(prompt ids, [response ids, ...])`` groups: each group is one segment *prompt, response 1,
-    response 2, ...*; segments fill rows first-fit, in order, at the row width between the average needed
-    for ``ceil(total / row_length)`` rows and ``max(row_length, longest segment)`` that leaves the fewest
-    pad slots (every slot costs a full forward, padding included).
+    response 2, ...*; segments fill rows first-fit, in order, at the row width that leaves the fewest pad
+    slots (every slot costs a full forward, padding included) among a few just above the average needed for
+    ``ceil(total / row_length)`` rows and ``max(row_length, longest segment)``.
 
     A prompt token attends causally within its prompt; a response token attends to its prompt and causally
     to its own response, never to another response or segment, and sits at the position it would have right
@@ -78,9 +78,9 @@ def pack_prompts(
     sizes = [len(p) + sum(map(len, rs)) for p, rs in groups]
     longest, total = max(sizes), sum(sizes)
     rows = -(-total // row_length)
-    layouts = (
-        _first_fit(sizes, cap) for cap in range(max(longest, -(-total // rows)), max(row_length, longest) + 1)
-    )
+    tight = max(longest, -(-total // rows))  # the narrowest width that could hold them in `rows` rows
+    caps = {*range(tight, tight + 8), max(row_length, longest)}  # a few widths: first-fit is Python work
+    layouts = (_first_fit(sizes, cap) for cap in sorted(caps))
     fill, start = min(layouts, key=lambda layout: len(layout[0]) * max(layout[0]))
     R, L = len(fill), max(fill)
     ids, pos = [pad_id] * (R * L), [0] * (R * L)
