@@ -253,14 +253,17 @@ class _HFStepper:
 
 
 class _LeanStepper:
-    """Decoding through :class:`~advantage.nn.lean.LeanDecoder`: fused weights computed once per call, a
-    preallocated key/value cache written in place, the decode mask built once."""
+    """Decoding through :class:`~advantage.nn.lean.LeanDecoder`: weights rearranged once per call
+    (:meth:`~advantage.nn.lean.LeanDecoder.decode_weights`; fp32/fp64, since RoPE becomes a complex product),
+    a preallocated key/value cache written in place, the decode mask built once."""
 
     def __init__(self, lean: Any, mask: Tensor, dtype: torch.dtype):
         from advantage.nn.lean import additive_mask
 
-        self.lean, self.weights = lean, lean.weights()
-        self.mask = mask
+        self.lean = lean
+        self.weights = lean.decode_weights() if dtype in (torch.float32, torch.float64) else lean.weights()
+        self.head = self.weights if not isinstance(self.weights, list) else None
+        self.mask, self.length = mask, mask.shape[1]
         self.cache = lean.new_cache(mask.shape[0], mask.shape[1])
         self.step_mask = additive_mask(mask.bool(), dtype)[:, None, None, :]  # [B, 1, 1, P + N]
         self.can_drop = True
@@ -270,13 +273,17 @@ class _LeanStepper:
 
         mask = padded_causal_mask(prompt_mask, self.step_mask.dtype)
         pos = position_ids_from_mask(prompt_mask)
-        h = self.lean.hidden(prompt_ids, pos, mask, weights=self.weights, cache=self.cache)
-        return self.lean.logits(h[:, -1])
+        h = self.lean.hidden(
+            prompt_ids, pos, mask, weights=self.weights, cache=self.cache, max_position=self.length
+        )
+        return self.lean.logits(h[:, -1], self.head)
 
     def step(self, tok: Tensor, pos: Tensor, length: int) -> Tensor:
         mask = self.step_mask[..., :length]
-        h = self.lean.hidden(tok[:, None], pos, mask, weights=self.weights, cache=self.cache)
-        return self.lean.logits(h[:, -1])
+        h = self.lean.hidden(
+            tok[:, None], pos, mask, weights=self.weights, cache=self.cache, max_position=self.length
+        )
+        return self.lean.logits(h[:, -1], self.head)
 
     def select(self, rows: Tensor) -> None:
         self.cache.select(rows)
