@@ -201,8 +201,11 @@ def generation_logprobs(
     B = prompt_ids.shape[0]
     T = max(int(lengths.max()), 1) if B else 1
     dev = next(model.parameters()).device
-    real = prompt_mask.bool()
-    prompts = [ids[m].tolist() for ids, m in zip(prompt_ids, real, strict=True)]
+    # one host copy each, then plain lists (a tensor op per row costs more than the row's Python work)
+    prompts = [
+        [t for t, m in zip(ids, ms, strict=True) if m]
+        for ids, ms in zip(prompt_ids.tolist(), prompt_mask.tolist(), strict=True)
+    ]
     if not packable(model) or any(not p for p in prompts):
         P = prompt_ids.shape[1]
         valid = torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]
@@ -210,7 +213,7 @@ def generation_logprobs(
         attn = torch.cat([prompt_mask.to(valid.dtype), valid], dim=1).to(dev)
         logp = sequence_logprobs(model, ids, attn, response_start=P, temperature=temperature)
         return logp * valid.to(dev)
-    responses = [r[:n].tolist() for r, n in zip(response_ids, lengths.tolist(), strict=True)]
+    responses = [r[:n] for r, n in zip(response_ids.tolist(), lengths.tolist(), strict=True)]
     groups: dict[tuple[int, ...], list[int]] = {}  # prompt -> its rows, in order of first appearance
     for row, (p, r) in enumerate(zip(prompts, responses, strict=True)):
         if r:
