@@ -130,3 +130,26 @@ def test_the_lean_path_steps_aside_when_it_would_not_be_exact(tok, monkeypatch):
 
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=len(tok)))
     assert lean_decoder(gpt2) is None
+
+
+@pytest.mark.parametrize("lean", ["1", "0"], ids=["lean", "transformers"])
+def test_shared_prompts_prefill_once_and_sample_the_same(tok, lean, monkeypatch):
+    """G samples per prompt: prefilling each prompt once and copying its cache gives the tokens and
+    log-probs of prefilling every row; groups whose rows differ are refused."""
+    monkeypatch.setenv("ADVANTAGE_LEAN", lean)
+    model = model_of(tok, "qwen2", 2, seed=6)
+    ids, mask = padded_batch(tok, seed=7)
+    ids, mask = ids[:3].repeat_interleave(4, 0), mask[:3].repeat_interleave(4, 0)  # 3 prompts x G = 4
+    params = SamplingParams(temperature=1.0, max_new_tokens=9)
+    out = [
+        generate(
+            model, ids, mask, params, eos_id=5, pad_id=0, generator=torch.Generator().manual_seed(8), **kw
+        )
+        for kw in ({}, {"shared_prompts": 4})
+    ]
+    assert torch.equal(out[0].response_ids, out[1].response_ids)
+    assert (out[0].logprobs - out[1].logprobs).abs().max() <= 1e-5
+    with pytest.raises(ValueError, match="differ in their prompt"):
+        generate(model, ids.roll(1, 0), mask.roll(1, 0), params, eos_id=5, pad_id=0, shared_prompts=4)
+    with pytest.raises(ValueError, match="must divide"):
+        generate(model, ids, mask, params, eos_id=5, pad_id=0, shared_prompts=5)

@@ -226,6 +226,7 @@ class _HFStepper:
         self.last_only = {"logits_to_keep": 1} if forward_accepts(model, "logits_to_keep") else {}
         self.mask, self.step_mask = mask, _decode_mask(model, mask)
         self.can_drop = hasattr(self.cache, "batch_select_indices")
+        self.can_repeat = hasattr(self.cache, "batch_repeat_interleave")
 
     def _forward(self, ids: Tensor, mask: Tensor, pos: Tensor) -> Tensor:
         out = self.model(
@@ -238,9 +239,15 @@ class _HFStepper:
         )
         return out.logits[:, -1]
 
-    def prefill(self, prompt_ids: Tensor, prompt_mask: Tensor) -> Tensor:
+    def prefill(self, prompt_ids: Tensor, prompt_mask: Tensor, repeat: int = 1) -> Tensor:
+        """Logits ``[B, V]`` after the prompts; with ``repeat``, the prompts are every ``repeat``-th row's
+        and the cache and logits are repeated to the full batch."""
         plen = prompt_ids.shape[1]
-        return self._forward(prompt_ids, self.mask[:, :plen], position_ids_from_mask(prompt_mask))
+        logits = self._forward(prompt_ids, self.mask[::repeat, :plen], position_ids_from_mask(prompt_mask))
+        if repeat > 1:
+            self.cache.batch_repeat_interleave(repeat)
+            logits = logits.repeat_interleave(repeat, 0)
+        return logits
 
     def step(self, tok: Tensor, pos: Tensor, length: int) -> Tensor:
         """Logits ``[A, V]`` after appending ``tok`` ``[A]`` at positions ``pos`` ``[A, 1]``; ``length``:
@@ -266,17 +273,26 @@ class _LeanStepper:
         self.mask, self.length = mask, mask.shape[1]
         self.cache = lean.new_cache(mask.shape[0], mask.shape[1])
         self.step_mask = additive_mask(mask.bool(), dtype)[:, None, None, :]  # [B, 1, 1, P + N]
-        self.can_drop = True
+        self.can_drop = self.can_repeat = True
 
-    def prefill(self, prompt_ids: Tensor, prompt_mask: Tensor) -> Tensor:
+    def prefill(self, prompt_ids: Tensor, prompt_mask: Tensor, repeat: int = 1) -> Tensor:
         from advantage.nn.lean import padded_causal_mask
 
         mask = padded_causal_mask(prompt_mask, self.step_mask.dtype)
         pos = position_ids_from_mask(prompt_mask)
+        # with repeat: a cache for the unique prompts, copied row by row into the batch's afterwards
+        cache = self.cache if repeat == 1 else self.lean.new_cache(prompt_ids.shape[0], prompt_ids.shape[1])
         h = self.lean.hidden(
-            prompt_ids, pos, mask, weights=self.weights, cache=self.cache, max_position=self.length
+            prompt_ids, pos, mask, weights=self.weights, cache=cache, max_position=self.length
         )
-        return self.lean.logits(h[:, -1], self.head)
+        logits = self.lean.logits(h[:, -1], self.head)
+        if repeat > 1:
+            plen = cache.length
+            self.cache.keys[..., :plen, :] = cache.keys.repeat_interleave(repeat, 1)
+            self.cache.values[..., :plen, :] = cache.values.repeat_interleave(repeat, 1)
+            self.cache.length = plen
+            logits = logits.repeat_interleave(repeat, 0)
+        return logits
 
     def step(self, tok: Tensor, pos: Tensor, length: int) -> Tensor:
         mask = self.step_mask[..., :length]
@@ -316,6 +332,7 @@ def generate(
     eos_id: int,
     pad_id: int,
     generator: torch.Generator | None = None,
+    shared_prompts: int = 1,
 ) -> Generation:
     """Sample up to ``params.max_new_tokens`` tokens per row under ``torch.inference_mode``.
 
@@ -332,6 +349,8 @@ def generate(
         eos_id: the stop token; it is kept in the response and its mask.
         pad_id: written after a row's EOS; may equal ``eos_id`` (masks never look at it).
         generator: the source of sampling noise, on the model's device; ``None`` uses torch's global RNG.
+        shared_prompts: rows come in consecutive groups of this size with the same prompt (GRPO's G samples
+            per prompt): each prompt is prefilled once and its keys/values copied to its group's rows.
     """
     if prompt_ids.dim() != 2 or prompt_ids.shape != prompt_mask.shape:
         raise ValueError(
@@ -340,6 +359,16 @@ def generate(
         )
     if not bool(prompt_mask[:, -1].all()):
         raise ValueError("prompts must be left-padded: prompt_mask[:, -1] must be 1 for every row")
+    G = shared_prompts
+    if G < 1 or prompt_ids.shape[0] % G:
+        raise ValueError(f"shared_prompts must divide the batch of {prompt_ids.shape[0]} rows, got {G}")
+    if G > 1 and not all(
+        torch.equal(x.view(-1, G, x.shape[1]), x[::G, None].expand(-1, G, -1))
+        for x in (prompt_ids, prompt_mask)
+    ):
+        raise ValueError(
+            f"shared_prompts={G}: the rows of a group of {G} consecutive rows differ in their prompt"
+        )
     from advantage.nn.lean import lean_decoder
 
     batch, plen = prompt_ids.shape
@@ -367,7 +396,10 @@ def generate(
     active = torch.arange(batch, device=device)
     steps = 0
     with torch.inference_mode():
-        logits = stepper.prefill(prompt_ids, prompt_mask)
+        if G > 1 and stepper.can_repeat:  # prefill each prompt once, then copy its cache to its group
+            logits = stepper.prefill(prompt_ids[::G], prompt_mask[::G], repeat=G)
+        else:
+            logits = stepper.prefill(prompt_ids, prompt_mask)
         for t in range(n_new):
             tok, lp = sample_tokens(logits, params, generator)  # [A]
             done = finished[active]  # [A]

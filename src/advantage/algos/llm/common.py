@@ -412,6 +412,7 @@ class LMPolicy:
                 eos_id=self.tokenizer.eos_token_id,
                 pad_id=self.tokenizer.pad_token_id,
                 generator=generator,
+                shared_prompts=samples,
             )
         finally:
             if self.model.training != was_training:
