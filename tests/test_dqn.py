@@ -1,9 +1,27 @@
-"""DQN: bad inputs, exact resume, learning CartPole, overestimation logging."""
+"""DQN: bad inputs, exact resume, learning CartPole, overestimation logging, one update vs a reference."""
 
+import copy
+
+import gymnasium as gym
+import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 
 import advantage
+from advantage.algos.dqn import (
+    DQNAlgorithm,
+    DQNModel,
+    QNetwork,
+    clip_grad_norm,
+    gradient_step,
+    strided_returns,
+    update_batches,
+)
+from advantage.algos.offpolicy_common import LeanAdam
+from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
 from advantage.errors import ConfigError, EnvError
+from advantage.math import double_q_target, reward_to_go, td_target
 
 FAST = {"trainer.tensorboard": False, "trainer.eval_episodes": 2, "trainer.eval_every": 0}
 
@@ -62,6 +80,72 @@ def test_overestimation_is_logged():
     assert rows
     r = rows[-1]
     assert r["train/overestimation"] == pytest.approx(r["train/q_predicted"] - r["train/q_realized"])
+
+
+@pytest.mark.parametrize(
+    "double, dueling, prioritized", [(False, "none", False), (True, "mean", False), (True, "mean", True)]
+)
+def test_an_update_takes_the_steps_of_the_per_batch_reference(double, dueling, prioritized):
+    """update_batches + gradient_step (all batches and target-network values of an update in one pass,
+    LeanAdam, the fused clip) take the steps of the textbook loop: per batch, Q_target on its next states,
+    td_target / double_q_target, Huber loss, torch's clip_grad_norm_ and torch.optim.Adam."""
+    torch.manual_seed(0)
+    space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    model, a = (
+        DQNModel(hidden_sizes=[32, 32], dueling=dueling),
+        DQNAlgorithm(double=double, max_grad_norm=0.05),
+    )
+    q, q_target = QNetwork(space, 2, model), QNetwork(space, 2, model)
+    ref = copy.deepcopy(q)
+    args = (500, (4,), np.float32, (), np.int64, 2, 3, 0.99, 0)
+    buffer = PrioritizedReplayBuffer(*args, beta_steps=8) if prioritized else ReplayBuffer(*args)
+    g = np.random.default_rng(0)
+    for _ in range(200):
+        obs, next_obs = g.normal(size=(2, 2, 4)).astype(np.float32)
+        buffer.add(
+            obs, g.integers(0, 2, 2), g.normal(size=2), next_obs, g.random(2) < 0.05, g.random(2) < 0.02
+        )
+    opt, ref_opt = LeanAdam(q.parameters(), 1e-3), torch.optim.Adam(ref.parameters(), lr=1e-3, fused=True)
+    clipped = 0
+    for b in update_batches(buffer, q_target, 8, 32, double):
+        _, td_error = gradient_step(q, opt, b, a)
+        if prioritized:
+            buffer.update_priorities(b["indices"].numpy(), td_error.numpy())
+        with torch.no_grad():
+            next_q = q_target(b["next_obs"])
+            if double:
+                y = double_q_target(b["rewards"], ref(b["next_obs"]), next_q, b["terminated"], b["discounts"])
+            else:
+                y = td_target(b["rewards"], next_q, b["terminated"], b["discounts"])
+        pred = ref(b["obs"]).gather(1, b["actions"][:, None]).squeeze(1)
+        loss = (F.smooth_l1_loss(pred, y, reduction="none") * b.get("weights", 1.0)).mean()
+        ref_opt.zero_grad()
+        loss.backward()
+        clipped += float(torch.nn.utils.clip_grad_norm_(ref.parameters(), a.max_grad_norm)) > a.max_grad_norm
+        ref_opt.step()
+    assert clipped  # the clip was active (test_clip_grad_norm_is_torchs_arithmetic: both regimes)
+    for p, r in zip(q.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, r, rtol=1e-5, atol=1e-6)
+
+
+def test_clip_grad_norm_is_torchs_arithmetic():
+    torch.manual_seed(0)
+    for scale in (0.01, 100.0):  # below and above the max norm
+        params = [torch.nn.Parameter(torch.randn(s)) for s in ((16, 4), (16,), (2, 16))]
+        theirs = [torch.nn.Parameter(p.detach().clone()) for p in params]
+        for p, t in zip(params, theirs, strict=True):
+            p.grad = scale * torch.randn_like(p)
+            t.grad = p.grad.clone()
+        torch.nn.utils.clip_grad_norm_(theirs, 1.0)
+        clip_grad_norm(params, 1.0)
+        assert all(torch.equal(p.grad, t.grad) for p, t in zip(params, theirs, strict=True))
+
+
+@pytest.mark.parametrize("length", [1, 7, 8, 9, 500])
+def test_strided_returns_are_every_strideth_reward_to_go(length):
+    rewards = np.random.default_rng(length).normal(size=length)
+    want = reward_to_go(torch.tensor(rewards), 0.99).numpy()[::8]
+    np.testing.assert_allclose(strided_returns(list(rewards), 0.99, 8), want, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.slow

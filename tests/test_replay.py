@@ -173,6 +173,29 @@ def test_sample_dict_layout():
     np.testing.assert_allclose(b["discounts"], 0.81)
 
 
+def test_sample_batches_layout_and_uniform_draws():
+    rb = ReplayBuffer(64, (2, 3), np.uint8, (), np.int64, num_envs=2, n_step=2, gamma=0.9, seed=3)
+    for t in range(20):  # 38 transitions (2 envs, each window of 2 starts emitting at its second step)
+        obs = np.full((2, 2, 3), t, np.uint8)
+        rb.add(obs, np.array([t, -t]), np.ones(2), obs + 1, [False] * 2, [False] * 2)
+    b = rb.sample_batches(5, 7)
+    assert set(b) == set(rb.sample(7))
+    assert b["obs"].shape == (5, 7, 2, 3) and b["obs"].dtype == np.uint8
+    assert b["actions"].shape == b["rewards"].shape == b["indices"].shape == (5, 7)
+    assert np.array_equal(b["weights"], np.ones((5, 7), np.float32))
+    # each row is the gather of its own indices
+    for g in range(5):
+        row = rb.gather(b["indices"][g])
+        assert all(np.array_equal(row[k], b[k][g]) for k in row)
+    # uniform over the stored transitions: 38 slots, 38k draws, every count within 5 sigma of 1000
+    counts = np.bincount(rb.sample_batches(1000, 38)["indices"].ravel(), minlength=len(rb))
+    assert counts.size == len(rb) == 38 and np.abs(counts - 1000).max() < 5 * np.sqrt(1000)
+    with pytest.raises(ValueError, match="num_batches must be an integer >= 1, got 0"):
+        rb.sample_batches(0, 7)
+    with pytest.raises(ValueError, match="batch_size must be <= the 38 transitions stored, got 39"):
+        rb.sample_batches(2, 39)
+
+
 # ----------------------------------------------------------------------------------------- resuming
 
 

@@ -18,18 +18,27 @@ Implementation details:
    bootstraps from its final observation (never treated as terminal).
 3. ε decays linearly from ``epsilon_start`` to ``epsilon_end`` over ``exploration_fraction`` of the run.
 4. The target network is updated every ``target_update_interval`` environment steps with Polyak
-   weight ``tau`` (``tau = 1``: a hard copy, the Nature DQN rule).
+   weight ``tau`` (``tau = 1``: a hard copy, the Nature DQN rule). It therefore never moves during the
+   ``gradient_steps`` of one update, and neither does the buffer: with uniform replay the update draws all
+   its batches at once and evaluates the target network on all their next states in one forward pass
+   (:func:`update_batches`); only the online network's part runs per gradient step.
 5. Huber (smooth L1) or MSE TD loss; prioritized replay weights the per-sample loss by its importance
-   weight and feeds ``|δ|`` back as the new priority.
+   weight and feeds ``|δ|`` back as the new priority (so each batch is drawn after the previous step's
+   priorities are in).
 6. Overestimation made visible: for the states of the most recent finished training episodes, the mean
    predicted ``max_a Q(s, a)`` is logged next to the discounted return actually obtained from those
    states (``train/q_predicted``, ``train/q_realized``, ``train/overestimation``).
+7. On CPU a small network's gradient step costs mostly per-call overhead, not arithmetic: the optimizer
+   is :class:`~advantage.algos.offpolicy_common.LeanAdam` (fused Adam without the optimizer's Python
+   layers), the gradient-norm clip is two fused kernels, and the loss is read back once per step (the
+   check that stops a NaN before it reaches the weights).
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +47,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from advantage.algos.offpolicy_common import LeanAdam
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
 from advantage.context import RunContext, Snapshot
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
@@ -196,8 +206,10 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
     q, q_target = make_q(cfg, obs_space, n_actions), make_q(cfg, obs_space, n_actions)
     q_target.load_state_dict(q.state_dict())
     q_target.requires_grad_(False)
-    params = list(q.parameters())
-    opt = torch.optim.Adam(params, lr=a.learning_rate, fused=True)
+    params, target_params = list(q.parameters()), list(q_target.parameters())
+    # LeanAdam: torch's fused Adam arithmetic without its per-call Python layers, which on a small MLP
+    # cost more than the update itself; the state is a real torch.optim.Adam (opt.opt) for checkpoints.
+    opt = LeanAdam(params, a.learning_rate)
     buffer_args = dict(
         capacity=a.buffer_size,
         obs_shape=obs_space.shape,
@@ -230,7 +242,7 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
         ck, s = ctx.restored, ctx.restored.state["algo"]
         load_module("q", q, ck.tensors, str(ck.path))
         load_module("q_target", q_target, ck.tensors, str(ck.path))
-        load_optimizer("optim", opt, ck.tensors, s["optim"])
+        load_optimizer("optim", opt.opt, ck.tensors, s["optim"])
         buffer.load_state_dict(
             {k[len("buffer.") :]: v.numpy() for k, v in ck.tensors.items() if k.startswith("buffer.")}
             | s["buffer"]
@@ -248,7 +260,7 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
 
     def snapshot() -> Snapshot:
         buf_arrays, buf_meta = split_state(buffer.state_dict())
-        opt_tensors, opt_meta = optimizer_state("optim", opt)
+        opt_tensors, opt_meta = optimizer_state("optim", opt.opt)
         tensors = {
             **module_tensors("q", q),
             **module_tensors("q_target", q_target),
@@ -317,9 +329,8 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
             ep_rew[j].append(float(reward[j]))
             if term[j] or trunc[j]:
                 ctx.episode(step, float(ep_ret[j]), int(ep_len[j]))
-                g = reward_to_go(torch.tensor(ep_rew[j], dtype=torch.float64), a.gamma).numpy()
                 if term[j]:  # a truncated episode's realized return is unknown beyond the cut
-                    recent.append((np.stack(ep_obs[j]), g[::OBS_STRIDE]))
+                    recent.append((np.stack(ep_obs[j]), strided_returns(ep_rew[j], a.gamma, OBS_STRIDE)))
                 ep_ret[j], ep_len[j], ep_obs[j], ep_rew[j] = 0.0, 0, [], []
         autoreset = term | trunc
         obs = next_obs
@@ -328,64 +339,145 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
         if step >= next_train:
             next_train += a.train_freq
             losses = []
-            for _ in range(a.gradient_steps):
-                losses.append(gradient_step(q, q_target, opt, params, buffer, a))
-                if not math.isfinite(losses[-1]):
-                    raise NonFiniteError(f"step {step}: TD loss is {losses[-1]}; weights not updated")
+            for b in update_batches(buffer, q_target, a.gradient_steps, a.batch_size, a.double):
+                loss, td_error = gradient_step(q, opt, b, a)
+                if not math.isfinite(loss):
+                    raise NonFiniteError(f"step {step}: TD loss is {loss}; weights not updated")
+                if td_error is not None:
+                    buffer.update_priorities(b["indices"].numpy(), td_error.numpy())
+                losses.append(loss)
             row: dict[str, Any] = {"train/loss": sum(losses) / len(losses), "train/epsilon": eps}
             if recent:
                 row.update(overestimation())
             ctx.log(step, row)
         if step >= next_target:
             next_target += a.target_update_interval
-            polyak_update(list(q_target.parameters()), params, a.tau)
+            polyak_update(target_params, params, a.tau)
         if ctx.tick(step, snapshot):
             break
     ctx.finish(step, snapshot())
     env.close()
 
 
-def gradient_step(
-    q: QNetwork,
-    q_target: QNetwork,
-    opt: torch.optim.Optimizer,
-    params: list[nn.Parameter],
+def update_batches(
     buffer: ReplayBuffer | PrioritizedReplayBuffer,
-    a: DQNAlgorithm,
-) -> float:
-    """One TD regression step on a sampled batch; returns the loss."""
-    b = buffer.sample(a.batch_size)
-    obs = torch.as_tensor(b["obs"], dtype=torch.float32)
-    next_obs = torch.as_tensor(b["next_obs"], dtype=torch.float32)
-    actions = torch.as_tensor(b["actions"], dtype=torch.long)
-    rewards = torch.as_tensor(b["rewards"], dtype=torch.float32)
-    terminated = torch.as_tensor(b["terminated"])
-    discounts = torch.as_tensor(b["discounts"], dtype=torch.float32)
-    with torch.no_grad():
-        next_q_target = q_target(next_obs)
-        if a.double:
-            target = double_q_target(rewards, q(next_obs), next_q_target, terminated, discounts)
-        else:
-            target = td_target(rewards, next_q_target, terminated, discounts)
-    pred = q(obs).gather(1, actions[:, None]).squeeze(1)
-    if a.loss == "huber":
-        per_sample = nn.functional.smooth_l1_loss(pred, target, reduction="none")
+    q_target: QNetwork,
+    num_batches: int,
+    batch_size: int,
+    double: bool,
+) -> Iterator[dict[str, torch.Tensor]]:
+    """The ``G = num_batches`` batches of one update as tensors, each with the part of its TD target that
+    the target network gives: the target ``y`` itself (``target``, ``[B]``) for DQN's max target, or
+    ``next_q_target`` = ``Q_target(s', ·)`` ``[B, A]`` for Double DQN, whose ``a'`` the online network
+    picks at the step itself.
+
+    The target network is frozen during an update (it moves between environment steps, never between the
+    gradient steps of one update), and nothing is added to the buffer then. So with uniform replay all
+    ``G`` batches are drawn in one call and ``Q_target`` runs once on all ``G·B`` next states: the
+    targets of ``G`` separate passes, without paying ``G`` times the per-call overhead that dominates a
+    small network on CPU. Prioritized replay must draw each batch after the previous step has updated
+    the priorities, so it samples lazily, one batch per step.
+    """
+    if isinstance(buffer, PrioritizedReplayBuffer):
+        for _ in range(num_batches):
+            yield with_target_values(as_tensors(buffer.sample(batch_size)), q_target, double)
+        return
+    block = as_tensors(buffer.sample_batches(num_batches, batch_size))  # [G, B, ...]
+    del block["weights"]  # all 1: the loss is a plain mean
+    columns = {k: v.unbind(0) for k, v in with_target_values(block, q_target, double).items()}
+    for g in range(num_batches):
+        yield {k: v[g] for k, v in columns.items()}
+
+
+@torch.no_grad()
+def with_target_values(
+    b: dict[str, torch.Tensor], q_target: QNetwork, double: bool
+) -> dict[str, torch.Tensor]:
+    """Add ``target`` (max target, :func:`td_target`) or ``next_q_target`` (Double DQN) to a batch whose
+    arrays lead with ``[B]`` or ``[G, B]``."""
+    lead = b["rewards"].shape
+    next_q = q_target(b["next_obs"].flatten(0, len(lead) - 1))  # [G·B, A]
+    if double:
+        b["next_q_target"] = next_q.unflatten(0, lead)
     else:
-        per_sample = 0.5 * (pred - target) ** 2
-    weights = torch.as_tensor(b["weights"], dtype=torch.float32)
-    loss = (per_sample * weights).mean()
+        flat = {k: b[k].flatten() for k in ("rewards", "terminated", "discounts")}
+        b["target"] = td_target(flat["rewards"], next_q, flat["terminated"], flat["discounts"]).view(lead)
+    return b
+
+
+def as_tensors(b: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """A sampled batch as CPU tensors (zero-copy where the dtype already fits): observations float32."""
+    out = {k: torch.from_numpy(v) for k, v in b.items()}
+    out["obs"] = out["obs"].float()
+    out["next_obs"] = out["next_obs"].float()
+    return out
+
+
+def gradient_step(
+    q: QNetwork, opt: LeanAdam, b: dict[str, torch.Tensor], a: DQNAlgorithm
+) -> tuple[float, torch.Tensor | None]:
+    """One TD regression step on batch ``b`` (from :func:`update_batches`); returns the loss and, for a
+    prioritized batch (one with importance ``weights``), the TD errors ``|Q(s, a) − y|`` ``[B]`` that
+    become its new priorities.
+
+    ``y`` is :func:`td_target` (``r + γ^k max_a' Q_target(s', a')``, computed ahead by
+    :func:`update_batches`) or, with ``algorithm.double``, :func:`double_q_target` (the online network
+    picks ``a'``, the target network values it). The loss is the mean Huber (or ½ squared) error,
+    importance-weighted per sample under prioritized replay.
+    """
+    obs, B = b["obs"], b["obs"].shape[0]
+    if a.double:
+        # One forward pass over [s; s'] gives the online values at both (one set of per-layer calls, not
+        # two); the s' half only picks a' and is detached: the target is a constant of the update.
+        q_both = q(torch.cat([obs, b["next_obs"]]))
+        q_obs, next_q_online = q_both[:B], q_both[B:].detach()
+        target = double_q_target(
+            b["rewards"], next_q_online, b["next_q_target"], b["terminated"], b["discounts"]
+        )
+    else:
+        q_obs, target = q(obs), b["target"]
+    pred = q_obs.gather(1, b["actions"][:, None]).squeeze(1)
+    weights = b.get("weights")
+    reduction = "mean" if weights is None else "none"
+    if a.loss == "huber":
+        loss = nn.functional.smooth_l1_loss(pred, target, reduction=reduction)
+    else:
+        loss = 0.5 * nn.functional.mse_loss(pred, target, reduction=reduction)
+    if weights is not None:
+        loss = (loss * weights).mean()
     value = float(loss.detach())
     if not math.isfinite(value):  # the caller stops the run; a NaN must not reach the weights first
-        return value
-    opt.zero_grad(set_to_none=True)
+        return value, None
+    opt.zero_grad()
     loss.backward()
     if a.max_grad_norm > 0:
-        grads = [p.grad for p in params if p.grad is not None]
-        torch.nn.utils.clip_grads_with_norm_(params, a.max_grad_norm, torch.nn.utils.get_total_norm(grads))
+        clip_grad_norm(opt.params, a.max_grad_norm)
     opt.step()
-    if isinstance(buffer, PrioritizedReplayBuffer):
-        buffer.update_priorities(b["indices"], (pred - target).detach().abs().cpu().numpy())
-    return value
+    return value, None if weights is None else (pred.detach() - target).abs()
+
+
+def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> None:
+    """Scale the gradients by ``min(1, max_norm / (‖g‖₂ + 1e-6))``, ``‖g‖₂`` the global norm over all of
+    them: ``torch.nn.utils.clip_grad_norm_``'s arithmetic (two fused kernels), without its per-call
+    argument handling and device grouping."""
+    grads = [p.grad for p in params]
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+
+
+def strided_returns(rewards: list[float], gamma: float, stride: int) -> np.ndarray:
+    r"""The discounted return :math:`G_t = \sum_i \gamma^i r_{t+i}` from every ``stride``-th step
+    ``t = 0, s, 2s, …`` of an episode (``s = stride``): ``reward_to_go(rewards, γ)[::s]``.
+
+    Each chunk of ``s`` rewards is summed first, :math:`c_k = \sum_{i<s} \gamma^i r_{ks+i}`, which
+    leaves the recursion :math:`G_{ks} = c_k + \gamma^s G_{(k+1)s}`: :func:`reward_to_go` over ``T/s``
+    chunks instead of ``T`` steps, once per finished episode.
+    """
+    r = np.asarray(rewards, np.float64)
+    chunks = np.zeros(-(-r.size // stride) * stride)
+    chunks[: r.size] = r
+    c = chunks.reshape(-1, stride) @ gamma ** np.arange(stride)
+    return reward_to_go(torch.from_numpy(c), gamma**stride).numpy()
 
 
 def split_state(state: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -456,16 +548,20 @@ register(
         policy=_policy,
         check_env=check_env,
         presets=PRESETS,
-        # CartPole-v1 in under 50k steps: Double DQN with a mean-dueling head and 3-step targets on a 64-64
-        # MLP, the rl-baselines3-zoo schedule otherwise (measured: 475 reached at 17.5k-25k steps).
+        # CartPole-v1, solved in few environment steps and few gradient steps: the plain max target with
+        # 3-step returns on a 128-128 MLP, 16 envs; every 256 env steps, 64 gradient steps (half the zoo's)
+        # on batches of 128 at lr 4e-3; ε decays over the first 8% of the run (4,000 steps). Measured over
+        # seeds 0-24: the 10-episode greedy mean first reaches 475 at 10k-35k steps, median 15k.
         defaults={
             "env.id": "CartPole-v1",
-            "env.num_envs": 1,
+            "env.num_envs": 16,
             "trainer.total_steps": 50_000,
-            "model.hidden_sizes": [64, 64],
-            "algorithm.double": True,
-            "model.dueling": "mean",
+            "model.hidden_sizes": [128, 128],
             "algorithm.n_step": 3,
+            "algorithm.learning_rate": 4e-3,
+            "algorithm.batch_size": 128,
+            "algorithm.gradient_steps": 64,
+            "algorithm.exploration_fraction": 0.08,
         },
     )
 )
