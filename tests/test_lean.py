@@ -153,3 +153,13 @@ def test_shared_prompts_prefill_once_and_sample_the_same(tok, lean, monkeypatch)
         generate(model, ids.roll(1, 0), mask.roll(1, 0), params, eos_id=5, pad_id=0, shared_prompts=4)
     with pytest.raises(ValueError, match="must divide"):
         generate(model, ids, mask, params, eos_id=5, pad_id=0, shared_prompts=5)
+
+
+def test_gradient_checkpointing_in_training_takes_the_transformers_path(tok):
+    model = model_of(tok, "qwen2", 4)
+    model.gradient_checkpointing_enable()
+    assert lean_decoder(model) is not None  # eval mode: checkpointing does nothing
+    model.train()
+    assert lean_decoder(model) is None
+    model.gradient_checkpointing_disable()
+    assert lean_decoder(model) is not None

@@ -84,12 +84,13 @@ def lean_decoder(model: nn.Module) -> LeanDecoder | None:
         _CACHE[model] = lean
     if lean is None:
         return None
-    if model.training:
-        checkpointing = getattr(model, "is_activation_checkpointing", None)  # renamed in transformers 5
-        if checkpointing is None:
-            checkpointing = getattr(model, "is_gradient_checkpointing", False)
-        if checkpointing or getattr(model.config, "attention_dropout", 0.0) > 0:
-            return None
+    if model.training and (
+        getattr(model.config, "attention_dropout", 0.0) > 0
+        # gradient_checkpointing_enable() sets this flag on the layers (transformers' own property walks
+        # every module, a visible cost per call for a small model)
+        or any(getattr(m, "gradient_checkpointing", False) for m in (lean.decoder, *lean.layers))
+    ):
+        return None
     return lean
 
 
@@ -175,6 +176,7 @@ class LeanDecoder:
         self.hidden_size = cfg.hidden_size
         self.lm_head = getattr(model, "lm_head", None)  # None for a bare decoder stack
         self._rope: dict[torch.device, tuple[Tensor, Tensor, Tensor]] = {}
+        self._order: Tensor | None = None  # decode_weights' query/key row order
 
     # -- parameters ---------------------------------------------------------------------------------------
     def weights(self) -> list[_Weights]:
@@ -213,16 +215,20 @@ class LeanDecoder:
         """
         if self.lm_head is None:
             raise ValueError("this lean decoder wraps a bare decoder stack: it has no LM head")
-        nh, nkv, d = self.heads, self.kv_heads, self.head_dim
-        half = torch.arange(d // 2)
-        pairs = torch.stack([half, half + d // 2], dim=-1).flatten()  # [d]: 0, d/2, 1, d/2+1, ...
-        heads = torch.arange(nh + nkv)[:, None] * d
-        order = torch.cat([(heads + pairs).flatten(), torch.arange((nh + nkv) * d, (nh + 2 * nkv) * d)])
+        device = self.decoder.embed_tokens.weight.device
+        if self._order is None or self._order.device != device:
+            nh, nkv, d = self.heads, self.kv_heads, self.head_dim
+            half = torch.arange(d // 2)
+            pairs = torch.stack([half, half + d // 2], dim=-1).flatten()  # [d]: 0, d/2, 1, d/2+1, ...
+            heads = torch.arange(nh + nkv)[:, None] * d
+            rest = torch.arange((nh + nkv) * d, (nh + 2 * nkv) * d)  # the value rows keep their order
+            self._order = torch.cat([(heads + pairs).flatten(), rest]).to(device)
+        order = self._order
         layers = []
         with torch.no_grad():
             for lw in self.weights():
-                qkv = (lw.qkv * lw.attn_norm)[order.to(lw.qkv.device)]
-                qkv_bias = None if lw.qkv_bias is None else lw.qkv_bias[order.to(lw.qkv.device)]
+                qkv = (lw.qkv * lw.attn_norm)[order]
+                qkv_bias = None if lw.qkv_bias is None else lw.qkv_bias[order]
                 gate_up = lw.gate_up * lw.mlp_norm
                 layers.append(
                     _Weights(
