@@ -176,7 +176,7 @@ def sample_tokens(
     ``generator`` (the trick vLLM uses; no cumulative sum as in ``torch.multinomial``).
     """
     z = logits.float()
-    if params.temperature > 0:
+    if params.temperature > 0 and params.temperature != 1:
         z = z / params.temperature
     # log_softmax, not z - logsumexp(z): one fused kernel (logsumexp alone costs several times more on CPU)
     logp_all = z.log_softmax(-1)  # [B, V]
