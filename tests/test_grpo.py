@@ -120,6 +120,33 @@ def test_kl_in_the_loss_uses_the_reference():
     assert float(m["kl_ref"]) == pytest.approx(k3)
 
 
+def test_gspo_on_policy_has_the_gradient_of_grpo():
+    """With one epoch over one mini-batch (old_logp = sg(logp)) every sequence ratio is 1, clipping never
+    binds, and GSPO's loss and gradient are those of ppo_clip with seq_mean_token_mean: the two presets
+    differ only off-policy (ppo_epochs > 1 or several mini-batches)."""
+    torch.manual_seed(0)
+    theta = torch.randn(6, 4, 5, requires_grad=True)
+    tokens = torch.randint(0, 5, (6, 4, 1))
+    adv = torch.randn(6)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
+    mask = mask.float()
+
+    def loss_and_grad(**actor):
+        logp = torch.log_softmax(theta, -1).gather(-1, tokens).squeeze(-1)  # [B, T]
+        cfg = grpo.ActorConfig(**{"loss_agg": "seq_mean_token_mean", **actor})
+        Z = grpo.step_normalizer(mask, cfg.loss_agg)
+        loss, _ = grpo.grpo_loss(logp, None, None, adv, mask, cfg, Z, 4)
+        return loss, torch.autograd.grad(loss, theta)[0]
+
+    preset = grpo.PRESETS["gspo"].overrides
+    gspo = {k.removeprefix("worker.actor."): v for k, v in preset.items() if k.startswith("worker.actor.")}
+    assert gspo["loss"] == "gspo" and gspo["loss_agg"] == "seq_mean_token_mean"
+    gspo_loss, gspo_grad = loss_and_grad(**gspo)
+    grpo_loss, grpo_grad = loss_and_grad(loss="ppo_clip", clip_low=0.2)
+    torch.testing.assert_close(gspo_loss, grpo_loss)
+    torch.testing.assert_close(gspo_grad, grpo_grad)
+
+
 # ---- training end to end ------------------------------------------------------------------------------
 
 
@@ -362,3 +389,28 @@ def test_grpo_with_a_reward_model_on_the_synthetic_task(tmp_path, tiny_reward_mo
 def test_synthetic_task_without_a_reward_model_is_refused():
     with pytest.raises(ConfigError, match="data.task=synthetic has no verifier: set worker.reward.model"):
         advantage.train("grpo", quiet=True, **{"data.task": "synthetic", "data.digits": None})
+
+
+# ---- the example config ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("preset", sorted(grpo.PRESETS))
+def test_every_preset_applies_on_top_of_the_example(preset):
+    """A config file outranks ``preset=NAME`` (defaults < preset < file < overrides), so a preset key set in
+    examples/grpo_addition.yaml to another value would silently undo the preset (or, for gspo's clip
+    range, make the config invalid): `advantage train grpo --config examples/grpo_addition.yaml
+    preset=NAME` must run NAME."""
+    from pathlib import Path
+
+    from advantage.runs import resolve_config
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "grpo_addition.yaml"
+    # The model path names a run folder made by examples/sft_addition.yaml; a scratch model stands in.
+    scratch = {"worker.actor.model.path": None, "worker.actor.model.init": "scratch"}
+    _, cfg = resolve_config("grpo", config=path, overrides={"preset": preset, **scratch})
+    assert cfg.worker.rollout.n == 16  # the file's own settings are kept
+    for key, value in grpo.PRESETS[preset].overrides.items():
+        node = cfg
+        for part in key.split("."):
+            node = getattr(node, part)
+        assert node == value, key

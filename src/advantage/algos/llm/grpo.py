@@ -15,16 +15,18 @@ The pieces are the shared math core: ``GROUP_ADVANTAGES`` (``grpo``, ``dr_grpo``
 ``KL_ESTIMATORS`` (k1, k2, k3) and ``aggregate`` (``token_mean``, ``seq_mean_token_mean``,
 ``seq_mean_token_sum_norm``). The presets are combinations of them:
 
-==========  ==============  ==========  =====================  ========================================
-preset      advantage       loss        aggregation            other
-==========  ==============  ==========  =====================  ========================================
-grpo        grpo            ppo_clip    seq_mean_token_mean    β = 0.04, k3 in the loss (the paper)
-dapo        grpo            ppo_clip    token_mean             clip-higher 0.2/0.28, β = 0, dynamic
-                                                               sampling, overlong filter + soft penalty
-gspo        grpo            gspo        seq_mean_token_mean    sequence-level ratio and clipping
+==========  ==============  ==========  =======================  ======================================
+preset      advantage       loss        aggregation              other
+==========  ==============  ==========  =======================  ======================================
+grpo        grpo            ppo_clip    seq_mean_token_mean      β = 0.04, k3 in the loss (the paper)
+dapo        grpo            ppo_clip    token_mean               clip-higher 0.2/0.28, β = 0, dynamic
+                                                                 sampling, overlong filter + soft
+                                                                 penalty
+gspo        grpo            gspo        seq_mean_token_mean      sequence-level ratio and clipping
 dr_grpo     dr_grpo         ppo_clip    seq_mean_token_sum_norm  no std, sums / max length
-lite_ppo    batch_std       ppo_clip    token_mean             group mean, batch std (Liu et al. 2025)
-==========  ==============  ==========  =====================  ========================================
+lite_ppo    batch_std       ppo_clip    token_mean               group mean, batch std (Liu et al.
+                                                                 2025)
+==========  ==============  ==========  =======================  ======================================
 
 Implementation details:
 
@@ -40,8 +42,9 @@ Implementation details:
    they are recomputed once after generation (not taken from the sampler, whose numerics may differ).
 3. The reference model is the starting policy, frozen; it is skipped entirely when no KL term uses it
    (β = 0 and no KL in the reward). With LoRA it is the base model with the adapters switched off.
-4. KL: in the loss (``worker.actor.kl_coef`` β with ``kl_estimator``; k3 by default: unbiased value,
-   and in expectation its gradient is ∇KL, see :mod:`advantage.math.kl`) or in the reward
+4. KL: in the loss (``worker.actor.kl_coef`` β with ``kl_estimator``; k3 by default: an unbiased,
+   non-negative value whose expected gradient is that of the *forward* KL(π_ref‖π), a sound
+   regulariser but not ∇KL(π‖π_ref), see :mod:`advantage.math.kl`) or in the reward
    (``algorithm.kl_reward_coef``: :math:`r_i \leftarrow r_i - \beta_r\sum_t k_{1,t}`, before the group
    normalisation).
 5. DAPO: dynamic sampling drops groups whose rewards are all equal (no gradient signal) and samples more
