@@ -113,17 +113,9 @@ class DQNConfig:
     trainer: TrainerConfig = section(TrainerConfig)
 
     def problems(self) -> list[str]:
-        a, out = self.algorithm, []
-        if a.batch_size > a.buffer_size:
-            out.append(
-                f"algorithm.batch_size ({a.batch_size}) must be <= algorithm.buffer_size ({a.buffer_size})"
-            )
-        if a.learning_starts < a.batch_size:
-            out.append(
-                f"algorithm.learning_starts ({a.learning_starts}) must be >= algorithm.batch_size "
-                f"({a.batch_size}): the first update samples a full batch"
-            )
-        return out
+        from advantage.data.replay import replay_problems
+
+        return replay_problems(self.algorithm)
 
 
 class NatureCNN(nn.Module):

@@ -31,6 +31,7 @@ from torch import nn
 from advantage.config import VecEnvConfig
 from advantage.context import RunContext
 from advantage.data import ReplayBuffer
+from advantage.data.replay import replay_problems
 from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
 from advantage.errors import EnvError, NonFiniteError
 from advantage.nn.continuous import to_env_action
@@ -41,16 +42,7 @@ from advantage.torch_state import load_module, load_optimizer, module_tensors, o
 def config_problems(cfg: Any) -> list[str]:
     """Cross-field checks shared by the ddpg, td3 and sac configs: the batch fits in the buffer, the first
     update has a full batch, and both network size lists are non-empty and positive."""
-    a, out = cfg.algorithm, []
-    if a.batch_size > a.buffer_size:
-        out.append(
-            f"algorithm.batch_size ({a.batch_size}) must be <= algorithm.buffer_size ({a.buffer_size})"
-        )
-    if a.learning_starts < a.batch_size:
-        out.append(
-            f"algorithm.learning_starts ({a.learning_starts}) must be >= algorithm.batch_size "
-            f"({a.batch_size}): the first update samples a full batch"
-        )
+    out = replay_problems(cfg.algorithm)
     for name in ("actor_hidden", "critic_hidden"):
         sizes = getattr(cfg.model, name)
         if not sizes or min(sizes) < 1:

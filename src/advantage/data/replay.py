@@ -521,3 +521,19 @@ class PrioritizedReplayBuffer:
             self.tree.update(np.arange(priorities.size), priorities)
         self.max_priority = float(state["max_priority"])
         self.sample_calls = int(state["sample_calls"])
+
+
+def replay_problems(a: Any) -> list[str]:
+    """Config checks every replay-based algorithm shares (``a``: its ``algorithm`` section): the batch fits
+    in the buffer, and the first update, after ``learning_starts`` steps, has a full batch to sample."""
+    out = []
+    if a.batch_size > a.buffer_size:
+        out.append(
+            f"algorithm.batch_size ({a.batch_size}) must be <= algorithm.buffer_size ({a.buffer_size})"
+        )
+    if a.learning_starts < a.batch_size:
+        out.append(
+            f"algorithm.learning_starts ({a.learning_starts}) must be >= algorithm.batch_size "
+            f"({a.batch_size}): the first update samples a full batch"
+        )
+    return out
