@@ -191,6 +191,27 @@ def test_process_advantages_hand_example():
     close(out, expected, atol=1e-10)
 
 
+def test_process_advantages_scales_match_the_outcome_estimators():
+    # With one step per response ending at the last token, process supervision is outcome supervision:
+    # every scale equals the outcome estimator of the same name on every token.
+    from advantage.math.advantages import GROUP_ADVANTAGES
+
+    g = torch.Generator().manual_seed(7)
+    B, T, G = 8, 5, 4
+    r = torch.randn(B, generator=g, dtype=F64)
+    ends = torch.full((B, 1), T - 1)
+    for scale, name in (("group_std", "grpo"), ("none", "dr_grpo"), ("batch_std", "batch_std")):
+        out = process_advantages(r[:, None], torch.ones(B, 1), ends, T, G, eps=1e-6, scale=scale)
+        expected, _ = GROUP_ADVANTAGES[name](r, G, 1e-6)
+        close(out, expected[:, None].expand(B, T))
+    # Two steps: "none" centres by the group's mean step reward and does not divide.
+    sr = t64([[1.0, 0.0], [1.0, 1.0]])
+    out = process_advantages(sr, torch.ones(2, 2), torch.tensor([[0, 1], [0, 1]]), 2, 2, scale="none")
+    close(out, [[0.25 - 0.75, -0.75], [0.25 + 0.25, 0.25]])
+    with pytest.raises(ValueError, match="scale must be one of"):
+        process_advantages(sr, torch.ones(2, 2), torch.tensor([[0, 1], [0, 1]]), 2, 2, scale="rloo")
+
+
 def test_process_advantages_errors():
     z, zl = torch.zeros(2, 3, dtype=F64), torch.zeros(2, 3, dtype=torch.long)
     with pytest.raises(ValueError, match="group_size >= 2, got 1"):

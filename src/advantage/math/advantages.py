@@ -154,6 +154,9 @@ GROUP_ADVANTAGES: dict[str, Callable[..., tuple[Tensor, dict[str, Tensor]]]] = {
 }
 
 
+PROCESS_SCALES = ("group_std", "none", "batch_std")  # the divisors process_advantages offers
+
+
 def process_advantages(
     step_rewards: Tensor,
     step_mask: Tensor,
@@ -161,6 +164,7 @@ def process_advantages(
     num_tokens: int,
     group_size: int,
     eps: float = 1e-6,
+    scale: str = "group_std",
 ) -> Tensor:
     r"""GRPO with process supervision (Shao et al. 2024, DeepSeekMath §4.1.3; seed 003 "GRPO").
 
@@ -176,6 +180,9 @@ def process_advantages(
 
     std is Bessel-corrected, as in :func:`grpo`; a group whose valid step rewards are all equal (or that
     has a single valid step) gives 0. Tokens after the last step's end get 0; multiply by the token mask.
+    ``scale`` picks the divisor as the outcome estimators do: ``group_std`` (above, :func:`grpo`),
+    ``none`` (centred only, :func:`dr_grpo`) or ``batch_std`` (the std of every valid step reward of the
+    batch, :func:`batch_std`).
 
     Args:
         step_rewards: ``[B, S]`` float, S = the most steps of any response; padding may hold anything.
@@ -183,7 +190,8 @@ def process_advantages(
         step_end: ``[B, S]`` long, index in ``[0, num_tokens)`` of the last token of each valid step.
         num_tokens: T, the response length of the token tensors.
         group_size: G >= 2; groups are consecutive rows.
-        eps: added to the group std.
+        eps: added to the std.
+        scale: ``group_std``, ``none`` or ``batch_std``.
 
     Returns:
         ``[B, T]`` advantages (fp32, fp64 for fp64 rewards).
@@ -198,6 +206,8 @@ def process_advantages(
             )
     if group_size < 2:
         raise ValueError(f"group-normalized advantages need group_size >= 2, got {group_size}")
+    if scale not in PROCESS_SCALES:
+        raise ValueError(f"scale must be one of {PROCESS_SCALES}, got {scale!r}")
     B, S = step_rewards.shape
     if B % group_size != 0:
         raise ValueError(
@@ -212,11 +222,19 @@ def process_advantages(
     n = vg.sum(dim=1, keepdim=True).to(dtype)
     mean = rg.sum(dim=1, keepdim=True) / n.clamp(min=1)
     ss = torch.where(vg, (rg - mean) ** 2, torch.zeros_like(rg)).sum(dim=1, keepdim=True)
-    std = (ss / (n - 1).clamp(min=1)).sqrt()
+    if scale == "group_std":
+        denom = (ss / (n - 1).clamp(min=1)).sqrt() + eps
+    elif scale == "batch_std":
+        total = valid.sum().to(dtype)
+        batch_mean = r.sum() / total.clamp(min=1)
+        batch_ss = torch.where(valid, (r - batch_mean) ** 2, torch.zeros_like(r)).sum()
+        denom = (batch_ss / (total - 1).clamp(min=1)).sqrt() + eps
+    else:  # none: centred only (Dr.GRPO)
+        denom = torch.ones((), dtype=dtype, device=rg.device)
     big = torch.where(vg, rg, -torch.inf).amax(dim=1, keepdim=True)
     small = torch.where(vg, rg, torch.inf).amin(dim=1, keepdim=True)
     constant = ~(big > small)  # all equal, a single step, or no step
-    norm = torch.where(constant | ~vg, torch.zeros_like(rg), (rg - mean) / (std + eps)).view(B, S)
+    norm = torch.where(constant | ~vg, torch.zeros_like(rg), (rg - mean) / denom).view(B, S)
 
     # A[b, t] = Σ_s norm[b, s] · [step_end[b, s] >= t]
     t = torch.arange(num_tokens, device=step_end.device)

@@ -104,7 +104,7 @@ class Rollout:
     prompt_idx: list[int]  # [B/G] training-set index of each prompt
     rewards: Tensor  # [B] scalar reward of each completion (shaped)
     correct: Tensor  # [B] bool
-    advantages: Tensor  # [B]
+    advantages: Tensor  # [B] (outcome supervision) or [B, T] (process)
     metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -128,6 +128,17 @@ def check(cfg: GRPOConfig) -> list[str]:
     from advantage.algos.llm import ppo_rlhf_config as rl
 
     problems = common.check(cfg, make_task)
+    if cfg.algorithm.supervision == "process" and not cfg.worker.reward.model:
+        try:
+            task = make_task(cfg.data)
+        except ConfigError:
+            task = None  # common.check has reported it
+        if task is not None and not hasattr(task, "step_rewards"):
+            problems.append(
+                f"algorithm.supervision=process: data.task={cfg.data.task} gives no step rewards (it has "
+                "no step_rewards method); use supervision=outcome or a task with steps (addition, "
+                "multiplication, reverse, sort)"
+            )
     if cfg.trainer.num_workers > 0 and cfg.model.lora.rank > 0:
         problems.append(
             "trainer.num_workers > 0 with LoRA (worker.actor.model.lora.rank > 0) is not supported"
@@ -201,6 +212,70 @@ def score(policy: LMPolicy, examples: list[Any], texts: list[str], G: int) -> tu
         rewards.append(float(value))
         correct.append(bool(r.correct))
     return torch.tensor(rewards), torch.tensor(correct)
+
+
+def token_char_ends(tokenizer: Any, ids: list[int], text: str) -> list[int]:
+    """The character offset in ``text`` (the decoded response) where each token's text ends, ``[len(ids)]``.
+
+    Token by token decoding is exact for character-level and most subword tokenizers; where the pieces do
+    not add up to ``text`` (a character split across byte-level tokens, clean-up of spaces), each prefix
+    is decoded instead (slower, exact)."""
+    pieces = tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=True)
+    ends, at = [], 0
+    for piece in pieces:
+        at += len(piece)
+        ends.append(at)
+    if ends and ends[-1] == len(text) and "".join(pieces) == text:
+        return ends
+    return [len(tokenizer.decode(ids[: t + 1], skip_special_tokens=True)) for t in range(len(ids))]
+
+
+def step_tensors(
+    task: Any, examples: list[Any], texts: list[str], gen: Any, tokenizer: Any, G: int, delta: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Process supervision: ``(step_rewards, step_mask, step_end)`` ``[B, S]`` for
+    :func:`~advantage.math.advantages.process_advantages`, from the task's ``step_rewards(completion,
+    example)`` (``[(end character offset, reward)]`` per step).
+
+    Each step ends at the token holding its last character; the last step ends at the response's last
+    token (EOS included: stopping is part of the answer) and carries ``delta`` ``[B]``, the reward shaping
+    of the outcome (overlong punishment, length preference, KL in the reward), so the step rewards of a
+    completion add up to its shaped reward minus what its correct-prefix steps add. A step reward that is
+    not a finite number stops the run, naming the prompt and completion."""
+    lengths = gen.lengths.tolist()
+    rows: list[list[tuple[int, float]]] = []
+    for i, text in enumerate(texts):
+        ex = examples[i // G]
+        steps = list(task.step_rewards(text, ex))
+        if not steps:
+            raise ValueError(f"the task gave no steps for completion {text!r} of prompt {ex.prompt!r}")
+        for _, value in steps:
+            if value is None or not isinstance(value, int | float) or not math.isfinite(value):
+                raise NonFiniteError(
+                    f"a step reward of completion {text!r} for prompt {ex.prompt!r} is {value!r}; step "
+                    "rewards must be finite numbers"
+                )
+        n = max(int(lengths[i]), 1)
+        ends = token_char_ends(tokenizer, gen.response_ids[i, : int(lengths[i])].tolist(), text)
+        out = []
+        for c, value in steps[:-1]:
+            t = next((j for j, e in enumerate(ends) if e >= c), n - 1)  # the token holding character c-1
+            out.append((min(t, n - 1), float(value)))
+        out.append((n - 1, float(steps[-1][1]) + float(delta[i])))
+        rows.append(out)
+    S = max(len(r) for r in rows)
+    reward = torch.zeros(len(rows), S)
+    mask = torch.zeros(len(rows), S, dtype=torch.bool)
+    end = torch.zeros(len(rows), S, dtype=torch.long)
+    for i, r in enumerate(rows):
+        end[i, : len(r)] = torch.tensor([e for e, _ in r])
+        reward[i, : len(r)] = torch.tensor([v for _, v in r])
+        mask[i, : len(r)] = True
+    return reward, mask, end
+
+
+# Process supervision divides the centred step rewards as the outcome estimator of the same name does.
+PROCESS_SCALE = {"grpo": "group_std", "dr_grpo": "none", "batch_std": "batch_std"}
 
 
 def shape_rewards(
@@ -336,13 +411,14 @@ def _logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, micro: int, temper
 
 
 def train(cfg: GRPOConfig, ctx: RunContext) -> None:
-    from advantage.math.advantages import GROUP_ADVANTAGES
+    from advantage.math.advantages import GROUP_ADVANTAGES, process_advantages
     from advantage.nn.packing import packable
     from advantage.rollout.generate import concat_generations
 
     a, t, d = cfg.algorithm, cfg.trainer, cfg.data
     actor, roll = cfg.worker.actor, cfg.worker.rollout
     G = roll.n
+    process = a.supervision == "process"
     torch.set_num_threads(t.torch_threads)
     torch.manual_seed(t.seed)
     task = make_task(d)
@@ -443,10 +519,17 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
                 rows = torch.arange(len(texts))
                 lp = _logprobs(model, gen, rows, actor.micro_batch_size or len(rows), roll.temperature)
                 kl_seq = ((lp - ref_logprobs(gen, rows)) * gen.response_mask).sum(-1)
+            raw = rewards
             rewards, shaped = shape_rewards(rewards, gen, cfg, kl_seq)
-            adv, am = GROUP_ADVANTAGES[a.advantage](rewards, G, a.std_eps)
-            if "reward_std_mean" in am:
-                m["advantage/group_std_mean"] = float(am["reward_std_mean"])
+            if process:  # [B, T]: each token, the normalised rewards of the steps from its own on
+                steps = step_tensors(task, exs, texts, gen, tok, G, rewards - raw)
+                T = gen.response_ids.shape[1]
+                adv = process_advantages(*steps, T, G, a.std_eps, scale=PROCESS_SCALE[a.advantage])
+                adv = adv.to(gen.response_mask.dtype) * gen.response_mask
+            else:
+                adv, am = GROUP_ADVANTAGES[a.advantage](rewards, G, a.std_eps)
+                if "reward_std_mean" in am:
+                    m["advantage/group_std_mean"] = float(am["reward_std_mean"])
             m["time/score"] += time.perf_counter() - t1
             m["time/generate"] += t1 - t0
             for k, v in shaped.items():
@@ -458,11 +541,12 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
             all_c.append(correct)
             all_len.append(gen.lengths.float())
             all_trunc.append(gen.truncated.float())
-            std0 = (
-                rewards.view(-1, G).std(-1, unbiased=False) == 0
-                if G > 1
-                else torch.ones(len(idx), dtype=torch.bool)
-            )
+            if process:  # no signal: every token's advantage in the group is 0
+                std0 = adv.reshape(len(idx), -1).abs().amax(-1) == 0
+            elif G > 1:
+                std0 = rewards.view(-1, G).std(-1, unbiased=False) == 0
+            else:
+                std0 = torch.ones(len(idx), dtype=torch.bool)
             zero_groups += int(std0.sum())
             groups += len(idx)
             keep = ~std0 if a.dynamic_sampling else torch.ones_like(std0)
@@ -478,6 +562,9 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         if not kept_gens:
             return None, m  # type: ignore[return-value]
         gen = concat_generations([g.select(rows) for g, rows in kept_gens], tok.pad_token_id)
+        if process:  # rounds differ in response width: pad each round's [b, T_round] to the batch's
+            width = gen.response_ids.shape[1]
+            kept_adv = [torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in kept_adv]
         n_prompts = sum(len(i) for i in kept_idx)
         keep_rows = min(n_prompts, B) * G  # dynamic sampling may overshoot: trim to the batch size
         r_all, c_all = torch.cat(all_r), torch.cat(all_c)
@@ -548,7 +635,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
                         logp,
                         None if old_logp is None else old_logp[r, :t_len],
                         None if ref_logp is None else ref_logp[r, :t_len],
-                        ro.advantages[r],
+                        ro.advantages[r] if ro.advantages.dim() == 1 else ro.advantages[r, :t_len],
                         m_r,
                         actor,
                         max(Z, 1.0),

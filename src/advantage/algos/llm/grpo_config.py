@@ -26,6 +26,12 @@ class GRPOAlgorithm:
         choices=("grpo", "dr_grpo", "rloo", "batch_std"),
     )
     std_eps: float = option(1e-6, "ε added to the std in grpo / batch_std", lo=0)
+    supervision: str = option(
+        "outcome",
+        "outcome: one reward per completion; process: a reward per step from the task's step_rewards, "
+        "each token's advantage the sum of the normalised rewards of the steps from its own on",
+        choices=("outcome", "process"),
+    )
     kl_reward_coef: float = option(0.0, "β_r: KL to the reference subtracted from the reward", lo=0)
     dynamic_sampling: bool = option(False, "DAPO: drop all-equal groups and sample more prompts")
     max_sampling_rounds: int = option(4, "dynamic sampling: most generation rounds per step", lo=1)
@@ -125,6 +131,22 @@ class GRPOConfig:
                 f"worker.rollout.n=1 with algorithm.advantage={self.algorithm.advantage}: group advantages "
                 "compare the G samples of a prompt, so G must be >= 2"
             )
+        if self.algorithm.supervision == "process":
+            if self.worker.rollout.n < 2:
+                out.append(
+                    "worker.rollout.n=1 with algorithm.supervision=process: step rewards are normalised "
+                    "over the G samples of a prompt, so G must be >= 2"
+                )
+            if self.algorithm.advantage == "rloo":
+                out.append(
+                    "algorithm.advantage=rloo with algorithm.supervision=process: process supervision "
+                    "normalises step rewards as grpo, dr_grpo or batch_std do; choose one of those"
+                )
+            if self.worker.reward.model:
+                out.append(
+                    "algorithm.supervision=process with worker.reward.model set: a reward model gives one "
+                    "score per completion; process supervision needs the task's step rewards"
+                )
         mb = self.worker.actor.mini_batch_size
         if mb > self.data.rollout_batch_size:
             out.append(

@@ -50,6 +50,7 @@ __all__ = [
     "check_split",
     "extract_tagged",
     "make_reward",
+    "prefix_steps",
     "render_target",
     "sample_problems",
     "split_of",
@@ -290,3 +291,28 @@ def render_target(answer: str, answer_format: str) -> str:
 def tag_tokens(answer_format: str) -> tuple[str, ...]:
     """The special tokens of a format: the two answer tags when tagged, else none."""
     return (ANSWER_OPEN, ANSWER_CLOSE) if answer_format == "tagged" else ()
+
+
+def prefix_steps(
+    completion: str, expected: str, outcome: float, answer_format: str
+) -> list[tuple[int, float]]:
+    """Process-supervision steps of an answer written one character at a time: ``[(end, reward), ...]``
+    with ``end`` the exclusive character offset in ``completion`` where each step ends.
+
+    In ``plain`` format every character is a step, rewarded 1 while the completion so far is a prefix of
+    the expected answer and 0 from the first wrong character on: for a task computed left to right (an
+    addition, a reversal) that is exactly whether the step "can still lead to the answer", the label
+    Math-Shepherd-style process reward models estimate, here known. The last step carries the outcome
+    reward instead (a correct prefix that stops early, or runs on, is not a correct answer), so the whole
+    completion is scored as :meth:`verify` scores it. Leading whitespace, which :meth:`verify` strips, is
+    part of the first step. Other formats (tags, reasoning text) are one step with the outcome reward."""
+    if answer_format != "plain" or not completion.strip():
+        return [(len(completion), float(outcome))]
+    lead = len(completion) - len(completion.lstrip())
+    text = completion.strip()
+    steps = []
+    for k in range(len(text)):
+        ok = text[: k + 1] == expected[: k + 1]
+        steps.append((lead + k + 1, 1.0 if ok else 0.0))
+    steps[-1] = (len(completion), float(outcome))
+    return steps

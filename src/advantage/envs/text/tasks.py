@@ -39,6 +39,7 @@ from advantage.envs.text.core import (
     check_choice,
     check_common,
     check_int,
+    prefix_steps,
     render_target,
     sample_problems,
     split_of,
@@ -144,6 +145,13 @@ class ArithmeticTask:
             check=_leading_zeros,
         )
 
+    def step_rewards(self, completion: str, example: Example) -> list[tuple[int, float]]:
+        """Process-supervision steps ``[(end offset, reward)]``: one per answer digit, 1 while the digits so
+        far begin the answer, the last one scored as :meth:`verify` (:func:`~advantage.envs.text.core.
+        prefix_steps`)."""
+        outcome = self.verify(completion, example).score
+        return prefix_steps(completion, example.answer, outcome, self.answer_format)
+
 
 class SequenceTask:
     """``reverse s=`` → s reversed, or ``sort s=`` → the symbols of s in ascending order."""
@@ -215,6 +223,13 @@ class SequenceTask:
             well_formed=self._well_formed,
             format_reward=self.format_reward,
         )
+
+    def step_rewards(self, completion: str, example: Example) -> list[tuple[int, float]]:
+        """Process-supervision steps ``[(end offset, reward)]``: one per symbol, 1 while the symbols so far
+        begin the answer, the last one scored as :meth:`verify` (:func:`~advantage.envs.text.core.
+        prefix_steps`)."""
+        outcome = self.verify(completion, example).score
+        return prefix_steps(completion, example.answer, outcome, self.answer_format)
 
 
 def addition(
