@@ -196,6 +196,10 @@ def test_dynamic_sampling_refills_the_batch(tmp_path, coin_task):
     assert rows and all(r["train/rollout/prompts"] == 4 for r in rows)
     assert any(r["train/rollout/rounds"] > 1 for r in rows)  # some groups were all-equal and refilled
     assert any(r["train/advantage/zero_std_frac"] > 0 for r in rows)
+    # Later rounds over-sample by the keep rate (asking only for the missing prompts never keeps more than
+    # 4 groups with signal): some step found more than 4 and trimmed the surplus.
+    kept = [r["train/rollout/sampled_prompts"] * (1 - r["train/advantage/zero_std_frac"]) for r in rows]
+    assert any(k > 4.5 for k in kept)
 
 
 def test_dynamic_sampling_with_nothing_to_learn_skips_the_step(tmp_path):

@@ -48,7 +48,8 @@ Implementation details:
    (``algorithm.kl_reward_coef``: :math:`r_i \leftarrow r_i - \beta_r\sum_t k_{1,t}`, before the group
    normalisation).
 5. DAPO: dynamic sampling drops groups whose rewards are all equal (no gradient signal) and samples more
-   prompts until the batch is full, at most ``algorithm.max_sampling_rounds`` rounds; overlong
+   prompts until the batch is full, at most ``algorithm.max_sampling_rounds`` rounds, each later round
+   over-sampled by the step's keep rate so far (the surplus is trimmed); overlong
    filtering masks truncated responses out of the loss; the soft overlong punishment (eq. 13 of the DAPO
    paper) is added to the reward (``worker.reward.overlong_buffer``).
 6. Curriculum (seed 000's hard-example mining): every prompt's pass rate is tracked;
@@ -501,7 +502,15 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         rounds = 0
         while sum(len(i) for i in kept_idx) < B and rounds < a.max_sampling_rounds:
             rounds += 1
-            idx = next_prompts(B - sum(len(i) for i in kept_idx) if a.dynamic_sampling else B)
+            missing = B - sum(len(i) for i in kept_idx)
+            n_ask = missing
+            if a.dynamic_sampling and groups > 0:
+                # Over-sample by the keep rate seen so far in this step (at least 1/4), then filter, as
+                # DAPO does: late in a run most groups are all correct, and asking only for the missing
+                # prompts took one round per few kept prompts. Any surplus is trimmed below.
+                rate = max((groups - zero_groups) / groups, 0.25)
+                n_ask = min(math.ceil(missing / rate), len(examples))
+            idx = next_prompts(n_ask if a.dynamic_sampling else B)
             exs = [examples[i] for i in idx]
             t0 = time.perf_counter()
             if remote is not None:  # workers generate and score (time/generate covers both)
@@ -577,6 +586,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
                 "response/truncated_frac": float(torch.cat(all_trunc).mean()),
                 "advantage/zero_std_frac": zero_groups / max(groups, 1),
                 "rollout/rounds": rounds,
+                "rollout/sampled_prompts": groups,
                 "rollout/prompts": min(n_prompts, B),
             }
         )
