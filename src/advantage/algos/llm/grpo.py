@@ -32,9 +32,10 @@ Implementation details:
 
 1. Batch units: ``data.rollout_batch_size`` counts **prompts**; each gives ``worker.rollout.n`` = G
    completions, so a rollout has rollout_batch_size × G rows. ``worker.actor.mini_batch_size`` counts
-   prompts per optimizer step (0: the whole rollout), ``worker.actor.micro_batch_size`` completions per
-   forward pass; the loss of each optimizer step is normalised by its global count (tokens or
-   sequences), so gradient accumulation equals one big batch.
+   prompts per optimizer step (0: the whole rollout; with adaptive difficulty, where prompts have
+   different row counts, that many prompts' worth of rows on average),
+   ``worker.actor.micro_batch_size`` completions per forward pass; the loss of each optimizer step is
+   normalised by its global count (tokens or sequences), so gradient accumulation equals one big batch.
 2. Log-probs are those of the sampling distribution, logits / ``worker.rollout.temperature`` (as TRL
    does), for the policy, π_old and the reference alike.
    :math:`\pi_\text{old}` log-probs: with one epoch over one mini-batch the data is exactly on-policy
@@ -56,6 +57,17 @@ Implementation details:
    ``algorithm.curriculum=hard`` samples the next prompts with weight
    :math:`1 - \text{pass rate} + \text{floor}` (unseen prompts count as hard), and
    ``worker.reward.length_preference`` favours shorter answers among equally rewarded ones.
+   ``algorithm.adaptive_difficulty`` (seed 000: a problem's difficulty is the mean reward of its sampled
+   episodes, the thresholds move as the model trains; few samples of easy problems, more of hard ones):
+   a prompt's difficulty :math:`d` is the mean shaped reward of its G samples in the step; the
+   thresholds are EMAs (rate ``difficulty_rate``) of the ``hard_quantile`` / ``easy_quantile``
+   quantiles of the step's :math:`d` (after dynamic sampling's filter), updated before the split
+   (:func:`difficulty_thresholds`). An easy prompt (:math:`d \ge \tau_\text{easy}`) puts
+   ``easy_samples`` random ones of its G rows in the loss, advantages from all G; a hard one
+   (:math:`d \le \tau_\text{hard}`) is sampled ``hard_samples - G`` more times and its advantages (and
+   length preference, process advantages) are computed over all ``hard_samples``, a group of its own
+   (for ``batch_std`` the hard prompts' rows are a batch of their own, as each dynamic-sampling round
+   is). The step normaliser counts the rows in the loss; the thresholds are in the checkpoint.
 7. Metrics: reward mean/std, accuracy, clip fractions (low / high), approx KL to π_old and to the
    reference, entropy (Monte Carlo: mean −log π of the sampled tokens), response length and truncated
    fraction, zero-std group fraction, tokens/s, and seconds per phase (generate / score / learn).
@@ -99,14 +111,17 @@ from advantage.torch_state import load_optimizer, optimizer_state
 
 @dataclass
 class Rollout:
-    """One rollout batch: rows ``[p0 × G, p1 × G, ...]``."""
+    """One rollout batch: rows ``[p0 × G, p1 × G, ...]``, prompt by prompt (with adaptive difficulty an
+    easy prompt has ``easy_samples`` rows and a hard one ``hard_samples``)."""
 
     gen: Any  # advantage.rollout.generate.Generation
-    prompt_idx: list[int]  # [B/G] training-set index of each prompt
+    prompt_idx: list[int]  # [P] training-set index of each prompt
     rewards: Tensor  # [B] scalar reward of each completion (shaped)
     correct: Tensor  # [B] bool
     advantages: Tensor  # [B] (outcome supervision) or [B, T] (process)
     metrics: dict[str, float] = field(default_factory=dict)
+    texts: list[str] = field(default_factory=list)  # [B] decoded completions
+    raw_rewards: Tensor | None = None  # [B] rewards before shaping
 
 
 # Tasks with no verifier: prompts from the synthetic preference task, rewards from a reward model.
@@ -280,10 +295,10 @@ PROCESS_SCALE = {"grpo": "group_std", "dr_grpo": "none", "batch_std": "batch_std
 
 
 def shape_rewards(
-    rewards: Tensor, gen: Any, cfg: GRPOConfig, kl_seq: Tensor | None
+    rewards: Tensor, gen: Any, cfg: GRPOConfig, kl_seq: Tensor | None, group: int | None = None
 ) -> tuple[Tensor, dict[str, float]]:
-    """Reward shaping before the advantages: the soft overlong punishment, the length preference and the
-    KL-in-reward term. All ``[B]``."""
+    """Reward shaping before the advantages: the soft overlong punishment, the length preference (within
+    consecutive groups of ``group`` rows, default G) and the KL-in-reward term. All ``[B]``."""
     from advantage.math.rewards import length_preference, overlong_penalty
 
     w, metrics = cfg.worker.reward, {}
@@ -293,11 +308,53 @@ def shape_rewards(
         rewards = rewards + w.overlong_penalty_factor * pen.to(rewards.dtype)
         metrics["overlong_penalty"] = float(pen.mean())
     if w.length_preference > 0:
-        rewards = length_preference(rewards, lengths, cfg.worker.rollout.n, w.length_preference)
+        rewards = length_preference(rewards, lengths, group or cfg.worker.rollout.n, w.length_preference)
     if kl_seq is not None and cfg.algorithm.kl_reward_coef > 0:
         rewards = rewards - cfg.algorithm.kl_reward_coef * kl_seq
         metrics["kl_reward"] = float(kl_seq.mean())
     return rewards, metrics
+
+
+# ----------------------------------------------------------------------------------------------------
+# Adaptive difficulty
+
+
+def difficulty_thresholds(prev: Tensor, difficulty: Tensor, a: GRPOAlgorithm) -> Tensor:
+    r"""Adaptive difficulty's thresholds ``(τ_hard, τ_easy)`` ``[2]`` (float64) after a step whose P prompts
+    had difficulties ``difficulty`` ``[P]`` (each the mean shaped reward of the prompt's G samples):
+
+    .. math::
+        q_t = \big(Q_{q_h}(d_t),\ Q_{q_e}(d_t)\big), \qquad
+        \tau_t = q_t \ \text{(first step: prev is NaN)}, \qquad
+        \tau_t = (1-\alpha)\,\tau_{t-1} + \alpha\, q_t \ \text{(after)}
+
+    with :math:`Q_q` the q-quantile (``torch.quantile``, linear interpolation), :math:`q_h, q_e`
+    ``algorithm.hard_quantile`` < ``easy_quantile`` and α ``algorithm.difficulty_rate``. The EMA lets the
+    thresholds follow the model as it improves without jumping with the few prompts of one step."""
+    q = torch.tensor([a.hard_quantile, a.easy_quantile], dtype=torch.float64)
+    now = torch.quantile(difficulty.to(torch.float64), q)
+    if bool(prev.isnan().any()):
+        return now
+    return (1 - a.difficulty_rate) * prev + a.difficulty_rate * now
+
+
+def split_by_difficulty(difficulty: Tensor, thresholds: Tensor) -> tuple[Tensor, Tensor]:
+    r"""``(easy, hard)`` ``[P]`` bool: easy :math:`d \ge \tau_\text{easy}`, hard
+    :math:`d \le \tau_\text{hard}`, the rest medium. ``thresholds`` is ``(τ_hard, τ_easy)``; τ_hard ≤
+    τ_easy always (both are EMAs of ordered quantiles), and when they are equal (the step's prompts barely
+    differ) a prompt on them is neither: it cannot be told easy or hard."""
+    d = difficulty.to(torch.float64)
+    lo, hi = thresholds[0], thresholds[1]
+    return (d >= hi) & (d > lo), (d <= lo) & (d < hi)
+
+
+def grouped_order(n: int, first: int, second: int) -> Tensor:
+    """``[n · (first + second)]`` row order that puts the rows of group p together: rows
+    ``p·first .. (p+1)·first - 1`` of a first block of ``n × first`` rows, then rows
+    ``n·first + p·second ..`` of a second block of ``n × second`` rows after it."""
+    a = torch.arange(n * first).view(n, first)
+    b = n * first + torch.arange(n * second).view(n, second)
+    return torch.cat([a, b], dim=1).reshape(-1)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -447,6 +504,9 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
     step, epoch, pos = 0, 0, 0
     passes = torch.zeros(len(examples))  # curriculum: correct samples per prompt
     tries = torch.zeros(len(examples))
+    # adaptive difficulty: (τ_hard, τ_easy), NaN until the first step sets them
+    thresholds = torch.full((2,), math.nan, dtype=torch.float64)
+    easy_k, hard_n = cfg.difficulty_samples()
     if restored is not None:
         s = restored.state["algo"]
         load_optimizer("optim", opt, restored.tensors, s["optim"])
@@ -454,6 +514,8 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         gen_rng.set_state(restored.tensors["gen_rng"])
         pick_rng.set_state(restored.tensors["pick_rng"])
         passes, tries = restored.tensors["passes"].clone(), restored.tensors["tries"].clone()
+        if "difficulty_thresholds" in restored.tensors:
+            thresholds = restored.tensors["difficulty_thresholds"].clone()
         step, epoch, pos = restored.step, s["epoch"], s["pos"]
     cursor = common.DataCursor(len(examples), t.seed, epoch, pos)
 
@@ -467,6 +529,8 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
             "passes": passes,
             "tries": tries,
         }
+        if a.adaptive_difficulty:  # only then: checkpoints of runs without it stay as they were
+            tensors["difficulty_thresholds"] = thresholds
         if lora:
             tensors.update(common.adapter_tensors(model))
         state = {"optim": opt_meta, **cursor.state()}
@@ -493,10 +557,123 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         remote = RemoteGenerator(cfg, model, tok.pad_token_id)
     sampling = {"temperature": roll.temperature, "top_p": roll.top_p, "top_k": roll.top_k}
 
+    def sample(idx: list[int], n: int) -> tuple[Any, list[str], Tensor, Tensor, float]:
+        """``n`` completions of each training prompt in ``idx``, prompt by prompt: ``(Generation, texts,
+        rewards [len(idx)·n] (unshaped), correct [len(idx)·n], t1)``, ``t1`` the ``perf_counter`` time
+        when generation ended (scoring is timed from it)."""
+        if remote is not None:  # workers generate and score (time/generate covers both)
+            gen, texts, rewards, correct = remote.generate(weights_ref, idx, n, sampling)
+            return gen.to(policy.device), texts, rewards, correct, time.perf_counter()
+        exs = [examples[i] for i in idx]
+        gen, texts = policy.complete([e.prompt for e in exs], samples=n, generator=gen_rng, **sampling)
+        t1 = time.perf_counter()
+        rewards, correct = score(policy, exs, texts, n)
+        return gen, texts, rewards, correct, t1
+
+    def group_advantages(
+        gen: Any, idx: list[int], texts: list[str], raw: Tensor, n: int
+    ) -> tuple[Tensor, Tensor, dict[str, float]]:
+        """Shaped rewards ``[b]`` and advantages (``[b]``, or ``[b, T]`` with process supervision) of rows
+        in consecutive groups of ``n`` samples of the prompts ``idx``, and the shaping metrics."""
+        kl_seq = None
+        if a.kl_reward_coef > 0:
+            rows = torch.arange(len(texts))
+            lp = _logprobs(model, gen, rows, actor.micro_batch_size or len(rows), roll.temperature)
+            kl_seq = ((lp - ref_logprobs(gen, rows)) * gen.response_mask).sum(-1)
+        rewards, shaped = shape_rewards(raw, gen, cfg, kl_seq, n)
+        metrics = {f"reward/{k}": v for k, v in shaped.items()}
+        if process:  # [b, T]: each token, the normalised rewards of the steps from its own on
+            exs = [examples[i] for i in idx]
+            steps = step_tensors(task, exs, texts, gen, tok, n, rewards - raw)
+            T = gen.response_ids.shape[1]
+            adv = process_advantages(*steps, T, n, a.std_eps, scale=PROCESS_SCALE[a.advantage])
+            adv = adv.to(gen.response_mask.dtype) * gen.response_mask
+        else:
+            adv, am = GROUP_ADVANTAGES[a.advantage](rewards, n, a.std_eps)
+            if "reward_std_mean" in am:
+                metrics["advantage/group_std_mean"] = float(am["reward_std_mean"])
+        return rewards, adv, metrics
+
+    def adapt(ro: Rollout, m: dict[str, float]) -> Rollout:
+        """Adaptive difficulty on a batch of P prompts × G rows (prompt by prompt): update the thresholds
+        with the prompts' difficulties (:func:`difficulty_thresholds`), split the prompts
+        (:func:`split_by_difficulty`), keep ``easy_samples`` random rows of each easy prompt (advantages
+        from its whole group of G) and give each hard prompt ``hard_samples - G`` more samples, its
+        advantages then computed over all ``hard_samples`` of them. Rows stay prompt by prompt."""
+        nonlocal thresholds
+        P = len(ro.prompt_idx)
+        difficulty = ro.rewards.view(P, G).mean(-1)  # [P] mean shaped reward of each prompt's G samples
+        thresholds = difficulty_thresholds(thresholds, difficulty, a)
+        easy, hard = split_by_difficulty(difficulty, thresholds)
+        gens, adv, rewards, correct = [ro.gen], [ro.advantages], [ro.rewards], [ro.correct]
+        hard_p = hard.nonzero().squeeze(-1).tolist() if hard_n > G else []  # hard_samples = G: none more
+        E = hard_n - G
+        if hard_p:
+            assert ro.raw_rewards is not None
+            idx = [ro.prompt_idx[j] for j in hard_p]
+            t0 = time.perf_counter()
+            x_gen, x_texts, x_raw, x_correct, t1 = sample(idx, E)
+            for p, i in enumerate(idx):  # pass rates count every sample
+                passes[i] += float(x_correct[p * E : (p + 1) * E].sum())
+                tries[i] += E
+            # Each hard prompt's hard_samples rows consecutive (its G, then its E new ones): the group
+            # advantages, the length preference and process supervision take consecutive equal groups.
+            own = (torch.tensor(hard_p)[:, None] * G + torch.arange(G)).reshape(-1)  # [n·G] batch rows
+            order = grouped_order(len(hard_p), G, E)
+            h_gen = concat_generations([ro.gen.select(own), x_gen], tok.pad_token_id).select(order)
+            h_texts = [ro.texts[r] for r in own.tolist()] + x_texts
+            h_texts = [h_texts[r] for r in order.tolist()]
+            h_raw = torch.cat([ro.raw_rewards[own], x_raw])[order]
+            h_rewards, h_adv, _ = group_advantages(h_gen, idx, h_texts, h_raw, hard_n)
+            gens.append(h_gen)
+            adv.append(h_adv)
+            rewards.append(h_rewards)
+            correct.append(torch.cat([ro.correct[own], x_correct])[order])
+            m["time/score"] += time.perf_counter() - t1
+            m["time/generate"] += t1 - t0
+        gen = concat_generations(gens, tok.pad_token_id)
+        if process:  # pad each part's [b, T_part] advantages to the joined width
+            adv = [torch.nn.functional.pad(x, (0, gen.response_ids.shape[1] - x.shape[1])) for x in adv]
+        # The rows of the loss, prompt by prompt: easy_samples random rows of an easy prompt's G (drawn
+        # with the trainer's generator: reproducible, resumable), a hard prompt's hard_samples (after the
+        # P·G rows of the batch), a medium prompt's G.
+        picks = torch.rand(int(easy.sum()), G, generator=pick_rng).argsort(-1)[:, :easy_k].sort(-1).values
+        rows: list[int] = []
+        hard_at = {j: P * G + n * hard_n for n, j in enumerate(hard_p)}
+        n_easy = 0
+        for j in range(P):
+            if j in hard_at:
+                rows.extend(range(hard_at[j], hard_at[j] + hard_n))
+            elif easy[j]:
+                rows.extend((j * G + picks[n_easy]).tolist())
+                n_easy += 1
+            else:
+                rows.extend(range(j * G, (j + 1) * G))
+        keep = torch.tensor(rows)
+        m.update(
+            {
+                "curriculum/easy_frac": float(easy.float().mean()),
+                "curriculum/hard_frac": float(hard.float().mean()),
+                "curriculum/easy_threshold": float(thresholds[1]),
+                "curriculum/hard_threshold": float(thresholds[0]),
+                "curriculum/rows": len(rows),
+                "curriculum/extra_samples": len(hard_p) * E,
+            }
+        )
+        return Rollout(
+            gen=gen.select(keep),
+            prompt_idx=ro.prompt_idx,
+            rewards=torch.cat(rewards)[keep],
+            correct=torch.cat(correct)[keep],
+            advantages=torch.cat(adv)[keep],
+        )
+
     def collect() -> tuple[Rollout, dict[str, float]]:
         """Generate and score until the batch is full (one round unless dynamic sampling)."""
         B = d.rollout_batch_size
         kept_gens, kept_idx, kept_r, kept_c, kept_adv = [], [], [], [], []
+        kept_texts: list[str] = []
+        kept_raw: list[Tensor] = []
         m: dict[str, float] = {"time/generate": 0.0, "time/score": 0.0}
         all_r, all_c, all_len, all_trunc, zero_groups, groups = [], [], [], [], 0, 0
         rounds = 0
@@ -511,38 +688,12 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
                 rate = max((groups - zero_groups) / groups, 0.25)
                 n_ask = min(math.ceil(missing / rate), len(examples))
             idx = next_prompts(n_ask if a.dynamic_sampling else B)
-            exs = [examples[i] for i in idx]
             t0 = time.perf_counter()
-            if remote is not None:  # workers generate and score (time/generate covers both)
-                gen, texts, rewards, correct = remote.generate(weights_ref, idx, G, sampling)
-                gen = gen.to(policy.device)
-                t1 = time.perf_counter()
-            else:
-                gen, texts = policy.complete(
-                    [e.prompt for e in exs], samples=G, generator=gen_rng, **sampling
-                )
-                t1 = time.perf_counter()
-                rewards, correct = score(policy, exs, texts, G)
-            kl_seq = None
-            if a.kl_reward_coef > 0:
-                rows = torch.arange(len(texts))
-                lp = _logprobs(model, gen, rows, actor.micro_batch_size or len(rows), roll.temperature)
-                kl_seq = ((lp - ref_logprobs(gen, rows)) * gen.response_mask).sum(-1)
-            raw = rewards
-            rewards, shaped = shape_rewards(rewards, gen, cfg, kl_seq)
-            if process:  # [B, T]: each token, the normalised rewards of the steps from its own on
-                steps = step_tensors(task, exs, texts, gen, tok, G, rewards - raw)
-                T = gen.response_ids.shape[1]
-                adv = process_advantages(*steps, T, G, a.std_eps, scale=PROCESS_SCALE[a.advantage])
-                adv = adv.to(gen.response_mask.dtype) * gen.response_mask
-            else:
-                adv, am = GROUP_ADVANTAGES[a.advantage](rewards, G, a.std_eps)
-                if "reward_std_mean" in am:
-                    m["advantage/group_std_mean"] = float(am["reward_std_mean"])
+            gen, texts, raw, correct, t1 = sample(idx, G)
+            rewards, adv, shaped = group_advantages(gen, idx, texts, raw, G)
             m["time/score"] += time.perf_counter() - t1
             m["time/generate"] += t1 - t0
-            for k, v in shaped.items():
-                m[f"reward/{k}"] = v
+            m.update(shaped)
             for j, i in enumerate(idx):  # curriculum statistics
                 passes[i] += float(correct[j * G : (j + 1) * G].sum())
                 tries[i] += G
@@ -566,6 +717,8 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
                 kept_r.append(rewards[rows])
                 kept_c.append(correct[rows])
                 kept_adv.append(adv[rows])
+                kept_texts.extend(texts[r] for r in rows.tolist())
+                kept_raw.append(raw[rows])
             if not a.dynamic_sampling:
                 break
         if not kept_gens:
@@ -596,7 +749,11 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
             rewards=torch.cat(kept_r)[:keep_rows],
             correct=torch.cat(kept_c)[:keep_rows],
             advantages=torch.cat(kept_adv)[:keep_rows],
+            texts=kept_texts[:keep_rows],
+            raw_rewards=torch.cat(kept_raw)[:keep_rows],
         )
+        if a.adaptive_difficulty:
+            ro = adapt(ro, m)
         return ro, m
 
     model.train()
@@ -622,7 +779,11 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         mask = gen.response_mask.clone()
         if a.overlong_filter:
             mask = mask * (~gen.truncated).float()[:, None]
-        mini_rows = (actor.mini_batch_size or d.rollout_batch_size) * G
+        # mini_batch_size counts prompts. With adaptive difficulty prompts have different row counts: a
+        # mini-batch holds mini_batch_size prompts' worth of rows on average (exactly mini_batch_size × G
+        # rows without it), and 0 still means the whole rollout.
+        mb = actor.mini_batch_size
+        mini_rows = -(-n_rows * mb // len(ro.prompt_idx)) if mb else n_rows
         micro = actor.micro_batch_size or mini_rows
         all_rows = torch.arange(n_rows)
         n_minis = math.ceil(n_rows / mini_rows)

@@ -42,6 +42,50 @@ class GRPOAlgorithm:
         choices=("none", "hard"),
     )
     curriculum_floor: float = option(0.1, "curriculum=hard: weight added to every prompt", lo=0)
+    adaptive_difficulty: bool = option(
+        False,
+        "a prompt's difficulty is the mean reward of its G samples: easy prompts (at or above the easy "
+        "threshold) put only easy_samples of them in the loss, hard ones (at or below the hard threshold) "
+        "get hard_samples samples in all",
+    )
+    easy_samples: int | None = option(
+        None,
+        "adaptive_difficulty: samples of an easy prompt in the loss, 2 to G (null: G/2, at least 2)",
+        lo=2,
+    )
+    hard_samples: int | None = option(
+        None,
+        "adaptive_difficulty: samples of a hard prompt, its G and hard_samples - G more (null: 2G)",
+        lo=2,
+    )
+    easy_quantile: float = option(
+        0.75,
+        "adaptive_difficulty: the easy threshold tracks this quantile of the group mean rewards",
+        lo=0,
+        hi=1,
+    )
+    hard_quantile: float = option(
+        0.25,
+        "adaptive_difficulty: the hard threshold tracks this quantile of the group mean rewards",
+        lo=0,
+        hi=1,
+    )
+    difficulty_rate: float = option(
+        0.1,
+        "adaptive_difficulty: EMA rate α of the thresholds, τ <- (1 - α) τ + α quantile (1: no memory)",
+        lo=0,
+        hi=1,
+        lo_open=True,
+    )
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.adaptive_difficulty and self.hard_quantile >= self.easy_quantile:
+            out.append(
+                f"algorithm.hard_quantile={self.hard_quantile} is not below algorithm.easy_quantile="
+                f"{self.easy_quantile}; adaptive difficulty needs hard_quantile < easy_quantile"
+            )
+        return out
 
 
 @dataclass
@@ -124,8 +168,33 @@ class GRPOConfig:
         """The policy's model section (``worker.actor.model``), where the shared LM code looks for it."""
         return self.worker.actor.model
 
+    def difficulty_samples(self) -> tuple[int, int]:
+        """Adaptive difficulty's ``(easy_samples, hard_samples)`` with the nulls resolved: G/2 rounded up
+        (at least 2) and 2G."""
+        a, G = self.algorithm, self.worker.rollout.n
+        easy = a.easy_samples if a.easy_samples is not None else max(2, (G + 1) // 2)
+        return easy, a.hard_samples if a.hard_samples is not None else 2 * G
+
     def problems(self) -> list[str]:
         out = []
+        G = self.worker.rollout.n
+        if self.algorithm.adaptive_difficulty:
+            easy, hard = self.difficulty_samples()
+            if G < 2:
+                out.append(
+                    f"worker.rollout.n={G} with algorithm.adaptive_difficulty: a prompt's difficulty and "
+                    "its easy samples compare the G samples of a prompt, so G must be >= 2"
+                )
+            elif easy > G:
+                out.append(
+                    f"algorithm.easy_samples={easy} is more than worker.rollout.n={G}: an easy prompt keeps "
+                    f"easy_samples of its G samples in the loss; allowed: 2 to {G}"
+                )
+            if G >= 2 and hard < G:
+                out.append(
+                    f"algorithm.hard_samples={hard} is less than worker.rollout.n={G}: a hard prompt gets "
+                    f"its G samples and hard_samples - G more; allowed: >= {G}"
+                )
         if self.worker.rollout.n < 2 and self.algorithm.advantage in ("grpo", "rloo", "batch_std"):
             out.append(
                 f"worker.rollout.n=1 with algorithm.advantage={self.algorithm.advantage}: group advantages "
