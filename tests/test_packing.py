@@ -65,3 +65,62 @@ def test_an_empty_response_gets_no_log_probs(tok):
     lengths[2] = 0
     out = generation_logprobs(model, prompt_ids, prompt_mask, response_ids, lengths)
     assert (out[2] == 0).all() and (out[0, :3] < 0).all()
+
+
+def test_pack_prompts_mask_and_layout_follow_their_definitions():
+    """Random groups: the layout is the cheapest (rows × width) of the candidate widths, tokens and
+    positions sit where ``last`` says, and the additive mask is the rule of the docstring: a query sees a key
+    of its own segment at or before it, in the prompt or in its own response; pads see earlier pads."""
+    import random
+
+    from advantage.nn import packing
+
+    rng = random.Random(0)
+    for _ in range(300):
+        groups = [
+            (
+                [rng.randint(1, 20) for _ in range(rng.randint(1, 9))],
+                [[rng.randint(1, 20) for _ in range(rng.randint(1, 7))] for _ in range(rng.randint(1, 4))],
+            )
+            for _ in range(rng.randint(1, 10))
+        ]
+        row_length = rng.choice([8, 16, 32, 128])
+        p = packing.pack_prompts(groups, 0, torch.float64, row_length=row_length)
+        R, L = p.input_ids.shape
+        sizes = [len(q) + sum(map(len, rs)) for q, rs in groups]
+        rows = -(-sum(sizes) // row_length)
+        tight = max(max(sizes), -(-sum(sizes) // rows))
+        caps = sorted({*range(tight, tight + 8), max(row_length, max(sizes))})
+        fill, _ = min((packing._first_fit(sizes, c) for c in caps), key=lambda f: len(f[0]) * max(f[0]))
+        assert (len(fill), max(fill)) == (R, L)
+        # each slot's segment and branch (0 prompt, k response k; -1 pad), from the responses' last tokens
+        seg, branch = [-1] * (R * L), [-1] * (R * L)
+        ids, pos = p.input_ids.view(-1).tolist(), p.position_ids.view(-1).tolist()
+        s = 0
+        for n, (prompt, responses) in enumerate(groups):
+            at = p.last[s].item() - len(responses[0]) + 1 - len(prompt)
+            for k, part in enumerate([prompt, *responses]):
+                for t, token in enumerate(part):
+                    seg[at], branch[at] = n, k
+                    assert ids[at] == token and pos[at] == (t if k == 0 else len(prompt) + t)
+                    at += 1
+                if k:
+                    assert p.last[s].item() == at - 1
+                    s += 1
+        sg, br = torch.tensor(seg).view(R, 1, L), torch.tensor(branch).view(R, 1, L)
+        col = torch.arange(L)
+        visible = (
+            (sg.transpose(1, 2) == sg)
+            & (col[None, :, None] >= col[None, None, :])
+            & ((br == 0) | (br == br.transpose(1, 2)))
+        )
+        assert torch.equal(p.attention_mask[:, 0] == 0, visible)
+        assert (p.attention_mask[:, 0][~visible] == torch.finfo(torch.float64).min).all()
+
+
+def test_long_tensor():
+    from advantage.nn.packing import long_tensor
+
+    for values in ([], [0], [3, -1, 2**40, -(2**62)]):
+        t = long_tensor(values)
+        assert t.dtype == torch.int64 and t.tolist() == values

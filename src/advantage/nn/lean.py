@@ -22,19 +22,42 @@ grouped-query attention, left padding, packed rows, decoding with the cache) is 
 (other architectures, RoPE scaling, sliding windows, LoRA-wrapped projections, attention dropout while
 training, gradient checkpointing), and callers then use the transformers forward. ``ADVANTAGE_LEAN=0`` in
 the environment turns the lean path off everywhere (to compare, or to rule it out when debugging).
+
+Training (gradients enabled, CPU, fp32/fp64) runs the whole stack as one autograd node, :class:`_Stack`:
+the forward with autograd off and a hand-written backward (closed forms in its docstring), instead of
+autograd recording and replaying a few hundred small operations; with ``rows`` (the positions a loss
+reads: a reward model's last tokens, a policy's predicting tokens) the last layer skips the queries and
+MLP nobody reads. Checked against finite differences, the autograd path and transformers in
+``tests/test_lean_backward.py``; ``ADVANTAGE_LEAN_BACKWARD=0`` keeps the autograd path. :func:`zero_grad`,
+:func:`clip_grad_norm` and :func:`adamw_step` are the optimizer step of such a loop with torch's kernels and
+without its per-call Python (``tests/test_lean_optim.py``).
 """
 
 from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
+from torch.optim import optimizer as _optimizer_module
 
-__all__ = ["DecodeWeights", "KVCache", "LeanDecoder", "additive_mask", "lean_decoder", "padded_causal_mask"]
+__all__ = [
+    "DecodeWeights",
+    "KVCache",
+    "LeanDecoder",
+    "adamw_step",
+    "additive_mask",
+    "clip_grad_norm",
+    "lean_decoder",
+    "padded_causal_mask",
+    "zero_grad",
+]
 
 LEAN_TYPES = ("qwen2", "llama")
 _CACHE: weakref.WeakKeyDictionary[nn.Module, LeanDecoder | None] = weakref.WeakKeyDictionary()
@@ -177,6 +200,10 @@ class LeanDecoder:
         self.lm_head = getattr(model, "lm_head", None)  # None for a bare decoder stack
         self._rope: dict[torch.device, tuple[Tensor, Tensor, Tensor]] = {}
         self._order: Tensor | None = None  # decode_weights' query/key row order
+        # training (_Stack): where each parameter lives, constants per dtype, the rotary table
+        self._slots: list[tuple[dict[str, nn.Parameter | None], str]] | None = None
+        self._consts: dict[torch.dtype, tuple[Tensor, Tensor, Tensor]] = {}
+        self._train_rope: Tensor | None = None
 
     # -- parameters ---------------------------------------------------------------------------------------
     def weights(self) -> list[_Weights]:
@@ -282,9 +309,10 @@ class LeanDecoder:
         weights: list[_Weights] | DecodeWeights | None = None,
         cache: KVCache | None = None,
         max_position: int | None = None,
+        rows: Tensor | None = None,
     ) -> Tensor:
         """Final-norm hidden states ``[B, L, H]`` (with :class:`DecodeWeights`: before the final norm's
-        weight, which those fold into the head; pass them to :meth:`logits` too).
+        weight, which those fold into the head; pass them to :meth:`logits` too), or ``[S, H]`` at ``rows``.
 
         Args:
             input_ids: ``[B, L]``.
@@ -297,7 +325,26 @@ class LeanDecoder:
             cache: keys/values of the previous positions; this call's are written after them and
                 ``cache.length`` advances by ``L``.
             max_position: an upper bound on ``position_ids`` (decoding knows it), to skip looking it up.
+            rows: ``[S]`` flat positions (``row * L + column``) whose hidden states are wanted, no cache:
+                ``hidden(...).reshape(B * L, H)[rows]``; training computes the last layer's queries and MLP
+                at these rows only (when ``S ≤ L``: their attention spans all rows).
+
+        With gradients enabled and no cache or precomputed weights (training, scoring for a loss), on a CPU
+        in fp32/fp64, the stack runs as one autograd node with a hand-written backward (:class:`_Stack`;
+        ``ADVANTAGE_LEAN_BACKWARD=0`` turns it off); the function is the same.
         """
+        if weights is None and cache is None:
+            inputs = self._stack_inputs(input_ids, position_ids, mask, rows, max_position)
+            if inputs is not None:
+                out = _Stack.apply(*inputs)
+                if inputs[0].rows is not None:
+                    return out
+                return out.view(*input_ids.shape, -1) if rows is None else out[rows]
+        if rows is not None:
+            if cache is not None:
+                raise ValueError("rows needs cache=None")
+            h = self.hidden(input_ids, position_ids, mask, weights=weights, max_position=max_position)
+            return h.reshape(-1, h.shape[-1])[rows]
         decode = isinstance(weights, DecodeWeights)
         layers = weights.layers if isinstance(weights, DecodeWeights) else weights or self.weights()
         x = F.embedding(input_ids, self.decoder.embed_tokens.weight)  # [B, L, H]
@@ -333,6 +380,104 @@ class LeanDecoder:
             cache.length = start + L
         return F.rms_norm(x, (self.hidden_size,), None if decode else self.decoder.norm.weight, self.norm_eps)
 
+    def _stack_parameters(self) -> list[Tensor | None]:
+        """The :class:`_Stack` inputs, read from the modules' parameter dicts (a parameter replaced since
+        the last call is picked up; ``nn.Module.__getattr__`` per parameter would cost more)."""
+        if self._slots is None:
+            slots = [(self.decoder.embed_tokens._parameters, "weight")]
+            for layer in self.layers:
+                slots += [(layer.get_submodule(path)._parameters, name) for path, name in _LAYER_SLOTS]
+            slots.append((self.decoder.norm._parameters, "weight"))
+            self._slots = slots
+        return [params.get(name) for params, name in self._slots]
+
+    def _stack_inputs(
+        self,
+        input_ids: Tensor,
+        position_ids: Tensor,
+        mask: Tensor,
+        rows: Tensor | None,
+        max_position: int | None,
+    ) -> tuple[Any, ...] | None:
+        """The :class:`_Stack` inputs of a :meth:`hidden` call (the non-differentiable ones prepared once),
+        or ``None`` where the autograd path stays: no gradient wanted, not a CPU fp32/fp64 model, autocast,
+        attention probabilities too large to keep, or ``ADVANTAGE_LEAN_BACKWARD=0``."""
+        if (
+            not torch.is_grad_enabled()
+            or os.environ.get("ADVANTAGE_LEAN_BACKWARD", "1") == "0"
+            or torch.is_autocast_enabled("cpu")
+        ):
+            return None
+        params = self._stack_parameters()
+        p = params[0]
+        assert p is not None
+        B, L = input_ids.shape
+        nh, nkv, d = self.heads, self.kv_heads, self.head_dim
+        if (
+            p.device.type != "cpu"
+            or p.dtype not in (torch.float32, torch.float64)
+            or mask.shape[-1] != L
+            or len(self.layers) * B * nh * L * L > _MAX_SCORES
+            or not any(t is not None and t.requires_grad for t in params)
+        ):
+            return None
+        N, g, dtype = B * L, nh // nkv, p.dtype
+        consts = self._consts.get(dtype)
+        if consts is None:
+            consts = self._consts[dtype] = (
+                p.new_tensor(self.eps),
+                p.new_tensor(self.norm_eps),
+                p.new_full((self.hidden_size,), 1.0 / self.hidden_size),
+            )
+        cos, sin, _ = self._tables(position_ids, max_position)
+        if (
+            self._train_rope is None
+            or self._train_rope.shape[0] != cos.shape[0]
+            or self._train_rope.dtype != dtype
+        ):
+            self._train_rope = torch.cat([cos, sin[:, : d // 2]], dim=-1).to(dtype)  # [S, 3d/2]
+        table = self._train_rope[position_ids.reshape(N)]  # [N, 3d/2]: one gather for both
+        cos, sin = table[:, :d].view(B, L, 1, d), table[:, d:].view(B, L, 1, d // 2)
+        mask = mask.to(dtype)
+        full = None
+        if rows is None or rows.shape[0] > L or len(self.layers) > 1:  # per (row, kv head): g heads stacked
+            full = mask[:, :, None].expand(B, nkv, g, L, L).reshape(B * nkv, g * L, L)
+        row_mask = row_cos = row_sin = None
+        if rows is not None and rows.shape[0] > L:
+            # the last layer's queries at `rows` attend over all B * L positions (S * N scores): with more
+            # rows than a row's width that is more than the B * L * L of the whole layer, computed instead
+            rows = None
+        if rows is not None:
+            S = rows.shape[0]
+            if B == 1:
+                own = mask[0, 0].index_select(0, rows)  # [S, L]
+            else:  # over all N positions, -inf in other rows (a fully masked query stays in its own row)
+                b = rows.div(L, rounding_mode="floor")
+                own = mask.new_full((S, B, L), float("-inf"))
+                own[torch.arange(S, device=rows.device), b] = mask.expand(B, 1, L, L)[b, 0, rows - b * L]
+                own = own.view(S, N)
+            row_mask = own.expand(nkv, g, S, N).reshape(nkv, g * S, N)
+            at = table.index_select(0, rows)
+            row_cos, row_sin = at[:, None, :d], at[:, None, d:]
+        batch = _Batch(
+            input_ids.reshape(N),
+            B,
+            L,
+            nh,
+            nkv,
+            d,
+            self.scale,
+            *consts,
+            cos,
+            sin,
+            full,
+            rows,
+            row_mask,
+            row_cos,
+            row_sin,
+        )
+        return (batch, *params)
+
     def logits(self, hidden: Tensor, weights: DecodeWeights | None = None) -> Tensor:
         """The LM head on hidden states ``[..., H]`` → ``[..., V]`` (the folded head of ``weights`` when the
         hidden states came from :class:`DecodeWeights`)."""
@@ -347,3 +492,403 @@ class LeanDecoder:
         p = self.decoder.embed_tokens.weight
         shape = (len(self.layers), batch, self.kv_heads, length, self.head_dim)
         return KVCache(p.new_empty(shape), p.new_empty(shape))
+
+
+# -- training: the whole stack as one autograd node ---------------------------------------------------------
+#
+# Recording ~35 small operations per layer for autograd, then replaying about twice as many in the backward
+# engine, costs more than their arithmetic for a small model on a CPU. `_Stack` runs the forward of
+# `LeanDecoder.hidden` with autograd off, keeps what the backward needs, and computes every parameter's
+# gradient in one hand-written backward with fewer, larger kernels; autograd sees one node.
+
+_PER_LAYER = 16  # `_Stack` inputs per layer (parameters, None for absent biases), in `_LAYER_SLOTS` order
+_LAYER_SLOTS = (
+    ("input_layernorm", "weight"),
+    ("self_attn.q_proj", "weight"),
+    ("self_attn.q_proj", "bias"),
+    ("self_attn.k_proj", "weight"),
+    ("self_attn.k_proj", "bias"),
+    ("self_attn.v_proj", "weight"),
+    ("self_attn.v_proj", "bias"),
+    ("self_attn.o_proj", "weight"),
+    ("self_attn.o_proj", "bias"),
+    ("post_attention_layernorm", "weight"),
+    ("mlp.gate_proj", "weight"),
+    ("mlp.gate_proj", "bias"),
+    ("mlp.up_proj", "weight"),
+    ("mlp.up_proj", "bias"),
+    ("mlp.down_proj", "weight"),
+    ("mlp.down_proj", "bias"),
+)
+assert len(_LAYER_SLOTS) == _PER_LAYER
+_MAX_SCORES = 1 << 25  # attention probabilities kept for the backward, all layers (elements); more: autograd
+
+
+def _cat_or_none(*tensors: Tensor | None) -> Tensor | None:
+    if all(t is None for t in tensors):
+        return None
+    if any(t is None for t in tensors):
+        raise ValueError("projections read by one matmul must all have a bias or none")
+    return torch.cat(tensors)  # type: ignore[arg-type]
+
+
+def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None = None) -> Tensor:
+    """``residual + x Wᵀ + b`` (``x`` ``[N, in]``, ``W`` ``[out, in]``), the residual added by the matmul."""
+    if residual is None:
+        return torch.mm(x, weight.t()) if bias is None else torch.addmm(bias, x, weight.t())
+    y = torch.addmm(residual, x, weight.t())
+    return y if bias is None else y.add_(bias)
+
+
+def _rms_norm(x: Tensor, weight: Tensor, eps: Tensor, inv_h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    r""":math:`y = \hat x \odot g`, :math:`\hat x = x\,r`, :math:`r = (\overline{x^2} + \epsilon)^{-1/2}`
+    over the last dim of ``x`` ``[N, H]``; ``eps`` a 0-d tensor, ``inv_h`` ``[H]`` filled with 1/H (the mean
+    and the epsilon in one ``addmv``). Returns ``y``, ``x̂`` ``[N, H]`` and ``r`` ``[N, 1]``."""
+    r = torch.addmv(eps, x * x, inv_h).rsqrt_().unsqueeze_(-1)
+    xn = x * r
+    return xn * weight, xn, r
+
+
+def _rms_norm_backward(
+    dy: Tensor, xn: Tensor, r: Tensor, weight: Tensor, residual: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    r"""Gradients of :func:`_rms_norm` from ``dy`` ``[N, H]``: with :math:`t = dy \odot g`,
+
+    .. math::
+        dx = r\,\big(t - \hat x\,\overline{t \odot \hat x}\big), \qquad dg = \textstyle\sum_n dy \odot \hat x
+
+    (:math:`\partial r / \partial x_j = -r^3 x_j / H`; :math:`t \odot \hat x = (dy \odot \hat x) \odot g`,
+    one product for both). ``residual``, the gradient reaching ``x`` around the block, is added."""
+    u = dy * xn
+    dweight = u.sum(0)
+    t = dy * weight
+    dx = torch.addcmul(t, xn, torch.mv(u, weight).unsqueeze_(-1), value=-1.0 / xn.shape[-1])
+    return (dx.mul_(r) if residual is None else torch.addcmul(residual, dx, r)), dweight
+
+
+def _rope(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor) -> Tensor:
+    r"""RoPE into ``out``: :math:`x \cos + \mathrm{rot}(x) \sin`, :math:`\mathrm{rot}(x) = (-x_2, x_1)` for
+    the halves :math:`x_1, x_2` of the head dim. ``x``, ``out`` ``[..., d]`` (``out``'s strides set the
+    layout attention reads), ``cos`` ``[..., d]``, ``sin`` ``[..., d/2]`` (the table's halves are equal)."""
+    h = x.shape[-1] // 2
+    torch.mul(x, cos, out=out)
+    out[..., :h].addcmul_(x[..., h:], sin, value=-1)
+    out[..., h:].addcmul_(x[..., :h], sin)
+    return out
+
+
+def _rope_backward(dy: Tensor, cos: Tensor, sin: Tensor, out: Tensor) -> Tensor:
+    r"""The transpose of :func:`_rope` (a rotation per frequency): :math:`dx = dy \cos +
+    \mathrm{rot}^\top(dy) \sin`, :math:`\mathrm{rot}^\top(y) = (y_2, -y_1)`."""
+    h = dy.shape[-1] // 2
+    torch.mul(dy, cos, out=out)
+    out[..., :h].addcmul_(dy[..., h:], sin)
+    out[..., h:].addcmul_(dy[..., :h], sin, value=-1)
+    return out
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+    r"""Attention over batched heads: :math:`P = \mathrm{softmax}(s\,QK^\top + M)`, :math:`O = PV`.
+
+    ``q`` ``[b, Lq, d]``, ``k``, ``v`` ``[b, Lk, d]``, ``mask`` ``[b, Lq, Lk]`` additive. The query heads
+    sharing a key/value head are stacked along ``Lq`` (grouped-query attention without repeating keys).
+    Returns ``O`` ``[b, Lq, d]`` and ``P`` (kept for the backward: the math path, as the flash kernel's
+    blocking costs more than it saves at these sizes)."""
+    p = torch.softmax(torch.baddbmm(mask, q, k.transpose(1, 2), alpha=scale), -1)
+    return torch.bmm(p, v), p
+
+
+def _attend_backward(
+    do: Tensor, q: Tensor, k: Tensor, v: Tensor, p: Tensor, scale: float, dq: Tensor, dk: Tensor
+) -> Tensor:
+    r"""Gradients of :func:`_attend`: :math:`dV = P^\top dO`, :math:`dP = dO\,V^\top`,
+    :math:`dS = P \odot (dP - \mathrm{rowsum}(dP \odot P))` (the softmax backward), :math:`dQ = s\,dS\,K`,
+    :math:`dK = s\,dS^\top Q`; ``dQ``, ``dK`` are written into ``dq``, ``dk``, ``dV`` returned."""
+    ds = torch._softmax_backward_data(torch.bmm(do, v.transpose(1, 2)), p, -1, p.dtype)
+    torch.baddbmm(q, ds, k, beta=0, alpha=scale, out=dq)  # beta=0: the first argument gives the shape only
+    torch.baddbmm(k, ds.transpose(1, 2), q, beta=0, alpha=scale, out=dk)
+    return torch.bmm(p.transpose(1, 2), do)
+
+
+_silu_backward = torch.ops.aten.silu_backward.grad_input  # dg = dy·σ(g)(1 + g(1 − σ(g))), into a buffer
+
+
+@dataclass
+class _Batch:
+    """The non-differentiable inputs of one :class:`_Stack` call (:meth:`LeanDecoder.hidden` prepares
+    them), and the model's sizes."""
+
+    ids: Tensor  # [N] token ids, N = B * L
+    B: int
+    L: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    scale: float
+    eps: Tensor  # 0-d, the layers' RMSNorm epsilon
+    norm_eps: Tensor  # 0-d, the final norm's
+    inv_h: Tensor  # [H] filled with 1/H
+    cos: Tensor  # [B, L, 1, d] rotary tables at each position
+    sin: Tensor  # [B, L, 1, d/2] (the table's first half; the second is the same)
+    mask: Tensor | None  # [B * kv, g * L, L] additive, repeated for the g query heads of each key/value head
+    rows: Tensor | None  # [S] flat positions (row * L + column) whose final hidden states are returned
+    row_mask: Tensor | None  # [kv, g * S, N]: their mask over all N positions (-inf in other rows)
+    row_cos: Tensor | None  # [S, 1, d]
+    row_sin: Tensor | None  # [S, 1, d/2]
+
+
+class _Stack(torch.autograd.Function):
+    r"""Embedding → decoder layers → final RMSNorm as one autograd node (the block comment above).
+
+    Inputs: a :class:`_Batch`, then the parameters: the embedding ``[V, H]``, :data:`_PER_LAYER` per layer
+    (:data:`_LAYER_SLOTS`; ``None`` for absent biases) and the final norm's weight. Output: final-norm hidden
+    states ``[N, H]``, or ``[S, H]`` at ``batch.rows``.
+
+    With ``rows``, the last layer computes keys and values at every position but its queries, output
+    projection, MLP and final norm only at those rows (no other hidden state of it is read): a reward model
+    reading one position per response skips most of its last layer.
+
+    The backward, per layer in reverse (``dx`` the gradient of its output ``x'``):
+
+    * MLP :math:`x' = x_2 + W_d a + b_d`, :math:`a = \mathrm{silu}(g) \odot u`, :math:`(g, u) = W_{gu} h_2 +
+      b_{gu}`: :math:`dW_d = dx^\top a`, :math:`da = dx\,W_d`, :math:`du = da \odot \mathrm{silu}(g)`,
+      :math:`dg = da \odot u \odot \sigma(g)(1 + g(1 - \sigma(g)))`, :math:`dW_{gu} = d(g,u)^\top h_2`,
+      :math:`dh_2 = d(g,u)\,W_{gu}`, then the RMSNorm's (:func:`_rms_norm_backward`) plus :math:`dx`;
+    * attention :math:`x_2 = x + W_o O + b_o`: :math:`dW_o = dx_2^\top O`, :math:`dO = dx_2 W_o`,
+      :func:`_attend_backward`, the RoPE transpose (:func:`_rope_backward`), :math:`dW_{qkv} = d(q,k,v)^\top
+      h_1`, :math:`dh_1 = d(q,k,v)\,W_{qkv}`, the RMSNorm's plus :math:`dx_2`;
+    * the embedding: :math:`dE_t = \sum_{n:\ \mathrm{ids}_n = t} dx_n`.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, batch: _Batch, *params: Tensor | None) -> Tensor:  # type: ignore[override]
+        B, L, N = batch.B, batch.L, batch.ids.shape[0]
+        nh, nkv, d, scale = batch.heads, batch.kv_heads, batch.head_dim, batch.scale
+        g = nh // nkv
+        n_layers = (len(params) - 2) // _PER_LAYER
+        x = F.embedding(batch.ids, params[0])  # [N, H]
+        saved = []
+        for i in range(n_layers):
+            g1, wq, bq, wk, bk, wv, bv, wo, bo, g2, wg, bg, wu, bu, wd, bd = params[
+                1 + i * _PER_LAYER : 1 + (i + 1) * _PER_LAYER
+            ]
+            h1, xn1, r1 = _rms_norm(x, g1, batch.eps, batch.inv_h)
+            if batch.rows is None or i < n_layers - 1:
+                w_in = torch.cat((wq, wk, wv))
+                qkv = _linear(h1, w_in, _cat_or_none(bq, bk, bv)).view(B, L, nh + 2 * nkv, d)
+                # queries and keys rotated into one [B, heads, L, d] buffer: the batched matmuls read it
+                qk = x.new_empty((B, nh + nkv, L, d))
+                _rope(qkv[:, :, : nh + nkv], batch.cos, batch.sin, qk.transpose(1, 2))
+                q3 = qk[:, :nh].reshape(B * nkv, g * L, d)  # views when B = 1
+                k3 = qk[:, nh:].reshape(B * nkv, L, d)
+                v3 = x.new_empty((B, nkv, L, d))
+                v3.transpose(1, 2).copy_(qkv[:, :, nh + nkv :])
+                v3 = v3.view(B * nkv, L, d)
+                o3, p = _attend(q3, k3, v3, batch.mask, scale)  # type: ignore[arg-type]
+                o = o3.view(B, nh, L, d).transpose(1, 2).reshape(N, nh * d)
+                hq, x2 = h1, _linear(o, wo, bo, x)
+            else:  # the last layer at `rows` only: keys and values everywhere, queries at the rows
+                rows = batch.rows
+                S = rows.shape[0]
+                w_in = torch.cat((wk, wv))
+                kv = _linear(h1, w_in, _cat_or_none(bk, bv)).view(N, 2 * nkv, d)
+                hq = h1[rows]  # [S, H]
+                q3 = x.new_empty((nh, S, d))
+                _rope(_linear(hq, wq, bq).view(S, nh, d), batch.row_cos, batch.row_sin, q3.transpose(0, 1))
+                q3 = q3.view(nkv, g * S, d)
+                k3 = x.new_empty((nkv, N, d))
+                _rope(kv[:, :nkv], batch.cos.view(N, 1, d), batch.sin.view(N, 1, -1), k3.transpose(0, 1))
+                v3 = x.new_empty((nkv, N, d))
+                v3.transpose(0, 1).copy_(kv[:, nkv:])
+                o3, p = _attend(q3, k3, v3, batch.row_mask, scale)  # type: ignore[arg-type]
+                o = o3.view(nh, S, d).transpose(0, 1).reshape(S, nh * d)
+                x2 = _linear(o, wo, bo, x[rows])
+            h2, xn2, r2 = _rms_norm(x2, g2, batch.eps, batch.inv_h)
+            w_gu = torch.cat((wg, wu))
+            gate, up = _linear(h2, w_gu, _cat_or_none(bg, bu)).chunk(2, dim=-1)
+            silu = F.silu(gate)
+            a = silu * up
+            saved.append((xn1, r1, h1, hq, w_in, q3, k3, v3, p, o, xn2, r2, h2, w_gu, gate, up, silu, a))
+            x = _linear(a, wd, bd, x2)
+        out, xnf, rf = _rms_norm(x, params[-1], batch.norm_eps, batch.inv_h)  # type: ignore[arg-type]
+        ctx.save_for_backward(*params)  # (checks that no parameter changed in place before the backward)
+        ctx.batch, ctx.layers, ctx.final = batch, saved, (xnf, rf)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, dout: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        batch: _Batch = ctx.batch
+        params = ctx.saved_tensors
+        B, L, N = batch.B, batch.L, batch.ids.shape[0]
+        nh, nkv, d, scale = batch.heads, batch.kv_heads, batch.head_dim, batch.scale
+        n_layers = (len(params) - 2) // _PER_LAYER
+        grads: list[Tensor | None] = [None] * len(params)
+        xnf, rf = ctx.final
+        dx, grads[-1] = _rms_norm_backward(dout.reshape(xnf.shape), xnf, rf, params[-1], None)
+        for i in reversed(range(n_layers)):
+            g1, wq, bq, _, bk, _, _, wo, bo, g2, _, bg, _, _, wd, bd = params[
+                1 + i * _PER_LAYER : 1 + (i + 1) * _PER_LAYER
+            ]
+            xn1, r1, h1, hq, w_in, q3, k3, v3, p, o, xn2, r2, h2, w_gu, gate, up, silu, a = ctx.layers[i]
+            # MLP
+            dwd, dbd = torch.mm(dx.t(), a), None if bd is None else dx.sum(0)
+            da = torch.mm(dx, wd)
+            inter = da.shape[1]
+            dgu = da.new_empty((da.shape[0], 2 * inter))  # [dg, du]: one matmul each for dW_gu and dh_2
+            torch.mul(da, silu, out=dgu[:, inter:])
+            _silu_backward(da * up, gate, grad_input=dgu[:, :inter])
+            dwgu, dbgu = torch.mm(dgu.t(), h2), None if bg is None else dgu.sum(0)
+            dx2, dg2 = _rms_norm_backward(torch.mm(dgu, w_gu), xn2, r2, g2, dx)
+            # attention
+            dwo, dbo = torch.mm(dx2.t(), o), None if bo is None else dx2.sum(0)
+            do = torch.mm(dx2, wo)
+            if batch.rows is None or i < n_layers - 1:
+                dqk = do.new_empty((B, nh + nkv, L, d))
+                dq3 = dqk[:, :nh].view(B * nkv, -1, d) if B == 1 else torch.empty_like(q3)
+                dk3 = dqk[:, nh:].view(B * nkv, L, d) if B == 1 else torch.empty_like(k3)
+                do3 = do.view(B, L, nh, d).transpose(1, 2).reshape(B * nkv, -1, d)
+                dv3 = _attend_backward(do3, q3, k3, v3, p, scale, dq3, dk3)
+                if B > 1:
+                    dqk[:, :nh] = dq3.view(B, nh, L, d)
+                    dqk[:, nh:] = dk3.view(B, nkv, L, d)
+                dqkv = do.new_empty((B, L, nh + 2 * nkv, d))
+                _rope_backward(dqk.transpose(1, 2), batch.cos, batch.sin, dqkv[:, :, : nh + nkv])
+                dqkv[:, :, nh + nkv :] = dv3.view(B, nkv, L, d).transpose(1, 2)
+                dqkv = dqkv.view(N, -1)
+                dw_in, db_in = torch.mm(dqkv.t(), h1), None if bq is None else dqkv.sum(0)
+                dx, dg1 = _rms_norm_backward(torch.mm(dqkv, w_in), xn1, r1, g1, dx2)
+                q_rows = nh * d
+                dwq, dbq = dw_in[:q_rows], None if db_in is None else db_in[:q_rows]
+                dwkv, dbkv = dw_in[q_rows:], None if db_in is None else db_in[q_rows:]
+            else:
+                rows = batch.rows
+                S = rows.shape[0]
+                do3 = do.view(S, nh, d).transpose(0, 1).reshape(nkv, -1, d)
+                dq3, dk3 = torch.empty_like(q3), torch.empty_like(k3)
+                dv3 = _attend_backward(do3, q3, k3, v3, p, scale, dq3, dk3)
+                dqs = do.new_empty((S, nh, d))
+                _rope_backward(dq3.view(nh, S, d).transpose(0, 1), batch.row_cos, batch.row_sin, dqs)
+                dqs = dqs.view(S, nh * d)
+                dkv = do.new_empty((N, 2 * nkv, d))
+                _rope_backward(
+                    dk3.transpose(0, 1), batch.cos.view(N, 1, d), batch.sin.view(N, 1, -1), dkv[:, :nkv]
+                )
+                dkv[:, nkv:] = dv3.transpose(0, 1)
+                dkv = dkv.view(N, -1)
+                dwq, dbq = torch.mm(dqs.t(), hq), None if bq is None else dqs.sum(0)
+                dwkv, dbkv = torch.mm(dkv.t(), h1), None if bk is None else dkv.sum(0)
+                dh1 = torch.mm(dkv, w_in).index_add_(0, rows, torch.mm(dqs, wq))
+                dx, dg1 = _rms_norm_backward(dh1, xn1, r1, g1, None)
+                dx.index_add_(0, rows, dx2)
+            kv_rows = nkv * d
+            grads[1 + i * _PER_LAYER : 1 + (i + 1) * _PER_LAYER] = [
+                dg1,
+                dwq,
+                dbq,
+                dwkv[:kv_rows],
+                None if dbkv is None else dbkv[:kv_rows],
+                dwkv[kv_rows:],
+                None if dbkv is None else dbkv[kv_rows:],
+                dwo,
+                dbo,
+                dg2,
+                dwgu[:inter],
+                None if dbgu is None else dbgu[:inter],
+                dwgu[inter:],
+                None if dbgu is None else dbgu[inter:],
+                dwd,
+                dbd,
+            ]
+        if ctx.needs_input_grad[1]:
+            grads[0] = torch.zeros_like(params[0]).index_add_(0, batch.ids, dx)
+        return (None, *grads)
+
+
+# -- the optimizer step of a small model's training loop -----------------------------------------------------
+#
+# For a model of ~10^5 parameters, torch.optim's per-call Python (hooks, profiler ranges, the dynamo guard of
+# zero_grad, regrouping the tensors by device and dtype) costs more than a step's arithmetic. These helpers
+# make the same kernel calls directly where that grouping is trivial (one device, one dtype, one group) and
+# call torch.optim otherwise.
+
+
+def zero_grad(params: Sequence[Tensor]) -> None:
+    """``optimizer.zero_grad(set_to_none=True)`` for the optimizer's parameters ``params``."""
+    for p in params:
+        p.grad = None
+
+
+def clip_grad_norm(params: Sequence[Tensor], max_norm: float) -> Tensor:
+    r"""``torch.nn.utils.clip_grad_norm_(params, max_norm)`` (its foreach path, the same kernels): the total
+    2-norm :math:`n = \lVert (\lVert g_i \rVert)_i \rVert` of the gradients, returned, and
+    :math:`g_i \leftarrow g_i \cdot \min\big(\text{max\_norm} / (n + 10^{-6}), 1\big)` in place."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads or len({(g.device, g.dtype) for g in grads}) > 1:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    with torch.no_grad():
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
+
+
+def adamw_step(opt: torch.optim.Optimizer) -> None:
+    """``opt.step()`` of a ``torch.optim.AdamW(fused=True)``: the step counters' increment and one
+    ``_fused_adamw_`` call, as its fused path does for one parameter group on one device and dtype, with the
+    state (created as it creates it) in ``opt.state``, so checkpoints save and load it as usual. Anything
+    else (several groups or dtypes, amsgrad, step hooks, another optimizer) calls ``opt.step()``."""
+    groups = opt.param_groups
+    group = groups[0]
+    if (
+        type(opt) is not torch.optim.AdamW
+        or len(groups) != 1
+        or not group.get("fused")
+        or group["amsgrad"]
+        or group["maximize"]
+        or group["capturable"]
+        or group["differentiable"]
+        or any(isinstance(group[k], Tensor) for k in ("lr", "weight_decay", "eps"))
+        or any(isinstance(b, Tensor) for b in group["betas"])
+        or opt._optimizer_step_pre_hooks
+        or opt._optimizer_step_post_hooks
+        or _optimizer_module._global_optimizer_pre_hooks
+        or _optimizer_module._global_optimizer_post_hooks
+        or getattr(opt, "grad_scale", None) is not None
+        or getattr(opt, "found_inf", None) is not None
+    ):
+        opt.step()
+        return
+    params = [p for p in group["params"] if p.grad is not None]
+    if not params:
+        return
+    if len({(p.device, p.dtype) for p in params}) > 1 or params[0].is_complex():
+        opt.step()
+        return
+    state = opt.state
+    for p in params:
+        if not state[p]:  # the fused path's lazy initialisation
+            state[p]["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+            state[p]["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state[p]["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+    states = [state[p] for p in params]
+    steps = [s["step"] for s in states]
+    beta1, beta2 = group["betas"]
+    with torch.no_grad():
+        torch._foreach_add_(steps, 1)
+        torch._fused_adamw_(
+            params,
+            [p.grad for p in params],
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
+            [],
+            steps,
+            amsgrad=False,
+            lr=group["lr"],
+            beta1=beta1,
+            beta2=beta2,
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            maximize=False,
+            grad_scale=None,
+            found_inf=None,
+        )

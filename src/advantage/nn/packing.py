@@ -10,6 +10,8 @@ model's K responses all share their prompt this way.
 
 from __future__ import annotations
 
+import functools
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,6 +24,7 @@ __all__ = [
     "PACK_ROW_LENGTH",
     "PackedPrompts",
     "generation_logprobs",
+    "long_tensor",
     "pack_prompts",
     "packable",
     "packed_hidden",
@@ -50,6 +53,8 @@ class PackedPrompts:
     responses: int  # S
 
     def to(self, device: torch.device) -> PackedPrompts:
+        if self.input_ids.device == torch.device(device):  # seven no-op copies and a new object spared
+            return self
         return PackedPrompts(
             *(getattr(self, f).to(device) for f in ("input_ids", "position_ids", "attention_mask")),
             *(getattr(self, f).to(device) for f in ("predictors", "targets", "owner", "last")),
@@ -80,8 +85,15 @@ def pack_prompts(
     rows = -(-total // row_length)
     tight = max(longest, -(-total // rows))  # the narrowest width that could hold them in `rows` rows
     caps = {*range(tight, tight + 8), max(row_length, longest)}  # a few widths: first-fit is Python work
-    layouts = (_first_fit(sizes, cap) for cap in sorted(caps))
-    fill, start = min(layouts, key=lambda layout: len(layout[0]) * max(layout[0]))
+    best: tuple[list[int], list[tuple[int, int]]] | None = None
+    for cap in sorted(caps):
+        layout = _first_fit(sizes, cap)
+        if best is None or len(layout[0]) * max(layout[0]) < len(best[0]) * max(best[0]):
+            best = layout
+            if len(layout[0]) * max(layout[0]) == total:  # no pad slot: no later width does better
+                break
+    assert best is not None
+    fill, start = best
     R, L = len(fill), max(fill)
     ids, pos = [pad_id] * (R * L), [0] * (R * L)
     seg, branch = [-1] * (R * L), [-1] * (R * L)  # segment of each slot (-1: pad); 0 prompt, k response k
@@ -105,24 +117,36 @@ def pack_prompts(
             owner.extend([len(last)] * m)
             last.append(at + m - 1)
             at += m
-    s, b = torch.tensor(seg).view(R, L), torch.tensor(branch).view(R, L)
-    col = torch.arange(L)
-    allowed = (
-        (s[:, :, None] == s[:, None, :])
-        & (col[:, None] >= col[None, :])
-        & ((b[:, None, :] == 0) | (b[:, None, :] == b[:, :, None]))
-    )
-    mask = torch.zeros((R, 1, L, L), dtype=dtype).masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
+    # one int64 conversion for everything (per-list torch.tensor calls cost more than the packing)
+    flat = long_tensor([*ids, *pos, *seg, *branch, *predictors, *targets, *owner, *last])
+    grid = flat[: 4 * R * L].view(4, R, L)
+    N = len(targets)
+    tail = flat[4 * R * L :]
+    # query i sees key j ≤ i of its own segment in its prompt (branch 0) or its own branch: with the unique
+    # codes segment * M + branch (M > every branch; pads -M - 1), j's code is i's prompt code or i's own
+    M = max(map(len, (rs for _, rs in groups))) + 1
+    code = grid[2] * M + grid[3]  # [R, L]
+    key = code[:, None, :]
+    hidden = (key != (grid[2] * M)[:, :, None]) & (key != code[:, :, None])
+    hidden |= _future(L)  # and causal
+    mask = torch.zeros((R, 1, L, L), dtype=dtype).masked_fill_(hidden[:, None], torch.finfo(dtype).min)
     return PackedPrompts(
-        torch.tensor(ids).view(R, L),
-        torch.tensor(pos).view(R, L),
-        mask,
-        torch.tensor(predictors, dtype=torch.long),
-        torch.tensor(targets, dtype=torch.long),
-        torch.tensor(owner, dtype=torch.long),
-        torch.tensor(last, dtype=torch.long),
-        len(last),
+        grid[0], grid[1], mask, tail[:N], tail[N : 2 * N], tail[2 * N : 3 * N], tail[3 * N :], len(last)
     )
+
+
+@functools.lru_cache(maxsize=32)
+def _future(L: int) -> Tensor:
+    """``[L, L]`` bool, True above the diagonal (key after query); cached per width, never written to."""
+    return torch.ones((L, L), dtype=torch.bool).triu_(1)
+
+
+def long_tensor(values: Sequence[int]) -> Tensor:
+    """An int64 tensor ``[len(values)]`` of Python ints, through ``array('q')``: a C loop, several times
+    faster than ``torch.tensor`` on a list (which converts element by element)."""
+    if not values:
+        return torch.zeros(0, dtype=torch.long)
+    return torch.frombuffer(array("q", values), dtype=torch.int64)
 
 
 def _first_fit(sizes: Sequence[int], cap: int) -> tuple[list[int], list[tuple[int, int]]]:
@@ -131,7 +155,9 @@ def _first_fit(sizes: Sequence[int], cap: int) -> tuple[list[int], list[tuple[in
     fill: list[int] = []
     start: list[tuple[int, int]] = []
     for size in sizes:
-        row = next((r for r, used in enumerate(fill) if used + size <= cap), len(fill))
+        row = 0
+        while row < len(fill) and fill[row] + size > cap:
+            row += 1
         if row == len(fill):
             fill.append(0)
         start.append((row, fill[row]))
@@ -151,14 +177,16 @@ def packable(model: torch.nn.Module) -> bool:
     )
 
 
-def packed_hidden(decoder: torch.nn.Module, packed: PackedPrompts) -> Tensor:
+def packed_hidden(decoder: torch.nn.Module, packed: PackedPrompts, rows: Tensor | None = None) -> Tensor:
     """Final-norm hidden states ``[R * L, H]`` of a packed batch (``decoder``: the transformer without the
-    LM head). Qwen2/Llama decoders go through the lean forward (:mod:`advantage.nn.lean`)."""
+    LM head), or ``[len(rows), H]`` at the flat indices ``rows`` (``packed.last``, ``packed.predictors``).
+    Qwen2/Llama decoders go through the lean forward (:mod:`advantage.nn.lean`), which then skips the last
+    layer's queries and MLP at the positions nobody reads."""
     from advantage.nn.lean import lean_decoder
 
     lean = lean_decoder(decoder)
     if lean is not None:
-        h = lean.hidden(packed.input_ids, packed.position_ids, packed.attention_mask)
+        h = lean.hidden(packed.input_ids, packed.position_ids, packed.attention_mask, rows=rows)
         return h.reshape(-1, h.shape[-1])
     out = decoder(
         input_ids=packed.input_ids,
@@ -167,13 +195,14 @@ def packed_hidden(decoder: torch.nn.Module, packed: PackedPrompts) -> Tensor:
         use_cache=False,
     )
     h = out.last_hidden_state
-    return h.reshape(-1, h.shape[-1])
+    h = h.reshape(-1, h.shape[-1])
+    return h if rows is None else h[rows]
 
 
 def packed_logprobs(model: torch.nn.Module, packed: PackedPrompts, temperature: float = 1.0) -> Tensor:
     """``log π(y_t | x, y_<t) `` of every packed response token (``packed.targets``), ``[N]`` fp32: the
     vocabulary projection runs on the ``N`` hidden states that predict response tokens only."""
-    h = packed_hidden(model.get_decoder(), packed)[packed.predictors]  # [N, H]
+    h = packed_hidden(model.get_decoder(), packed, packed.predictors)  # [N, H]
     return token_logprobs(model.get_output_embeddings()(h), packed.targets, temperature)
 
 
@@ -226,6 +255,6 @@ def generation_logprobs(
         [(list(p), [responses[r] for r in rows]) for p, rows in groups.items()], 0, dtype, row_length
     ).to(dev)
     logp = packed_logprobs(model, packed, temperature)  # [N]
-    out_rows = torch.tensor([r for r in order for _ in responses[r]], device=dev)
-    out_cols = torch.tensor([c for r in order for c in range(len(responses[r]))], device=dev)
+    out_rows = long_tensor([r for r in order for _ in responses[r]]).to(dev)
+    out_cols = long_tensor([c for r in order for c in range(len(responses[r]))]).to(dev)
     return logp.new_zeros((B, T)).index_put((out_rows, out_cols), logp)

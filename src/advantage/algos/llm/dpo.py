@@ -54,6 +54,7 @@ from advantage.config import option, section
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import DPO_LOSSES, dpo_metrics
+from advantage.nn.lean import adamw_step, clip_grad_norm, zero_grad
 from advantage.nn.packing import PACK_ROW_LENGTH, pack_prompts, packable, packed_logprobs
 from advantage.registry import Algorithm, register
 from advantage.torch_state import load_optimizer, optimizer_state
@@ -248,7 +249,8 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
         for g in opt.param_groups:
             g["lr"] = lr
         clock = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
+        zero_grad(params)  # opt.zero_grad(set_to_none=True), and the clip and step below: torch's kernels
+        # without its per-call Python layers (advantage.nn.lean)
         sums: dict[str, Tensor] = {}  # the step's loss and metrics, tensors until the step ends
         for j in range(0, len(idx), micro):
             chunk = idx[j : j + micro]
@@ -272,10 +274,8 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
         total = stats.pop("loss")
         if not math.isfinite(total):
             raise NonFiniteError(f"step {step + 1}: DPO loss is {total}; stopping")
-        grad_norm = (
-            float(torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm)) if a.max_grad_norm > 0 else 0.0
-        )
-        opt.step()
+        grad_norm = float(clip_grad_norm(params, a.max_grad_norm)) if a.max_grad_norm > 0 else 0.0
+        adamw_step(opt)
         step += 1
         if step % t.log_every == 0 or step == t.total_steps:
             row = {f"train/{k}": v for k, v in stats.items()}

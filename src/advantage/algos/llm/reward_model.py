@@ -66,7 +66,8 @@ from advantage.context import RunContext, Snapshot
 from advantage.envs.text.preference import PREFERENCE_TASKS, PreferenceExample, make_preference_task
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math.preference import bradley_terry_loss, kwise_ranking_loss
-from advantage.nn.packing import PackedPrompts, pack_prompts, packable, packed_hidden
+from advantage.nn.lean import adamw_step, clip_grad_norm, zero_grad
+from advantage.nn.packing import PackedPrompts, long_tensor, pack_prompts, packable, packed_hidden
 from advantage.registry import Algorithm, register
 from advantage.torch_state import load_optimizer, optimizer_state
 
@@ -184,7 +185,7 @@ class RewardModel(nn.Module):
     def forward_packed(self, packed: PackedPrompts) -> Tensor:
         """Rewards ``[S]`` (fp32) of the responses of a :func:`~advantage.nn.packing.pack_prompts` batch:
         the head on the hidden state of each response's last token."""
-        h = packed_hidden(self._base().base_model, packed)[packed.last]  # [S, H]
+        h = packed_hidden(self._base().base_model, packed, packed.last)  # [S, H]
         return self.head(h.float()).squeeze(-1)
 
     def encode(self, prompt: str, response: str) -> tuple[list[int], list[int]]:
@@ -317,18 +318,26 @@ def rank_loss(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """:func:`rm_loss` from the rewards ``[S]`` of the micro-batch's sequences; the statistics are 0-d
     tensors (no conversion per micro-batch)."""
+    complete = index.device.type == "cpu" and bool((index >= 0).all())  # every ranking has K responses
     index = index.to(rewards.device)
     valid = index >= 0  # [N, K]
-    scores = torch.where(valid, rewards[index.clamp(min=0)], 0.0)  # [N, K]
+    # (a complete batch skips the masking: the same values and gradients with two operations fewer)
+    scores = rewards[index] if complete else torch.where(valid, rewards[index.clamp(min=0)], 0.0)  # [N, K]
     per = RANK_LOSSES[loss](scores, valid)  # [N]
     if center_coef:
         per = per + center_coef * ((scores * valid).sum(-1) / valid.sum(-1)) ** 2
     with torch.no_grad():  # every ranked pair (i above j) of the micro-batch, for the logs
-        i, j = torch.triu_indices(index.shape[1], index.shape[1], offset=1)
-        both = valid[:, i] & valid[:, j]
-        diff = (scores[:, i] - scores[:, j])[both]
+        K = index.shape[1]
+        i, j = torch.triu_indices(K, K, offset=1, device=rewards.device)
+        diff = scores[:, i] - scores[:, j]  # [N, C(K, 2)]
+        if complete:
+            pairs = rewards.new_tensor(float(diff.numel()))
+        else:
+            both = valid[:, i] & valid[:, j]
+            diff = diff[both]
+            pairs = both.sum().float()
         stats = {
-            "pairs": both.sum().float(),
+            "pairs": pairs,
             "correct": (diff > 0).sum().float(),
             "margin": diff.sum(),
             "reward": rewards.sum(),
@@ -365,14 +374,15 @@ def micro_groups(
     """:func:`micro_batch` for :func:`~advantage.nn.packing.pack_prompts`: ``(prompt, [responses in
     ranked order])`` per item, and the same ``[N, K]`` index (the packed responses are numbered in order)."""
     groups = []
-    index = torch.full((len(items), max(len(r) for _, r in items)), -1, dtype=torch.long)
+    K = max(len(r) for _, r in items)
+    index: list[int] = []  # built as a list: one conversion instead of a tensor op per item
     count = 0
-    for n, (e, ranked) in enumerate(items):
+    for e, ranked in items:
         prompt, responses = tokens[e]
         groups.append((prompt, [responses[r] for r in ranked]))
-        index[n, : len(ranked)] = torch.arange(count, count + len(ranked))
+        index += [*range(count, count + len(ranked)), *[-1] * (K - len(ranked))]
         count += len(ranked)
-    return groups, index
+    return groups, long_tensor(index).view(len(items), K)
 
 
 def tokenize(model: RewardModel, examples: Sequence[PreferenceExample], d: RMDataConfig) -> list[Any]:
@@ -454,7 +464,8 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
         lr = common.learning_rate(a, step, t.total_steps)
         for g in opt.param_groups:
             g["lr"] = lr
-        opt.zero_grad(set_to_none=True)
+        zero_grad(params)  # opt.zero_grad(set_to_none=True), the optimizer step and the clip below: the
+        # same kernels as torch's without its per-call Python layers (advantage.nn.lean)
         sums: dict[str, Tensor] = {}  # the step's loss and statistics, tensors until the step ends
         for j in range(0, len(idx), micro):
             chunk = [items[i] for i in idx[j : j + micro]]
@@ -479,10 +490,8 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
             raise NonFiniteError(
                 f"step {step + 1}: reward-model loss is {total}; stopping (the last checkpoint is kept)"
             )
-        grad_norm = (
-            float(torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm)) if a.max_grad_norm > 0 else 0.0
-        )
-        opt.step()
+        grad_norm = float(clip_grad_norm(params, a.max_grad_norm)) if a.max_grad_norm > 0 else 0.0
+        adamw_step(opt)
         step += 1
         totals["loss"] += total
         totals["grad_norm"] += grad_norm
