@@ -595,13 +595,13 @@ def check(cfg: RMConfig) -> list[str]:
 
 PRESETS = {
     "synthetic": Preset(
-        "a small reward model on the synthetic task, CPU (about 20 s; held-out accuracy about 0.9)",
+        "a small reward model on the synthetic task, CPU (about 15 s; held-out accuracy 0.91-0.94)",
         {
             "data.task": "synthetic",
             "data.response_length": 4,
             "model.hidden_size": 64,
-            "trainer.total_steps": 300,
-            "trainer.eval_every": 100,
+            "trainer.total_steps": 600,
+            "trainer.eval_every": 200,
         },
     ),
     "instructgpt": Preset(
