@@ -345,8 +345,11 @@ def test_pipeline_raises_the_greedy_hidden_score_within_the_kl_budget(tmp_path):
         preset="preference",
         **{**common, "trainer.total_steps": 100, "trainer.run_dir": str(tmp_path / "sft")},
     )
-    rm_run = advantage.train(
-        "reward_model", quiet=True, preset="synthetic", **{**common, "trainer.run_dir": str(tmp_path / "rm")}
+    rm_run = advantage.train(  # 300 steps, as examples/reward_model_synthetic.yaml (the preset trains 600)
+        "reward_model",
+        quiet=True,
+        preset="synthetic",
+        **{**common, "trainer.total_steps": 300, "trainer.run_dir": str(tmp_path / "rm")},
     )
     budget = 4.0
     run = advantage.train(
