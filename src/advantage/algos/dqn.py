@@ -55,6 +55,7 @@ from advantage.envs import describe_space, env_state, make_vec_env, set_env_stat
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import double_q_target, dueling_combine, polyak_update, reward_to_go, td_target
 from advantage.nn import mlp
+from advantage.nn.lean import clip_grad_norm
 from advantage.registry import Algorithm, register
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
@@ -446,15 +447,6 @@ def gradient_step(
         clip_grad_norm(opt.params, a.max_grad_norm)
     opt.step()
     return value, None if weights is None else (pred.detach() - target).abs()
-
-
-def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> None:
-    """Scale the gradients by ``min(1, max_norm / (‖g‖₂ + 1e-6))``, ``‖g‖₂`` the global norm over all of
-    them: ``torch.nn.utils.clip_grad_norm_``'s arithmetic (two fused kernels), without its per-call
-    argument handling and device grouping."""
-    grads = [p.grad for p in params]
-    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
 
 
 def strided_returns(rewards: list[float], gamma: float, stride: int) -> np.ndarray:
