@@ -302,15 +302,15 @@ def shape_rewards(
     from advantage.math.rewards import length_preference, overlong_penalty
 
     w, metrics = cfg.worker.reward, {}
-    lengths = gen.lengths.to(rewards.dtype)
+    lengths = gen.lengths.to(rewards)  # rewards live on the CPU; the generation may be on the GPU
     if w.overlong_buffer > 0:
-        pen = overlong_penalty(gen.lengths, cfg.data.max_response_length, w.overlong_buffer)
-        rewards = rewards + w.overlong_penalty_factor * pen.to(rewards.dtype)
+        pen = overlong_penalty(gen.lengths.cpu(), cfg.data.max_response_length, w.overlong_buffer)
+        rewards = rewards + w.overlong_penalty_factor * pen.to(rewards)
         metrics["overlong_penalty"] = float(pen.mean())
     if w.length_preference > 0:
         rewards = length_preference(rewards, lengths, group or cfg.worker.rollout.n, w.length_preference)
     if kl_seq is not None and cfg.algorithm.kl_reward_coef > 0:
-        rewards = rewards - cfg.algorithm.kl_reward_coef * kl_seq
+        rewards = rewards - cfg.algorithm.kl_reward_coef * kl_seq.to(rewards)
         metrics["kl_reward"] = float(kl_seq.mean())
     return rewards, metrics
 
@@ -486,7 +486,9 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
     needs_ref = actor.kl_coef > 0 or a.kl_reward_coef > 0
     ref_model = None
     if needs_ref and not lora:  # the starting policy, frozen
-        ref_model = common.build_model(cfg, task)[0] if restored is not None else copy.deepcopy(model)
+        ref_model = (
+            common.build_model(cfg, task)[0].to(t.device) if restored is not None else copy.deepcopy(model)
+        )
         ref_model.eval().requires_grad_(False)
     policy = LMPolicy(model, tok, task, cfg)
     if cfg.worker.reward.model:
@@ -587,7 +589,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
             steps = step_tensors(task, exs, texts, gen, tok, n, rewards - raw)
             T = gen.response_ids.shape[1]
             adv = process_advantages(*steps, T, n, a.std_eps, scale=PROCESS_SCALE[a.advantage])
-            adv = adv.to(gen.response_mask.dtype) * gen.response_mask
+            adv = adv.to(gen.response_mask.dtype) * gen.response_mask.cpu()  # rollout bookkeeping: CPU
         else:
             adv, am = GROUP_ADVANTAGES[a.advantage](rewards, n, a.std_eps)
             if "reward_std_mean" in am:
@@ -790,6 +792,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         on_policy = actor.ppo_epochs == 1 and n_minis == 1
         old_logp = None if on_policy else _logprobs(model, gen, all_rows, micro, roll.temperature)
         ref_logp = ref_logprobs(gen, all_rows) if actor.kl_coef > 0 else None
+        adv_all = ro.advantages.to(mask.device)  # computed on the CPU with the rewards
         stats: dict[str, list[float]] = {}
         for _ in range(actor.ppo_epochs):
             perm = all_rows if on_policy else torch.randperm(n_rows)
@@ -806,7 +809,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
                         logp,
                         None if old_logp is None else old_logp[r, :t_len],
                         None if ref_logp is None else ref_logp[r, :t_len],
-                        ro.advantages[r] if ro.advantages.dim() == 1 else ro.advantages[r, :t_len],
+                        adv_all[r] if adv_all.dim() == 1 else adv_all[r, :t_len],
                         m_r,
                         actor,
                         max(Z, 1.0),
