@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import advantage
+from test_grpo import TINY  # tests/ is on sys.path (pytest rootdir-relative imports)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -20,29 +21,27 @@ pytestmark = [
 ]
 
 DEVICE = "cuda"
-TINY_LM = {
+# A few steps on the device, no evaluation until the end, a metrics row every step.
+TRAINER = {
+    "trainer.total_steps": 3,
+    "trainer.eval_every": 0,
+    "trainer.log_every": 1,
+    "trainer.tensorboard": False,
+    "trainer.device": DEVICE,
+}
+SMALL_MODEL = {"model.hidden_size": 32, "model.layers": 1, "model.heads": 2}
+GRPO = {**TINY, **TRAINER}  # test_grpo's tiny 2-digit addition run
+SFT = {
     "data.task": "addition",
     "data.digits": 2,
     "data.train_size": 64,
     "data.validation_size": 16,
     "data.test_size": 16,
     "trainer.eval_episodes": 8,
-    "trainer.eval_every": 0,
-    "trainer.total_steps": 3,
-    "trainer.log_every": 1,
-    "trainer.tensorboard": False,
-    "trainer.device": DEVICE,
+    **SMALL_MODEL,
+    **TRAINER,
 }
-GRPO = {
-    **TINY_LM,
-    "data.rollout_batch_size": 4,
-    "data.max_response_length": 6,
-    "worker.rollout.n": 4,
-    "worker.actor.model.hidden_size": 32,
-    "worker.actor.model.layers": 1,
-    "worker.actor.model.heads": 2,
-    "worker.actor.learning_rate": 1e-3,
-}
+PREFERENCE = {"data.task": "synthetic", **SMALL_MODEL, **TRAINER}
 
 
 def _losses(run: advantage.Run, key: str) -> list[float]:
@@ -60,7 +59,7 @@ def _losses(run: advantage.Run, key: str) -> list[float]:
         {"worker.actor.kl_coef": 0.05},  # a reference model on the device
         {"algorithm.kl_reward_coef": 0.05},  # KL in the reward: device log-probs into CPU rewards
         {"algorithm.supervision": "process"},
-        {"algorithm.adaptive_difficulty": True, "worker.rollout.n": 4},
+        {"algorithm.adaptive_difficulty": True},
         {"worker.actor.model.dtype": "bfloat16"},
     ],
     ids=["grpo", "dapo", "gspo", "kl_loss", "kl_reward", "process", "adaptive", "bf16"],
@@ -72,36 +71,11 @@ def test_grpo_runs_on_cuda(tmp_path, over):
 
 
 def test_sft_runs_on_cuda(tmp_path):
-    run = advantage.train(
-        "sft",
-        quiet=True,
-        **{
-            **TINY_LM,
-            "model.hidden_size": 32,
-            "model.layers": 1,
-            "model.heads": 2,
-            "trainer.run_dir": str(tmp_path / "run"),
-        },
-    )
+    run = advantage.train("sft", quiet=True, **{**SFT, "trainer.run_dir": str(tmp_path / "run")})
     assert all(math.isfinite(x) for x in _losses(run, "train/loss"))
 
 
 @pytest.mark.parametrize("algo", ["reward_model", "dpo"])
 def test_preference_trainers_run_on_cuda(tmp_path, algo):
-    run = advantage.train(
-        algo,
-        quiet=True,
-        **{
-            "data.task": "synthetic",
-            "model.hidden_size": 32,
-            "model.layers": 1,
-            "model.heads": 2,
-            "trainer.total_steps": 3,
-            "trainer.eval_every": 0,
-            "trainer.log_every": 1,
-            "trainer.tensorboard": False,
-            "trainer.device": TINY_LM["trainer.device"],
-            "trainer.run_dir": str(tmp_path / "run"),
-        },
-    )
+    run = advantage.train(algo, quiet=True, **{**PREFERENCE, "trainer.run_dir": str(tmp_path / "run")})
     assert all(math.isfinite(x) for x in _losses(run, "train/loss"))

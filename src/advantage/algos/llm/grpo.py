@@ -302,9 +302,10 @@ def shape_rewards(
     from advantage.math.rewards import length_preference, overlong_penalty
 
     w, metrics = cfg.worker.reward, {}
-    lengths = gen.lengths.to(rewards)  # rewards live on the CPU; the generation may be on the GPU
+    counts = gen.lengths.to(rewards.device)  # rewards live on the CPU; the generation may be on the GPU
+    lengths = counts.to(rewards.dtype)
     if w.overlong_buffer > 0:
-        pen = overlong_penalty(gen.lengths.cpu(), cfg.data.max_response_length, w.overlong_buffer)
+        pen = overlong_penalty(counts, cfg.data.max_response_length, w.overlong_buffer)
         rewards = rewards + w.overlong_penalty_factor * pen.to(rewards)
         metrics["overlong_penalty"] = float(pen.mean())
     if w.length_preference > 0:
