@@ -105,16 +105,37 @@ def cmd_eval(ns: argparse.Namespace) -> int:
 def cmd_plot(ns: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from advantage.plotting import DEFAULT_METRICS, plot_runs
+    from advantage.plotting import plot_runs
 
     out = ns.out or (
         Path(ns.run_dirs[0]) / "plots" / "learning_curve.png"
         if len(ns.run_dirs) == 1
         else Path("learning_curves.png")
     )
-    path = plot_runs(ns.run_dirs, out, metrics=ns.metric or DEFAULT_METRICS)
+    path = plot_runs(ns.run_dirs, out, metrics=ns.metric or _default_plot_metrics(ns.run_dirs))
     print(path)
     return 0
+
+
+def _default_plot_metrics(run_dirs: Sequence[str]) -> tuple[str, ...]:
+    """The metrics the runs' algorithms plot by default (``‖w‖`` and the value error for the linear TD
+    methods), in order and without repeats; the returns for the others."""
+    from advantage.config import load_yaml
+    from advantage.plotting import DEFAULT_METRICS
+    from advantage.registry import ALGORITHMS, all_algorithms
+
+    all_algorithms()
+    out: list[str] = []
+    for d in run_dirs:
+        try:
+            name = load_yaml(Path(d) / "config.yaml").get("algo")
+        except AdvantageError:
+            name = None  # not a run folder: plot_runs says so
+        algo = ALGORITHMS.get(name) if isinstance(name, str) else None
+        for m in (algo.plot_metrics if algo and algo.plot_metrics else DEFAULT_METRICS):
+            if m not in out:
+                out.append(m)
+    return tuple(out) or DEFAULT_METRICS
 
 
 def cmd_sweep(ns: argparse.Namespace) -> int:
@@ -238,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument(
         "--metric",
         action="append",
-        help="metric to plot (repeatable; default: train/episode_return and eval/return_mean)",
+        help="metric to plot (repeatable; default: the algorithm's, e.g. train/episode_return and "
+        "eval/return_mean)",
     )
     pl.set_defaults(fn=cmd_plot)
 

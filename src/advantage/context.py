@@ -222,7 +222,10 @@ class RunContext:
         try:
             from advantage.plotting import plot_runs
 
-            plot_runs([self.run_dir], self.run_dir / "plots" / "learning_curve.png")
+            from advantage.plotting import DEFAULT_METRICS
+
+            metrics = self.algo.plot_metrics or DEFAULT_METRICS
+            plot_runs([self.run_dir], self.run_dir / "plots" / "learning_curve.png", metrics=metrics)
         except Exception as e:  # a plot must never cost the user a finished run
             self.progress.stream.write(f"warning: could not plot learning curves: {e}\n")
         return result

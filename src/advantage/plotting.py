@@ -21,6 +21,12 @@ def _series(rows: list[dict], metric: str) -> tuple[list[int], list[float]]:
     return xs, ys
 
 
+def _spans_decades(ax, decades: float = 3.0) -> bool:
+    """True when every plotted value is positive and they span at least ``decades`` orders of magnitude."""
+    ys = [y for line in ax.get_lines() for y in line.get_ydata()]
+    return bool(ys) and min(ys) > 0 and max(ys) / min(ys) >= 10**decades
+
+
 def plot_runs(
     run_dirs: Sequence[str | Path],
     out: str | Path,
@@ -28,7 +34,8 @@ def plot_runs(
     labels: Sequence[str] | None = None,
 ) -> Path:
     """Plot ``metrics`` (x: environment steps) of every run into ``out`` (PNG). ``eval/return_mean`` is
-    drawn with a ±1 std band when ``eval/return_std`` is logged. Returns the written path."""
+    drawn with a ±1 std band when ``eval/return_std`` is logged; a panel whose values are all positive and
+    span three orders of magnitude or more gets a log scale. Returns the written path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -60,6 +67,8 @@ def plot_runs(
                     lo = [y - s for y, s in zip(ys, sd, strict=True)]
                     hi = [y + s for y, s in zip(ys, sd, strict=True)]
                     ax.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color())
+        if _spans_decades(ax):
+            ax.set_yscale("log")  # a diverging quantity (‖w‖ on Baird's counterexample) reads on a log axis
         ax.set_title(metric)
         ax.set_xlabel("environment steps")
         ax.grid(alpha=0.3)

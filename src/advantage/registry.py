@@ -49,6 +49,8 @@ class Algorithm:
         check: ``check(cfg) -> problems`` — extra validation before the run folder is created (for
             example the task's options).
         workers: the trainer can collect with Ray workers (``trainer.num_workers > 0``).
+        plot_metrics: what ``advantage plot`` and the run's own learning curve show by default (None:
+            the training and evaluation returns).
     """
 
     name: str
@@ -63,6 +65,7 @@ class Algorithm:
     evaluate: Callable[..., dict[str, Any]] | None = None
     check: Callable[[Any], list[str]] | None = None
     workers: bool = False
+    plot_metrics: tuple[str, ...] | None = None
 
     @property
     def uses_env(self) -> bool:

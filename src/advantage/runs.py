@@ -343,6 +343,7 @@ class Run:
         return out
 
     def plot(self, out: str | Path | None = None) -> Path:
-        from advantage.plotting import plot_runs
+        from advantage.plotting import DEFAULT_METRICS, plot_runs
 
-        return plot_runs([self.dir], out or self.dir / "plots" / "learning_curve.png")
+        metrics = self.algo.plot_metrics or DEFAULT_METRICS
+        return plot_runs([self.dir], out or self.dir / "plots" / "learning_curve.png", metrics=metrics)

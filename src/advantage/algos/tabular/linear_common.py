@@ -1,0 +1,194 @@
+"""Pieces shared by the linear-function-approximation methods (SPEC T4): features, policies, the model.
+
+These methods estimate values as :math:`w^\\top x(s)` (or :math:`w^\\top x(s, a)`) on environments with
+``Discrete`` states and actions whose model is known (``env.unwrapped.P``, as in the toy-text envs and
+``Baird-v0``): the model gives the true values the value error is measured against, the behaviour
+policy's state distribution, and the expected (DP) updates.
+
+``algorithm.features`` names the feature map:
+
+* ``onehot``: :math:`x(s) = e_s` — a table in disguise (removes the function-approximation leg);
+* ``baird``: Sutton & Barto's features for ``Baird-v0`` (:func:`advantage.envs.baird_features`);
+* ``module:function``: a function of yours, ``function(state: int) -> sequence of floats`` (the same
+  length for every state), imported by name.
+
+For action values the state features are repeated per action in separate blocks,
+:math:`x(s, a) = x(s) \\otimes e_a`, so each action has its own weights on the same features.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from advantage.algos.tabular.common import check_discrete
+from advantage.config import option
+from advantage.envs import TabularModel, baird_features, tabular_model
+from advantage.envs.baird import INITIAL_WEIGHTS
+from advantage.errors import ConfigError, EnvError
+from advantage.math.linear_td import state_distribution
+
+FEATURES_HELP = (
+    "feature map x(s): onehot (tabular), baird (Sutton & Barto §11.2, Baird-v0 only), or a function "
+    "'module:function' mapping a state index to a list of floats"
+)
+BEHAVIOR_HELP = (
+    "behaviour policy μ: env (the env's own: Baird's dashed 6/7, solid 1/7), uniform, or target "
+    "(follow the target policy: on-policy, which removes the off-policy leg)"
+)
+UPDATE_HELP = (
+    "sampled: one update per environment step (importance-weighted); expected: one expected (DP) "
+    "update per step, over the behaviour policy's state distribution and the known model"
+)
+
+
+@dataclass
+class LinearModel:
+    """The ``model`` section: the initial weights."""
+
+    init_weights: list[float] | None = option(
+        None,
+        "initial w (null: Baird's (1,1,1,1,1,1,10,1) with features=baird, repeated per action for "
+        "action values; zeros otherwise)",
+    )
+
+
+def check_features(spec: str) -> list[str]:
+    """Problems with the *form* of ``algorithm.features`` (the function itself is checked against the
+    environment by :func:`feature_matrix`)."""
+    if spec in ("onehot", "baird"):
+        return []
+    module, sep, name = spec.partition(":")
+    if not sep or not module or not name:
+        return [
+            f"algorithm.features must be onehot, baird or 'module:function', got {spec!r}"
+            f"{'; did you mean onehot?' if spec.lower().startswith('one') else ''}"
+        ]
+    return []
+
+
+def feature_matrix(spec: str, n_states: int) -> np.ndarray:
+    """The features of every state, ``[S, d]`` float64.
+
+    Raises:
+        ConfigError: naming ``algorithm.features``: Baird's features on another state count, a function
+            that cannot be imported, or one that returns rows of different lengths or non-finite values.
+    """
+    if spec == "onehot":
+        return np.eye(n_states)
+    if spec == "baird":
+        if n_states != 7:
+            raise ConfigError(
+                f"algorithm.features=baird needs Baird-v0's 7 states; this env has {n_states} "
+                "(use onehot or a function 'module:function')"
+            )
+        return baird_features()
+    module, _, name = spec.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"algorithm.features={spec!r}: cannot import {name} from {module}: {e}") from None
+    if not callable(fn):
+        raise ConfigError(f"algorithm.features={spec!r} is not a function")
+    try:
+        rows = [np.asarray(fn(s), dtype=np.float64).reshape(-1) for s in range(n_states)]
+    except Exception as e:  # the user's code: report it on the field
+        raise ConfigError(f"algorithm.features={spec!r} failed on a state: {type(e).__name__}: {e}") from None
+    lengths = {r.shape[0] for r in rows}
+    if len(lengths) != 1 or 0 in lengths:
+        raise ConfigError(
+            f"algorithm.features={spec!r} must return the same non-zero number of floats for every state; "
+            f"got lengths {sorted(lengths)}"
+        )
+    phi = np.stack(rows)
+    if not np.all(np.isfinite(phi)):
+        raise ConfigError(f"algorithm.features={spec!r} returned a non-finite value")
+    return phi
+
+
+def action_features(phi: np.ndarray, n_actions: int) -> np.ndarray:
+    """State-action features ``[S, A, A·d]``: :math:`x(s, a) = x(s) \\otimes e_a` (block ``a`` holds x(s))."""
+    n_states, d = phi.shape
+    out = np.zeros((n_states, n_actions, n_actions * d))
+    for a in range(n_actions):
+        out[:, a, a * d : (a + 1) * d] = phi
+    return out
+
+
+def initial_weights(cfg: Any, size: int, blocks: int = 1) -> np.ndarray:
+    """``model.init_weights``, or its default (see :class:`LinearModel`); ``size`` is the weight count."""
+    given = cfg.model.init_weights
+    if given is not None:
+        if len(given) != size:
+            raise ConfigError(
+                f"model.init_weights has {len(given)} values; features={cfg.algorithm.features} on this env "
+                f"need {size}"
+            )
+        if not all(math.isfinite(v) for v in given):
+            raise ConfigError(f"model.init_weights must be finite, got {given}")
+        return np.asarray(given, dtype=np.float64)
+    if cfg.algorithm.features == "baird":
+        return np.tile(np.asarray(INITIAL_WEIGHTS), blocks)
+    return np.zeros(size)
+
+
+def env_policy(env: gym.Env, which: str, env_id: str) -> np.ndarray:
+    """The env's own ``behavior_policy`` or ``target_policy`` ``[S, A]`` (Baird-v0 has both)."""
+    table = getattr(env.unwrapped, f"{which}_policy", None)
+    if table is None:
+        field = "behavior" if which == "behavior" else "target"
+        raise ConfigError(
+            f"algorithm.{field}=env, but {env_id} defines no {which} policy (only Baird-v0 does); "
+            "use uniform"
+        )
+    return np.asarray(table, dtype=np.float64)
+
+
+def start_distribution(env: gym.Env) -> np.ndarray:
+    """The env's start distribution (``initial_state_distrib`` of the toy-text envs and Baird-v0)."""
+    h = getattr(env.unwrapped, "initial_state_distrib", None)
+    if h is None:
+        return np.full(int(env.observation_space.n), 1.0 / int(env.observation_space.n))
+    return np.asarray(h, dtype=np.float64)
+
+
+def visit_distribution(model: TabularModel, mu: np.ndarray, start: np.ndarray, horizon: int | None) -> np.ndarray:
+    """The distribution of states the behaviour policy ``mu [S, A]`` visits, restarting at ``start`` on
+    termination and after ``horizon`` steps (:func:`advantage.math.linear_td.state_distribution`)."""
+    p_mu = torch.from_numpy(np.einsum("sa,sat->st", mu, model.transitions))
+    return state_distribution(p_mu, torch.from_numpy(start), horizon).numpy()
+
+
+def time_limit(env: gym.Env) -> int | None:
+    spec = getattr(env, "spec", None)
+    return getattr(spec, "max_episode_steps", None)
+
+
+def check_linear(name: str):
+    """``check_env`` for the registry: Discrete spaces, a known model, features and weights that fit, and
+    the env's own policies when the config asks for them."""
+    discrete = check_discrete(name)
+
+    def check(cfg: Any, env: gym.Env) -> None:
+        discrete(cfg, env)
+        try:
+            tabular_model(env, cfg.env.id)
+        except EnvError as e:
+            raise EnvError(f"{name}: {e}") from None
+        n_states, n_actions = int(env.observation_space.n), int(env.action_space.n)
+        phi = feature_matrix(cfg.algorithm.features, n_states)
+        control = not hasattr(cfg.algorithm, "target")
+        blocks = n_actions if control else 1
+        initial_weights(cfg, phi.shape[1] * blocks, blocks)
+        if cfg.algorithm.behavior == "env":
+            env_policy(env, "behavior", cfg.env.id)
+        if not control and cfg.algorithm.target == "env":
+            env_policy(env, "target", cfg.env.id)
+
+    return check

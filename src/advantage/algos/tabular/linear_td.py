@@ -1,0 +1,348 @@
+"""Linear value prediction: semi-gradient TD(0), TDC and GTD2, sampled or expected (SPEC T4).
+
+Each estimates :math:`v_\\pi` of a target policy π as :math:`\\hat v(s) = w^\\top x(s)` from the
+experience of a behaviour policy μ, with the updates of :mod:`advantage.math.linear_td`:
+
+* ``semi_gradient_td``: :math:`w \\leftarrow w + \\alpha\\rho_t\\delta_t x_t` (S&B eq. 11.2); with
+  ``algorithm.bootstrap=false`` the target is the per-decision importance-sampled Monte Carlo return
+  instead, :math:`w \\leftarrow w + \\alpha (G^\\rho_t - w^\\top x_t) x_t` (gradient Monte Carlo);
+* ``tdc`` and ``gtd2``: the gradient-TD methods of Sutton et al. (2009), with a second weight vector
+  :math:`h` (``algorithm.beta`` its step size).
+
+The deadly triad (Sutton & Barto 2018, §11.3): function approximation, bootstrapping and off-policy
+training together can make the weights diverge. On ``Baird-v0`` with its features, behaviour policy
+(dashed 6/7) and target policy (always solid), semi-gradient TD's ‖w‖ grows without bound although every
+true value is 0 and representable. Each leg can be removed by one option: ``algorithm.behavior=target``
+(on-policy), ``algorithm.features=onehot`` (tabular), ``algorithm.bootstrap=false`` (Monte Carlo);
+TDC and GTD2 converge with all three legs present.
+
+``algorithm.update=expected`` replaces the sample by its expectation under the behaviour policy's state
+distribution :math:`d_\\mu` (:func:`~advantage.math.linear_td.expected_td_system`): one step is one
+deterministic update, :math:`w \\leftarrow w + \\alpha(Aw + b)` (Figure 11.2's "DP" curve).
+
+Logged every ``trainer.log_every`` steps: ``train/weight_norm`` ‖w‖, ``train/value_error``
+:math:`\\sqrt{\\overline{VE}}` under :math:`d_\\mu` against the exact :math:`v_\\pi` (a linear solve on the
+known model), ``train/value_error_max`` (the largest error over all states) and ``train/pbe``
+:math:`\\sqrt{\\overline{PBE}}`.
+
+Implementation details:
+
+1. States and rewards come from the env; the importance weight is :math:`\\rho = \\pi(a|s)/\\mu(a|s)` with
+   both policies as tables ``[S, A]``; a behaviour policy that never takes an action π takes is an error.
+2. A time-limit truncation is not a termination: TD bootstraps from the next state as usual. A Monte Carlo
+   return ends at the episode's end (on Baird-v0 every reward is 0, so the cut changes nothing).
+3. ``d_μ`` restarts at the env's start distribution on termination and after the time limit, so it is
+   exactly the distribution of the states a sampled run updates.
+4. Weights are float64 torch tensors: a diverging run stays finite over many orders of magnitude; a
+   non-finite ‖w‖ stops the run with a clear error (the last checkpoint is kept).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+
+from advantage.algos.tabular.common import TablePolicy, restore_rng, rng_state
+from advantage.algos.tabular.linear_common import (
+    BEHAVIOR_HELP,
+    FEATURES_HELP,
+    UPDATE_HELP,
+    LinearModel,
+    check_features,
+    check_linear,
+    env_policy,
+    feature_matrix,
+    initial_weights,
+    start_distribution,
+    time_limit,
+    visit_distribution,
+)
+from advantage.algos.tabular.planning import policy_evaluation
+from advantage.config import EnvConfig, Preset, TrainerConfig, option, section
+from advantage.context import RunContext, Snapshot
+from advantage.envs import env_state, set_env_state, tabular_model
+from advantage.errors import ConfigError
+from advantage.math.linear_td import (
+    expected_gtd2_update,
+    expected_semi_gradient_update,
+    expected_td_system,
+    expected_td_update,
+    expected_tdc_update,
+    gradient_mc_step,
+    gtd2_step,
+    per_decision_returns,
+    projected_bellman_error,
+    semi_gradient_td_step,
+    tdc_step,
+    value_error,
+)
+from advantage.registry import Algorithm, register
+
+PLOT_METRICS = ("train/weight_norm", "train/value_error")
+
+
+@dataclass
+class LinearPredictionAlgorithm:
+    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1, hi_open=True)
+    alpha: float = option(0.01, "step size α of w", lo=0, lo_open=True)
+    features: str = option("baird", FEATURES_HELP)
+    behavior: str = option("env", BEHAVIOR_HELP, choices=("env", "uniform", "target"))
+    target: str = option(
+        "env", "target policy π: env (the env's own: Baird's always solid) or uniform", choices=("env", "uniform")
+    )
+    update: str = option("sampled", UPDATE_HELP, choices=("sampled", "expected"))
+
+    def problems(self) -> list[str]:
+        return check_features(self.features)
+
+
+@dataclass
+class SemiGradientTDAlgorithm(LinearPredictionAlgorithm):
+    bootstrap: bool = option(
+        True, "true: TD(0) targets r + γ w·x'; false: Monte Carlo returns (removes the bootstrapping leg)"
+    )
+
+
+@dataclass
+class GradientTDAlgorithm(LinearPredictionAlgorithm):
+    alpha: float = option(0.005, "step size α of w (Sutton & Barto, Figure 11.6)", lo=0, lo_open=True)
+    beta: float = option(0.05, "step size β of the secondary weights h", lo=0, lo_open=True)
+
+
+@dataclass
+class SemiGradientTDConfig:
+    env: EnvConfig = section(EnvConfig)
+    algorithm: SemiGradientTDAlgorithm = section(SemiGradientTDAlgorithm)
+    model: LinearModel = section(LinearModel)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+
+@dataclass
+class GradientTDConfig:
+    env: EnvConfig = section(EnvConfig)
+    algorithm: GradientTDAlgorithm = section(GradientTDAlgorithm)
+    model: LinearModel = section(LinearModel)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+
+class _Problem:
+    """Everything fixed for a run: features, policies, the model's expected-update system, the truth."""
+
+    def __init__(self, cfg: Any, env: Any):
+        a = cfg.algorithm
+        n_states, n_actions = int(env.observation_space.n), int(env.action_space.n)
+        model = tabular_model(env, cfg.env.id)
+        self.phi = feature_matrix(a.features, n_states)
+        uniform = np.full((n_states, n_actions), 1.0 / n_actions)
+        self.pi = env_policy(env, "target", cfg.env.id) if a.target == "env" else uniform
+        if a.behavior == "target":
+            self.mu = self.pi
+        else:
+            self.mu = env_policy(env, "behavior", cfg.env.id) if a.behavior == "env" else uniform
+        uncovered = (self.pi > 0) & (self.mu <= 0)
+        if uncovered.any():
+            s, act = map(int, np.argwhere(uncovered)[0])
+            raise ConfigError(
+                f"algorithm.behavior={a.behavior}: the behaviour policy never takes action {act} in state {s}, "
+                "which the target policy takes, so no importance weight exists"
+            )
+        self.rho = np.divide(self.pi, self.mu, out=np.zeros_like(self.pi), where=self.mu > 0)
+        self.d = visit_distribution(model, self.mu, start_distribution(env), time_limit(env))
+        self.v_true = policy_evaluation(model, self.pi, a.gamma)
+        p_pi = np.einsum("sa,sat->st", self.pi, model.transitions)
+        r_pi = np.einsum("sa,sa->s", self.pi, model.rewards)
+        t = torch.from_numpy
+        self.x = t(self.phi)
+        self.system = expected_td_system(self.x, t(self.d), t(p_pi), t(r_pi), a.gamma)
+
+    def metrics(self, w: torch.Tensor) -> dict[str, float]:
+        values = (self.x @ w).numpy()
+        return {
+            "train/weight_norm": float(torch.linalg.vector_norm(w)),
+            "train/value_error": float(value_error(torch.from_numpy(values), torch.from_numpy(self.v_true), torch.from_numpy(self.d))),
+            "train/value_error_max": float(np.max(np.abs(values - self.v_true))),
+            "train/pbe": float(projected_bellman_error(w, self.system)),
+        }
+
+
+class _Episode:
+    """The running episode of a Monte Carlo run: states, rewards and importance weights until its end."""
+
+    def __init__(self, states=None, rewards=None, rhos=None):
+        self.states: list[int] = states or []
+        self.rewards: list[float] = rewards or []
+        self.rhos: list[float] = rhos or []
+
+    def as_dict(self) -> dict[str, list]:
+        return {"states": self.states, "rewards": self.rewards, "rhos": self.rhos}
+
+
+def train(cfg: Any, ctx: RunContext, method: str) -> None:
+    a, t = cfg.algorithm, cfg.trainer
+    env = ctx.make_env()
+    prob = _Problem(cfg, env)
+    n_actions = int(env.action_space.n)
+    gradient_td = method in ("tdc", "gtd2")
+    bootstrap = getattr(a, "bootstrap", True)
+    sampled = a.update == "sampled"
+
+    if ctx.restored is None:
+        w = torch.from_numpy(initial_weights(cfg, prob.phi.shape[1]).copy())
+        h = torch.zeros_like(w)
+        rng = np.random.default_rng(t.seed)
+        obs = int(env.reset(seed=t.seed)[0])
+        step, ep_return, ep_len, episode = 0, 0.0, 0, _Episode()
+    else:
+        w = ctx.restored.tensors["w"].clone()
+        h = ctx.restored.tensors["h"].clone() if gradient_td else torch.zeros_like(w)
+        s = ctx.restored.state["algo"]
+        rng = restore_rng(s["rng"])
+        env.reset(seed=t.seed)
+        set_env_state(env, s["env"])
+        obs, step, ep_return, ep_len = s["obs"], ctx.restored.step, s["ep_return"], s["ep_len"]
+        episode = _Episode(**s["episode"])
+
+    def snapshot() -> Snapshot:
+        state = {
+            "rng": rng_state(rng),
+            "env": env_state(env),
+            "obs": int(obs),
+            "ep_return": ep_return,
+            "ep_len": ep_len,
+            "episode": episode.as_dict(),
+        }
+        tensors = {"w": w.clone(), **({"h": h.clone()} if gradient_td else {})}
+        return Snapshot(TablePolicy(prob.pi, kind="probs", seed=t.seed), tensors, state)
+
+    def check(step: int) -> None:
+        ctx.check_finite(step, "‖w‖ (the weights diverged)", float(torch.linalg.vector_norm(w)))
+
+    if step == 0:
+        ctx.log(0, prob.metrics(w))
+    mc_targets = torch.from_numpy(prob.v_true)
+    while step < t.total_steps:
+        if not sampled:
+            if not bootstrap:  # the mean Monte Carlo target is v_π itself: gradient descent on the VE
+                w = expected_semi_gradient_update(w, prob.x, torch.from_numpy(prob.d), mc_targets, a.alpha)
+            elif method == "semi_gradient_td":
+                w = expected_td_update(w, prob.system, a.alpha)
+            elif method == "tdc":
+                w, h = expected_tdc_update(w, h, prob.system, a.alpha, a.beta)
+            else:
+                w, h = expected_gtd2_update(w, h, prob.system, a.alpha, a.beta)
+            step += 1
+        else:
+            action = int(rng.choice(n_actions, p=prob.mu[obs]))
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            next_obs = int(next_obs)
+            ctx.check_finite(step + 1, "reward", float(reward))
+            step += 1
+            rho = float(prob.rho[obs, action])
+            x, x_next = prob.x[obs], prob.x[next_obs]
+            if not bootstrap:
+                episode.states.append(obs)
+                episode.rewards.append(float(reward))
+                episode.rhos.append(rho)
+            elif method == "semi_gradient_td":
+                w, _ = semi_gradient_td_step(w, x, x_next, float(reward), a.gamma, rho, a.alpha, terminated)
+            elif method == "tdc":
+                w, h, _ = tdc_step(w, h, x, x_next, float(reward), a.gamma, rho, a.alpha, a.beta, terminated)
+            else:
+                w, h, _ = gtd2_step(w, h, x, x_next, float(reward), a.gamma, rho, a.alpha, a.beta, terminated)
+            ep_return += float(reward)
+            ep_len += 1
+            if terminated or truncated:
+                if not bootstrap:
+                    returns = per_decision_returns(
+                        torch.tensor(episode.rewards, dtype=torch.float64),
+                        torch.tensor(episode.rhos, dtype=torch.float64),
+                        a.gamma,
+                    )
+                    for s_t, g_t in zip(episode.states, returns, strict=True):
+                        w = gradient_mc_step(w, prob.x[s_t], g_t, a.alpha)
+                    episode = _Episode()
+                ctx.episode(step, ep_return, ep_len)
+                obs, ep_return, ep_len = int(env.reset()[0]), 0.0, 0
+            else:
+                obs = next_obs
+        if step % t.log_every == 0:
+            check(step)
+            ctx.log(step, prob.metrics(w))
+        if ctx.tick(step, snapshot):
+            break
+    check(step)
+    ctx.finish(step, snapshot())
+    env.close()
+
+
+def _policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
+    """The evaluated policy is the target policy π (prediction does not change it)."""
+    n_states, n_actions = int(env.observation_space.n), int(env.action_space.n)
+    if cfg.algorithm.target == "env":
+        pi = env_policy(env, "target", cfg.env.id)
+    else:
+        pi = np.full((n_states, n_actions), 1.0 / n_actions)
+    return TablePolicy(pi, kind="probs", seed=cfg.trainer.seed)
+
+
+_DEFAULTS = {
+    "env.id": "Baird-v0",
+    "trainer.total_steps": 10_000,
+    "trainer.log_every": 100,
+    "trainer.eval_every": 0,
+    "trainer.eval_episodes": 10,
+}
+
+_LEGS = {
+    "on_policy": Preset(
+        "remove the off-policy leg: behave with the target policy", {"algorithm.behavior": "target"}
+    ),
+    "tabular": Preset(
+        "remove the function-approximation leg: one-hot features, started from the same values as "
+        "Baird's initial weights (3 in the upper states, 12 in the lower)",
+        {"algorithm.features": "onehot", "model.init_weights": [3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 12.0]},
+    ),
+    "expected": Preset("the expected (DP) update instead of samples", {"algorithm.update": "expected"}),
+}
+
+register(
+    Algorithm(
+        name="semi_gradient_td",
+        summary="semi-gradient TD(0) with linear features, off-policy by importance weights (diverges on Baird-v0)",
+        config=SemiGradientTDConfig,
+        train=partial(train, method="semi_gradient_td"),
+        policy=_policy,
+        check_env=check_linear("semi_gradient_td"),
+        defaults=_DEFAULTS,
+        presets={
+            **_LEGS,
+            "monte_carlo": Preset(
+                "remove the bootstrapping leg: per-decision importance-sampled Monte Carlo returns",
+                {"algorithm.bootstrap": False},
+            ),
+        },
+        plot_metrics=PLOT_METRICS,
+    )
+)
+
+for _name, _summary in {
+    "tdc": "TDC (TD with gradient correction): linear gradient-TD that converges off-policy",
+    "gtd2": "GTD2: linear gradient-TD on the projected Bellman error, converges off-policy",
+}.items():
+    register(
+        Algorithm(
+            name=_name,
+            summary=_summary,
+            config=GradientTDConfig,
+            train=partial(train, method=_name),
+            policy=_policy,
+            check_env=check_linear(_name),
+            defaults=_DEFAULTS,
+            presets=_LEGS,
+            plot_metrics=PLOT_METRICS,
+        )
+    )
