@@ -220,9 +220,7 @@ class RunContext:
         finally:
             self.close()
         try:
-            from advantage.plotting import plot_runs
-
-            from advantage.plotting import DEFAULT_METRICS
+            from advantage.plotting import DEFAULT_METRICS, plot_runs
 
             metrics = self.algo.plot_metrics or DEFAULT_METRICS
             plot_runs([self.run_dir], self.run_dir / "plots" / "learning_curve.png", metrics=metrics)

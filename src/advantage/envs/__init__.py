@@ -2,7 +2,6 @@
 Baird's counterexample (``Baird-v0``, registered on import)."""
 
 from advantage.envs.baird import BairdEnv, baird_features, register_baird
-
 from advantage.envs.make import (
     check_env_api,
     check_env_config,

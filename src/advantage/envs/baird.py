@@ -20,7 +20,7 @@ The env carries what the triad needs, as plain arrays:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -46,7 +46,7 @@ class BairdEnv(gym.Env):
     """Baird's seven-state star MDP. Observations ``Discrete(7)``, actions ``Discrete(2)`` (0: dashed,
     1: solid); reward 0; never terminates."""
 
-    metadata = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
     def __init__(self, render_mode: str | None = None):
         self.observation_space = gym.spaces.Discrete(NUM_STATES)

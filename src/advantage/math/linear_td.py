@@ -14,7 +14,8 @@ and the per-decision importance weight :math:`\\rho_t = \\pi(a_t|s_t) / \\mu(a_t
   that tracks :math:`C^{-1} \\mathbb E[\\rho\\delta x]`:
   :math:`w \\leftarrow w + \\alpha \\rho_t (\\delta_t x_t - \\gamma x_{t+1} x_t^\\top h)`,
   :math:`h \\leftarrow h + \\beta \\rho_t (\\delta_t - h^\\top x_t) x_t`;
-* GTD2 (same paper; S&B eq. 11.30): :math:`w \\leftarrow w + \\alpha \\rho_t (x_t - \\gamma x_{t+1}) x_t^\\top h`,
+* GTD2 (same paper; S&B eq. 11.30):
+  :math:`w \\leftarrow w + \\alpha \\rho_t (x_t - \\gamma x_{t+1}) x_t^\\top h`,
   with the same :math:`h` update.
 
 Their expectations under a state distribution :math:`d` (``D = diag(d)``), the target policy's
@@ -22,7 +23,8 @@ transition matrix :math:`P_\\pi` and expected reward :math:`r_\\pi` are linear i
 
 .. math::
     \\mathbb E[\\rho\\delta x] = A w + b,\\quad A = \\Phi^\\top D (\\gamma P_\\pi - I) \\Phi,\\quad
-    b = \\Phi^\\top D r_\\pi,\\quad C = \\Phi^\\top D \\Phi,\\quad M = \\gamma \\Phi^\\top P_\\pi^\\top D \\Phi,
+    b = \\Phi^\\top D r_\\pi,\\quad C = \\Phi^\\top D \\Phi,\\quad
+    M = \\gamma \\Phi^\\top P_\\pi^\\top D \\Phi,
 
 so expected TD is :math:`w \\leftarrow w + \\alpha (A w + b)`, expected TDC
 :math:`w \\leftarrow w + \\alpha (A w + b - M h)`, expected GTD2 :math:`w \\leftarrow w + \\alpha (C - M) h`
@@ -46,8 +48,8 @@ from torch import Tensor
 def linear_td_error(
     w: Tensor, x: Tensor, x_next: Tensor, reward: float, gamma: float, terminated: bool = False
 ) -> Tensor:
-    """:math:`\\delta = r + \\gamma (1 - \\text{term}) w^\\top x' - w^\\top x` (a 0-d tensor). A terminated step
-    bootstraps with 0 by a select, so a non-finite ``w·x'`` there cannot leak in."""
+    """:math:`\\delta = r + \\gamma (1 - \\text{term}) w^\\top x' - w^\\top x` (a 0-d tensor).
+    A terminated step bootstraps with 0 by a select, so a non-finite ``w·x'`` there cannot leak in."""
     v_next = torch.zeros((), dtype=w.dtype) if terminated else w @ x_next
     return reward + gamma * v_next - w @ x
 
@@ -82,7 +84,8 @@ def tdc_step(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """TDC (TD with gradient correction), S&B eq. 11.29. Returns ``(w, h, δ)``.
 
-    :math:`w + \\alpha\\rho(\\delta x - \\gamma x' (x^\\top h))`, :math:`h + \\beta\\rho(\\delta - h^\\top x) x`;
+    :math:`w + \\alpha\\rho(\\delta x - \\gamma x' (x^\\top h))`,
+    :math:`h + \\beta\\rho(\\delta - h^\\top x) x`;
     on a terminated step :math:`x'` is taken as 0 (no next state)."""
     delta = linear_td_error(w, x, x_next, reward, gamma, terminated)
     g_next = torch.zeros_like(x) if terminated else gamma * x_next

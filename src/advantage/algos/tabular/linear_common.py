@@ -144,8 +144,7 @@ def env_policy(env: gym.Env, which: str, env_id: str) -> np.ndarray:
     if table is None:
         field = "behavior" if which == "behavior" else "target"
         raise ConfigError(
-            f"algorithm.{field}=env, but {env_id} defines no {which} policy (only Baird-v0 does); "
-            "use uniform"
+            f"algorithm.{field}=env, but {env_id} defines no {which} policy (only Baird-v0 does); use uniform"
         )
     return np.asarray(table, dtype=np.float64)
 
@@ -158,7 +157,9 @@ def start_distribution(env: gym.Env) -> np.ndarray:
     return np.asarray(h, dtype=np.float64)
 
 
-def visit_distribution(model: TabularModel, mu: np.ndarray, start: np.ndarray, horizon: int | None) -> np.ndarray:
+def visit_distribution(
+    model: TabularModel, mu: np.ndarray, start: np.ndarray, horizon: int | None
+) -> np.ndarray:
     """The distribution of states the behaviour policy ``mu [S, A]`` visits, restarting at ``start`` on
     termination and after ``horizon`` steps (:func:`advantage.math.linear_td.state_distribution`)."""
     p_mu = torch.from_numpy(np.einsum("sa,sat->st", mu, model.transitions))

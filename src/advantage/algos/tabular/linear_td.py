@@ -92,7 +92,9 @@ class LinearPredictionAlgorithm:
     features: str = option("baird", FEATURES_HELP)
     behavior: str = option("env", BEHAVIOR_HELP, choices=("env", "uniform", "target"))
     target: str = option(
-        "env", "target policy π: env (the env's own: Baird's always solid) or uniform", choices=("env", "uniform")
+        "env",
+        "target policy π: env (the env's own: Baird's always solid) or uniform",
+        choices=("env", "uniform"),
     )
     update: str = option("sampled", UPDATE_HELP, choices=("sampled", "expected"))
 
@@ -147,8 +149,8 @@ class _Problem:
         if uncovered.any():
             s, act = map(int, np.argwhere(uncovered)[0])
             raise ConfigError(
-                f"algorithm.behavior={a.behavior}: the behaviour policy never takes action {act} in state {s}, "
-                "which the target policy takes, so no importance weight exists"
+                f"algorithm.behavior={a.behavior}: the behaviour policy never takes action {act} in state "
+                f"{s}, which the target policy takes, so no importance weight exists"
             )
         self.rho = np.divide(self.pi, self.mu, out=np.zeros_like(self.pi), where=self.mu > 0)
         self.d = visit_distribution(model, self.mu, start_distribution(env), time_limit(env))
@@ -163,7 +165,9 @@ class _Problem:
         values = (self.x @ w).numpy()
         return {
             "train/weight_norm": float(torch.linalg.vector_norm(w)),
-            "train/value_error": float(value_error(torch.from_numpy(values), torch.from_numpy(self.v_true), torch.from_numpy(self.d))),
+            "train/value_error": float(
+                value_error(torch.from_numpy(values), torch.from_numpy(self.v_true), torch.from_numpy(self.d))
+            ),
             "train/value_error_max": float(np.max(np.abs(values - self.v_true))),
             "train/pbe": float(projected_bellman_error(w, self.system)),
         }
@@ -312,7 +316,7 @@ _LEGS = {
 register(
     Algorithm(
         name="semi_gradient_td",
-        summary="semi-gradient TD(0) with linear features, off-policy by importance weights (diverges on Baird-v0)",
+        summary="semi-gradient TD(0), linear features, off-policy by importance weights (diverges on Baird)",
         config=SemiGradientTDConfig,
         train=partial(train, method="semi_gradient_td"),
         policy=_policy,

@@ -1,0 +1,262 @@
+"""Linear control: semi-gradient Q-learning and SARSA, sampled or expected (SPEC T4).
+
+Action values are linear in state-action features, :math:`\\hat q(s, a) = w^\\top x(s, a)` with
+:math:`x(s, a) = x(s) \\otimes e_a` (:func:`~advantage.algos.tabular.linear_common.action_features`), and
+move by the semi-gradient step :math:`w \\leftarrow w + \\alpha\\,[\\,G - \\hat q(s, a)\\,]\\, x(s, a)`
+(Sutton & Barto 2018, §10.1) with the target
+
+* ``semi_gradient_q_learning``: :math:`G = r + \\gamma \\max_{a'} \\hat q(s', a')` (the greedy target
+  policy; no importance weight is needed for a one-step action value);
+* ``semi_gradient_sarsa``: :math:`G = r + \\gamma\\,\\rho_{t+1}\\,\\hat q(s', a')`, with :math:`a'` the
+  behaviour policy's next action and the per-decision importance weight
+  :math:`\\rho_{t+1} = \\pi(a'|s')/\\mu(a'|s')` of the ε-greedy target policy π (``algorithm.epsilon``); its
+  expectation is :math:`r + \\gamma \\sum_{a'}\\pi(a'|s')\\hat q(s', a')`. On-policy
+  (``algorithm.behavior=target``) ρ = 1 and this is plain semi-gradient SARSA.
+
+``algorithm.behavior`` is the behaviour policy μ: the env's own (Baird-v0: dashed 6/7), uniform, or
+``target`` — ε-greedy in the current estimate (on-policy). ``algorithm.update=expected`` applies the mean
+of the sampled update over :math:`d_\\mu(s)\\mu(a|s)` and the known model (one step = one sweep), with the
+target of the current estimate held fixed during the sweep
+(:func:`~advantage.math.linear_td.expected_semi_gradient_update`).
+
+Logged every ``trainer.log_every`` steps: ``train/weight_norm``, ``train/value_error`` (the
+:math:`d_\\mu\\mu`-weighted RMS error against :math:`q^*` for Q-learning and against :math:`q_\\pi` of the
+current ε-greedy target policy for SARSA, both exact on the known model) and ``train/value_error_max``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+
+from advantage.algos.tabular.common import TablePolicy, epsilon_greedy_probs, restore_rng, rng_state
+from advantage.algos.tabular.linear_common import (
+    BEHAVIOR_HELP,
+    FEATURES_HELP,
+    UPDATE_HELP,
+    LinearModel,
+    action_features,
+    check_features,
+    check_linear,
+    env_policy,
+    feature_matrix,
+    initial_weights,
+    start_distribution,
+    time_limit,
+    visit_distribution,
+)
+from advantage.algos.tabular.planning import policy_evaluation, q_from_v, value_iteration
+from advantage.config import EnvConfig, Preset, TrainerConfig, option, section
+from advantage.context import RunContext, Snapshot
+from advantage.envs import env_state, set_env_state, tabular_model
+from advantage.errors import ConfigError
+from advantage.math.linear_td import expected_semi_gradient_update, value_error
+from advantage.registry import Algorithm, register
+
+PLOT_METRICS = ("train/weight_norm", "train/value_error")
+
+
+@dataclass
+class LinearControlAlgorithm:
+    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1, hi_open=True)
+    alpha: float = option(0.01, "step size α", lo=0, lo_open=True)
+    features: str = option("baird", FEATURES_HELP)
+    behavior: str = option("env", BEHAVIOR_HELP, choices=("env", "uniform", "target"))
+    epsilon: float = option(
+        0.1,
+        "ε of the ε-greedy policy in the current estimate (SARSA's target; behavior=target's)",
+        lo=0,
+        hi=1,
+    )
+    update: str = option("sampled", UPDATE_HELP, choices=("sampled", "expected"))
+
+    def problems(self) -> list[str]:
+        return check_features(self.features)
+
+
+@dataclass
+class LinearControlConfig:
+    env: EnvConfig = section(EnvConfig)
+    algorithm: LinearControlAlgorithm = section(LinearControlAlgorithm)
+    model: LinearModel = section(LinearModel)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+
+def _greedy_probs(q: np.ndarray, epsilon: float) -> np.ndarray:
+    """π(·|s) ``[S, A]`` of the ε-greedy policy in ``q [S, A]``."""
+    return np.stack([epsilon_greedy_probs(row, epsilon) for row in q])
+
+
+def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
+    a, t = cfg.algorithm, cfg.trainer
+    env = ctx.make_env()
+    n_states, n_actions = int(env.observation_space.n), int(env.action_space.n)
+    model = tabular_model(env, cfg.env.id)
+    x = torch.from_numpy(action_features(feature_matrix(a.features, n_states), n_actions))  # [S, A, D]
+    x_flat = x.reshape(n_states * n_actions, -1)
+    start, horizon = start_distribution(env), time_limit(env)
+    fixed_mu = None
+    if a.behavior != "target":
+        uniform = np.full((n_states, n_actions), 1.0 / n_actions)
+        fixed_mu = env_policy(env, "behavior", cfg.env.id) if a.behavior == "env" else uniform
+        if method == "semi_gradient_sarsa" and a.epsilon > 0 and np.any(fixed_mu <= 0):
+            raise ConfigError(
+                f"algorithm.behavior={a.behavior} never takes some action, which SARSA's ε-greedy target "
+                "policy takes: no importance weight exists"
+            )
+    q_star = value_iteration(model, a.gamma, theta=1e-12)[1] if method == "semi_gradient_q_learning" else None
+
+    def q_table(w: torch.Tensor) -> np.ndarray:
+        return (x_flat @ w).numpy().reshape(n_states, n_actions)
+
+    def behaviour(q: np.ndarray) -> np.ndarray:
+        return fixed_mu if fixed_mu is not None else _greedy_probs(q, a.epsilon)
+
+    def metrics(w: torch.Tensor) -> dict[str, float]:
+        q = q_table(w)
+        mu = behaviour(q)
+        weights = visit_distribution(model, mu, start, horizon)[:, None] * mu
+        if q_star is not None:
+            truth = q_star
+        else:
+            pi = _greedy_probs(q, a.epsilon)
+            truth = q_from_v(model, policy_evaluation(model, pi, a.gamma), a.gamma)
+        t_ = torch.from_numpy
+        return {
+            "train/weight_norm": float(torch.linalg.vector_norm(w)),
+            "train/value_error": float(
+                value_error(t_(q).reshape(-1), t_(truth).reshape(-1), t_(weights).reshape(-1))
+            ),
+            "train/value_error_max": float(np.max(np.abs(q - truth))),
+        }
+
+    def next_value(q_next: np.ndarray) -> np.ndarray:
+        """B(s') of the expected target, per next state: max (Q-learning) or the ε-greedy mean (SARSA)."""
+        if method == "semi_gradient_q_learning":
+            return q_next.max(axis=1)
+        return (_greedy_probs(q_next, a.epsilon) * q_next).sum(axis=1)
+
+    if ctx.restored is None:
+        w = torch.from_numpy(initial_weights(cfg, x.shape[-1], n_actions).copy())
+        rng = np.random.default_rng(t.seed)
+        obs = int(env.reset(seed=t.seed)[0])
+        action = int(rng.choice(n_actions, p=behaviour(q_table(w))[obs]))
+        step, ep_return, ep_len = 0, 0.0, 0
+    else:
+        w = ctx.restored.tensors["w"].clone()
+        s = ctx.restored.state["algo"]
+        rng = restore_rng(s["rng"])
+        env.reset(seed=t.seed)
+        set_env_state(env, s["env"])
+        obs, action, step = s["obs"], s["action"], ctx.restored.step
+        ep_return, ep_len = s["ep_return"], s["ep_len"]
+
+    def snapshot() -> Snapshot:
+        state = {
+            "rng": rng_state(rng),
+            "env": env_state(env),
+            "obs": int(obs),
+            "action": int(action),
+            "ep_return": ep_return,
+            "ep_len": ep_len,
+        }
+        return Snapshot(TablePolicy(q_table(w)), {"w": w.clone()}, state)
+
+    if step == 0:
+        ctx.log(0, metrics(w))
+    while step < t.total_steps:
+        if a.update == "expected":
+            q = q_table(w)
+            mu = behaviour(q)
+            weights = visit_distribution(model, mu, start, horizon)[:, None] * mu
+            targets = q_from_v(model, next_value(q), a.gamma)
+            w = expected_semi_gradient_update(
+                w,
+                x_flat,
+                torch.from_numpy(weights).reshape(-1),
+                torch.from_numpy(targets).reshape(-1),
+                a.alpha,
+            )
+            step += 1
+        else:
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            next_obs = int(next_obs)
+            ctx.check_finite(step + 1, "reward", float(reward))
+            step += 1
+            q_next = (x[next_obs] @ w).numpy()
+            mu_next = behaviour(q_next[None, :])[0] if fixed_mu is None else fixed_mu[next_obs]
+            next_action = int(rng.choice(n_actions, p=mu_next))
+            target = float(reward)
+            if not terminated:
+                if method == "semi_gradient_q_learning":
+                    target += a.gamma * float(q_next.max())
+                else:
+                    rho = float(epsilon_greedy_probs(q_next, a.epsilon)[next_action] / mu_next[next_action])
+                    target += a.gamma * rho * float(q_next[next_action])
+            feat = x[obs, action]
+            w = w + a.alpha * (target - w @ feat) * feat
+            ep_return += float(reward)
+            ep_len += 1
+            if terminated or truncated:
+                ctx.episode(step, ep_return, ep_len)
+                obs, ep_return, ep_len = int(env.reset()[0]), 0.0, 0
+                action = int(rng.choice(n_actions, p=behaviour(q_table(w))[obs]))
+            else:
+                obs, action = next_obs, next_action
+        if step % t.log_every == 0:
+            ctx.check_finite(step, "‖w‖ (the weights diverged)", float(torch.linalg.vector_norm(w)))
+            ctx.log(step, metrics(w))
+        if ctx.tick(step, snapshot):
+            break
+    ctx.check_finite(step, "‖w‖ (the weights diverged)", float(torch.linalg.vector_norm(w)))
+    ctx.finish(step, snapshot())
+    env.close()
+
+
+def _policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
+    """The greedy policy in the learned action values."""
+    n_states, n_actions = int(env.observation_space.n), int(env.action_space.n)
+    x = action_features(feature_matrix(cfg.algorithm.features, n_states), n_actions)
+    return TablePolicy(x @ tensors["w"].numpy())
+
+
+_PRESETS = {
+    "on_policy": Preset(
+        "remove the off-policy leg: behave ε-greedily in the current estimate",
+        {"algorithm.behavior": "target"},
+    ),
+    "tabular": Preset(
+        "remove the function-approximation leg: one-hot features, started from the values Baird's initial "
+        "weights give (3 in the upper states, 12 in the lower, for both actions)",
+        {"algorithm.features": "onehot", "model.init_weights": ([3.0] * 6 + [12.0]) * 2},
+    ),
+    "expected": Preset("the expected (DP) update instead of samples", {"algorithm.update": "expected"}),
+}
+
+for _name, _summary in {
+    "semi_gradient_q_learning": "semi-gradient Q-learning with linear features (control; the max target)",
+    "semi_gradient_sarsa": "semi-gradient SARSA with linear features, off-policy by per-decision weights",
+}.items():
+    register(
+        Algorithm(
+            name=_name,
+            summary=_summary,
+            config=LinearControlConfig,
+            train=partial(train, method=_name),
+            policy=_policy,
+            check_env=check_linear(_name),
+            defaults={
+                "env.id": "Baird-v0",
+                "trainer.total_steps": 10_000,
+                "trainer.log_every": 100,
+                "trainer.eval_every": 0,
+                "trainer.eval_episodes": 10,
+            },
+            presets=_PRESETS,
+            plot_metrics=PLOT_METRICS,
+        )
+    )
