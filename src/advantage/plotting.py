@@ -21,7 +21,7 @@ def _series(rows: list[dict], metric: str) -> tuple[list[int], list[float]]:
     return xs, ys
 
 
-def _spans_decades(ax, decades: float = 3.0) -> bool:
+def _spans_decades(ax, decades: float = 2.0) -> bool:
     """True when every plotted value is positive and they span at least ``decades`` orders of magnitude."""
     ys = [y for line in ax.get_lines() for y in line.get_ydata()]
     return bool(ys) and min(ys) > 0 and max(ys) / min(ys) >= 10**decades
@@ -35,7 +35,7 @@ def plot_runs(
 ) -> Path:
     """Plot ``metrics`` (x: environment steps) of every run into ``out`` (PNG). ``eval/return_mean`` is
     drawn with a ±1 std band when ``eval/return_std`` is logged; a panel whose values are all positive and
-    span three orders of magnitude or more gets a log scale. Returns the written path."""
+    span two orders of magnitude or more gets a log scale. Returns the written path."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -116,10 +116,20 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
     def behaviour(q: np.ndarray) -> np.ndarray:
         return fixed_mu if fixed_mu is not None else _greedy_probs(q, a.epsilon)
 
+    fixed_weights = None
+    if fixed_mu is not None:  # d_μ(s)μ(a|s) of a fixed behaviour policy: computed once
+        fixed_weights = visit_distribution(model, fixed_mu, start, horizon)[:, None] * fixed_mu
+
+    def sa_weights(mu: np.ndarray) -> np.ndarray:
+        """d_μ(s)μ(a|s) ``[S, A]``: how often each state-action pair is updated."""
+        if fixed_weights is not None:
+            return fixed_weights
+        return visit_distribution(model, mu, start, horizon)[:, None] * mu
+
     def metrics(w: torch.Tensor) -> dict[str, float]:
         q = q_table(w)
         mu = behaviour(q)
-        weights = visit_distribution(model, mu, start, horizon)[:, None] * mu
+        weights = sa_weights(mu)
         if q_star is not None:
             truth = q_star
         else:
@@ -172,7 +182,7 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
         if a.update == "expected":
             q = q_table(w)
             mu = behaviour(q)
-            weights = visit_distribution(model, mu, start, horizon)[:, None] * mu
+            weights = sa_weights(mu)
             targets = q_from_v(model, next_value(q), a.gamma)
             w = expected_semi_gradient_update(
                 w,
