@@ -76,7 +76,10 @@ def test_train_eval_plot_list_resume(tmp_path, capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["train", "q_learnin"], "unknown algorithm 'q_learnin'; did you mean q_learning?"),
+        (
+            ["train", "q_learnin"],
+            "unknown algorithm 'q_learnin'; did you mean q_learning or semi_gradient_q_learning?",
+        ),
         (
             ["train", "q_learning", "env.id=CartPole-v1"],
             "q_learning needs a Discrete observation space; CartPole-v1 has Box(4,)",
