@@ -33,7 +33,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import torch
+
 import advantage
+from advantage.envs import baird_features
+from advantage.math import expected_td_system, state_distribution
 
 ROOT = Path(__file__).resolve().parents[1]
 IMG = ROOT / "docs" / "img"
@@ -57,6 +62,26 @@ CONTROL = {
     "SARSA, off-policy": ("semi_gradient_sarsa", CONTROL_ALPHA),
     "SARSA, on-policy": ("semi_gradient_sarsa", {**CONTROL_ALPHA, "algorithm.behavior": "target"}),
 }
+
+
+def eigenvalues(gamma: float = 0.99) -> dict[str, float]:
+    """The largest real part of an eigenvalue of the expected TD matrix A = Φᵀ D (γ P_π − I) Φ on Baird-v0:
+    positive means expected TD diverges for every small step size."""
+    p_pi = torch.zeros(7, 7, dtype=torch.float64)
+    p_pi[:, 6] = 1.0  # the target policy always goes to state 7
+    uniform = torch.full((7,), 1 / 7, dtype=torch.float64)  # the behaviour policy's distribution
+    on_policy = state_distribution(p_pi, uniform, horizon=100)  # Baird-v0 restarts every 100 steps
+    phi, onehot, r = torch.from_numpy(baird_features()), torch.eye(7, dtype=torch.float64), torch.zeros(7)
+    cases = {
+        "off-policy, Baird's features": (phi, uniform),
+        "on-policy, Baird's features": (phi, on_policy),
+        "off-policy, one-hot features": (onehot, uniform),
+    }
+    out = {}
+    for name, (x, d) in cases.items():
+        a = expected_td_system(x, d, p_pi, r.double(), gamma).A
+        out[name] = float(np.round(torch.linalg.eigvals(a).real.max().item(), 12)) + 0.0  # no -0.0
+    return out
 
 
 def run(algo: str, overrides: dict, update: str, steps: int, seed: int, run_dir: Path) -> dict:
@@ -103,7 +128,14 @@ def fmt(x: float) -> str:
 
 
 def table(results: dict) -> str:
-    lines = []
+    lines = [
+        "Largest real part of an eigenvalue of the expected TD matrix A = Φᵀ D (γ P_π − I) Φ:",
+        "",
+        "| case | max Re λ(A) |",
+        "|---|---:|",
+    ]
+    lines += [f"| {k} | {fmt(v)} |" for k, v in results["max_real_eigenvalue_of_A"].items()]
+    lines.append("")
     for group, title in (
         ("sampled", f"Prediction, sampled: {results['config']['prediction_steps']:,} environment steps"),
         ("expected", f"Prediction, expected updates: {results['config']['prediction_steps']:,} sweeps"),
@@ -177,7 +209,8 @@ def main() -> None:
             "seed": args.seed,
             "prediction_steps": args.steps,
             "control_steps": args.control_steps,
-        }
+        },
+        "max_real_eigenvalue_of_A": eigenvalues(),
     }
     with tempfile.TemporaryDirectory() as tmp:
         for update in ("sampled", "expected"):

@@ -311,3 +311,59 @@ def test_user_feature_function_and_bad_inputs(tmp_path, monkeypatch):
         with pytest.raises(ConfigError, match=message):
             advantage.train("semi_gradient_td", quiet=True, **common, **over)
     assert not Path("runs").exists() or len(list(Path("runs").iterdir())) == 2
+
+
+# ----------------------------------------------------------------------------------------------------
+# The docs page quotes the results file
+
+
+def test_deadly_triad_page_quotes_the_results_file():
+    """Every number in the bold and prose claims of docs/algorithms/deadly_triad.md, and the table it
+    includes, comes from benchmarks/results/baird.json (written by benchmarks/baird.py)."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("baird_bench", root / "benchmarks" / "baird.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    res = json.loads((root / "benchmarks" / "results" / "baird.json").read_text())
+    page = (root / "docs" / "algorithms" / "deadly_triad.md").read_text()
+    assert (root / "docs" / "img" / "baird.md").read_text() == bench.table(res)
+
+    eig = res["max_real_eigenvalue_of_A"]
+    s, e, c = res["sampled"], res["expected"], res["control"]
+    off, on, onehot, mc = (
+        "off-policy TD (all three legs)",
+        "on-policy (no off-policy leg)",
+        "one-hot features (no approximation leg)",
+        "Monte Carlo (no bootstrapping leg)",
+    )
+    f = bench.fmt
+    eig_off, eig_on = eig["off-policy, Baird's features"], eig["on-policy, Baird's features"]
+    tail = f(s[onehot]["final_value_error_max"])
+    quoted = [
+        f"largest real part is **{f(eig_off)}**",
+        f"Its largest real part is **{f(eig_on)}**",
+        f"The largest real part is **{f(eig['off-policy, one-hot features'])}**",
+        f"grows from {f(s[off]['initial_weight_norm'])} to **{f(s[off]['final_weight_norm'])}**",
+        f"to **{f(e[off]['final_weight_norm'])}** in {res['config']['prediction_steps']:,} sweeps",
+        f"In {res['config']['prediction_steps']:,} environment\nsteps",
+        f"‖w‖ ends at {f(s[on]['final_weight_norm'])}, and √VE falls from {f(s[on]['initial_value_error'])} "
+        f"to **{f(s[on]['final_value_error'])}**",
+        f"Monte Carlo: √VE falls to **{f(s[mc]['final_value_error'])}**",
+        f"‖w‖ first rises to {f(s[onehot]['max_weight_norm'])}",
+        f"falls from {f(s[onehot]['initial_value_error_max'])} to **{tail}**",
+        f"end at ‖w‖ = {f(s['TDC (all three legs)']['final_weight_norm'])}",
+        f"Their √PBE is **{f(s['TDC (all three legs)']['final_pbe'])}** and their √VE is\n"
+        f"{f(s['TDC (all three legs)']['final_value_error'])}",
+        f"grows ‖w‖ from {f(c['Q-learning, off-policy']['initial_weight_norm'])} to\n"
+        f"**{f(c['Q-learning, off-policy']['final_weight_norm'])}** in {res['config']['control_steps']:,} "
+        "expected sweeps",
+        f"On-policy SARSA ends at √VE = **{f(c['SARSA, on-policy']['final_value_error'])}**",
+    ]
+    missing = [q for q in quoted if q not in page]
+    assert not missing, missing
+    # TDC and GTD2 end at the same quoted values.
+    for key in ("final_weight_norm", "final_pbe", "final_value_error"):
+        assert f(s["TDC (all three legs)"][key]) == f(s["GTD2 (all three legs)"][key]), key
+    assert res["config"]["seed"] == 0 and "seed 0" in page
