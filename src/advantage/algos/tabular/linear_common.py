@@ -171,9 +171,9 @@ def time_limit(env: gym.Env) -> int | None:
     return getattr(spec, "max_episode_steps", None)
 
 
-def check_linear(name: str):
+def check_linear(name: str, control: bool = False):
     """``check_env`` for the registry: Discrete spaces, a known model, features and weights that fit, and
-    the env's own policies when the config asks for them."""
+    the env's own policies when the config asks for them. ``control``: weights per action."""
     discrete = check_discrete(name)
 
     def check(cfg: Any, env: gym.Env) -> None:
@@ -184,7 +184,6 @@ def check_linear(name: str):
             raise EnvError(f"{name}: {e}") from None
         n_states, n_actions = int(env.observation_space.n), int(env.action_space.n)
         phi = feature_matrix(cfg.algorithm.features, n_states)
-        control = not hasattr(cfg.algorithm, "target")
         blocks = n_actions if control else 1
         initial_weights(cfg, phi.shape[1] * blocks, blocks)
         if cfg.algorithm.behavior == "env":

@@ -258,7 +258,7 @@ for _name, _summary in {
             config=LinearControlConfig,
             train=partial(train, method=_name),
             policy=_policy,
-            check_env=check_linear(_name),
+            check_env=check_linear(_name, control=True),
             defaults={
                 "env.id": "Baird-v0",
                 "trainer.total_steps": 10_000,
