@@ -49,6 +49,9 @@ class Algorithm:
         check: ``check(cfg) -> problems`` — extra validation before the run folder is created (for
             example the task's options).
         workers: the trainer can collect with Ray workers (``trainer.num_workers > 0``).
+        task_options: for algorithms that train on a task's data: ``task_options(name)`` lists the
+            ``data.*`` options of task ``name`` as ``(key, default, meaning)`` (for ``advantage list``);
+            an unknown name is a :class:`~advantage.errors.ConfigError`.
     """
 
     name: str
@@ -63,6 +66,7 @@ class Algorithm:
     evaluate: Callable[..., dict[str, Any]] | None = None
     check: Callable[[Any], list[str]] | None = None
     workers: bool = False
+    task_options: Callable[[str], list[tuple[str, Any, str]]] | None = None
 
     @property
     def uses_env(self) -> bool:
