@@ -6,6 +6,7 @@ benchmarks of the ``model.path`` code path (``examples/grpo_gsm8k.yaml``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -95,4 +96,7 @@ def save_tiny_folder(
     )
     model.save_pretrained(folder, safe_serialization=True)
     tok.save_pretrained(folder)
+    # Named as null: a config that names no pad token lets transformers' Qwen2 tokenizer invent one.
+    config_file = folder / "tokenizer_config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "pad_token": None}, indent=2))
     return folder

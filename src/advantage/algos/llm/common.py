@@ -57,7 +57,9 @@ class DataConfig:
         lo=1,
     )
     max_response_length: int = option(32, "most generated tokens per response", lo=1)
-    chat_template: bool = option(False, "wrap prompts in the tokenizer's chat template")
+    chat_template: bool = option(
+        False, "wrap plain-text prompts in the tokenizer's chat template (chat-message prompts always are)"
+    )
     kwargs: dict[str, Any] = field(default_factory=dict, metadata={"help": "task options", "extra": True})
 
     # Split sizes of a generated task when data.*_size is unset (a file's splits default to all its rows).

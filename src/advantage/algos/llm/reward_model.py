@@ -104,7 +104,9 @@ class RMDataConfig:
         lo=1,
     )
     max_response_length: int = option(32, "longest response in tokens with its EOS (longer: an error)", lo=1)
-    chat_template: bool = option(False, "wrap prompts in the tokenizer's chat template")
+    chat_template: bool = option(
+        False, "wrap plain-text prompts in the tokenizer's chat template (chat-message prompts always are)"
+    )
     kwargs: dict[str, Any] = field(default_factory=dict, metadata={"help": "task options", "extra": True})
 
     GENERATED_SIZES: ClassVar[tuple[int, int, int]] = (8000, 200, 500)

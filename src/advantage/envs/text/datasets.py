@@ -1,10 +1,26 @@
-r"""Tasks from a dataset on disk: :func:`load_examples`, the exact-match ``dataset`` task and the ``math``
-task verified with Math-Verify (Hugging Face's ``math_verify``).
+r"""Tasks from a dataset on disk: :func:`read_dataset` / :func:`load_examples`, the exact-match ``dataset``
+task and the ``math`` task verified with Math-Verify (Hugging Face's ``math_verify``).
 
 Files: ``.jsonl`` (one object per line, blank lines skipped), ``.json`` (a list of objects) and
-``.parquet`` (read with pyarrow). Each row needs the prompt and answer columns (answers that are ints or
-floats become strings); the other columns go to :attr:`Example.meta`. Every problem raises
-:class:`~advantage.errors.ConfigError` naming the file (and the line or row and the columns present).
+``.parquet`` (read with pyarrow). The layout (:data:`FORMATS`) is found from the first row's columns
+(``format="auto"``) or named:
+
+- ``plain``: ``prompt``, ``answer``;
+- ``verl`` (verl's parquet): ``prompt`` a list of chat messages, the gold answer in
+  ``reward_model.ground_truth``; ``data_source``, ``extra_info`` and the rest kept in ``meta``;
+- ``gsm8k``: ``question``, ``answer`` ending ``#### N``: the gold answer is N (commas removed), the worked
+  solution the reasoning followed by ``\boxed{N}``;
+- ``math`` (MATH): ``problem``, ``solution``: the gold answer is the last ``\boxed{…}``'s content (a
+  solution without a box is the answer itself), the worked solution the solution;
+- ``prompt_completion`` (TRL): ``prompt``, ``completion``.
+
+``prompt_key`` / ``answer_key`` replace the layout's columns; a dotted key (``reward_model.ground_truth``)
+reaches into nested objects. A prompt may be a string or a list of ``{"role", "content"}`` messages (a
+:class:`~advantage.envs.text.core.ChatPrompt`, always rendered with the tokenizer's chat template); a
+response column may be TRL's list of messages (its assistant turns). Answers that are ints or floats
+become strings; the other top-level columns go to :attr:`Example.meta`, and :attr:`Example.origin` names
+the file and row. Every problem raises :class:`~advantage.errors.ConfigError` naming the file, the row and
+the column or key (and the columns present).
 
 Splits: a column named ``split`` (values ``train``/``validation``/``test``; ``val``, ``valid`` and ``dev``
 mean ``validation``) is used as given — its disjointness is the file's business. Without it a row's split
@@ -146,6 +162,11 @@ def chat_messages(value: Any) -> list[dict[str, str]] | None:
     return [{"role": m["role"], "content": m["content"]} for m in value]
 
 
+def _what(key: str) -> str:
+    """How messages name ``key``: ``column 'x'``, or ``key 'a.b'`` for a nested one."""
+    return f"key {key!r}" if "." in key else f"column {key!r}"
+
+
 def _text(path: Path, i: int, row: Mapping[str, Any], key: str, numbers_ok: bool) -> str:
     """``row[key]`` (dotted keys reach nested objects) as a string; ints/floats become strings when
     ``numbers_ok``."""
@@ -155,7 +176,7 @@ def _text(path: Path, i: int, row: Mapping[str, Any], key: str, numbers_ok: bool
     if numbers_ok and isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     allowed = "a string or a number" if numbers_ok else "a string"
-    raise ConfigError(f"{path}: row {i} key {key!r} must be {allowed}, got {_short(value)}")
+    raise ConfigError(f"{path}: row {i} {_what(key)} must be {allowed}, got {_short(value)}")
 
 
 def _response(path: Path, i: int, row: Mapping[str, Any], key: str, numbers_ok: bool) -> str:
@@ -167,7 +188,7 @@ def _response(path: Path, i: int, row: Mapping[str, Any], key: str, numbers_ok: 
         return _text(path, i, row, key, numbers_ok)
     turns = [m["content"] for m in messages if m["role"] == "assistant"]
     if not turns:
-        raise ConfigError(f"{path}: row {i} key {key!r} is a list of messages with no assistant message")
+        raise ConfigError(f"{path}: row {i} {_what(key)} is a list of messages with no assistant message")
     return "\n\n".join(turns)
 
 
@@ -179,7 +200,7 @@ def _prompt(path: Path, i: int, row: Mapping[str, Any], key: str) -> str:
     messages = chat_messages(value)
     if messages is None:
         raise ConfigError(
-            f"{path}: row {i} key {key!r} must be a string or a list of chat messages "
+            f"{path}: row {i} {_what(key)} must be a string or a list of chat messages "
             f'[{{"role": ..., "content": ...}}], got {_short(value)}'
         )
     return ChatPrompt(messages)
@@ -202,10 +223,11 @@ def _gsm8k_gold(text: str) -> tuple[str | None, str | None, str]:
 
 
 def _math_gold(text: str) -> tuple[str | None, str | None, str]:
-    """MATH's ``solution``: gold is the content of its last ``\boxed{…}``; the solution is the target."""
+    """MATH's ``solution``: gold is the content of its last ``\boxed{…}`` and the solution is the target;
+    a solution without a box is the gold answer itself."""
     gold = last_boxed(text)
     if gold is None:
-        return None, None, "has no \\boxed{...} answer"
+        return text, None, "ok"
     return gold, text, "ok"
 
 
@@ -269,8 +291,8 @@ def _resolve_format(
     if fmt not in FORMAT_NAMES:
         raise ConfigError(f"data.format must be one of {', '.join(FORMAT_NAMES)}, got {fmt!r}")
     name = fmt if fmt != "auto" else detect_format(row)
-    if name is None:
-        if prompt_key is None or answer_key is None:
+    if name is None:  # plain, unless nothing in the row says so: then list what is known
+        if prompt_key is None and answer_key is None and "prompt" not in row:
             cols = ", ".join(map(str, row)) or "none"
             known = "; ".join(f"{f.name} ({f.prompt_key}, {f.answer_key})" for f in FORMATS.values())
             raise ConfigError(
@@ -315,13 +337,13 @@ def read_dataset(
         prompt = _prompt(p, i, row, prompt_key)
         answer = _response(p, i, row, answer_key, numbers_ok=True)
         if not answer.strip():
-            raise ConfigError(f"{p}: row {i} key {answer_key!r} is empty; every row needs an answer")
+            raise ConfigError(f"{p}: row {i} {_what(answer_key)} is empty; every row needs an answer")
         solution = None
         if fmt.gold is not None:
             gold, solution, why = fmt.gold(answer)
             if gold is None:
                 raise ConfigError(
-                    f"{p}: row {i} key {answer_key!r} {why} (the {fmt.name} format; set data.format=plain "
+                    f"{p}: row {i} {_what(answer_key)} {why} (the {fmt.name} format; set data.format=plain "
                     "to use the column as it is)"
                 )
             answer = gold
@@ -531,8 +553,10 @@ class MathTask(_DiskTask):
         except ImportError as e:
             raise ImportError("the math task needs math-verify: pip install 'advantage[llm]'") from e
         fmt, rows = _load(path, prompt_key, answer_key, target_key, format)
-        if target_key is None and fmt.gold is None:  # GSM8K and MATH rows keep their worked solution
-            rows = [replace(ex, target=f"{BOXED}{{{ex.answer}}}") for ex in rows]
+        if target_key is None:  # a worked solution (GSM8K, MATH) stays the target, else \boxed{answer}
+            rows = [
+                ex if ex.target != ex.answer else replace(ex, target=f"{BOXED}{{{ex.answer}}}") for ex in rows
+            ]
         super().__init__("math", path, rows)
         self.format_reward, self.timeout_seconds = float(format_reward), timeout_seconds
         self.special_tokens: tuple[str, ...] = ()

@@ -12,8 +12,12 @@ the ranking itself.
 
 Files (:func:`load_preferences`): ``.jsonl``, ``.json`` (a list of objects) or ``.parquet``, one comparison
 per row, either pairwise (``prompt``, ``chosen``, ``rejected``) or K-wise (``prompt``, ``responses``: a list
-of K ≥ 2 strings ranked best first); the two kinds may be mixed. Other columns go to ``meta``. Every
-problem is a :class:`~advantage.errors.ConfigError` naming the file and the row or line.
+of K ≥ 2 strings ranked best first); the two kinds may be mixed. TRL's layouts are read as they are: the
+prompt a string or a list of chat messages (a :class:`~advantage.envs.text.core.ChatPrompt`), ``chosen`` /
+``rejected`` strings or lists of messages (their assistant turns are the responses), and the implicit-prompt
+form without a ``prompt`` column (two whole conversations that share every message but the last). Keys may
+be dotted for nested objects. Other columns go to ``meta``. Every problem is a
+:class:`~advantage.errors.ConfigError` naming the file and the row or line.
 
 The ``synthetic`` task (:class:`SyntheticPreferenceTask`):
 
