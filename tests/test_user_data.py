@@ -157,9 +157,14 @@ def test_nested_key_absent(tmp_path):
 def test_prompt_too_long(tmp_path):
     rows = _rows()
     rows[5]["prompt"] += " And then some more words."
-    text = _bad(
-        tmp_path, rows, r"data.jsonl row 5: the prompt has \d+ tokens", **{"data.max_prompt_length": 20}
-    )
+    given = {
+        "data.max_prompt_length": 20,
+        "data.train_size": 16,
+        "data.validation_size": 2,
+        "data.test_size": 2,
+        "trainer.eval_episodes": 2,  # everything set: only the prompt's length is wrong
+    }
+    text = _bad(tmp_path, rows, r"data.jsonl row 5: the prompt has \d+ tokens", **given)
     n = len(rows[5]["prompt"])  # the scratch model's tokenizer has one token per character
     assert f"has {n} tokens" in text and "raise data.max_prompt_length" in text
 
