@@ -348,3 +348,22 @@ def test_dpo_and_reward_model_on_trl_preference_files(tmp_path, data, user_model
             },
         )
         assert run.step == 2 and run.config.data.train_size == 32
+
+
+@pytest.mark.slow
+def test_sft_on_trl_prompt_completion_file(tmp_path, data, user_model):
+    run = advantage.train(
+        "sft",
+        quiet=True,
+        **QUIET,
+        **{
+            "data.task": "dataset",
+            "data.path": str(data["prompt_completion"]),
+            "model.path": str(user_model),
+            "algorithm.batch_size": 8,
+            "trainer.total_steps": 2,
+            "trainer.run_dir": str(tmp_path / "run"),
+        },
+    )
+    assert run.step == 2 and run.config.data.kwargs["path"] == str(data["prompt_completion"])
+    assert run.config.trainer.eval_episodes == 4  # lowered to the file's validation rows
