@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from advantage.errors import AdvantageError
 
@@ -180,7 +180,7 @@ def cmd_list(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _print_task_options(console, algo, overrides: Sequence[str]) -> None:
+def _print_task_options(console: Any, algo: Any, overrides: Sequence[str]) -> None:
     """The ``data.*`` options of the task named by ``data.task=NAME`` (default: the algorithm's)."""
     from rich.table import Table
 
