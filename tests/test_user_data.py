@@ -62,6 +62,12 @@ def test_each_format_is_detected_from_the_columns(data):
     assert ex.prompt.messages[0]["content"].startswith(gold["question"])
     assert ex.meta["data_source"] == "word_problems" and ex.meta["extra_info"]["index"] == 0
     assert "reward_model" not in ex.meta and "prompt" not in ex.meta
+    # a chat prompt keeps its messages through pickling (Ray workers) and copies
+    import copy
+    import pickle
+
+    for again in (pickle.loads(pickle.dumps(ex.prompt)), copy.deepcopy(ex.prompt)):
+        assert isinstance(again, ChatPrompt) and again.messages == ex.prompt.messages and again == ex.prompt
 
 
 def test_gold_answers_of_gsm8k_and_math(tmp_path):
