@@ -133,10 +133,12 @@ def test_nest_flatten_inverse():
     assert flatten(nest(d)) == d
 
 
-def test_example_configs_are_valid():
+def test_example_configs_are_valid(monkeypatch):
     from pathlib import Path
 
-    examples = sorted((Path(__file__).parent.parent / "examples").glob("*.yaml"))
+    root = Path(__file__).parent.parent
+    monkeypatch.chdir(root)  # examples are run from the repository root (data.path=examples/data/...)
+    examples = sorted((root / "examples").glob("*.yaml"))
     assert examples
     for path in examples:
         # A pipeline example starts from another example's run folder, which does not exist here.

@@ -196,7 +196,8 @@ def test_dataset_missing_prompt_column_and_empty_dataset(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"question": "1+1=", "answer": "2"}) + "\n")
     with pytest.raises(ConfigError, match="no column 'prompt'"):
-        _train(tmp_path, **{"data.task": "dataset", "data.path": str(bad), "data.digits": None})
+        over = {"data.task": "dataset", "data.path": str(bad), "data.prompt_key": "prompt"}
+        _train(tmp_path, **over, **{"data.digits": None})
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(ConfigError, match="empty"):
@@ -225,8 +226,8 @@ def test_tokenizer_without_pad_token(tmp_path):
     tok.pad_token = None
     tok.save_pretrained(folder)
     with pytest.raises(ConfigError, match="has no pad token.*model.pad_to_eos=true"):
-        _train(tmp_path, **{"model.path": str(folder)})
-    assert _train(tmp_path, **{"model.path": str(folder), "model.pad_to_eos": True}).step == 6
+        _train(tmp_path, **{"model.path": str(folder), "model.pad_to_eos": False})
+    assert _train(tmp_path, **{"model.path": str(folder)}).step == 6  # pad = eos by default
     # A config that does not name a pad token makes transformers invent one the model cannot embed.
     cfg = json.loads((folder / "tokenizer_config.json").read_text())
     cfg.pop("pad_token", None)

@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from advantage.errors import AdvantageError
 
@@ -179,6 +179,12 @@ def cmd_list(ns: argparse.Namespace) -> int:
         for key, default, help_ in describe(algo.config):
             table.add_row(key, repr(defaults.get(key, default)), help_)
         console.print(table)
+        if algo.task_options is not None:
+            _print_task_options(console, algo, ns.overrides)
+        elif ns.overrides:
+            raise AdvantageError(
+                f"{algo.name} has no data tasks; `advantage list {algo.name}` takes no key=value"
+            )
         if algo.presets:
             presets = Table("preset", "what it sets")
             for name, p in algo.presets.items():
@@ -193,6 +199,27 @@ def cmd_list(ns: argparse.Namespace) -> int:
         "`advantage list ALGO` shows its options; `advantage train ALGO preset=NAME` uses a preset."
     )
     return 0
+
+
+def _print_task_options(console: Any, algo: Any, overrides: Sequence[str]) -> None:
+    """The ``data.*`` options of the task named by ``data.task=NAME`` (default: the algorithm's)."""
+    from rich.table import Table
+
+    from advantage.config import describe, flatten, parse_overrides
+
+    given = flatten(parse_overrides(overrides))
+    unknown = [k for k in given if k != "data.task"]
+    if unknown:
+        raise AdvantageError(f"`advantage list` takes only data.task=NAME, got {', '.join(unknown)}")
+    defaults = {key: default for key, default, _ in describe(algo.config)}
+    name = str(given.get("data.task", algo.defaults.get("data.task", defaults.get("data.task"))))
+    table = Table("option", "default", "meaning")
+    for key, default, help_ in algo.task_options(name):
+        table.add_row(key, repr(default), help_)
+    console.print(
+        f"[bold]data.task={name}[/bold]: its own options (`advantage list {algo.name} data.task=NAME`)"
+    )
+    console.print(table)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -284,6 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
         "list", help="algorithms and presets", description="List algorithms, or one's options."
     )
     ls.add_argument("algo", nargs="?", help="show this algorithm's options and presets")
+    ls.add_argument(
+        "overrides", nargs="*", metavar="data.task=NAME", help="also show this task's own options"
+    )
     ls.set_defaults(fn=cmd_list)
     return p
 

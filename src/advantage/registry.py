@@ -51,6 +51,9 @@ class Algorithm:
         workers: the trainer can collect with Ray workers (``trainer.num_workers > 0``).
         plot_metrics: what ``advantage plot`` and the run's own learning curve show by default (None:
             the training and evaluation returns).
+        task_options: for algorithms that train on a task's data: ``task_options(name)`` lists the
+            ``data.*`` options of task ``name`` as ``(key, default, meaning)`` (for ``advantage list``);
+            an unknown name is a :class:`~advantage.errors.ConfigError`.
     """
 
     name: str
@@ -66,6 +69,7 @@ class Algorithm:
     check: Callable[[Any], list[str]] | None = None
     workers: bool = False
     plot_metrics: tuple[str, ...] | None = None
+    task_options: Callable[[str], list[tuple[str, Any, str]]] | None = None
 
     @property
     def uses_env(self) -> bool:

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -38,16 +38,32 @@ class DataConfig:
     task: str = option(
         "addition",
         "generated task (addition, multiplication, countdown, reverse, sort, code) or a dataset "
-        "(dataset, math) read from data.path",
+        "(dataset, math) read from data.path; `advantage list ALGO data.task=NAME` shows its options",
     )
     seed: int = option(0, "seed of the generated problems (fixed across training seeds)", lo=0)
-    train_size: int = option(20_000, "training prompts", lo=1)
-    validation_size: int = option(200, "validation prompts (evaluated during training)", lo=1)
-    test_size: int = option(500, "test prompts (advantage eval)", lo=1)
-    max_prompt_length: int = option(64, "longest prompt in tokens (longer: an error)", lo=1)
+    train_size: int | None = option(
+        None, "training prompts (unset: every train row of a data file; 20000 generated)", lo=1
+    )
+    validation_size: int | None = option(
+        None, "validation prompts, evaluated during training (unset: every validation row; 200)", lo=1
+    )
+    test_size: int | None = option(
+        None, "test prompts, for advantage eval (unset: every test row; 500)", lo=1
+    )
+    max_prompt_length: int | None = option(
+        None,
+        "longest prompt in tokens (unset: measured from the data with the policy's tokenizer before the "
+        "run starts; a longer prompt is an error)",
+        lo=1,
+    )
     max_response_length: int = option(32, "most generated tokens per response", lo=1)
-    chat_template: bool = option(False, "wrap prompts in the tokenizer's chat template")
+    chat_template: bool = option(
+        False, "wrap plain-text prompts in the tokenizer's chat template (chat-message prompts always are)"
+    )
     kwargs: dict[str, Any] = field(default_factory=dict, metadata={"help": "task options", "extra": True})
+
+    # Split sizes of a generated task when data.*_size is unset (a file's splits default to all its rows).
+    GENERATED_SIZES: ClassVar[tuple[int, int, int]] = (20_000, 200, 500)
 
 
 @dataclass
@@ -80,7 +96,7 @@ class LMModelConfig:
     intermediate_size: int | None = option(None, "scratch: MLP width (default 4 × hidden)", lo=1)
     max_position_embeddings: int = option(256, "scratch: context length in tokens", lo=8)
     trust_remote_code: bool = option(False, "allow a model folder to run its own Python code")
-    pad_to_eos: bool = option(False, "use the EOS token as pad token when the tokenizer has none")
+    pad_to_eos: bool = option(True, "use the EOS token as pad token when the tokenizer has none")
     dtype: str = option("float32", "parameter dtype", choices=("float32", "bfloat16"))
     lora: LoRAConfig = section(LoRAConfig, "LoRA adapters through peft")
 
@@ -129,6 +145,27 @@ def make_task(data: DataConfig) -> Any:
     return _make(data.task, **data.kwargs)
 
 
+def task_rows(name: str, *, text: bool = True, preference: bool = False) -> list[tuple[str, Any, str]]:
+    """``(data.<option>, default, meaning)`` of task ``name`` among the text tasks (``text``) and the
+    preference tasks (``preference``), for ``advantage list ALGO data.task=NAME``."""
+    from advantage.envs.text.options import describe_options
+
+    registries: list[tuple[Any, Callable[[str], dict[str, Any]]]] = []
+    if text:
+        from advantage.envs.text import TASKS, task_options
+
+        registries.append((TASKS, task_options))
+    if preference:
+        from advantage.envs.text.preference import PREFERENCE_TASKS, preference_task_options
+
+        registries.append((PREFERENCE_TASKS, preference_task_options))
+    for names, options in registries:
+        if name in names:
+            return describe_options(options(name))
+    allowed = [n for names, _ in registries for n in names]
+    raise ConfigError(f"data.task must be one of {', '.join(dict.fromkeys(allowed))}, got {name!r}")
+
+
 def optimizer_problems(a: Any) -> list[str]:
     """Cross-field checks of an ``algorithm`` section with AdamW ``betas`` and micro-batches."""
     out = []
@@ -142,42 +179,154 @@ def optimizer_problems(a: Any) -> list[str]:
     return out
 
 
-def check(cfg: Any, task_factory: Callable[[DataConfig], Any] | None = None) -> list[str]:
-    """Problems found before any compute: the task and its options (every split is generated or read),
-    the model's context and folder, the evaluation size. ``task_factory(cfg.data)`` builds the task
-    (default :func:`make_task`; preference algorithms pass theirs)."""
+def split_size(d: Any, split: str, task: Any) -> int:
+    """``data.<split>_size``, or when unset: every row of the split for a task read from a file (it has
+    ``split_sizes``), else the config's ``GENERATED_SIZES``."""
+    size = getattr(d, f"{split}_size")
+    if size is not None:
+        return int(size)
+    sizes = getattr(task, "split_sizes", None)
+    if sizes is not None:
+        return int(sizes[split])
+    return type(d).GENERATED_SIZES[SPLITS.index(split)] if hasattr(type(d), "GENERATED_SIZES") else 0
+
+
+def resolve_sizes(cfg: Any, task: Any) -> None:
+    """Fill the unset ``data.*_size`` from the task (:func:`split_size`), so the saved config says what ran;
+    an empty split of a file is an error naming the file and split. A validation split read from a file
+    smaller than ``trainer.eval_episodes`` lowers it to the split's size."""
+    d = cfg.data
+    problems = []
+    for split in SPLITS:
+        if getattr(d, f"{split}_size") is not None:
+            continue
+        n = split_size(d, split, task)
+        if n == 0:
+            total = sum(task.split_sizes.values())
+            problems.append(
+                f"data.path {str(task.path)!r}: the {split} split is empty (0 of {total} rows; rows go to "
+                "the split named by their 'split' column, else 90/5/5 by a hash of the prompt): add a "
+                "'split' column or more rows"
+            )
+            continue
+        setattr(d, f"{split}_size", n)
+        if split == "validation" and cfg.trainer.eval_episodes > n:
+            cfg.trainer.eval_episodes = n
+    if problems:
+        raise ConfigError(problems)
+
+
+def _where(e: Any, split: str, k: int) -> str:
+    return getattr(e, "origin", "") or f"{split} prompt {k}"
+
+
+def check_lengths(
+    cfg: Any,
+    examples: dict[str, list[Any]],
+    tok: Any,
+    responses: Callable[[list[Any]], list[tuple[Any, str]]] | None = None,
+) -> list[str]:
+    """Measure every prompt of ``examples`` (split → examples) as the model sees it, with the policy's
+    tokenizer ``tok``: an unset ``data.max_prompt_length`` becomes the longest; a set one shorter than
+    the longest prompt is a problem naming that prompt (file and row), its length and the key to raise.
+    ``responses(examples) -> [(example, text)]`` gives the training responses (SFT targets, preference
+    responses), checked against ``data.max_response_length`` with their EOS."""
+    d = cfg.data
+    chat = getattr(d, "chat_template", False)
+    problems: list[str] = []
+    longest: tuple[int, str] = (0, "")
+    for split, exs in examples.items():
+        if not exs:
+            continue
+        try:
+            texts = [prompt_text(tok, e.prompt, chat) for e in exs]
+        except ConfigError as err:
+            return [f"{err} (the prompts of {d.task!r})"]
+        for k, (e, ids) in enumerate(
+            zip(exs, tok(texts, add_special_tokens=False)["input_ids"], strict=True)
+        ):
+            if not ids:
+                problems.append(
+                    f"{_where(e, split, k)}: the prompt is empty (0 tokens); generation needs one"
+                )
+            if len(ids) > longest[0]:
+                longest = (len(ids), _where(e, split, k))
+    n, where = longest
+    if d.max_prompt_length is None:
+        d.max_prompt_length = max(n, 1)
+    elif n > d.max_prompt_length:
+        problems.append(
+            f"{where}: the prompt has {n} tokens with the policy's tokenizer, longer than "
+            f"data.max_prompt_length={d.max_prompt_length} (the longest prompt); raise "
+            f"data.max_prompt_length to {n} or more, or leave it unset to measure it"
+        )
+    if responses is not None:
+        worst: tuple[int, str] = (0, "")
+        for split, exs in examples.items():
+            pairs = responses(exs)
+            ids = tok([r for _, r in pairs], add_special_tokens=False)["input_ids"] if pairs else []
+            for k, ((e, _), r) in enumerate(zip(pairs, ids, strict=True)):
+                if len(r) + 1 > worst[0]:
+                    worst = (len(r) + 1, _where(e, split, k))
+        if worst[0] > d.max_response_length:
+            problems.append(
+                f"{worst[1]}: a response has {worst[0]} tokens with its EOS, longer than "
+                f"data.max_response_length={d.max_response_length} (the longest response); raise "
+                f"data.max_response_length to {worst[0]} or more"
+            )
+    return problems
+
+
+def check(
+    cfg: Any,
+    task_factory: Callable[[DataConfig], Any] | None = None,
+    responses: Callable[[list[Any]], list[tuple[Any, str]]] | None = None,
+) -> list[str]:
+    """Problems found before any compute (so before the run folder exists): the task and its options
+    (every split is generated or read; unset split sizes and ``data.max_prompt_length`` are measured from
+    the data, :func:`resolve_sizes` and :func:`check_lengths`), the model's context and folder, the
+    evaluation size. ``task_factory(cfg.data)`` builds the task (default :func:`make_task`; preference
+    algorithms pass theirs); ``responses`` see :func:`check_lengths`."""
     problems: list[str] = []
     d = cfg.data
+    m = cfg.model
+    task, examples = None, None
     try:
         task = (task_factory or make_task)(d)
+        resolve_sizes(cfg, task)
         # Generating (or reading) every split now turns "too few problems" into a config error.
-        for split, n in zip(SPLITS, (d.train_size, d.validation_size, d.test_size), strict=True):
-            task.examples(split, n, d.seed)
+        examples = {split: task.examples(split, split_size(d, split, task), d.seed) for split in SPLITS}
     except ConfigError as e:
         problems.extend(e.problems)
-    m = cfg.model
-    context = m.max_position_embeddings
     folder = model_folder(m.path) if m.pretrained and m.path else None
+    tok = None
+    try:
+        if folder is not None:
+            from advantage.nn.lm import load_tokenizer
+
+            tok = load_tokenizer(folder, trust_remote_code=m.trust_remote_code, pad_to_eos=m.pad_to_eos)
+        elif task is not None and not m.pretrained:
+            from advantage.nn.lm import build_char_tokenizer
+
+            tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
+    except ConfigError as e:
+        problems.extend(e.problems)
+    if examples is not None and tok is not None:
+        problems.extend(check_lengths(cfg, examples, tok, responses))
+    context = m.max_position_embeddings
     if folder is not None and (folder / "config.json").is_file():
         import json
 
         try:
             context = json.loads((folder / "config.json").read_text()).get("max_position_embeddings")
         except ValueError:
-            context = None  # load_tokenizer below names the unreadable file
-    if isinstance(context, int) and d.max_prompt_length + d.max_response_length > context:
+            context = None  # load_tokenizer above named the unreadable file
+    if isinstance(context, int) and (d.max_prompt_length or 0) + d.max_response_length > context:
         problems.append(
             f"data.max_prompt_length={d.max_prompt_length} + data.max_response_length="
             f"{d.max_response_length} exceeds the model's context of {context} tokens"
         )
-    if folder is not None:
-        from advantage.nn.lm import load_tokenizer
-
-        try:
-            load_tokenizer(folder, trust_remote_code=m.trust_remote_code, pad_to_eos=m.pad_to_eos)
-        except ConfigError as e:
-            problems.extend(e.problems)
-    if cfg.trainer.eval_episodes > cfg.data.validation_size:
+    if d.validation_size is not None and cfg.trainer.eval_episodes > d.validation_size:
         problems.append(
             f"trainer.eval_episodes={cfg.trainer.eval_episodes} is more than "
             f"data.validation_size={cfg.data.validation_size}"
@@ -342,14 +491,22 @@ class DataCursor:
 
 
 def prompt_text(tokenizer: Any, prompt: str, chat_template: bool) -> str:
-    """The text the model sees: the raw prompt, or the chat template with the generation prompt."""
-    if not chat_template:
+    """The text the model sees: the raw prompt, or the chat template with the generation prompt. A
+    :class:`~advantage.envs.text.core.ChatPrompt` (a dataset's list of chat messages) always goes through
+    the template, with all its messages."""
+    from advantage.envs.text.core import ChatPrompt
+
+    chat = isinstance(prompt, ChatPrompt)
+    if not chat_template and not chat:
         return prompt
     if not getattr(tokenizer, "chat_template", None):
+        if chat:
+            raise ConfigError(
+                "the prompts are chat messages, but the tokenizer has no chat template to render them"
+            )
         raise ConfigError("data.chat_template=true, but the tokenizer has no chat template")
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-    )
+    messages = list(prompt.messages) if chat else [{"role": "user", "content": prompt}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 class LMPolicy:
@@ -370,7 +527,7 @@ class LMPolicy:
         if split not in SPLITS:
             raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
         d = self.cfg.data
-        size = {"train": d.train_size, "validation": d.validation_size, "test": d.test_size}[split]
+        size = split_size(d, split, self.task)
         if (split, size) not in self._examples:
             self._examples[(split, size)] = self.task.examples(split, size, d.seed)
         return self._examples[(split, size)][: n or size]
@@ -392,7 +549,9 @@ class LMPolicy:
         d = self.cfg.data
         texts = [prompt_text(self.tokenizer, p, d.chat_template) for p in prompts]
         try:  # each prompt once, then repeated: the tokenizer is a visible share of a small model's step
-            ids, mask = encode_prompts(self.tokenizer, texts, max_length=d.max_prompt_length)
+            ids, mask = encode_prompts(
+                self.tokenizer, texts, max_length=d.max_prompt_length
+            )  # None: no limit
         except ConfigError as e:  # name the setting to change, not the sampler's argument
             raise ConfigError(f"{e} (data.max_prompt_length={d.max_prompt_length}; raise it)") from None
         if samples > 1:

@@ -118,7 +118,7 @@ def tokenize_pairs(
         pi = tok(text, add_special_tokens=False)["input_ids"]
         ci = tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         ri = tok(r, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        if len(pi) > d.max_prompt_length:
+        if d.max_prompt_length is not None and len(pi) > d.max_prompt_length:
             raise ConfigError(
                 f"preference pair {n}: prompt is {len(pi)} tokens, more than data.max_prompt_length="
                 f"{d.max_prompt_length}"
@@ -383,7 +383,9 @@ def load_policy(cfg: DPOConfig, ckpt: Any) -> LMPolicy:
 
 def check(cfg: DPOConfig) -> list[str]:
     """:func:`advantage.algos.llm.common.check` with the preference task."""
-    return common.check(cfg, make_task)
+    from advantage.algos.llm.reward_model import preference_responses
+
+    return common.check(cfg, make_task, preference_responses)
 
 
 register(
@@ -396,5 +398,6 @@ register(
         evaluate=evaluate,
         check=check,
         defaults={"trainer.total_steps": 200, "trainer.eval_every": 50},
+        task_options=lambda name: common.task_rows(name, text=False, preference=True),
     )
 )

@@ -855,5 +855,8 @@ register(
         presets=PRESETS,
         workers=True,
         defaults={"trainer.eval_every": 10, "trainer.log_every": 1, "trainer.total_steps": 100},
+        task_options=lambda name: common.task_rows(
+            name, text=name not in PREFERENCE_TASKS, preference=name in PREFERENCE_TASKS
+        ),
     )
 )

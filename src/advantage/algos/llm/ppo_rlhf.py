@@ -559,5 +559,6 @@ register(
         check=check,
         presets=PRESETS,
         defaults=DEFAULTS,
+        task_options=lambda name: common.task_rows(name, text=False, preference=True),
     )
 )

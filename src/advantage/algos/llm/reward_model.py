@@ -53,7 +53,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -85,13 +85,31 @@ class RMDataConfig:
         choices=tuple(PREFERENCE_TASKS),
     )
     seed: int = option(0, "seed of the generated comparisons (fixed across training seeds)", lo=0)
-    train_size: int = option(8000, "training examples (a prompt with its ranked responses)", lo=1)
-    validation_size: int = option(200, "validation examples (evaluated during training)", lo=1)
-    test_size: int = option(500, "test examples (advantage eval)", lo=1)
-    max_prompt_length: int = option(64, "longest prompt in tokens (longer: an error)", lo=1)
+    train_size: int | None = option(
+        None,
+        "training examples, a prompt with its ranked responses (unset: every train row of a data file; "
+        "8000 generated)",
+        lo=1,
+    )
+    validation_size: int | None = option(
+        None, "validation examples, evaluated during training (unset: every validation row; 200)", lo=1
+    )
+    test_size: int | None = option(
+        None, "test examples, for advantage eval (unset: every test row; 500)", lo=1
+    )
+    max_prompt_length: int | None = option(
+        None,
+        "longest prompt in tokens (unset: measured from the data with the tokenizer before the run "
+        "starts; a longer prompt is an error)",
+        lo=1,
+    )
     max_response_length: int = option(32, "longest response in tokens with its EOS (longer: an error)", lo=1)
-    chat_template: bool = option(False, "wrap prompts in the tokenizer's chat template")
+    chat_template: bool = option(
+        False, "wrap plain-text prompts in the tokenizer's chat template (chat-message prompts always are)"
+    )
     kwargs: dict[str, Any] = field(default_factory=dict, metadata={"help": "task options", "extra": True})
+
+    GENERATED_SIZES: ClassVar[tuple[int, int, int]] = (8000, 200, 500)
 
 
 @dataclass
@@ -270,7 +288,7 @@ class RewardPolicy:
         if split not in common.SPLITS:
             raise ConfigError(f"split must be one of {', '.join(common.SPLITS)}, got {split!r}")
         d = self.cfg.data
-        size = {"train": d.train_size, "validation": d.validation_size, "test": d.test_size}[split]
+        size = common.split_size(d, split, self.task)
         if (split, size) not in self._examples:
             self._examples[(split, size)] = self.task.examples(split, size, d.seed)
         return self._examples[(split, size)][: n or size]
@@ -391,7 +409,7 @@ def tokenize(model: RewardModel, examples: Sequence[PreferenceExample], d: RMDat
     for i, ex in enumerate(examples):
         pairs = [model.encode(ex.prompt, r) for r in ex.responses]
         p = pairs[0][0]
-        if len(p) > d.max_prompt_length:
+        if d.max_prompt_length is not None and len(p) > d.max_prompt_length:
             raise ConfigError(
                 f"training prompt {i} is {len(p)} tokens, longer than "
                 f"data.max_prompt_length={d.max_prompt_length}"
@@ -590,7 +608,12 @@ def evaluate(
 
 def check(cfg: RMConfig) -> list[str]:
     """:func:`advantage.algos.llm.common.check` with the preference task."""
-    return common.check(cfg, lambda d: make_preference_task(d.task, **d.kwargs))
+    return common.check(cfg, lambda d: make_preference_task(d.task, **d.kwargs), preference_responses)
+
+
+def preference_responses(examples: list[PreferenceExample]) -> list[tuple[PreferenceExample, str]]:
+    """Every ranked response of ``examples``, for the length check before the run starts."""
+    return [(e, r) for e in examples for r in e.responses]
 
 
 PRESETS = {
@@ -629,5 +652,6 @@ register(
         evaluate=evaluate,
         check=check,
         presets=PRESETS,
+        task_options=lambda name: common.task_rows(name, text=False, preference=True),
     )
 )

@@ -152,7 +152,7 @@ def demonstrations(examples: list[Any], d: DataConfig) -> list[Any]:
 
 
 def tokenize_examples(
-    policy: LMPolicy, examples: list[Any], max_prompt: int, max_response: int
+    policy: LMPolicy, examples: list[Any], max_prompt: int | None, max_response: int
 ) -> tuple[list[list[int]], list[list[int]]]:
     """Token ids of each prompt (as the model sees it) and of each target response followed by EOS."""
     tok, chat = policy.tokenizer, policy.cfg.data.chat_template
@@ -160,7 +160,7 @@ def tokenize_examples(
     for i, e in enumerate(examples):
         p = tok(common.prompt_text(tok, e.prompt, chat), add_special_tokens=False)["input_ids"]
         r = tok(e.target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        if len(p) > max_prompt:
+        if max_prompt is not None and len(p) > max_prompt:
             raise ConfigError(
                 f"training prompt {i} is {len(p)} tokens, longer than data.max_prompt_length={max_prompt}"
             )
@@ -413,8 +413,19 @@ def load_policy(cfg: SFTConfig, ckpt: Any) -> LMPolicy:
 
 
 def check(cfg: SFTConfig) -> list[str]:
-    """:func:`advantage.algos.llm.common.check` with the task of :func:`make_task`."""
-    return common.check(cfg, make_task)
+    """:func:`advantage.algos.llm.common.check` with the task of :func:`make_task`; the targets must fit
+    ``data.max_response_length``."""
+    return common.check(
+        cfg, make_task, lambda exs: [(e, x.target) for e in exs for x in demonstrations([e], cfg.data)]
+    )
+
+
+def task_options(name: str) -> list[tuple[str, Any, str]]:
+    """A text task's options; ``synthetic`` (and ``dataset`` with ``data.targets=chosen|all``) are
+    preference tasks."""
+    if name in _PREFERENCE_ONLY:
+        return common.task_rows(name, text=False, preference=True)
+    return common.task_rows(name)
 
 
 # The defaults train a scratch model on 3-digit addition in about 2 minutes on 2 CPU cores, to a held-out
@@ -467,5 +478,6 @@ register(
         check=check,
         presets=PRESETS,
         defaults=DEFAULTS,
+        task_options=task_options,
     )
 )

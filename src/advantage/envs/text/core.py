@@ -38,6 +38,7 @@ __all__ = [
     "ANSWER_FORMATS",
     "ANSWER_OPEN",
     "SPLITS",
+    "ChatPrompt",
     "Example",
     "Reward",
     "Task",
@@ -66,17 +67,38 @@ _SPLIT_BUCKETS = {"train": (0, 90), "validation": (90, 95), "test": (95, 100)}
 SPLIT_FRACTIONS = {s: (hi - lo) / 100 for s, (lo, hi) in _SPLIT_BUCKETS.items()}
 
 
+class ChatPrompt(str):
+    """A prompt given as chat messages (verl's and TRL's conversational ``prompt`` column): a list of
+    ``{"role": ..., "content": ...}``. The model always sees it rendered with the policy tokenizer's chat
+    template (:func:`advantage.algos.llm.common.prompt_text`); as a string it is the messages' contents
+    joined by blank lines, which is what the hash split and a character tokenizer's alphabet read."""
+
+    messages: tuple[dict[str, str], ...]
+
+    def __new__(cls, messages: Iterable[Mapping[str, str]]) -> ChatPrompt:
+        msgs = tuple({"role": str(m["role"]), "content": str(m["content"])} for m in messages)
+        self = super().__new__(cls, "\n\n".join(m["content"] for m in msgs))
+        self.messages = msgs
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles (Ray workers, deepcopy) keep the messages
+        return (ChatPrompt, ([dict(m) for m in self.messages],))
+
+
 @dataclass(frozen=True)
 class Example:
-    """One problem. ``prompt`` is the text the model sees (no chat template applied); ``answer`` the
-    canonical reference answer; ``target`` the SFT response a perfect model writes after the prompt
-    (without EOS); ``meta`` task data such as countdown numbers, or a dataset row's other columns."""
+    """One problem. ``prompt`` is the text the model sees (no chat template applied; a
+    :class:`ChatPrompt` is always rendered with one); ``answer`` the canonical reference answer;
+    ``target`` the SFT response a perfect model writes after the prompt (without EOS); ``meta`` task data
+    such as countdown numbers, or a dataset row's other columns; ``origin`` where a row read from a file
+    came from (``"gsm.jsonl row 17"``; empty for generated problems), for error messages."""
 
     prompt: str
     answer: str
     target: str
     # hash=False: a dict is unhashable, and examples equal in the other fields are the same problem
     meta: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    origin: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,26 @@
-r"""Tasks from a dataset on disk: :func:`load_examples`, the exact-match ``dataset`` task and the ``math``
-task verified with Math-Verify (Hugging Face's ``math_verify``).
+r"""Tasks from a dataset on disk: :func:`read_dataset` / :func:`load_examples`, the exact-match ``dataset``
+task and the ``math`` task verified with Math-Verify (Hugging Face's ``math_verify``).
 
 Files: ``.jsonl`` (one object per line, blank lines skipped), ``.json`` (a list of objects) and
-``.parquet`` (read with pyarrow). Each row needs the prompt and answer columns (answers that are ints or
-floats become strings); the other columns go to :attr:`Example.meta`. Every problem raises
-:class:`~advantage.errors.ConfigError` naming the file (and the line or row and the columns present).
+``.parquet`` (read with pyarrow). The layout (:data:`FORMATS`) is found from the first row's columns
+(``format="auto"``) or named:
+
+- ``plain``: ``prompt``, ``answer``;
+- ``verl`` (verl's parquet): ``prompt`` a list of chat messages, the gold answer in
+  ``reward_model.ground_truth``; ``data_source``, ``extra_info`` and the rest kept in ``meta``;
+- ``gsm8k``: ``question``, ``answer`` ending ``#### N``: the gold answer is N (commas removed), the worked
+  solution the reasoning followed by ``\boxed{N}``;
+- ``math`` (MATH): ``problem``, ``solution``: the gold answer is the last ``\boxed{…}``'s content (a
+  solution without a box is the answer itself), the worked solution the solution;
+- ``prompt_completion`` (TRL): ``prompt``, ``completion``.
+
+``prompt_key`` / ``answer_key`` replace the layout's columns; a dotted key (``reward_model.ground_truth``)
+reaches into nested objects. A prompt may be a string or a list of ``{"role", "content"}`` messages (a
+:class:`~advantage.envs.text.core.ChatPrompt`, always rendered with the tokenizer's chat template); a
+response column may be TRL's list of messages (its assistant turns). Answers that are ints or floats
+become strings; the other top-level columns go to :attr:`Example.meta`, and :attr:`Example.origin` names
+the file and row. Every problem raises :class:`~advantage.errors.ConfigError` naming the file, the row and
+the column or key (and the columns present).
 
 Splits: a column named ``split`` (values ``train``/``validation``/``test``; ``val``, ``valid`` and ``dev``
 mean ``validation``) is used as given — its disjointness is the file's business. Without it a row's split
@@ -31,13 +47,15 @@ import functools
 import json
 import random
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from os import PathLike
 from pathlib import Path
 from typing import Any
 
 from advantage.envs.text.core import (
     SPLITS,
+    ChatPrompt,
     Example,
     Reward,
     alphabet_of,
@@ -54,13 +72,19 @@ from advantage.envs.text.core import (
 from advantage.errors import ConfigError
 
 __all__ = [
+    "FORMATS",
+    "DataFormat",
     "DatasetTask",
     "MathTask",
+    "chat_messages",
     "dataset_task",
+    "detect_format",
     "extract_boxed",
+    "last_boxed",
     "load_examples",
     "math_equal",
     "math_task",
+    "read_dataset",
 ]
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -97,31 +121,201 @@ def _read_rows(path: Path) -> list[Any]:
         raise ConfigError(f"{path}: not a readable parquet file ({e})") from e
 
 
+def _lookup(path: Path, i: int, row: Mapping[str, Any], key: str) -> Any:
+    """``row[key]``; a dotted ``key`` (``reward_model.ground_truth``) walks nested objects, unless the row
+    has a column of that exact name. A missing column or key is an error naming the file, row and key."""
+    if key in row:
+        return row[key]
+    parts = key.split(".")
+    value: Any = row
+    for depth, part in enumerate(parts):
+        if not isinstance(value, Mapping) or part not in value:
+            if depth == 0:
+                cols = ", ".join(map(str, row)) or "none"
+                raise ConfigError(f"{path}: row {i} has no column {key!r} (columns present: {cols})")
+            outer = ".".join(parts[:depth])
+            has = (
+                f"has keys: {', '.join(map(str, value)) or 'none'}"
+                if isinstance(value, Mapping)
+                else f"is {type(value).__name__} {_short(value)}, not an object"
+            )
+            raise ConfigError(f"{path}: row {i} has no key {key!r} (column {outer!r} {has})")
+        value = value[part]
+    return value
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def chat_messages(value: Any) -> list[dict[str, str]] | None:
+    """``value`` as a list of chat messages (dicts with string ``role`` and ``content``), or None when it
+    is not one (verl's and TRL's conversational columns hold such lists)."""
+    if not isinstance(value, list | tuple) or not value:
+        return None
+    if not all(
+        isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in value
+    ):
+        return None
+    return [{"role": m["role"], "content": m["content"]} for m in value]
+
+
+def _what(key: str) -> str:
+    """How messages name ``key``: ``column 'x'``, or ``key 'a.b'`` for a nested one."""
+    return f"key {key!r}" if "." in key else f"column {key!r}"
+
+
 def _text(path: Path, i: int, row: Mapping[str, Any], key: str, numbers_ok: bool) -> str:
-    """``row[key]`` as a string; ints/floats become strings when ``numbers_ok``."""
-    if key not in row:
-        cols = ", ".join(map(str, row)) or "none"
-        raise ConfigError(f"{path}: row {i} has no column {key!r} (columns present: {cols})")
-    value = row[key]
+    """``row[key]`` (dotted keys reach nested objects) as a string; ints/floats become strings when
+    ``numbers_ok``."""
+    value = _lookup(path, i, row, key)
     if isinstance(value, str):
         return value
     if numbers_ok and isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     allowed = "a string or a number" if numbers_ok else "a string"
-    raise ConfigError(f"{path}: row {i} column {key!r} must be {allowed}, got {value!r}")
+    raise ConfigError(f"{path}: row {i} {_what(key)} must be {allowed}, got {_short(value)}")
 
 
-def load_examples(
+def _response(path: Path, i: int, row: Mapping[str, Any], key: str, numbers_ok: bool) -> str:
+    """A response column: a string (or number), or TRL's conversational form, a list of messages whose
+    assistant turns are the response (their contents joined by blank lines)."""
+    value = _lookup(path, i, row, key)
+    messages = chat_messages(value)
+    if messages is None:
+        return _text(path, i, row, key, numbers_ok)
+    turns = [m["content"] for m in messages if m["role"] == "assistant"]
+    if not turns:
+        raise ConfigError(f"{path}: row {i} {_what(key)} is a list of messages with no assistant message")
+    return "\n\n".join(turns)
+
+
+def _prompt(path: Path, i: int, row: Mapping[str, Any], key: str) -> str:
+    """The prompt of a row: a string, or a list of chat messages (a :class:`ChatPrompt`)."""
+    value = _lookup(path, i, row, key)
+    if isinstance(value, str):
+        return value
+    messages = chat_messages(value)
+    if messages is None:
+        raise ConfigError(
+            f"{path}: row {i} {_what(key)} must be a string or a list of chat messages "
+            f'[{{"role": ..., "content": ...}}], got {_short(value)}'
+        )
+    return ChatPrompt(messages)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Formats: which columns hold the prompt and the answer, and how the gold answer is read from them
+
+
+def _gsm8k_gold(text: str) -> tuple[str | None, str | None, str]:
+    """GSM8K's ``answer``: reasoning, then ``#### N``. Gold: N without thousands commas; solution: the
+    reasoning with ``\boxed{N}`` (for the math task's SFT target)."""
+    if "####" not in text:
+        return None, None, "has no '#### N' final answer"
+    reasoning, _, final = text.rpartition("####")
+    gold = final.strip().replace(",", "")
+    if not gold:
+        return None, None, "has nothing after '####'"
+    return gold, f"{reasoning.strip()}\n{BOXED}{{{gold}}}".strip(), "ok"
+
+
+def _math_gold(text: str) -> tuple[str | None, str | None, str]:
+    """MATH's ``solution``: gold is the content of its last ``\boxed{…}`` and the solution is the target;
+    a solution without a box is the gold answer itself."""
+    gold = last_boxed(text)
+    if gold is None:
+        return text, None, "ok"
+    return gold, text, "ok"
+
+
+@dataclass(frozen=True)
+class DataFormat:
+    """A dataset layout: its default ``prompt_key``/``answer_key``, how to tell it from a row's columns,
+    and how the gold answer (and a worked solution, when the format has one) comes from the answer."""
+
+    name: str
+    prompt_key: str
+    answer_key: str
+    summary: str
+    gold: Callable[[str], tuple[str | None, str | None, str]] | None = None
+
+
+FORMATS: dict[str, DataFormat] = {
+    f.name: f
+    for f in (
+        DataFormat("plain", "prompt", "answer", "prompt, answer: the answer column is the gold answer"),
+        DataFormat(
+            "verl",
+            "prompt",
+            "reward_model.ground_truth",
+            "verl's parquet: prompt = chat messages, gold in reward_model.ground_truth; data_source and "
+            "extra_info kept",
+        ),
+        DataFormat(
+            "gsm8k", "question", "answer", "GSM8K: question, answer ending '#### N' (gold: N)", _gsm8k_gold
+        ),
+        DataFormat(
+            "math",
+            "problem",
+            "solution",
+            "MATH: problem, solution with \\boxed{} (gold: its content)",
+            _math_gold,
+        ),
+        DataFormat(
+            "prompt_completion", "prompt", "completion", "TRL prompt-completion: the completion is the answer"
+        ),
+    )
+}
+FORMAT_NAMES = ("auto", *FORMATS)
+
+
+def detect_format(row: Mapping[str, Any]) -> str | None:
+    """The format a row's columns look like (see :data:`FORMATS`), or None."""
+    rm = row.get("reward_model")
+    if "prompt" in row and isinstance(rm, Mapping) and "ground_truth" in rm:
+        return "verl"
+    for name in ("prompt_completion", "plain", "gsm8k", "math"):
+        f = FORMATS[name]
+        if f.prompt_key in row and f.answer_key in row:
+            return name
+    return None
+
+
+def _resolve_format(
+    path: Path, row: Mapping[str, Any], fmt: str, prompt_key: str | None, answer_key: str | None
+) -> tuple[DataFormat, str, str]:
+    """The format of a file (from its first row when ``fmt`` is auto) and the keys to read."""
+    if fmt not in FORMAT_NAMES:
+        raise ConfigError(f"data.format must be one of {', '.join(FORMAT_NAMES)}, got {fmt!r}")
+    name = fmt if fmt != "auto" else detect_format(row)
+    if name is None:  # plain, unless nothing in the row says so: then list what is known
+        if prompt_key is None and answer_key is None and "prompt" not in row:
+            cols = ", ".join(map(str, row)) or "none"
+            known = "; ".join(f"{f.name} ({f.prompt_key}, {f.answer_key})" for f in FORMATS.values())
+            raise ConfigError(
+                f"{path}: row 0 has columns {cols}, which match no known format ({known}); name the "
+                "columns with data.prompt_key and data.answer_key (dotted for nested keys)"
+            )
+        name = "plain"
+    f = FORMATS[name]
+    return f, prompt_key or f.prompt_key, answer_key or f.answer_key
+
+
+def read_dataset(
     path: str | PathLike[str],
     *,
-    prompt_key: str = "prompt",
-    answer_key: str = "answer",
+    prompt_key: str | None = None,
+    answer_key: str | None = None,
     target_key: str | None = None,
-) -> list[Example]:
-    """Read a ``.jsonl``/``.json``/``.parquet`` dataset into :class:`Example` s, in file order.
-
-    ``target`` is the ``target_key`` column, or the answer itself when ``target_key`` is None; the other
-    columns (including ``split``) go to ``meta``."""
+    format: str = "auto",
+) -> tuple[DataFormat, list[Example]]:
+    """The format of a ``.jsonl``/``.json``/``.parquet`` dataset and its rows as :class:`Example` s, in file
+    order. ``answer`` is the gold answer (by the format's rule); ``target`` the ``target_key`` column, else
+    the format's worked solution (GSM8K, MATH), else the gold answer. Top-level columns not read go to
+    ``meta``; ``origin`` is ``"<file> row <i>"``."""
     p = Path(path)
     if p.suffix not in SUFFIXES:
         raise ConfigError(
@@ -132,19 +326,45 @@ def load_examples(
     rows = _read_rows(p)
     if not rows:
         raise ConfigError(f"dataset {str(p)!r} is empty (no rows)")
-    used = {prompt_key, answer_key} | ({target_key} if target_key else set())
+    if not isinstance(rows[0], Mapping):
+        raise ConfigError(f"{p}: row 0 must be an object, got {type(rows[0]).__name__}")
+    fmt, prompt_key, answer_key = _resolve_format(p, rows[0], format, prompt_key, answer_key)
+    used = {k.split(".")[0] for k in (prompt_key, answer_key, target_key) if k}
     out = []
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping):
             raise ConfigError(f"{p}: row {i} must be an object, got {type(row).__name__}")
-        prompt = _text(p, i, row, prompt_key, numbers_ok=False)
-        answer = _text(p, i, row, answer_key, numbers_ok=True)
+        prompt = _prompt(p, i, row, prompt_key)
+        answer = _response(p, i, row, answer_key, numbers_ok=True)
         if not answer.strip():
-            raise ConfigError(f"{p}: row {i} column {answer_key!r} is empty; every row needs an answer")
-        target = _text(p, i, row, target_key, numbers_ok=True) if target_key else answer
+            raise ConfigError(f"{p}: row {i} {_what(answer_key)} is empty; every row needs an answer")
+        solution = None
+        if fmt.gold is not None:
+            gold, solution, why = fmt.gold(answer)
+            if gold is None:
+                raise ConfigError(
+                    f"{p}: row {i} {_what(answer_key)} {why} (the {fmt.name} format; set data.format=plain "
+                    "to use the column as it is)"
+                )
+            answer = gold
+        target = _text(p, i, row, target_key, numbers_ok=True) if target_key else (solution or answer)
         meta = {k: v for k, v in row.items() if k not in used}
-        out.append(Example(prompt=prompt, answer=answer, target=target, meta=meta))
-    return out
+        out.append(Example(prompt=prompt, answer=answer, target=target, meta=meta, origin=f"{p} row {i}"))
+    return fmt, out
+
+
+def load_examples(
+    path: str | PathLike[str],
+    *,
+    prompt_key: str | None = None,
+    answer_key: str | None = None,
+    target_key: str | None = None,
+    format: str = "auto",
+) -> list[Example]:
+    """:func:`read_dataset`'s rows (the format detected from the columns unless given)."""
+    return read_dataset(
+        path, prompt_key=prompt_key, answer_key=answer_key, target_key=target_key, format=format
+    )[1]
 
 
 def _split_rows(path: Path, rows: list[Example]) -> dict[str, list[Example]]:
@@ -177,15 +397,31 @@ class _DiskTask:
         check_n(n)
         rows = list(self._splits[split])
         if n > len(rows):
-            raise ConfigError(f"dataset {str(self.path)!r} has {len(rows)} {split} examples, asked for n={n}")
+            raise ConfigError(
+                f"dataset {str(self.path)!r} has {len(rows)} {split} examples, asked for n={n} "
+                f"(data.{split}_size; left unset, it is every row of the split)"
+            )
         random.Random(f"{self.name}:{self.path.name}:{split}:{seed}").shuffle(rows)
         return rows[:n]
 
 
-def _load(path: Any, prompt_key: str, answer_key: str, target_key: str | None) -> list[Example]:
+def _load(
+    path: Any, prompt_key: str | None, answer_key: str | None, target_key: str | None, format: str
+) -> tuple[DataFormat, list[Example]]:
     if path is None:
         raise ConfigError("data.path is required for a dataset task (a .jsonl, .json or .parquet file)")
-    return load_examples(path, prompt_key=prompt_key, answer_key=answer_key, target_key=target_key)
+    return read_dataset(
+        path, prompt_key=prompt_key, answer_key=answer_key, target_key=target_key, format=format
+    )
+
+
+def _options(path: Any, fmt: DataFormat, prompt_key: str | None, answer_key: str | None) -> dict[str, Any]:
+    return {
+        "path": str(path),
+        "format": fmt.name,
+        "prompt_key": prompt_key or fmt.prompt_key,
+        "answer_key": answer_key or fmt.answer_key,
+    }
 
 
 class DatasetTask(_DiskTask):
@@ -195,22 +431,21 @@ class DatasetTask(_DiskTask):
         self,
         path: Any,
         *,
-        prompt_key: str,
-        answer_key: str,
+        prompt_key: str | None,
+        answer_key: str | None,
         target_key: str | None,
         answer_format: str,
         format_reward: float,
+        format: str = "auto",
     ):
         problems: list[str] = []
         check_common(problems, answer_format, format_reward)
         if problems:
             raise ConfigError(problems)
-        rows = _load(path, prompt_key, answer_key, target_key)
+        fmt, rows = _load(path, prompt_key, answer_key, target_key, format)
         if target_key is None:  # the SFT target follows the answer format
             rows = [
-                Example(
-                    ex.prompt, ex.answer.strip(), render_target(ex.answer.strip(), answer_format), ex.meta
-                )
+                replace(ex, answer=ex.answer.strip(), target=render_target(ex.answer.strip(), answer_format))
                 for ex in rows
             ]
         super().__init__("dataset", path, rows)
@@ -218,9 +453,7 @@ class DatasetTask(_DiskTask):
         self.special_tokens = tag_tokens(answer_format)
         self.alphabet = alphabet_of([*(ex.prompt + ex.target for ex in rows), *self.special_tokens])
         self.options = {
-            "path": str(path),
-            "prompt_key": prompt_key,
-            "answer_key": answer_key,
+            **_options(path, fmt, prompt_key, answer_key),
             "target_key": target_key,
             "answer_format": answer_format,
             "format_reward": format_reward,
@@ -257,6 +490,18 @@ def extract_boxed(text: str) -> tuple[str | None, str]:
     return None, "unclosed \\boxed{"
 
 
+def last_boxed(text: str) -> str | None:
+    r"""The content of the last ``\boxed{…}`` in ``text`` (braces balanced, stripped), or None (a MATH
+    solution's gold answer)."""
+    at = text.rfind(BOXED)
+    while at >= 0:
+        got, _ = extract_boxed(text[at:])
+        if got is not None:
+            return got
+        at = text.rfind(BOXED, 0, at)
+    return None
+
+
 @functools.lru_cache(maxsize=65536)
 def _parse_boxed(expr: str, timeout: int | None) -> Any:
     """``math_verify.parse`` of ``\boxed{expr}`` (cached: the gold answers repeat for every sample)."""
@@ -288,11 +533,12 @@ class MathTask(_DiskTask):
         self,
         path: Any,
         *,
-        prompt_key: str,
-        answer_key: str,
+        prompt_key: str | None,
+        answer_key: str | None,
         target_key: str | None,
         format_reward: float,
         timeout_seconds: int,
+        format: str = "auto",
     ):
         problems: list[str] = []
         bad = check_format_reward(format_reward)
@@ -306,17 +552,17 @@ class MathTask(_DiskTask):
             import math_verify  # noqa: F401  (fail at construction, not at the first reward)
         except ImportError as e:
             raise ImportError("the math task needs math-verify: pip install 'advantage[llm]'") from e
-        rows = _load(path, prompt_key, answer_key, target_key)
-        if target_key is None:
-            rows = [Example(ex.prompt, ex.answer, f"{BOXED}{{{ex.answer}}}", ex.meta) for ex in rows]
+        fmt, rows = _load(path, prompt_key, answer_key, target_key, format)
+        if target_key is None:  # a worked solution (GSM8K, MATH) stays the target, else \boxed{answer}
+            rows = [
+                ex if ex.target != ex.answer else replace(ex, target=f"{BOXED}{{{ex.answer}}}") for ex in rows
+            ]
         super().__init__("math", path, rows)
         self.format_reward, self.timeout_seconds = float(format_reward), timeout_seconds
         self.special_tokens: tuple[str, ...] = ()
         self.alphabet = alphabet_of([*(ex.prompt + ex.target for ex in rows), BOXED + "{}"])
         self.options = {
-            "path": str(path),
-            "prompt_key": prompt_key,
-            "answer_key": answer_key,
+            **_options(path, fmt, prompt_key, answer_key),
             "target_key": target_key,
             "format_reward": format_reward,
             "timeout_seconds": timeout_seconds,
@@ -343,8 +589,9 @@ class MathTask(_DiskTask):
 def dataset_task(
     *,
     path: str | None = None,
-    prompt_key: str = "prompt",
-    answer_key: str = "answer",
+    format: str = "auto",
+    prompt_key: str | None = None,
+    answer_key: str | None = None,
     target_key: str | None = None,
     answer_format: str = "plain",
     format_reward: float = 0.0,
@@ -352,6 +599,7 @@ def dataset_task(
     """Exact-match task over a ``.jsonl``/``.json``/``.parquet`` file (``data.path``)."""
     return DatasetTask(
         path,
+        format=format,
         prompt_key=prompt_key,
         answer_key=answer_key,
         target_key=target_key,
@@ -363,8 +611,9 @@ def dataset_task(
 def math_task(
     *,
     path: str | None = None,
-    prompt_key: str = "prompt",
-    answer_key: str = "answer",
+    format: str = "auto",
+    prompt_key: str | None = None,
+    answer_key: str | None = None,
     target_key: str | None = None,
     format_reward: float = 0.0,
     timeout_seconds: int = 5,
@@ -372,6 +621,7 @@ def math_task(
     r"""Math problems from a file, answers in ``\boxed{}`` checked by math_verify."""
     return MathTask(
         path,
+        format=format,
         prompt_key=prompt_key,
         answer_key=answer_key,
         target_key=target_key,

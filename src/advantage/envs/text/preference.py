@@ -12,8 +12,12 @@ the ranking itself.
 
 Files (:func:`load_preferences`): ``.jsonl``, ``.json`` (a list of objects) or ``.parquet``, one comparison
 per row, either pairwise (``prompt``, ``chosen``, ``rejected``) or K-wise (``prompt``, ``responses``: a list
-of K ≥ 2 strings ranked best first); the two kinds may be mixed. Other columns go to ``meta``. Every
-problem is a :class:`~advantage.errors.ConfigError` naming the file and the row or line.
+of K ≥ 2 strings ranked best first); the two kinds may be mixed. TRL's layouts are read as they are: the
+prompt a string or a list of chat messages (a :class:`~advantage.envs.text.core.ChatPrompt`), ``chosen`` /
+``rejected`` strings or lists of messages (their assistant turns are the responses), and the implicit-prompt
+form without a ``prompt`` column (two whole conversations that share every message but the last). Keys may
+be dotted for nested objects. Other columns go to ``meta``. Every problem is a
+:class:`~advantage.errors.ConfigError` naming the file and the row or line.
 
 The ``synthetic`` task (:class:`SyntheticPreferenceTask`):
 
@@ -50,8 +54,16 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from advantage.envs.text.core import alphabet_of, check_int, sample_problems
-from advantage.envs.text.datasets import SUFFIXES, _DiskTask, _read_rows, _text
+from advantage.envs.text.core import ChatPrompt, alphabet_of, check_int, sample_problems
+from advantage.envs.text.datasets import (
+    SUFFIXES,
+    _DiskTask,
+    _lookup,
+    _prompt,
+    _read_rows,
+    _response,
+    chat_messages,
+)
 from advantage.errors import ConfigError
 
 _MAX_REDRAWS = 1000
@@ -72,11 +84,12 @@ __all__ = [
 @dataclass(frozen=True)
 class PreferenceExample:
     """A prompt and its responses, ranked **best first** (K ≥ 2); ``meta`` holds the file's other
-    columns, or the synthetic task's ``hidden_scores``."""
+    columns, or the synthetic task's ``hidden_scores``; ``origin`` names the file and row it came from."""
 
     prompt: str
     responses: tuple[str, ...]
     meta: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    origin: str = field(default="", compare=False)  # "<file> row <i>" for rows read from a file
 
     @property
     def chosen(self) -> str:
@@ -124,8 +137,8 @@ def load_preferences(
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping):
             raise ConfigError(f"{p}: row {i} must be an object, got {type(row).__name__}")
-        prompt = _text(p, i, row, prompt_key, numbers_ok=False)
         if responses_key in row:
+            prompt = _prompt(p, i, row, prompt_key)
             used = {prompt_key, responses_key}
             value = row[responses_key]
             if not isinstance(value, list | tuple) or not all(isinstance(r, str) for r in value):
@@ -147,10 +160,7 @@ def load_preferences(
                     f"{rejected_key!r} columns (columns present: {cols})"
                 )
             used = {prompt_key, chosen_key, rejected_key}
-            responses = (
-                _text(p, i, row, chosen_key, numbers_ok=False),
-                _text(p, i, row, rejected_key, numbers_ok=False),
-            )
+            prompt, responses = _pair(p, i, row, prompt_key, chosen_key, rejected_key)
         seen: dict[str, int] = {}
         for k, r in enumerate(responses):
             if r in seen:
@@ -162,8 +172,32 @@ def load_preferences(
                 raise ConfigError(f"{p}: row {i}: {what}; a comparison needs different responses")
             seen[r] = k
         meta = {k: v for k, v in row.items() if k not in used}
-        out.append(PreferenceExample(prompt=prompt, responses=responses, meta=meta))
+        out.append(PreferenceExample(prompt=prompt, responses=responses, meta=meta, origin=f"{p} row {i}"))
     return out
+
+
+def _pair(
+    p: Path, i: int, row: Mapping[str, Any], prompt_key: str, chosen_key: str, rejected_key: str
+) -> tuple[str, tuple[str, str]]:
+    """``(prompt, (chosen, rejected))`` of a pairwise row in TRL's formats: standard (strings) or
+    conversational (lists of messages, the responses' assistant turns); with no prompt column, the
+    implicit-prompt form: chosen and rejected are whole conversations sharing every message but the last
+    (the prompt), whose last message is the response."""
+    chosen, rejected = _lookup(p, i, row, chosen_key), _lookup(p, i, row, rejected_key)
+    if prompt_key not in row and chat_messages(chosen) is not None and chat_messages(rejected) is not None:
+        c, r = chat_messages(chosen), chat_messages(rejected)
+        assert c is not None and r is not None
+        if len(c) < 2 or c[:-1] != r[:-1] or c[-1]["role"] != "assistant" or r[-1]["role"] != "assistant":
+            raise ConfigError(
+                f"{p}: row {i} has no column {prompt_key!r}, and {chosen_key!r} and {rejected_key!r} are "
+                "not two conversations that share their prompt messages and end in an assistant message"
+            )
+        return ChatPrompt(c[:-1]), (c[-1]["content"], r[-1]["content"])
+    prompt = _prompt(p, i, row, prompt_key)
+    return prompt, (
+        _response(p, i, row, chosen_key, numbers_ok=False),
+        _response(p, i, row, rejected_key, numbers_ok=False),
+    )
 
 
 def _short(text: str, limit: int = 40) -> str:
