@@ -1,5 +1,6 @@
-"""DAPO's dynamic sampling: which groups it drops. One exact "all equal" test (max == min per group, from
-:func:`advantage.math.constant_groups`) and, by default, correctness before reward shaping."""
+"""DAPO (SPEC L8): which groups dynamic sampling drops (one exact "all equal" test, max == min per group,
+from :func:`advantage.math.constant_groups`; by default correctness before reward shaping), and overlong
+filtering (a truncated response contributes exactly zero gradient)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import advantage
 from advantage.algos.llm import grpo
 from advantage.envs.text import Reward, make_task
 from advantage.errors import ConfigError
-from test_grpo import TINY
+from test_grpo import TINY, coin_task  # noqa: F401  (a fixture)
 
 
 class ConstantTask:
@@ -103,3 +104,53 @@ def test_dynamic_sampling_on_is_validated():
         advantage.train(
             "grpo", quiet=True, **{**{k: v for k, v in TINY.items() if k != "data.digits"}, **over}
         )
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"preset": "grpo"},  # seq_mean_token_mean, k3 KL to the reference in the loss
+        {"preset": "gspo"},  # the sequence-level ratio: a mean over each response's tokens
+        {"preset": "dr_grpo"},  # seq_mean_token_sum_norm: sums over a fixed length
+        {"preset": "dapo", "algorithm.dynamic_sampling": False, "worker.actor.micro_batch_size": 3},
+    ],
+    ids=["grpo", "gspo", "dr_grpo", "dapo_micro"],
+)
+@pytest.mark.usefixtures("coin_task")
+def test_overlong_filter_gives_truncated_responses_exactly_zero_gradient(tmp_path, monkeypatch, over):
+    """With algorithm.overlong_filter, d loss / d log π of every token of a truncated response is exactly
+    0 in every micro-batch (so nothing of it reaches the weights), while the other responses do move
+    (the parity reward of the coin task gives them non-zero advantages)."""
+    seen_rows = []
+    rows_logprobs, loss_fn = grpo.rows_logprobs, grpo.grpo_loss
+
+    def spy_rows(model, gen, rows, temperature):
+        seen_rows.append((gen.truncated[rows].clone(), rows.clone()))
+        return rows_logprobs(model, gen, rows, temperature)
+
+    grads = []
+
+    def spy_loss(logp, *args, **kwargs):
+        loss, metrics = loss_fn(logp, *args, **kwargs)
+        (g,) = torch.autograd.grad(loss, logp, retain_graph=True)
+        grads.append((g, seen_rows[-1][0]))
+        return loss, metrics
+
+    monkeypatch.setattr(grpo, "rows_logprobs", spy_rows)
+    monkeypatch.setattr(grpo, "grpo_loss", spy_loss)
+    cfg = {
+        **{k: v for k, v in TINY.items() if k != "data.digits"},
+        "data.task": "coin",
+        "trainer.run_dir": str(tmp_path / "run"),
+        "data.max_response_length": 4,
+        "algorithm.overlong_filter": True,
+        "trainer.total_steps": 2,
+        **over,
+    }
+    advantage.train("grpo", quiet=True, **cfg)
+    assert grads
+    truncated = torch.cat([t for _, t in grads])
+    assert truncated.any() and not truncated.all()  # both kinds were in the loss
+    for g, t in grads:
+        assert (g[t] == 0).all()  # exactly zero, not small
+    assert any(bool((g[~t] != 0).any()) for g, t in grads)
