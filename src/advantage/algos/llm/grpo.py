@@ -324,6 +324,39 @@ def shape_rewards(
 
 
 # ----------------------------------------------------------------------------------------------------
+# Hard-example mining
+
+
+def hard_example_weights(passes: Tensor, tries: Tensor, floor: float) -> Tensor:
+    r"""``algorithm.curriculum=hard``'s sampling weight of every training prompt, ``[N]``:
+
+    .. math::
+        w_i = 1 - \frac{\text{passes}_i}{\text{tries}_i} + \text{floor}
+
+    ``passes`` counts the correct samples of a prompt so far and ``tries`` all its samples; a prompt not
+    tried yet has pass rate 0 (it counts as hard). ``floor`` keeps solved prompts in the draw."""
+    rate = torch.where(tries > 0, passes / tries.clamp(min=1), torch.zeros_like(tries))
+    return 1.0 - rate + floor
+
+
+def sample_hard_prompts(
+    passes: Tensor, tries: Tensor, n: int, floor: float, generator: torch.Generator
+) -> list[int]:
+    r"""``n`` distinct prompts by :func:`hard_example_weights`: drawn one after another, each with
+    probability proportional to its weight among the prompts not drawn yet (``torch.multinomial`` without
+    replacement; for n = 1, exactly :math:`w_i / \sum_j w_j`). With ``floor = 0`` a prompt solved every
+    time has weight 0; it is drawn only when fewer than n others remain, uniformly among such prompts."""
+    weights = hard_example_weights(passes, tries, floor)
+    positive = int((weights > 0).sum())
+    if positive >= n:
+        return torch.multinomial(weights, n, replacement=False, generator=generator).tolist()
+    first = torch.multinomial(weights, positive, replacement=False, generator=generator) if positive else None
+    solved = (weights <= 0).nonzero().squeeze(-1)
+    rest = solved[torch.randperm(len(solved), generator=generator)[: n - positive]]
+    return (rest if first is None else torch.cat([first, rest])).tolist()
+
+
+# ----------------------------------------------------------------------------------------------------
 # Adaptive difficulty
 
 
@@ -548,9 +581,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
 
     def next_prompts(n: int) -> list[int]:
         if a.curriculum == "hard":  # hard-example mining: weight 1 - pass rate (+ floor)
-            rate = torch.where(tries > 0, passes / tries.clamp(min=1), torch.zeros_like(tries))
-            weights = 1.0 - rate + a.curriculum_floor
-            return torch.multinomial(weights, n, replacement=False, generator=pick_rng).tolist()
+            return sample_hard_prompts(passes, tries, n, a.curriculum_floor, pick_rng)
         return cursor.next(n)
 
     def ref_logprobs(gen: Any, rows: Tensor) -> Tensor:
