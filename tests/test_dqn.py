@@ -1,4 +1,5 @@
-"""DQN: bad inputs, exact resume, learning CartPole, overestimation logging, one update vs a reference."""
+"""DQN: bad inputs, exact resume, learning CartPole, the overestimation measure (exact on a known MDP), one
+update vs a reference."""
 
 import copy
 
@@ -374,3 +375,33 @@ def test_atari_preset_runs_10k_steps_of_pong_on_cpu():
     evals = [r for r in run.metrics if "eval/return_mean" in r]
     assert -21 <= evals[-1]["eval/return_mean"] <= 21  # a real Pong score, unclipped
     assert any("train/loss" in r for r in run.metrics)
+
+
+def test_the_docs_quote_the_overestimation_results_file():
+    """docs/algorithms/dqn.md quotes benchmarks/results/dqn_overestimation.json (written by
+    benchmarks/dqn_overestimation.py, 3 seeds of DQN and Double DQN on CartPole): every number, and the
+    claim that DQN's measured overestimation is above Double DQN's on every seed."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    results = json.loads((root / "benchmarks/results/dqn_overestimation.json").read_text())
+    docs = (root / "docs/algorithms/dqn.md").read_text().replace("−", "-")
+    section = docs[docs.index("What these runs show") : docs.index("## Double DQN")]
+    assert results["dqn_above_double_every_seed"] is True
+    runs, means = results["runs"], results["means"]
+    for seed in ("0", "1", "2"):
+        dqn, double = runs["dqn"][seed], runs["double_dqn"][seed]
+        assert dqn["overestimation"] > double["overestimation"]
+        pair = f"{dqn['overestimation']:+.1f} against {double['overestimation']:+.1f} (seed {seed})"
+        assert pair in section, pair
+        for run in (dqn, double):
+            assert f"{run['final_eval_return']:.1f}" in section
+    for preset in ("dqn", "double_dqn"):
+        m = means[preset]
+        for value in (f"{m['overestimation']:+.1f}", f"{m['q_predicted']:.1f}", f"{m['q_realized']:.1f}"):
+            assert value in section, value
+    seed0 = runs["dqn"]["0"]
+    assert (
+        f"predicts {seed0['q_predicted']:.1f}" in section and f"obtains {seed0['q_realized']:.1f}" in section
+    )
