@@ -54,13 +54,13 @@ def test_tabular_control_explores_with_the_scheduled_epsilon(monkeypatch, algo):
 
 def test_dqn_logs_the_epsilon_of_its_last_action():
     """One env: the update row at step s (a valid transition) carries the ε its action was chosen with,
-    ε(s − 1) = 1 − 0.9·min(s − 1, 600)/600 (exploration over half of 1,200 steps to 0.1)."""
+    ε(s − 1) = 1 − 0.9·min(s − 1, 300)/300 (exploration over half of 600 steps to 0.1)."""
     run = advantage.train(
         "dqn",
         quiet=True,
         **{
             "env.num_envs": 1,
-            "trainer.total_steps": 1200,
+            "trainer.total_steps": 600,
             "trainer.eval_every": 0,
             "trainer.eval_episodes": 1,
             "trainer.tensorboard": False,
@@ -73,7 +73,7 @@ def test_dqn_logs_the_epsilon_of_its_last_action():
         },
     )
     logged = {r["step"]: r["train/epsilon"] for r in run.metrics if "train/epsilon" in r}
-    assert sorted(logged) == list(range(200, 1201, 100))
-    hand = {s: 1.0 - 0.9 * min(s - 1, 600) / 600 for s in logged}
+    assert sorted(logged) == list(range(200, 601, 100))
+    hand = {s: 1.0 - 0.9 * min(s - 1, 300) / 300 for s in logged}
     assert logged == pytest.approx(hand, abs=1e-12)
-    assert logged[200] == pytest.approx(0.7015) and logged[700] == pytest.approx(0.1)
+    assert logged[200] == pytest.approx(0.403) and logged[400] == pytest.approx(0.1)
