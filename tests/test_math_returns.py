@@ -569,3 +569,20 @@ def test_mc_update_integer_counts():
     v, c = mc_update(values, counts, STATES, RETURNS, first_visit=False)
     close(v, t64([3.0, 4.0, 2.0]))
     assert c.tolist() == [3, 1, 1]
+
+
+@pytest.mark.parametrize("target", ["td", "mc"])
+def test_a2c_critic_targets_ignore_a_nan_value_after_termination(target):
+    """A2C's critic targets (the λ-return, or the reward-to-go bootstrapped at truncations and the rollout
+    end) read no value after a terminated step: a NaN there changes nothing."""
+    from advantage.algos.a2c import critic_targets
+
+    r, v = t64([[0.0, 0.0, 1.0]]), t64([[0.4, 0.5, 0.6]])
+    term, trunc = tbool([[False, False, True]]), tbool([[False, False, False]])
+    finite, bad = t64([[0.5, 0.6, 0.0]]), t64([[0.5, 0.6, float("nan")]])
+    out = []
+    for nv in (finite, bad):
+        adv = gae(r, v, nv, term, trunc, 0.9, 0.8)
+        out.append(critic_targets(r, v, nv, term, trunc, adv, 0.9, target))
+    assert torch.isfinite(out[1]).all()
+    close(out[1], out[0])
