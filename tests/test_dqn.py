@@ -1,4 +1,5 @@
-"""DQN: bad inputs, exact resume, learning CartPole, overestimation logging, one update vs a reference."""
+"""DQN: bad inputs, exact resume, learning CartPole, the overestimation measure (exact on a known MDP), one
+update vs a reference."""
 
 import copy
 
@@ -12,16 +13,18 @@ import advantage
 from advantage.algos.dqn import (
     DQNAlgorithm,
     DQNModel,
+    OverestimationProbe,
     QNetwork,
     clip_grad_norm,
     gradient_step,
-    strided_returns,
+    greedy_horizon,
+    greedy_returns,
     update_batches,
 )
 from advantage.algos.offpolicy_common import LeanAdam
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
 from advantage.errors import ConfigError, EnvError
-from advantage.math import double_q_target, reward_to_go, td_target
+from advantage.math import double_q_target, td_target
 
 FAST = {"trainer.tensorboard": False, "trainer.eval_episodes": 2, "trainer.eval_every": 0}
 
@@ -64,22 +67,193 @@ def test_resume_is_exact(assert_resume_exact, preset):
     assert_resume_exact("dqn", common, at=700)
 
 
-def test_overestimation_is_logged():
-    run = advantage.train(
-        "dqn",
-        quiet=True,
+# ---- overestimation (V4): max_a Q against the greedy policy's Monte Carlo return ------------------------
+
+
+class Corridor(gym.Env):
+    """A deterministic corridor of 6 cells, one-hot observations: left / stay / right; reaching cell 5
+    ends the episode with reward +1, every other step costs 0.1. Its model is known, so Q* (value
+    iteration) and the value of any greedy policy are exact."""
+
+    N, GOAL = 6, 5
+
+    def __init__(self, render_mode=None):
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (self.N,), np.float32)
+        self.action_space = gym.spaces.Discrete(3)
+        self.s = 0
+
+    def _obs(self):
+        return np.eye(self.N, dtype=np.float32)[self.s]
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.s = int(self.np_random.integers(self.GOAL))  # any cell but the goal
+        return self._obs(), {}
+
+    def step(self, action):
+        self.s = min(max(self.s + int(action) - 1, 0), self.GOAL)
+        done = self.s == self.GOAL
+        return self._obs(), 1.0 if done else -0.1, done, False, {}
+
+    @classmethod
+    def model(cls):
+        """``P [S, A, S]`` (terminal transitions dropped) and ``R [S, A]``."""
+        P, R = np.zeros((cls.N, 3, cls.N)), np.zeros((cls.N, 3))
+        for s in range(cls.GOAL):  # the goal is terminal: no transitions, no reward
+            for a in range(3):
+                nxt = min(max(s + a - 1, 0), cls.GOAL)
+                R[s, a] = 1.0 if nxt == cls.GOAL else -0.1
+                if nxt != cls.GOAL:
+                    P[s, a, nxt] = 1.0
+        return P, R
+
+
+class Opaque(Corridor):
+    """The corridor with its position in a list: a state :func:`env_state` does not save (as an
+    emulator's), so a restored copy does not step as the original."""
+
+    def __init__(self, render_mode=None):
+        super().__init__()
+        self.cell = [0]
+
+    @property
+    def s(self):
+        return self.cell[0]
+
+    @s.setter
+    def s(self, value):
+        if hasattr(self, "cell"):
+            self.cell[0] = value
+
+
+@pytest.fixture(scope="module")
+def corridor_ids():
+    for name, cls in (("Corridor", Corridor), ("OpaqueCorridor", Opaque)):
+        if f"{name}Test-v0" not in gym.registry:
+            gym.register(f"{name}Test-v0", entry_point=cls, max_episode_steps=20)
+    return "CorridorTest-v0", "OpaqueCorridorTest-v0"
+
+
+def _table_q(table: np.ndarray):
+    """Q(s, ·) = table[s] for one-hot observations, as the network is called."""
+    t = torch.as_tensor(table, dtype=torch.float32)
+    return lambda obs: obs @ t
+
+
+def _exact_greedy_value(table: np.ndarray, gamma: float, horizon: int) -> np.ndarray:
+    """V_H of the greedy policy of ``table`` from the model: H backups of its Bellman operator."""
+    P, R = Corridor.model()
+    pi = table.argmax(-1)  # torch's argmax breaks ties the same way for these tables (no ties)
+    rows = np.arange(Corridor.N)
+    v = np.zeros(Corridor.N)
+    for _ in range(horizon):
+        v = R[rows, pi] + gamma * P[rows, pi] @ v
+    return v
+
+
+def _q_star(gamma: float) -> np.ndarray:
+    P, R = Corridor.model()
+    q = np.zeros((Corridor.N, 3))
+    for _ in range(2000):  # value iteration to the fixed point (γ^2000 ≈ 0)
+        q = R + gamma * P @ q.max(-1)
+    return q
+
+
+def test_greedy_horizon_is_the_smallest_with_gamma_power_below_tolerance():
+    assert greedy_horizon(0.99, 1e-3) == 688  # 0.99^687 = 1.0009e-3, 0.99^688 = 0.9991e-3
+    assert greedy_horizon(0.5, 0.25) == 2  # exactly 0.25 is enough
+    assert greedy_horizon(0.9, 0.5) == 7
+    assert greedy_horizon(0.0, 1e-3) == 1
+    for g, tol in ((0.99, 1e-3), (0.9, 0.5), (0.95, 1e-6)):
+        h = greedy_horizon(g, tol)
+        assert g**h <= tol < g ** (h - 1)
+    with pytest.raises(ValueError, match="gamma < 1"):
+        greedy_horizon(1.0, 1e-3)
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.6, 2.0])
+def test_greedy_returns_give_the_exact_gap_on_a_known_mdp(corridor_ids, noise):
+    """From every non-terminal cell, restored from a saved state: the measured gap max_a Q − Ĝ of a given
+    Q equals the exact gap max_a Q − V_H^{π_Q} from the model, for Q* (gap 0: V* = max Q*) and for Q*
+    plus noise (a greedy policy that may wander, or stay forever)."""
+    from advantage.envs import env_state
+
+    gamma = 0.9
+    H = greedy_horizon(gamma, 1e-3)
+    table = _q_star(gamma) + noise * np.random.default_rng(1).normal(size=(Corridor.N, 3))
+    table[Corridor.GOAL] = 0.0
+    envs = [gym.make(corridor_ids[0]) for _ in range(Corridor.GOAL)]
+    states, obs = [], []
+    for s, env in enumerate(envs):
+        env.reset(seed=s)
+        env.unwrapped.s = s
+        states.append(env_state(env))
+        obs.append(env.unwrapped._obs())
+        env.unwrapped.s = 0  # the rollout must start from the saved state, not the env's current one
+    realized = greedy_returns(_table_q(table), envs, states, np.stack(obs), gamma, H)
+    exact = _exact_greedy_value(table, gamma, H)[: Corridor.GOAL]
+    np.testing.assert_allclose(realized, exact, rtol=0, atol=1e-12)
+    predicted = table[: Corridor.GOAL].max(-1)
+    if noise == 0.0:  # Q*: no gap at all
+        np.testing.assert_allclose(predicted - realized, 0.0, atol=1e-12)
+    else:
+        assert np.abs(predicted - realized).max() > 0.1  # the noise makes a gap the test can see
+
+
+def test_the_probe_measures_the_exact_gap_at_the_states_it_samples(corridor_ids):
+    """OverestimationProbe end to end (ε-greedy episodes, snapshots every stride-th step, restore, greedy
+    rollouts) on the corridor: its means equal the model's at the states it sampled."""
+    from advantage.config import VecEnvConfig
+
+    gamma = 0.9
+    table = _q_star(gamma) + 0.6 * np.random.default_rng(1).normal(size=(Corridor.N, 3))
+    table[Corridor.GOAL] = 0.0
+    probe = OverestimationProbe(VecEnvConfig(id=corridor_ids[0]), 7, gamma, 1e-3)
+    assert probe.horizon == 66 and probe.limit == 20 and probe.stride == 3
+    q = _table_q(table)
+    m = probe.measure(q, 0.5, seed=3)
+    obs, _ = probe.sample_states(q, 0.5, seed=3)
+    cells = obs.argmax(-1)
+    assert len(cells) == 7 and len(set(cells.tolist())) > 1
+    exact = _exact_greedy_value(table, gamma, probe.horizon)
+    assert m["train/q_realized"] == pytest.approx(exact[cells].mean(), abs=1e-12)
+    assert m["train/q_predicted"] == pytest.approx(table[cells].max(-1).mean(), abs=1e-6)  # float32 Q
+    assert m["train/overestimation"] == pytest.approx(m["train/q_predicted"] - m["train/q_realized"])
+    probe.close()
+
+
+def test_an_env_whose_state_cannot_be_saved_is_refused(corridor_ids):
+    from advantage.config import VecEnvConfig
+
+    with pytest.raises(EnvError, match="algorithm.overestimation_every: a copy of OpaqueCorridorTest-v0"):
+        OverestimationProbe(VecEnvConfig(id=corridor_ids[1]), 4, 0.9, 1e-3)
+    with pytest.raises(ConfigError, match="algorithm.overestimation_every=10000 with algorithm.gamma=1.0"):
+        advantage.train("dqn", quiet=True, **{"algorithm.gamma": 1.0})
+
+
+def test_overestimation_is_measured_without_changing_training():
+    """A short CartPole run: the measurement rows appear every overestimation_every steps, the realized
+    returns are those of CartPole (1 per step, at most (1 − γ^H)/(1 − γ)), and the run trains exactly as
+    with the measurement off (the probe has its own environments and generator)."""
+    over = {
         **FAST,
-        **{
-            "trainer.total_steps": 3000,
-            "algorithm.learning_starts": 500,
-            "algorithm.train_freq": 256,
-            "algorithm.gradient_steps": 8,
-        },
-    )
-    rows = [r for r in run.metrics if "train/overestimation" in r]
-    assert rows
-    r = rows[-1]
-    assert r["train/overestimation"] == pytest.approx(r["train/q_predicted"] - r["train/q_realized"])
+        "trainer.total_steps": 2000,
+        "algorithm.learning_starts": 500,
+        "algorithm.train_freq": 256,
+        "algorithm.gradient_steps": 8,
+        "algorithm.overestimation_states": 8,
+    }
+    on = advantage.train("dqn", quiet=True, **over, **{"algorithm.overestimation_every": 600})
+    off = advantage.train("dqn", quiet=True, **over, **{"algorithm.overestimation_every": 0})
+    rows = [r for r in on.metrics if "train/overestimation" in r]
+    assert [r["step"] // 600 for r in rows] == [1, 2, 3]
+    ceiling = (1 - 0.99**688) / (1 - 0.99)
+    for r in rows:
+        assert 1.0 <= r["train/q_realized"] <= ceiling
+        assert r["train/overestimation"] == pytest.approx(r["train/q_predicted"] - r["train/q_realized"])
+    assert not any("train/overestimation" in r for r in off.metrics)
+    losses = [[r["train/loss"] for r in run.metrics if "train/loss" in r] for run in (on, off)]
+    assert losses[0] == losses[1]
 
 
 @pytest.mark.parametrize(
@@ -139,13 +313,6 @@ def test_clip_grad_norm_is_torchs_arithmetic():
         torch.nn.utils.clip_grad_norm_(theirs, 1.0)
         clip_grad_norm(params, 1.0)
         assert all(torch.equal(p.grad, t.grad) for p, t in zip(params, theirs, strict=True))
-
-
-@pytest.mark.parametrize("length", [1, 7, 8, 9, 500])
-def test_strided_returns_are_every_strideth_reward_to_go(length):
-    rewards = np.random.default_rng(length).normal(size=length)
-    want = reward_to_go(torch.tensor(rewards), 0.99).numpy()[::8]
-    np.testing.assert_allclose(strided_returns(list(rewards), 0.99, 8), want, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.slow
@@ -208,3 +375,33 @@ def test_atari_preset_runs_10k_steps_of_pong_on_cpu():
     evals = [r for r in run.metrics if "eval/return_mean" in r]
     assert -21 <= evals[-1]["eval/return_mean"] <= 21  # a real Pong score, unclipped
     assert any("train/loss" in r for r in run.metrics)
+
+
+def test_the_docs_quote_the_overestimation_results_file():
+    """docs/algorithms/dqn.md quotes benchmarks/results/dqn_overestimation.json (written by
+    benchmarks/dqn_overestimation.py, 3 seeds of DQN and Double DQN on CartPole): every number, and the
+    claim that DQN's measured overestimation is above Double DQN's on every seed."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    results = json.loads((root / "benchmarks/results/dqn_overestimation.json").read_text())
+    docs = (root / "docs/algorithms/dqn.md").read_text().replace("−", "-")
+    section = docs[docs.index("What these runs show") : docs.index("## Double DQN")]
+    assert results["dqn_above_double_every_seed"] is True
+    runs, means = results["runs"], results["means"]
+    for seed in ("0", "1", "2"):
+        dqn, double = runs["dqn"][seed], runs["double_dqn"][seed]
+        assert dqn["overestimation"] > double["overestimation"]
+        pair = f"{dqn['overestimation']:+.1f} against {double['overestimation']:+.1f} (seed {seed})"
+        assert pair in section, pair
+        for run in (dqn, double):
+            assert f"{run['final_eval_return']:.1f}" in section
+    for preset in ("dqn", "double_dqn"):
+        m = means[preset]
+        for value in (f"{m['overestimation']:+.1f}", f"{m['q_predicted']:.1f}", f"{m['q_realized']:.1f}"):
+            assert value in section, value
+    seed0 = runs["dqn"]["0"]
+    assert (
+        f"predicts {seed0['q_predicted']:.1f}" in section and f"obtains {seed0['q_realized']:.1f}" in section
+    )

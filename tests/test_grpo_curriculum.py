@@ -1,6 +1,8 @@
-"""GRPO adaptive difficulty (``algorithm.adaptive_difficulty``): the thresholds on a hand-made sequence, the
-rows each easy / medium / hard prompt puts in the loss and their advantages, the combinations with process
-supervision and dynamic sampling, the config errors and exact resume."""
+"""GRPO curriculum (SPEC L12). Adaptive difficulty (``algorithm.adaptive_difficulty``): the thresholds on a
+hand-made sequence and the direction they move in, the rows each easy / medium / hard prompt puts in the
+loss and their advantages, the combinations with process supervision and dynamic sampling, the config
+errors and exact resume. Hard-example mining (``algorithm.curriculum=hard``): the weights, the draw
+frequencies within binomial bounds, and the pass rates tracked in training."""
 
 from __future__ import annotations
 
@@ -324,3 +326,118 @@ def test_resume_is_exact(tmp_path, coins, rewound):
     logged = [{k: r[k] for k in keys} for r in straight.metrics if keys[0] in r]
     again = [{k: r[k] for k in keys} for r in resumed.metrics if keys[0] in r]
     assert len(logged) == 4 and again[-2:] == logged[-2:]  # the thresholds came back with the checkpoint
+
+
+# ---- the direction adaptive difficulty moves in ------------------------------------------------------------
+
+
+def test_thresholds_follow_the_difficulties_up_and_down_without_overshooting():
+    """As the model improves (the prompts' mean rewards rise) both thresholds rise, each step a fraction α
+    of the way to the step's quantile and never past it; as it gets worse they fall. A prompt is judged
+    against the model of the moment."""
+    a = grpo.GRPOAlgorithm(hard_quantile=0.25, easy_quantile=0.75, difficulty_rate=0.2)
+    g = torch.Generator().manual_seed(0)
+    tau = torch.full((2,), math.nan, dtype=torch.float64)
+    history = []
+    level = [0.1 + 0.8 * t / 39 for t in range(40)] + [0.9 - 0.8 * t / 39 for t in range(40)]
+    for p in level:  # 16 prompts, mean reward of 8 samples each at success rate p
+        d = torch.binomial(torch.full((16,), 8.0), torch.full((16,), p), generator=g) / 8
+        q = torch.quantile(d.double(), torch.tensor([0.25, 0.75], dtype=torch.float64))
+        new = grpo.difficulty_thresholds(tau, d, a)
+        if not bool(tau.isnan().any()):
+            lo, hi = torch.minimum(tau, q), torch.maximum(tau, q)
+            assert bool(((new >= lo - 1e-12) & (new <= hi + 1e-12)).all())  # towards q, not past it
+        tau = new
+        history.append(tau.clone())
+    up, down = torch.stack(history[:40]), torch.stack(history[40:])
+    assert bool((up[-1] > up[0] + 0.5).all()) and bool((down[-1] < down[0] - 0.5).all())
+    assert bool((up[-1, 0] <= up[-1, 1]) & (down[-1, 0] <= down[-1, 1]))  # τ_hard <= τ_easy throughout
+    # Relative to the model: a prompt solved half the time is easy for the weak model of the start and
+    # hard for the strong one at the top; so it gets fewer samples at first and more later.
+    assert [bool(x) for x in grpo.split_by_difficulty(torch.tensor([0.5]), history[0])] == [True, False]
+    assert [bool(x) for x in grpo.split_by_difficulty(torch.tensor([0.5]), history[39])] == [False, True]
+
+
+# ---- hard-example mining (algorithm.curriculum=hard) -------------------------------------------------------
+
+
+def test_hard_example_weights_hand_values():
+    passes, tries = torch.tensor([0.0, 3.0, 4.0, 1.0, 0.0]), torch.tensor([0.0, 4.0, 4.0, 4.0, 4.0])
+    w = grpo.hard_example_weights(passes, tries, 0.1)
+    assert w.tolist() == pytest.approx([1.1, 0.35, 0.1, 0.85, 1.1])  # unseen counts as never solved
+
+
+def _inclusion(w: list[float], n: int) -> list[float]:
+    """Exact inclusion probabilities of n draws without replacement, each ∝ weight among the rest."""
+    import itertools
+
+    out = [0.0] * len(w)
+    for order in itertools.permutations(range(len(w)), n):
+        p, left = 1.0, sum(w)
+        for i in order:
+            p *= w[i] / left
+            left -= w[i]
+        for i in order:
+            out[i] += p
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_hard_prompts_are_drawn_as_often_as_their_weights_say(n):
+    """3,000 draws: each prompt's count within 4.5 binomial standard deviations of M·π, π its exact
+    inclusion probability (for n = 1, w / Σw = (1 − pass rate + floor) / Σ)."""
+    passes = torch.tensor([0.0, 8.0, 2.0, 6.0, 4.0, 1.0])
+    tries = torch.tensor([8.0, 8.0, 8.0, 8.0, 8.0, 0.0])
+    w = grpo.hard_example_weights(passes, tries, 0.1)
+    pi = torch.tensor(_inclusion(w.tolist(), n), dtype=torch.float64)
+    if n == 1:
+        torch.testing.assert_close(pi, (w / w.sum()).double())
+    g = torch.Generator().manual_seed(0)
+    M = 3_000
+    counts = torch.zeros(6, dtype=torch.float64)
+    for _ in range(M):
+        picked = grpo.sample_hard_prompts(passes, tries, n, 0.1, g)
+        assert len(set(picked)) == n
+        counts[picked] += 1
+    sd = (M * pi * (1 - pi)).sqrt()
+    assert bool(((counts - M * pi).abs() <= 4.5 * sd).all()), (counts / M, pi)
+    assert counts[0] > 5 * counts[1]  # never solved vs always solved: 1.1 vs 0.1
+
+
+def test_with_no_floor_solved_prompts_are_drawn_only_when_needed():
+    g = torch.Generator().manual_seed(0)
+    tries = torch.full((5,), 4.0)
+    solved = torch.tensor([4.0, 4.0, 0.0, 4.0, 4.0])  # only prompt 2 is ever failed
+    for _ in range(50):
+        picked = grpo.sample_hard_prompts(solved, tries, 3, 0.0, g)
+        assert len(set(picked)) == 3 and picked[0] == 2
+    all_solved = grpo.sample_hard_prompts(torch.full((5,), 4.0), tries, 3, 0.0, g)  # weights all 0
+    assert len(set(all_solved)) == 3
+
+
+def test_pass_rates_tracked_in_training_are_what_the_verifier_said(tmp_path, coins, monkeypatch):
+    """curriculum=hard end to end: the pass counts the sampler is given grow, prompt by prompt, by the
+    correct samples the verifier reported for the prompts drawn in the step before."""
+    draws, verdicts = [], []
+    sample, score = grpo.sample_hard_prompts, grpo.score
+
+    def sample_spy(passes, tries, n, floor, generator):
+        picked = sample(passes, tries, n, floor, generator)
+        draws.append((passes.clone(), tries.clone(), picked))
+        return picked
+
+    def score_spy(policy, exs, texts, G):
+        rewards, correct = score(policy, exs, texts, G)
+        verdicts.append(correct.view(-1, G).sum(-1).float())
+        return rewards, correct
+
+    monkeypatch.setattr(grpo, "sample_hard_prompts", sample_spy)
+    monkeypatch.setattr(grpo, "score", score_spy)
+    _train(tmp_path, **{"data.task": "coin", "algorithm.curriculum": "hard", "trainer.total_steps": 4})
+    assert len(draws) == 4 and len(verdicts) == 4
+    assert draws[0][1].sum() == 0  # nothing tried yet: every weight is 1 + floor
+    for (passes, tries, picked), right, (passes2, tries2, _) in zip(draws, verdicts, draws[1:], strict=False):
+        want_p, want_t = passes.clone(), tries.clone()
+        want_p[picked] += right
+        want_t[picked] += G
+        assert torch.equal(passes2, want_p) and torch.equal(tries2, want_t)

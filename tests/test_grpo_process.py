@@ -150,7 +150,12 @@ def test_process_supervision_learns_from_equal_outcomes(tmp_path, coins, monkeyp
         return loss(logp, old, ref, adv, mask, *args, **kwargs)
 
     monkeypatch.setattr(grpo, "grpo_loss", spy)
-    over = {"data.task": "digit_coin", "algorithm.supervision": "process", "algorithm.dynamic_sampling": True}
+    over = {
+        "data.task": "digit_coin",
+        "algorithm.supervision": "process",
+        "algorithm.dynamic_sampling": True,
+        "algorithm.dynamic_sampling_on": "reward",  # by correctness an all-wrong group is dropped
+    }
     run = _train(tmp_path, "run", **over)
     rows = [r for r in run.metrics if "train/rollout/prompts" in r]
     assert rows and all("train/skipped" not in r for r in rows)  # outcomes all 0, steps still differ

@@ -17,6 +17,7 @@ from advantage.math import (
     POLICY_LOSSES,
     aggregate,
     batch_std,
+    constant_groups,
     dr_grpo,
     grpo,
     gspo,
@@ -75,6 +76,36 @@ def test_zero_std_groups_are_exactly_zero_and_finite(name):
     close(m["zero_std_frac"], 2.0 / 3.0)
     adv32, _ = GROUP_ADVANTAGES[name](torch.full((4,), 0.1, dtype=torch.float32), group_size=2)
     assert (adv32 == 0).all()
+
+
+# Equal float32 rewards whose mean is inexact: the population std of one such group is ~1e-8, not 0
+# (format_reward=0.1 with every answer wrong but well formatted; G=6 at 0.3; G=16 at 0.05).
+EQUAL_INEXACT = [(0.1, 8), (0.3, 6), (0.05, 16)]
+
+
+@pytest.mark.parametrize(("value", "G"), EQUAL_INEXACT)
+def test_constant_groups_is_exact_where_the_std_is_not(value, G):
+    one = torch.full((G,), value)  # float32, one group
+    assert float(one.view(-1, G).std(-1, unbiased=False)) > 0  # why a std test cannot decide this
+    assert constant_groups(one, G).tolist() == [True]
+    mixed = torch.cat([one, torch.full((G,), value).index_fill(0, torch.tensor([G - 1]), 0.0)])
+    assert constant_groups(mixed, G).tolist() == [True, False]
+    # The advantages use the same test: exactly 0 there, and counted as zero-std.
+    for name, fn in GROUP_ADVANTAGES.items():
+        adv, m = fn(one, G)
+        assert (adv == 0).all(), name
+        assert float(m["zero_std_frac"]) == 1.0, name
+
+
+def test_constant_groups_on_correctness_nan_and_errors():
+    correct = torch.tensor([True, True, True, True, False, False, True, False])
+    assert constant_groups(correct, 4).tolist() == [True, False]
+    assert constant_groups(t64([NAN, NAN, 1.0, 1.0]), 2).tolist() == [False, True]
+    assert constant_groups(t64([3.0, 4.0]), 1).tolist() == [True, True]
+    with pytest.raises(ValueError, match="batch size 5 and group_size 2"):
+        constant_groups(t64([1.0] * 5), 2)
+    with pytest.raises(ValueError, match="values must be 1-D"):
+        constant_groups(torch.zeros(2, 2), 2)
 
 
 @pytest.mark.parametrize("name", sorted(GROUP_ADVANTAGES))

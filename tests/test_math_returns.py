@@ -160,6 +160,57 @@ def test_gae_worked_table_ignores_next_value_after_termination():
     close(adv, t64([0.28616, 0.328, 0.4]))
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_gae_inf_or_nan_next_value_at_a_terminal_step_is_never_read(bad):
+    """The issue's example: the value after a terminated step is 0 by definition, so an inf/NaN placed
+    there (a diverged critic, a placeholder) must not turn the row into NaN; nor may it cross into the
+    previous episode of the same row."""
+    adv = gae(
+        t64([0.0, 0.0, 1.0]),
+        t64([0.4, 0.5, 0.6]),
+        t64([0.5, 0.6, bad]),
+        tbool([False, False, True]),
+        tbool([False, False, False]),
+        gamma=0.9,
+        lam=0.8,
+    )
+    close(adv, t64([0.28616, 0.328, 0.4]))
+    # Two episodes in a row: the first ends terminated with a bad next value at step 1; the second's
+    # advantages come after it and must not leak back either.
+    two = gae(
+        t64([0.0, 1.0, 0.0, 0.0, 1.0]),
+        t64([0.4, 0.6, 0.4, 0.5, 0.6]),
+        t64([0.6, bad, 0.5, 0.6, bad]),
+        tbool([False, True, False, False, True]),
+        tbool([False, False, False, False, False]),
+        gamma=0.9,
+        lam=0.8,
+    )
+    assert torch.isfinite(two).all()
+    close(two[2:], t64([0.28616, 0.328, 0.4]))
+    close(two[1], t64(0.4))
+    close(two[0], t64(0.9 * 0.6 - 0.4 + 0.9 * 0.8 * 0.4))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize(
+    ("n", "expect"),
+    [(1, [0.9 * 0.5, 0.9 * 0.6, 1.0]), (2, [0.81 * 0.6, 0.9, 1.0]), (3, [0.81, 0.9, 1.0])],
+)
+def test_n_step_inf_or_nan_next_value_at_a_terminal_step_is_never_read(bad, n, expect):
+    r = t64([0.0, 0.0, 1.0])
+    term, trunc = tbool([False, False, True]), tbool([False, False, False])
+    close(n_step_returns(r, t64([0.5, 0.6, bad]), term, trunc, 0.9, n), t64(expect))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_reward_to_go_inf_or_nan_bootstrap_after_a_done_step_is_never_read(bad):
+    close(reward_to_go(t64([1.0, 1.0]), 0.5, tbool([False, True]), bootstrap=t64(bad)), t64([1.5, 1.0]))
+    # The bootstrap is read where the row's last step is not done; it must stop at the episode end.
+    row = reward_to_go(t64([1.0, 2.0, 1.0]), 0.5, tbool([True, False, False]), bootstrap=t64(bad))
+    assert float(row[0]) == 1.0 and not torch.isfinite(row[1:]).any()
+
+
 def test_gae_lambda_zero_is_td_error():
     gen = torch.Generator().manual_seed(0)
     r, v, nv, term, trunc = random_row(gen, 12, consistent=False)
@@ -518,3 +569,20 @@ def test_mc_update_integer_counts():
     v, c = mc_update(values, counts, STATES, RETURNS, first_visit=False)
     close(v, t64([3.0, 4.0, 2.0]))
     assert c.tolist() == [3, 1, 1]
+
+
+@pytest.mark.parametrize("target", ["td", "mc"])
+def test_a2c_critic_targets_ignore_a_nan_value_after_termination(target):
+    """A2C's critic targets (the λ-return, or the reward-to-go bootstrapped at truncations and the rollout
+    end) read no value after a terminated step: a NaN there changes nothing."""
+    from advantage.algos.a2c import critic_targets
+
+    r, v = t64([[0.0, 0.0, 1.0]]), t64([[0.4, 0.5, 0.6]])
+    term, trunc = tbool([[False, False, True]]), tbool([[False, False, False]])
+    finite, bad = t64([[0.5, 0.6, 0.0]]), t64([[0.5, 0.6, float("nan")]])
+    out = []
+    for nv in (finite, bad):
+        adv = gae(r, v, nv, term, trunc, 0.9, 0.8)
+        out.append(critic_targets(r, v, nv, term, trunc, adv, 0.9, target))
+    assert torch.isfinite(out[1]).all()
+    close(out[1], out[0])

@@ -25,9 +25,15 @@ Implementation details:
 5. Huber (smooth L1) or MSE TD loss; prioritized replay weights the per-sample loss by its importance
    weight and feeds ``|δ|`` back as the new priority (so each batch is drawn after the previous step's
    priorities are in).
-6. Overestimation made visible: for the states of the most recent finished training episodes, the mean
-   predicted ``max_a Q(s, a)`` is logged next to the discounted return actually obtained from those
-   states (``train/q_predicted``, ``train/q_realized``, ``train/overestimation``).
+6. Overestimation made visible (SPEC V4, :class:`OverestimationProbe`): every
+   ``overestimation_every`` environment steps, ``overestimation_states`` states are sampled from
+   episodes of the current ε-greedy policy in an environment of its own, each saved with
+   :func:`advantage.envs.env_state`; from each, restored into a fresh copy, the *greedy* policy of Q is
+   rolled out to termination or to the horizon H with γ^H ≤ ``overestimation_tolerance`` (a time limit
+   does not stop it: a truncation bootstraps in the targets, so Q values the untruncated task). The mean
+   ``max_a Q(s, a)`` over those states (``train/q_predicted``) is logged next to the mean discounted
+   return of the greedy rollouts (``train/q_realized``) and their difference (``train/overestimation``).
+   Training is untouched: the probe has its own environments and random generator.
 7. On CPU a small network's gradient step costs mostly per-call overhead, not arithmetic: the optimizer
    is :class:`~advantage.algos.offpolicy_common.LeanAdam` (fused Adam without the optimizer's Python
    layers), the gradient-norm clip is two fused kernels, and the loss is read back once per step (the
@@ -37,8 +43,7 @@ Implementation details:
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,15 +56,13 @@ from advantage.algos.offpolicy_common import LeanAdam
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
 from advantage.context import RunContext, Snapshot
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
-from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
+from advantage.envs import describe_space, env_state, make_env, make_vec_env, set_env_state
 from advantage.errors import EnvError, NonFiniteError
-from advantage.math import double_q_target, dueling_combine, polyak_update, reward_to_go, td_target
+from advantage.math import double_q_target, dueling_combine, polyak_update, td_target
 from advantage.nn import mlp
 from advantage.nn.lean import clip_grad_norm
 from advantage.registry import Algorithm, register
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
-
-OBS_STRIDE = 8  # overestimation is measured on every 8th state of recent episodes
 
 
 @dataclass
@@ -85,15 +88,36 @@ class DQNAlgorithm:
     prioritized: bool = option(False, "proportional prioritized replay (Schaul et al. 2016)")
     per_alpha: float = option(0.6, "prioritized replay: priority exponent α", lo=0, hi=1)
     per_beta_start: float = option(0.4, "prioritized replay: initial importance exponent β", lo=0, hi=1)
-    overestimation_episodes: int = option(10, "recent episodes whose states measure overestimation", lo=1)
+    overestimation_every: int = option(
+        10_000,
+        "environment steps between overestimation measurements: max_a Q against greedy Monte Carlo "
+        "rollouts from sampled states (0: off)",
+        lo=0,
+    )
+    overestimation_states: int = option(32, "states sampled per overestimation measurement", lo=1)
+    overestimation_tolerance: float = option(
+        1e-3,
+        "greedy rollouts stop at termination or at the horizon H, the smallest with γ^H <= this",
+        lo=0,
+        hi=1,
+        lo_open=True,
+        hi_open=True,
+    )
 
     def problems(self) -> list[str]:
+        out = []
         if self.epsilon_end > self.epsilon_start:
-            return [
+            out.append(
                 f"algorithm.epsilon_end ({self.epsilon_end}) must be <= algorithm.epsilon_start "
                 f"({self.epsilon_start})"
-            ]
-        return []
+            )
+        if self.overestimation_every > 0 and self.gamma >= 1:
+            out.append(
+                f"algorithm.overestimation_every={self.overestimation_every} with algorithm.gamma="
+                f"{self.gamma}: the greedy rollouts stop at the horizon where γ^H <= "
+                "overestimation_tolerance, which needs gamma < 1; set overestimation_every=0"
+            )
+        return out
 
 
 @dataclass
@@ -188,6 +212,176 @@ def make_q(cfg: DQNConfig, obs_space: gym.spaces.Box, n_actions: int) -> QNetwor
     return QNetwork(obs_space, n_actions, cfg.model)
 
 
+# ----------------------------------------------------------------------------------------------------
+# Overestimation (SPEC V4): max_a Q(s, a) against the greedy policy's Monte Carlo return from s
+
+
+def greedy_horizon(gamma: float, tolerance: float) -> int:
+    r"""The smallest horizon :math:`H \ge 1` with :math:`\gamma^H \le` ``tolerance``, for γ < 1.
+
+    A rollout cut at H misses at most :math:`\gamma^H R_\max / (1 - \gamma)` of the return: with
+    γ = 0.99 and the default 1e-3, H = 688 and CartPole's missing tail is at most 0.1 (of ≤ 100).
+    """
+    if not 0 <= gamma < 1:
+        raise ValueError(f"greedy_horizon needs 0 <= gamma < 1, got {gamma}")
+    if not 0 < tolerance < 1:
+        raise ValueError(f"greedy_horizon needs 0 < tolerance < 1, got {tolerance}")
+    if gamma == 0:
+        return 1
+    h = max(1, math.ceil(math.log(tolerance) / math.log(gamma)))
+    while gamma**h > tolerance:  # guard the float rounding of the logs
+        h += 1
+    while h > 1 and gamma ** (h - 1) <= tolerance:
+        h -= 1
+    return h
+
+
+def greedy_returns(
+    q: Callable[[torch.Tensor], torch.Tensor],
+    envs: list[gym.Env],
+    states: list[Any],
+    obs: np.ndarray,
+    gamma: float,
+    horizon: int,
+) -> np.ndarray:
+    r"""Monte Carlo discounted returns of the greedy policy :math:`\pi_Q(s) = \arg\max_a Q(s, a)` from
+    K saved states, ``[K]`` float64:
+
+    .. math::
+        \hat G(s) = \sum_{t=0}^{\min(H, T)-1} \gamma^t r_t, \qquad s_0 = s,\ a_t = \pi_Q(s_t)
+
+    ``T`` is the step that terminates. Each of the K environments (built like the one the states come
+    from) is restored to its state (:func:`advantage.envs.set_env_state`) and stepped with the greedy
+    action of its observation, all K in lockstep with one batched forward pass of ``q`` per step. A time
+    limit's truncation does not stop a rollout (the environment is stepped on; the targets bootstrap at
+    truncations, so Q values the task without the cut). In a deterministic environment
+    :math:`\hat G(s)` is exactly :math:`V^{\pi_Q}_H(s)`, the value of the greedy policy over H steps.
+
+    Args:
+        q: ``[K, *obs_shape]`` float32 → ``[K, A]``.
+        envs: K environments.
+        states: K :func:`advantage.envs.env_state` snapshots.
+        obs: ``[K, *obs_shape]`` the observation of each saved state.
+        gamma: discount γ; horizon: H >= 1.
+    """
+    if not len(envs) == len(states) == len(obs):
+        raise ValueError(
+            f"need as many envs, states and observations, got {len(envs)}, {len(states)}, {len(obs)}"
+        )
+    for env, state in zip(envs, states, strict=True):
+        set_env_state(env, state)
+    obs = np.array(obs, copy=True)
+    returns = np.zeros(len(envs))
+    alive = np.ones(len(envs), dtype=bool)
+    discount = 1.0
+    for _ in range(horizon):
+        live = np.flatnonzero(alive)
+        if live.size == 0:
+            break
+        with torch.inference_mode():
+            actions = q(torch.as_tensor(obs[live], dtype=torch.float32)).argmax(-1).tolist()
+        for i, action in zip(live.tolist(), actions, strict=True):
+            o, reward, terminated, _, _ = envs[i].step(action)
+            returns[i] += discount * float(reward)
+            obs[i] = o
+            alive[i] = not terminated
+        discount *= gamma
+    return returns
+
+
+class OverestimationProbe:
+    r"""V4 measured as the issue asks: the *greedy* policy's discounted return from sampled states against
+    the prediction :math:`\max_a Q(s, a)` there.
+
+    States: every ``stride``-th state of episodes of the ε-greedy policy (the training ε) in an
+    environment of the probe's own, reset with the measurement's seed; ``stride`` spreads the K states
+    over one time limit's worth of steps (whole episodes of a good policy, several of a poor one). Each is
+    saved with :func:`advantage.envs.env_state`; :func:`greedy_returns` rolls the greedy policy out from
+    each. Nothing is shared with training (environments, random generators), so a run trains the same
+    with the probe on or off.
+
+    Environments whose state :func:`advantage.envs.env_state` cannot capture (an emulator, as in Atari)
+    are refused at construction: a saved and restored copy must step exactly as the original does.
+    """
+
+    def __init__(self, env_cfg: Any, states: int, gamma: float, tolerance: float):
+        self.gamma, self.k = gamma, states
+        self.horizon = greedy_horizon(gamma, tolerance)
+        self.env = make_env(env_cfg)
+        self.copies = [make_env(env_cfg) for _ in range(states)]
+        spec = getattr(self.env, "spec", None)
+        self.limit = (
+            int(spec.max_episode_steps) if spec is not None and spec.max_episode_steps else self.horizon
+        )
+        self.stride = max(1, math.ceil(self.limit / states))
+        self._check_restore(env_cfg.id)
+
+    def _check_restore(self, env_id: str) -> None:
+        """A copy restored from a snapshot steps as the original: same observations and rewards."""
+        probe, copy = self.env, self.copies[0]
+        probe.reset(seed=0)
+        copy.reset(seed=1)
+        state = env_state(probe)
+        n_actions = int(probe.action_space.n)
+        actions = [i * 7 % n_actions for i in range(1, 9)]  # a fixed mix of actions
+        ours = []
+        for action in actions:
+            ours.append(probe.step(action)[:3])
+            if ours[-1][2]:
+                break
+        set_env_state(copy, state)
+        for action, (o, r, term) in zip(actions, ours, strict=False):
+            o2, r2, term2 = copy.step(action)[:3]
+            if not (np.array_equal(o, o2) and r == r2 and term == term2):
+                raise EnvError(
+                    f"algorithm.overestimation_every: a copy of {env_id} restored from a saved state does "
+                    "not step as the original (its state is not all in plain attributes, e.g. an "
+                    "emulator's), so greedy rollouts from saved states cannot be made; set "
+                    "algorithm.overestimation_every=0"
+                )
+
+    def sample_states(self, q: QNetwork, epsilon: float, seed: int) -> tuple[np.ndarray, list[Any]]:
+        """K observations ``[K, *obs_shape]`` and their snapshots, from ε-greedy episodes started with
+        ``seed`` (episodes end at termination or at the time limit)."""
+        rng = np.random.default_rng(seed)
+        env = self.env
+        obs, _ = env.reset(seed=seed % 2**31)
+        n_actions = int(env.action_space.n)
+        observations, states, t, ep_t = [], [], 0, 0
+        while len(states) < self.k:
+            if t % self.stride == 0:
+                observations.append(np.array(obs, copy=True))
+                states.append(env_state(env))
+            if rng.random() < epsilon:
+                action = int(rng.integers(n_actions))
+            else:
+                with torch.inference_mode():
+                    action = int(q(torch.as_tensor(np.asarray(obs)[None], dtype=torch.float32)).argmax(-1))
+            obs, _, terminated, truncated, _ = env.step(action)
+            t, ep_t = t + 1, ep_t + 1
+            if terminated or truncated or ep_t >= self.limit:
+                obs, _ = env.reset()
+                ep_t = 0
+        return np.stack(observations), states
+
+    def measure(self, q: QNetwork, epsilon: float, seed: int) -> dict[str, float]:
+        r"""``train/q_predicted`` (mean :math:`\max_a Q(s, a)`), ``train/q_realized`` (mean greedy return)
+        and ``train/overestimation`` (their difference) over K sampled states."""
+        obs, states = self.sample_states(q, epsilon, seed)
+        with torch.inference_mode():
+            predicted = q(torch.as_tensor(obs, dtype=torch.float32)).max(-1).values.double().numpy()
+        realized = greedy_returns(q, self.copies, states, obs, self.gamma, self.horizon)
+        return {
+            "train/q_predicted": float(predicted.mean()),
+            "train/q_realized": float(realized.mean()),
+            "train/overestimation": float(predicted.mean() - realized.mean()),
+        }
+
+    def close(self) -> None:
+        for env in [self.env, *self.copies]:
+            env.close()
+
+
 def train(cfg: DQNConfig, ctx: RunContext) -> None:
     a, t = cfg.algorithm, cfg.trainer
     torch.set_num_threads(t.torch_threads)
@@ -222,15 +416,16 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
     else:
         buffer = ReplayBuffer(**buffer_args)
     rng = np.random.default_rng(t.seed)
-    recent: deque[tuple[np.ndarray, np.ndarray]] = deque(maxlen=a.overestimation_episodes)
+    probe = None
+    if a.overestimation_every > 0:
+        probe = OverestimationProbe(cfg.env, a.overestimation_states, a.gamma, a.overestimation_tolerance)
+    next_measure = a.overestimation_every
 
     if ctx.restored is None:
         step, next_train, next_target = 0, a.learning_starts + a.train_freq, a.target_update_interval
         obs, _ = env.reset(seed=t.seed)
         autoreset = np.zeros(N, dtype=bool)
         ep_ret, ep_len = np.zeros(N), np.zeros(N, dtype=np.int64)
-        ep_obs: list[list[np.ndarray]] = [[] for _ in range(N)]
-        ep_rew: list[list[float]] = [[] for _ in range(N)]
     else:
         ck, s = ctx.restored, ctx.restored.state["algo"]
         load_module("q", q, ck.tensors, str(ck.path))
@@ -248,8 +443,7 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
         obs = ck.tensors["obs"].numpy().copy()
         autoreset = ck.tensors["autoreset"].numpy().copy()
         ep_ret, ep_len = ck.tensors["ep_ret"].numpy().copy(), ck.tensors["ep_len"].numpy().copy()
-        ep_obs = [list(ck.tensors[f"ep_obs.{j}"].numpy()) for j in range(N)]
-        ep_rew = s["ep_rew"]
+        next_measure = s.get("next_measure", next_measure)
 
     def snapshot() -> Snapshot:
         buf_arrays, buf_meta = split_state(buffer.state_dict())
@@ -264,12 +458,6 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
             "autoreset": torch.as_tensor(autoreset),
             "ep_ret": torch.as_tensor(ep_ret),
             "ep_len": torch.as_tensor(ep_len),
-            **{
-                f"ep_obs.{j}": torch.as_tensor(
-                    np.stack(o) if o else np.zeros((0, *obs_space.shape), obs_space.dtype)
-                )
-                for j, o in enumerate(ep_obs)
-            },
         }
         state = {
             "optim": opt_meta,
@@ -278,24 +466,13 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
             "env": env_state(env),
             "next_train": next_train,
             "next_target": next_target,
-            "ep_rew": ep_rew,
+            "next_measure": next_measure,
         }
         return Snapshot(DQNPolicy(q), tensors, state)
 
     def epsilon(step: int) -> float:
         frac = min(1.0, step / max(1.0, a.exploration_fraction * t.total_steps))
         return a.epsilon_start + frac * (a.epsilon_end - a.epsilon_start)
-
-    def overestimation() -> dict[str, float]:
-        states = np.concatenate([s_ for s_, _ in recent])
-        realized = np.concatenate([g for _, g in recent])
-        with torch.inference_mode():
-            predicted = q(torch.as_tensor(states, dtype=torch.float32)).max(-1).values.numpy()
-        return {
-            "train/q_predicted": float(predicted.mean()),
-            "train/q_realized": float(realized.mean()),
-            "train/overestimation": float(predicted.mean() - realized.mean()),
-        }
 
     while step < t.total_steps:
         # ---- act ε-greedily in N envs ----------------------------------------------------------------
@@ -316,15 +493,9 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
         buffer.add(obs, actions, reward, next_obs, term, trunc, valid=valid)
         ep_ret += reward * valid
         ep_len += valid
-        for j in np.flatnonzero(valid):
-            if len(ep_rew[j]) % OBS_STRIDE == 0:  # every 8th state: enough for a mean, small for images
-                ep_obs[j].append(obs[j])
-            ep_rew[j].append(float(reward[j]))
-            if term[j] or trunc[j]:
-                ctx.episode(step, float(ep_ret[j]), int(ep_len[j]))
-                if term[j]:  # a truncated episode's realized return is unknown beyond the cut
-                    recent.append((np.stack(ep_obs[j]), strided_returns(ep_rew[j], a.gamma, OBS_STRIDE)))
-                ep_ret[j], ep_len[j], ep_obs[j], ep_rew[j] = 0.0, 0, [], []
+        for j in np.flatnonzero(valid & (term | trunc)):
+            ctx.episode(step, float(ep_ret[j]), int(ep_len[j]))
+            ep_ret[j], ep_len[j] = 0.0, 0
         autoreset = term | trunc
         obs = next_obs
 
@@ -339,10 +510,11 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
                 if td_error is not None:
                     buffer.update_priorities(b["indices"].numpy(), td_error.numpy())
                 losses.append(loss)
-            row: dict[str, Any] = {"train/loss": sum(losses) / len(losses), "train/epsilon": eps}
-            if recent:
-                row.update(overestimation())
-            ctx.log(step, row)
+            ctx.log(step, {"train/loss": sum(losses) / len(losses), "train/epsilon": eps})
+        if probe is not None and step >= next_measure:
+            # The probe's seed is the measurement's step mark: a resumed run measures the same states.
+            ctx.log(step, probe.measure(q, eps, seed=t.seed * 1_000_003 + next_measure))
+            next_measure += a.overestimation_every * (1 + (step - next_measure) // a.overestimation_every)
         if step >= next_target:
             next_target += a.target_update_interval
             polyak_update(target_params, params, a.tau)
@@ -350,6 +522,8 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
             break
     ctx.finish(step, snapshot())
     env.close()
+    if probe is not None:
+        probe.close()
 
 
 def update_batches(
@@ -449,21 +623,6 @@ def gradient_step(
     return value, None if weights is None else (pred.detach() - target).abs()
 
 
-def strided_returns(rewards: list[float], gamma: float, stride: int) -> np.ndarray:
-    r"""The discounted return :math:`G_t = \sum_i \gamma^i r_{t+i}` from every ``stride``-th step
-    ``t = 0, s, 2s, …`` of an episode (``s = stride``): ``reward_to_go(rewards, γ)[::s]``.
-
-    Each chunk of ``s`` rewards is summed first, :math:`c_k = \sum_{i<s} \gamma^i r_{ks+i}`, which
-    leaves the recursion :math:`G_{ks} = c_k + \gamma^s G_{(k+1)s}`: :func:`reward_to_go` over ``T/s``
-    chunks instead of ``T`` steps, once per finished episode.
-    """
-    r = np.asarray(rewards, np.float64)
-    chunks = np.zeros(-(-r.size // stride) * stride)
-    chunks[: r.size] = r
-    c = chunks.reshape(-1, stride) @ gamma ** np.arange(stride)
-    return reward_to_go(torch.from_numpy(c), gamma**stride).numpy()
-
-
 def split_state(state: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """A buffer's state_dict split into numpy arrays (to safetensors) and JSON-able values."""
     arrays = {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
@@ -507,6 +666,7 @@ PRESETS = {
             "algorithm.target_update_interval": 1000,
             "algorithm.exploration_fraction": 0.1,
             "algorithm.epsilon_end": 0.01,
+            "algorithm.overestimation_every": 0,  # the emulator's state cannot be saved for rollouts
             "trainer.total_steps": 10_000_000,
             "trainer.eval_every": 250_000,
             "trainer.eval_episodes": 3,

@@ -26,7 +26,15 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-__all__ = ["GROUP_ADVANTAGES", "batch_std", "dr_grpo", "grpo", "process_advantages", "rloo"]
+__all__ = [
+    "GROUP_ADVANTAGES",
+    "batch_std",
+    "constant_groups",
+    "dr_grpo",
+    "grpo",
+    "process_advantages",
+    "rloo",
+]
 
 
 def _grouped(rewards: Tensor, group_size: int) -> Tensor:
@@ -44,9 +52,41 @@ def _grouped(rewards: Tensor, group_size: int) -> Tensor:
     return rewards.to(dtype).view(-1, group_size)
 
 
+def constant_groups(values: Tensor, group_size: int) -> Tensor:
+    r"""Which groups hold G equal values, exactly: ``[B]`` → ``[P]`` bool, :math:`\max_i v_i = \min_i v_i`.
+
+    The one "all equal" test of the GRPO family: the advantages are zeroed where it holds, and DAPO's
+    dynamic sampling drops those groups. It compares values, not a computed spread: the float32 std of
+    eight rewards of 0.1 is about 1e-8, not 0, because their mean is inexact, so ``std == 0`` keeps such a
+    group although its advantages are all 0. A group holding a NaN is not constant.
+
+    Args:
+        values: ``[B]`` (rewards, or correctness as 0/1), groups of ``group_size`` consecutive rows.
+        group_size: G >= 1.
+
+    Returns:
+        ``[P]`` bool, ``P = B / G``.
+    """
+    if values.dim() != 1:
+        raise ValueError(f"values must be 1-D [B], got shape {tuple(values.shape)}")
+    if group_size < 1 or values.shape[0] % group_size != 0:
+        raise ValueError(
+            f"the batch size must be a positive multiple of group_size, got batch size {values.shape[0]} "
+            f"and group_size {group_size}"
+        )
+    return _all_equal(values.view(-1, group_size))
+
+
+def _all_equal(r: Tensor) -> Tensor:
+    """``[P, G]`` → ``[P]``: max == min along the group (exact; False where a NaN is present)."""
+    if r.dtype == torch.bool:
+        r = r.to(torch.uint8)
+    return r.amax(dim=-1) == r.amin(dim=-1)
+
+
 def _finish(r: Tensor, adv: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
     """Zero the advantages of constant groups exactly, flatten to ``[B]``, and compute the metrics."""
-    constant = (r == r[:, :1]).all(dim=1, keepdim=True)  # [P, 1]
+    constant = _all_equal(r)[:, None]  # [P, 1]
     adv = torch.where(constant, torch.zeros_like(adv), adv)
     with torch.no_grad():
         metrics = {

@@ -76,8 +76,10 @@ def reward_to_go(
     dones_b = _as_bool(dones, rewards)
     out = torch.empty_like(rewards)
     carry = torch.zeros_like(rewards[..., 0]) if bootstrap is None else bootstrap.to(rewards.dtype)
+    zero = torch.zeros_like(carry)
     for t in range(rewards.shape[-1] - 1, -1, -1):
-        carry = rewards[..., t] + gamma * carry * (~dones_b[..., t])
+        # A select, not a multiply by (1 - d): after a done step nothing is read, even an inf/NaN bootstrap.
+        carry = rewards[..., t] + torch.where(dones_b[..., t], zero, gamma * carry)
         out[..., t] = carry
     return out
 
@@ -129,8 +131,9 @@ def n_step_returns(
         last = last.clone()
         last[..., -1] = True  # the end of the row is the end of what was collected
         ends_here = a & last
-        boot = discount * gamma * next_values[..., lag:] * (~term[..., lag:])
-        out[..., :width] += torch.where(ends_here, boot, torch.zeros_like(boot))
+        # A select, not a multiply by (1 - term): a terminal next value is never read, even if inf/NaN.
+        boot = discount * gamma * next_values[..., lag:]
+        out[..., :width] += torch.where(ends_here & ~term[..., lag:], boot, torch.zeros_like(boot))
         alive[..., :width] = a & ~last
         discount *= gamma
     return out
@@ -171,12 +174,14 @@ def gae(
     """
     term = _as_bool(terminated, rewards)
     done = term | _as_bool(truncated, rewards)
-    deltas = rewards + gamma * next_values * (~term) - values
-    carry_mask = (~done).to(rewards.dtype) * (gamma * lam)
+    # Selects, not multiplies by (1 - term) / (1 - done): the value after a terminated step is defined as
+    # 0 and never read, so an inf or NaN there (a diverged critic, a placeholder) cannot poison the row,
+    # and nothing crosses an episode boundary.
+    deltas = rewards + torch.where(term, torch.zeros_like(next_values), gamma * next_values) - values
     out = torch.empty_like(deltas)
     carry = torch.zeros_like(deltas[..., 0])
     for t in range(deltas.shape[-1] - 1, -1, -1):
-        carry = deltas[..., t] + carry_mask[..., t] * carry
+        carry = deltas[..., t] + torch.where(done[..., t], torch.zeros_like(carry), (gamma * lam) * carry)
         out[..., t] = carry
     return out
 

@@ -155,6 +155,13 @@ def check(cfg: GRPOConfig) -> list[str]:
                 "no step_rewards method); use supervision=outcome or a task with steps (addition, "
                 "multiplication, reverse, sort)"
             )
+    a = cfg.algorithm
+    if a.dynamic_sampling and a.dynamic_sampling_on == "correctness" and cfg.data.task in PREFERENCE_TASKS:
+        problems.append(
+            f"algorithm.dynamic_sampling_on=correctness: data.task={cfg.data.task} has no verifier, so no "
+            "answer is ever correct and every group would be dropped; allowed here: reward (drop the groups "
+            "whose rewards are all equal)"
+        )
     if cfg.trainer.num_workers > 0 and cfg.model.lora.rank > 0:
         problems.append(
             "trainer.num_workers > 0 with LoRA (worker.actor.model.lora.rank > 0) is not supported"
@@ -317,6 +324,39 @@ def shape_rewards(
 
 
 # ----------------------------------------------------------------------------------------------------
+# Hard-example mining
+
+
+def hard_example_weights(passes: Tensor, tries: Tensor, floor: float) -> Tensor:
+    r"""``algorithm.curriculum=hard``'s sampling weight of every training prompt, ``[N]``:
+
+    .. math::
+        w_i = 1 - \frac{\text{passes}_i}{\text{tries}_i} + \text{floor}
+
+    ``passes`` counts the correct samples of a prompt so far and ``tries`` all its samples; a prompt not
+    tried yet has pass rate 0 (it counts as hard). ``floor`` keeps solved prompts in the draw."""
+    rate = torch.where(tries > 0, passes / tries.clamp(min=1), torch.zeros_like(tries))
+    return 1.0 - rate + floor
+
+
+def sample_hard_prompts(
+    passes: Tensor, tries: Tensor, n: int, floor: float, generator: torch.Generator
+) -> list[int]:
+    r"""``n`` distinct prompts by :func:`hard_example_weights`: drawn one after another, each with
+    probability proportional to its weight among the prompts not drawn yet (``torch.multinomial`` without
+    replacement; for n = 1, exactly :math:`w_i / \sum_j w_j`). With ``floor = 0`` a prompt solved every
+    time has weight 0; it is drawn only when fewer than n others remain, uniformly among such prompts."""
+    weights = hard_example_weights(passes, tries, floor)
+    positive = int((weights > 0).sum())
+    if positive >= n:
+        return torch.multinomial(weights, n, replacement=False, generator=generator).tolist()
+    first = torch.multinomial(weights, positive, replacement=False, generator=generator) if positive else None
+    solved = (weights <= 0).nonzero().squeeze(-1)
+    rest = solved[torch.randperm(len(solved), generator=generator)[: n - positive]]
+    return (rest if first is None else torch.cat([first, rest])).tolist()
+
+
+# ----------------------------------------------------------------------------------------------------
 # Adaptive difficulty
 
 
@@ -470,7 +510,7 @@ def _logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, micro: int, temper
 
 
 def train(cfg: GRPOConfig, ctx: RunContext) -> None:
-    from advantage.math.advantages import GROUP_ADVANTAGES, process_advantages
+    from advantage.math.advantages import GROUP_ADVANTAGES, constant_groups, process_advantages
     from advantage.nn.packing import packable
     from advantage.rollout.generate import concat_generations
 
@@ -541,9 +581,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
 
     def next_prompts(n: int) -> list[int]:
         if a.curriculum == "hard":  # hard-example mining: weight 1 - pass rate (+ floor)
-            rate = torch.where(tries > 0, passes / tries.clamp(min=1), torch.zeros_like(tries))
-            weights = 1.0 - rate + a.curriculum_floor
-            return torch.multinomial(weights, n, replacement=False, generator=pick_rng).tolist()
+            return sample_hard_prompts(passes, tries, n, a.curriculum_floor, pick_rng)
         return cursor.next(n)
 
     def ref_logprobs(gen: Any, rows: Tensor) -> Tensor:
@@ -678,7 +716,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         kept_texts: list[str] = []
         kept_raw: list[Tensor] = []
         m: dict[str, float] = {"time/generate": 0.0, "time/score": 0.0}
-        all_r, all_c, all_len, all_trunc, zero_groups, groups = [], [], [], [], 0, 0
+        all_r, all_c, all_len, all_trunc, zero_groups, dropped, groups = [], [], [], [], 0, 0, 0
         rounds = 0
         while sum(len(i) for i in kept_idx) < B and rounds < a.max_sampling_rounds:
             rounds += 1
@@ -688,7 +726,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
                 # Over-sample by the keep rate seen so far in this step (at least 1/4), then filter, as
                 # DAPO does: late in a run most groups are all correct, and asking only for the missing
                 # prompts took one round per few kept prompts. Any surplus is trimmed below.
-                rate = max((groups - zero_groups) / groups, 0.25)
+                rate = max((groups - dropped) / groups, 0.25)
                 n_ask = min(math.ceil(missing / rate), len(examples))
             idx = next_prompts(n_ask if a.dynamic_sampling else B)
             t0 = time.perf_counter()
@@ -704,15 +742,17 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
             all_c.append(correct)
             all_len.append(gen.lengths.float())
             all_trunc.append(gen.truncated.float())
-            if process:  # no signal: every token's advantage in the group is 0
-                std0 = adv.reshape(len(idx), -1).abs().amax(-1) == 0
-            elif G > 1:
-                std0 = rewards.view(-1, G).std(-1, unbiased=False) == 0
-            else:
-                std0 = torch.ones(len(idx), dtype=torch.bool)
+            # No signal (train/advantage/zero_std_frac): the shaped rewards of the group all equal, or
+            # with process supervision every token's advantage in the group 0.
+            std0 = adv.reshape(len(idx), -1).abs().amax(-1) == 0 if process else constant_groups(rewards, G)
+            # DAPO's filter (algorithm.dynamic_sampling_on): by default the groups all correct or all
+            # wrong, by the verifier before shaping; an all-correct group where the soft overlong
+            # punishment hit one answer, (1, 1, 1, 0.25), is dropped although its rewards differ.
+            drop = constant_groups(correct, G) if a.dynamic_sampling_on == "correctness" else std0
             zero_groups += int(std0.sum())
+            dropped += int(drop.sum())
             groups += len(idx)
-            keep = ~std0 if a.dynamic_sampling else torch.ones_like(std0)
+            keep = ~drop if a.dynamic_sampling else torch.ones_like(drop)
             if keep.any():
                 rows = torch.repeat_interleave(keep, G).nonzero().squeeze(-1)
                 kept_gens.append((gen, rows))
@@ -741,6 +781,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
                 "response/length_mean": float(torch.cat(all_len).mean()),
                 "response/truncated_frac": float(torch.cat(all_trunc).mean()),
                 "advantage/zero_std_frac": zero_groups / max(groups, 1),
+                "rollout/dropped_frac": dropped / max(groups, 1) if a.dynamic_sampling else 0.0,
                 "rollout/rounds": rounds,
                 "rollout/sampled_prompts": groups,
                 "rollout/prompts": min(n_prompts, B),

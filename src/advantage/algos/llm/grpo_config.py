@@ -33,7 +33,16 @@ class GRPOAlgorithm:
         choices=("outcome", "process"),
     )
     kl_reward_coef: float = option(0.0, "β_r: KL to the reference subtracted from the reward", lo=0)
-    dynamic_sampling: bool = option(False, "DAPO: drop all-equal groups and sample more prompts")
+    dynamic_sampling: bool = option(
+        False, "DAPO: drop the groups that carry no signal (see dynamic_sampling_on) and sample more prompts"
+    )
+    dynamic_sampling_on: str = option(
+        "correctness",
+        "what dynamic sampling compares within a group: correctness (the verifier's verdict before any "
+        "reward shaping: drop groups all correct or all wrong, as DAPO does) or reward (drop groups whose "
+        "shaped rewards, or with supervision=process whose step advantages, carry no signal)",
+        choices=("correctness", "reward"),
+    )
     max_sampling_rounds: int = option(4, "dynamic sampling: most generation rounds per step", lo=1)
     overlong_filter: bool = option(False, "DAPO: truncated responses are masked out of the loss")
     curriculum: str = option(
