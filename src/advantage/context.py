@@ -30,7 +30,7 @@ import gymnasium as gym
 
 from advantage.checkpoint import Checkpoint, save_checkpoint
 from advantage.envs import make_env
-from advantage.errors import NonFiniteError
+from advantage.errors import CheckpointError, NonFiniteError
 from advantage.evaluation import EVAL_SEED_OFFSET, evaluate_policy
 from advantage.metrics import MetricsWriter
 from advantage.progress import Progress
@@ -57,6 +57,30 @@ class _Window:
     lengths: list[int] = field(default_factory=list)
 
 
+def _run_state(restored: Checkpoint) -> dict[str, Any]:
+    """The checkpoint's ``run`` state, each field checked (a damaged or edited state.json is an error
+    naming it, not a traceback or a NaN written into later metrics rows)."""
+    where = restored.path / "state.json"
+    run = restored.state.get("run", {})
+    if not isinstance(run, dict):
+        raise CheckpointError(f"{where}: 'run' must be a JSON object")
+
+    def finite(x: Any) -> bool:
+        return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+    elapsed = run.get("elapsed", 0.0)
+    if not finite(elapsed) or elapsed < 0:
+        raise CheckpointError(f"{where}: run.elapsed must be a finite number of seconds >= 0")
+    episodes = run.get("episodes", 0)
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 0:
+        raise CheckpointError(f"{where}: run.episodes must be an integer >= 0")
+    for key in ("window_returns", "window_lengths", "recent_returns"):
+        value = run.get(key, [])
+        if not isinstance(value, list) or not all(finite(v) for v in value):
+            raise CheckpointError(f"{where}: run.{key} must be a list of finite numbers")
+    return run
+
+
 class RunContext:
     def __init__(
         self,
@@ -68,7 +92,7 @@ class RunContext:
     ):
         self.algo, self.cfg, self.run_dir, self.restored = algo, cfg, Path(run_dir), restored
         t = cfg.trainer
-        run_state = restored.state.get("run", {}) if restored else {}
+        run_state = _run_state(restored) if restored else {}
         start = restored.step if restored else 0
         self.episodes: int = run_state.get("episodes", 0)
         self._window = _Window(run_state.get("window_returns", []), run_state.get("window_lengths", []))
