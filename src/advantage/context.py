@@ -104,6 +104,7 @@ class RunContext:
             start - start % t.checkpoint_every + t.checkpoint_every if t.checkpoint_every else math.inf
         )
         self._stop_signal: str | None = None
+        self._stepped = False
         self._old_handlers: dict[int, Any] = {}
         self.writer = MetricsWriter(
             self.run_dir,
@@ -143,13 +144,21 @@ class RunContext:
         if not math.isfinite(value):
             raise NonFiniteError(f"step {step}: {what} is {value}; stopping (the last checkpoint is kept)")
 
+    @property
+    def restoring(self) -> bool:
+        """True until the algorithm's first step after a resume (no episode, log or tick yet): errors
+        raised until then come from reading the checkpoint back."""
+        return self.restored is not None and not self._stepped
+
     def episode(self, step: int, ret: float, length: int) -> None:
+        self._stepped = True
         self.episodes += 1
         self._window.returns.append(float(ret))
         self._window.lengths.append(int(length))
         self._recent.append(float(ret))
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        self._stepped = True
         self.writer.log(step, metrics)
 
     def _log_train(self, step: int) -> None:
@@ -210,6 +219,7 @@ class RunContext:
     def tick(self, step: int, snapshot: Callable[[], Snapshot]) -> bool:
         """Call after every step (or rollout). Logs, evaluates and checkpoints when due; returns True if
         the loop should stop now (a signal arrived)."""
+        self._stepped = True
         self.progress.update(step, sum(self._recent) / len(self._recent) if self._recent else None)
         if step >= self._next_log:
             self._log_train(step)

@@ -35,7 +35,7 @@ from advantage.config import (
 from advantage.context import RunContext
 from advantage.envs import check_env_config, make_env
 from advantage.envs.make import check_env_api
-from advantage.errors import ConfigError, RunDirError
+from advantage.errors import AdvantageError, CheckpointError, ConfigError, RunDirError
 from advantage.evaluation import EVAL_SEED_OFFSET, evaluate_policy
 from advantage.metrics import read_metrics, truncate_metrics
 from advantage.registry import ALGORITHMS, Algorithm, Policy, get_algorithm
@@ -82,16 +82,38 @@ def resolve_config(
             )
         preset = nest(dict(spec.presets[preset_name].overrides))
     merged = merge(nest(dict(spec.defaults)), preset, tree, over)
-    cfg, problems = build(spec.config, merged)
-    if spec.uses_env:
-        problems.extend(check_env_config(cfg.env))
-    if spec.check is not None and not problems:
-        problems.extend(spec.check(cfg))
-    problems.extend(_worker_problems(spec, cfg))
+    interpolated = interpolations(nest(dict(spec.defaults)), preset, tree, over)
+    try:
+        cfg, problems = build(spec.config, merged)
+        if spec.uses_env:
+            problems.extend(check_env_config(cfg.env))
+        if spec.check is not None and not problems:
+            problems.extend(spec.check(cfg))
+        problems.extend(_worker_problems(spec, cfg))
+    except ConfigError as e:
+        problems = list(e.problems)
     if problems:
-        raise ConfigError(problems)
-    cfg.__dict__["_interpolations"] = interpolations(nest(dict(spec.defaults)), preset, tree, over)
+        raise ConfigError(_redact(problems, merged, interpolated))
+    cfg.__dict__["_interpolations"] = interpolated
     return spec, cfg
+
+
+def _redact(problems: list[str], merged: Mapping[str, Any], interpolated: Mapping[str, str]) -> list[str]:
+    """``problems`` with the values that came from ``${...}`` interpolations (``${oc.env:TOKEN}``: a
+    secret, perhaps) replaced by the interpolation's text: an error names the key and the reason, never
+    such a value."""
+    values = flatten(dict(merged))
+    out = []
+    for problem in problems:
+        for key, raw in interpolated.items():
+            value = values.get(key)
+            if value is None or isinstance(value, bool):
+                continue
+            text = str(value)
+            if key in problem or len(text) >= 4:  # a short value is only hidden where its key is named
+                problem = problem.replace(repr(value), raw).replace(text, raw)
+        out.append(problem)
+    return out
 
 
 def config_yaml(spec: Algorithm, cfg: Any) -> str:
@@ -263,9 +285,15 @@ def _resume(run_dir: Path, old: Run, quiet: bool, overrides: Mapping[str, Any]) 
     ctx = RunContext(spec, cfg, run_dir, restored=ckpt, quiet=quiet)
     try:
         spec.train(cfg, ctx)
-    except BaseException:
+    except BaseException as e:
         if ctx.saved_since_start is None:  # nothing was saved under the new config: keep the old one
             atomic_write(run_dir / CONFIG_FILE, previous)
+        # raised while the algorithm read its state back, before its first step: a state.json that does
+        # not fit this run (edited, or of another version), not a bug of the training loop
+        unfit = isinstance(e, KeyError | TypeError | IndexError | ValueError | AttributeError)
+        if ctx.restoring and unfit and not isinstance(e, AdvantageError):
+            what = f"{type(e).__name__}: {str(e)[:200]}"
+            raise CheckpointError(f"{ckpt.path / 'state.json'}: does not fit this run ({what})") from e
         raise
     finally:
         ctx.close()

@@ -68,24 +68,49 @@ _SPLIT_ALIASES = {"val": "validation", "valid": "validation", "dev": "validation
 BOXED = "\\boxed"
 
 
+MAX_ROW_BYTES = 1 << 20  # one JSONL line, or one text field of any row: checked before anything tokenizes it
+
+
+def _loads(text: str, where: str, line: bool = False) -> Any:
+    """``json.loads`` whose every failure is a :class:`ConfigError` naming ``where``: malformed JSON, a
+    number of thousands of digits (Python's int limit), nesting deeper than the parser's recursion."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        at = "" if line else f":{e.lineno}"
+        raise ConfigError(f"{where}{at}: malformed JSON{' line' if line else ''} ({e.msg})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: malformed JSON (nested too deeply)") from None
+    except ValueError as e:  # e.g. "Exceeds the limit (4300 digits) for integer string conversion"
+        raise ConfigError(f"{where}: malformed JSON ({str(e)[:120]})") from None
+
+
 def _read_rows(path: Path) -> list[Any]:
-    """The raw rows of a dataset file (not yet checked to be objects)."""
+    """The raw rows of a dataset file (not yet checked to be objects). A JSONL line over
+    :data:`MAX_ROW_BYTES` is refused before it is read whole."""
     if path.suffix == ".jsonl":
         rows = []
-        with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
+        with path.open("rb") as f:
+            lineno = 0
+            while raw := f.readline(MAX_ROW_BYTES + 1):
+                lineno += 1
+                if len(raw) > MAX_ROW_BYTES:
+                    raise ConfigError(
+                        f"{path}:{lineno}: line over {MAX_ROW_BYTES} bytes; a row must be smaller"
+                    )
                 try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ConfigError(f"{path}:{lineno}: malformed JSON line ({e.msg})") from e
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise ConfigError(f"{path}:{lineno}: not valid UTF-8 (byte {e.start})") from None
+                if line.strip():
+                    rows.append(_loads(line, f"{path}:{lineno}", line=True))
         return rows
     if path.suffix == ".json":
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}:{e.lineno}: malformed JSON ({e.msg})") from e
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{path}: not valid UTF-8 (byte {e.start})") from None
+        data = _loads(text, str(path))
         if not isinstance(data, list):
             raise ConfigError(f"{path}: a .json dataset must be a list of objects, got {type(data).__name__}")
         return data
@@ -97,18 +122,27 @@ def _read_rows(path: Path) -> list[Any]:
         raise ConfigError(f"{path}: not a readable parquet file ({e})") from e
 
 
+def _short(value: Any) -> str:
+    """``repr(value)``, cut to 80 characters (a row may hold a huge value)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _text(path: Path, i: int, row: Mapping[str, Any], key: str, numbers_ok: bool) -> str:
-    """``row[key]`` as a string; ints/floats become strings when ``numbers_ok``."""
+    """``row[key]`` as a string; ints/floats become strings when ``numbers_ok``. Over
+    :data:`MAX_ROW_BYTES` characters is an error (before any tokenizer sees it)."""
     if key not in row:
-        cols = ", ".join(map(str, row)) or "none"
+        cols = ", ".join(str(c)[:40] for c in row) or "none"
         raise ConfigError(f"{path}: row {i} has no column {key!r} (columns present: {cols})")
     value = row[key]
     if isinstance(value, str):
+        if len(value) > MAX_ROW_BYTES:
+            raise ConfigError(f"{path}: row {i} column {key!r} is over {MAX_ROW_BYTES} characters")
         return value
     if numbers_ok and isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     allowed = "a string or a number" if numbers_ok else "a string"
-    raise ConfigError(f"{path}: row {i} column {key!r} must be {allowed}, got {value!r}")
+    raise ConfigError(f"{path}: row {i} column {key!r} must be {allowed}, got {_short(value)}")
 
 
 def load_examples(
