@@ -298,7 +298,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     except (SafetensorError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"{folder / TENSORS}: not a valid safetensors file ({e})") from None
     try:
-        state = json.loads(raw_state.decode("utf-8"), parse_constant=_no_constant)
+        state = json.loads(raw_state.decode("utf-8"))  # NaN allowed: an algorithm's state may hold one
     except (ValueError, RecursionError) as e:
         raise CheckpointError(
             f"{folder / STATE}: not valid JSON ({type(e).__name__}: {str(e)[:100]})"
