@@ -136,7 +136,6 @@ DAMAGE = {
         "entry of 'tensors.safetensors' needs bytes and sha256",
     ),
     "200k-deep manifest": (_raw_manifest("[" * 200_000), "not a valid manifest"),
-    "manifest not UTF-8": (_raw_manifest("\udcff"), "not a valid manifest"),
     "state.json a list": (lambda f: _rewrite(f, "state.json", b"[1, 2]"), "state.json: not a JSON object"),
     "state.json 200k deep": (
         lambda f: _rewrite(f, "state.json", b"[" * 200_000),
@@ -149,10 +148,7 @@ DAMAGE = {
 def test_damaged_manifest_or_state_is_an_error_naming_the_file(tmp_path, case):
     edit, message = DAMAGE[case]
     folder = save_checkpoint(tmp_path, 7, {"w": torch.ones(3)}, {"a": 1})
-    if case == "manifest not UTF-8":
-        (folder / "manifest.json").write_bytes(b'{"step": "\xff"}')
-    else:
-        edit(folder)
+    edit(folder)
     with pytest.raises(CheckpointError, match=message) as info:
         load_checkpoint(tmp_path)
     assert str(folder) in str(info.value)
