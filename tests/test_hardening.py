@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import tracemalloc
@@ -76,6 +77,7 @@ def test_model_path_refuses_unlisted_and_pickle_weights(tmp_path):
         load_checkpoint(tmp_path / "checkpoints")
 
 
+@pytest.mark.slow
 def test_grpo_refuses_a_flipped_byte_in_an_sft_run(tmp_path):
     """The issue's reproduction: `advantage eval` rejected the SFT run, `train grpo` trained on it."""
     over = {"data.task": "addition", "data.digits": 2, "data.train_size": 32, "data.validation_size": 8}
@@ -437,3 +439,71 @@ def test_trpo_with_rewards_of_1e30_raises_non_finite_error(tmp_path):
             },
         )
     assert test_hostile_inputs.BAD_STEP == 1500
+
+
+# ---- a stop by SIGTERM, then resume: the same metrics rows as an uninterrupted run -------------------------
+
+
+class SigtermAt(gym.Wrapper):
+    """Sends SIGTERM to this process at its ``at``-th step (never when ``at`` < 0): a stop from outside
+    at a moment that is not a log step."""
+
+    def __init__(self, env, at: int):
+        super().__init__(env)
+        self.at, self.t = at, 0
+
+    def step(self, action):
+        self.t += 1
+        if self.t == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return self.env.step(action)
+
+
+gym.register(
+    "AdvantageSigtermAt-v0", entry_point=lambda at, **kw: SigtermAt(gym.make("CartPole-v1", **kw), at)
+)
+
+_WALL_CLOCK = ("time", "train/steps_per_second", "eval/seconds", "train/time")
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [
+        {k: v for k, v in r.items() if not k.startswith(_WALL_CLOCK)}
+        for r in rows
+        if "run/stopped_by" not in r
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "algo, over, at",
+    [
+        ("ppo", {"env.num_envs": 2, "algorithm.n_steps": 32, "algorithm.minibatch_size": 32}, 777),
+        (
+            "dqn",
+            {"env.num_envs": 1, "algorithm.learning_starts": 200, "algorithm.overestimation_episodes": 3},
+            1234,
+        ),
+    ],
+)
+def test_resume_after_sigterm_logs_the_rows_of_an_uninterrupted_run(tmp_path, algo, over, at):
+    common_over = {
+        **over,
+        "env.id": "AdvantageSigtermAt-v0",
+        "trainer.total_steps": 2000,
+        "trainer.log_every": 100,
+        "trainer.eval_every": 0,
+        "trainer.eval_episodes": 2,
+        "trainer.tensorboard": False,
+    }
+    whole = advantage.train(
+        algo, quiet=True, **common_over, **{"env.at": -1, "trainer.run_dir": str(tmp_path / "w")}
+    )
+    stopped = advantage.train(
+        algo, quiet=True, **common_over, **{"env.at": at, "trainer.run_dir": str(tmp_path / "s")}
+    )
+    assert 0 < stopped.step < 2000 and stopped.step % 100 != 0  # stopped between two log steps
+    resumed = advantage.resume(stopped.dir, quiet=True)
+    assert resumed.step == whole.step
+    assert _rows(resumed.dir) == _rows(whole.dir)

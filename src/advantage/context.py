@@ -241,7 +241,10 @@ class RunContext:
         """End of training (or a stop signal): evaluate (unless stopped), checkpoint, plot, close."""
         result = None
         try:
-            if self._window.returns:
+            # stopped by a signal between log steps: no extra training row; the window goes into the
+            # checkpoint, so the resumed run logs the same rows as an uninterrupted one
+            signalled = self._stop_signal is not None and self._stop_signal != "stop_at_return"
+            if self._window.returns and not signalled:
                 self._log_train(step)
             if self._last_eval is not None and self._last_eval[0] == step:
                 result = self._last_eval[1]

@@ -253,6 +253,10 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
         ep_ret, ep_len = ck.tensors["ep_ret"].numpy().copy(), ck.tensors["ep_len"].numpy().copy()
         ep_obs = [list(ck.tensors[f"ep_obs.{j}"].numpy()) for j in range(N)]
         ep_rew = s["ep_rew"]
+        for i in range(s.get("recent", 0)):  # the episodes the overestimation measure averages over
+            recent.append(
+                (ck.tensors[f"recent_obs.{i}"].numpy().copy(), ck.tensors[f"recent_ret.{i}"].numpy().copy())
+            )
 
     def snapshot() -> Snapshot:
         buf_arrays, buf_meta = split_state(buffer.state_dict())
@@ -273,6 +277,8 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
                 )
                 for j, o in enumerate(ep_obs)
             },
+            **{f"recent_obs.{i}": torch.as_tensor(o) for i, (o, _) in enumerate(recent)},
+            **{f"recent_ret.{i}": torch.as_tensor(g) for i, (_, g) in enumerate(recent)},
         }
         state = {
             "optim": opt_meta,
@@ -282,6 +288,7 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
             "next_train": next_train,
             "next_target": next_target,
             "ep_rew": ep_rew,
+            "recent": len(recent),
         }
         return Snapshot(DQNPolicy(q), tensors, state)
 
