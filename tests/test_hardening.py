@@ -313,6 +313,16 @@ def test_env_state_restores_only_plain_attributes_and_numpy_bit_generators():
         assert target.unwrapped.gravity == before  # nothing half-applied to that layer
 
 
+def test_replay_buffer_state_names_only_numpy_bit_generators():
+    from advantage.data.replay import ReplayBuffer
+
+    buffer = ReplayBuffer(8, (2,), np.float32, (), np.int64)
+    state = buffer.state_dict()
+    state["rng"] = {**state["rng"], "bit_generator": "test"}  # would run numpy's test suite
+    with pytest.raises(ValueError, match="unknown bit generator 'test'"):
+        ReplayBuffer(8, (2,), np.float32, (), np.int64).load_state_dict(state)
+
+
 # ---- config files and values ------------------------------------------------------------------------------
 
 BOMB = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(

@@ -96,8 +96,17 @@ def _check_unit(name: str, value: Any) -> float:
     return float(value)
 
 
+_BIT_GENERATORS = {g.__name__: g for g in (np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937)}
+_BIT_GENERATORS |= {g.__name__: g for g in (np.random.Philox, np.random.SFC64)}
+
+
 def _rng_from_state(state: dict[str, Any]) -> np.random.Generator:
-    bit_gen = getattr(np.random, state["bit_generator"])()
+    """A generator in ``state``; only numpy's bit generators (a name read from a checkpoint must never
+    pick an arbitrary function of ``numpy.random``)."""
+    name = state.get("bit_generator") if isinstance(state, dict) else None
+    if name not in _BIT_GENERATORS:
+        raise ValueError(f"unknown bit generator {str(name)[:40]!r} in the replay buffer's state")
+    bit_gen = _BIT_GENERATORS[name]()
     bit_gen.state = state
     return np.random.Generator(bit_gen)
 
