@@ -71,7 +71,7 @@ def test_corruption_is_an_error_naming_the_file(tmp_path, damage):
         match = "manifest.json: manifest missing"
     else:
         (tmp_path / "latest").write_text("../../etc\n")
-        match = "latest names"
+        match = "latest: not a pointer to a checkpoint folder"
     with pytest.raises(CheckpointError, match=match):
         load_checkpoint(tmp_path)
 

@@ -1,8 +1,10 @@
 """The code sandbox and the ``code`` task: every attack scores 0 with a reason, within the time limit + 1 s,
 leaving no process behind and the trainer's memory unchanged; correct code passes, from any thread.
 
-Attacks run twice: with the namespaces this kernel allows (``auto``) and with the Python audit-hook
-fallback (``python``), which is what a machine without user namespaces gets."""
+Attacks run in every kernel mode of the sandbox: ``root`` (namespaces without a user namespace, the
+candidate on a fresh uid; only when the tests run as root) and ``userns`` (a user namespace). Where a mode
+is unavailable on the machine running the tests, the test asserts that the sandbox fails closed (nothing
+runs, a clear error) and is then skipped."""
 
 from __future__ import annotations
 
@@ -11,9 +13,12 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import socket
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -23,13 +28,53 @@ from advantage.envs.text import code as code_module
 from advantage.errors import ConfigError
 from advantage.sandbox import Raised, SandboxLimits, run_sandboxed
 
-MODES = ["auto", "python"]
+KINDS = ["root", "userns"]
 WALL = 2.0
+
+
+def _assert_fails_closed() -> None:
+    """With the kernel isolation unavailable: no code runs, the error says what is missing and how to run."""
+    witness = "def f():\n    return 1"
+    result = run_sandboxed(witness, [[]])
+    assert result.outputs is None and result.stage == "setup", result
+    assert "needs Linux namespaces" in result.error and "data.sandbox=unsafe" in result.error
+    with pytest.raises(ConfigError, match="needs Linux namespaces"):
+        make_task("code")
+    task = CodeTask(
+        tests=2,
+        answer_format="plain",
+        format_reward=0.0,
+        partial_credit=False,
+        timeout=1.0,
+        memory_mb=256,
+        sandbox="unsafe",
+    )  # built, then its limits switched back to kernel
+    task.limits = SandboxLimits(wall_seconds=WALL)
+    with pytest.raises(RuntimeError, match="needs Linux namespaces"):
+        task.verify("def f(x):\n    return x", _example(([1], 1)))
+
+
+@pytest.fixture(params=KINDS)
+def mode(request, monkeypatch) -> str:
+    """Each kernel mode; where this machine cannot run it, check it fails closed, then skip."""
+    monkeypatch.setattr(sandbox, "_KIND", request.param)
+    if sandbox.kernel_isolation_problem() is not None:
+        _assert_fails_closed()
+        pytest.skip(f"sandbox mode {request.param} unavailable here: checked that it fails closed")
+    return request.param
+
+
+@pytest.fixture
+def kernel() -> None:
+    """The sandbox's default mode on this machine; where it has none, check it fails closed, then skip."""
+    if sandbox.kernel_isolation_problem() is not None:
+        _assert_fails_closed()
+        pytest.skip("no kernel isolation here: checked that the sandbox fails closed")
 
 
 def _task(mode: str = "auto", **options) -> CodeTask:
     task = make_task("code", timeout=WALL, memory_mb=256, **options)
-    task.limits = SandboxLimits(wall_seconds=WALL, cpu_seconds=2, memory_bytes=256 * 2**20, isolation=mode)
+    task.limits = SandboxLimits(wall_seconds=WALL, cpu_seconds=2, memory_bytes=256 * 2**20)
     return task
 
 
@@ -72,20 +117,17 @@ def _attack(task: CodeTask, completion: str, example: Example):
     return reward
 
 
-@pytest.mark.parametrize("mode", MODES)
 def test_infinite_loop_is_killed(mode):
     reward = _attack(_task(mode), "def f(x):\n    while True:\n        pass", _example(([1], 1)))
     assert "time limit" in reward.reason
 
 
-@pytest.mark.parametrize("mode", MODES)
 def test_fork_bomb_is_contained(mode):
     bomb = "import os\nwhile True:\n    os.fork()\ndef f(x):\n    return x"
     reward = _attack(_task(mode), bomb, _example(([1], 1)))
     assert "Resource temporarily unavailable" in reward.reason or "os.fork blocked" in reward.reason
 
 
-@pytest.mark.parametrize("mode", MODES)
 def test_fork_bomb_that_ignores_errors_is_killed(mode):
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     reward = _attack(_task(mode), bomb, _example(([1], 1)))
@@ -97,7 +139,6 @@ def _rss_kib() -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
-@pytest.mark.parametrize("mode", MODES)
 def test_10gb_allocation_fails_in_the_child_only(mode):
     rss = _rss_kib()
     reward = _attack(_task(mode), "x = bytearray(10 * 2**30)\ndef f(x):\n    return 1", _example(([1], 1)))
@@ -105,7 +146,6 @@ def test_10gb_allocation_fails_in_the_child_only(mode):
     assert _rss_kib() - rss < 20_000  # KiB: the trainer's memory did not grow
 
 
-@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(
     ("fake", "why"),
     [
@@ -139,7 +179,6 @@ def f(paths):
 """
 
 
-@pytest.mark.parametrize("mode", MODES)
 def test_harness_files_cannot_be_overwritten(mode):
     digests = [_digest(p) for p in HARNESS]
     reward = _attack(_task(mode), WRITE, _example(([HARNESS], HARNESS)))
@@ -169,7 +208,6 @@ def f(x):
 """
 
 
-@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("tail", [PATCH, "forge()\nos._exit(0)"], ids=["patch-json-builtins", "forge-exit"])
 def test_comparator_cannot_be_fooled(mode, tail):
     # a forged report can only claim return values; the expected one is unknown to the code
@@ -200,6 +238,12 @@ def scan_memory(pid, pattern):
                 return found.group().decode()
     return None
 
+def listdir(path):  # there is no /proc in the sandbox
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
 def ancestors():
     pid, out = os.getpid(), []
     while pid > 1 and len(out) < 4:
@@ -213,14 +257,14 @@ def ancestors():
 def f(prefix):
     pattern = re.compile(re.escape(prefix).encode() + rb"[0-9a-f]{32}")
     places = [str(os.environ).encode()]
-    for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+    for pid in [p for p in listdir("/proc") if p.isdigit()]:
         for name in ("environ", "cmdline"):
             try:
                 places.append(open(f"/proc/{pid}/{name}", "rb").read())
             except OSError:
                 pass
     for folder in (".", "/tmp"):
-        for name in os.listdir(folder):
+        for name in listdir(folder):
             try:
                 places.append(open(os.path.join(folder, name), "rb").read(2**20))
             except OSError:
@@ -237,7 +281,6 @@ def f(prefix):
 """
 
 
-@pytest.mark.parametrize("mode", MODES)
 def test_expected_output_is_not_in_the_child(mode):
     secret = "EXPECTED-" + secrets.token_hex(16)  # only this process holds it (in the example's tests)
     reward = _attack(_task(mode), SEARCH, _example((["EXPECTED-"], secret)))
@@ -247,6 +290,7 @@ def test_expected_output_is_not_in_the_child(mode):
 
 CONNECT = """
 import socket
+import tempfile
 def f(port):
     try:
         socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
@@ -256,7 +300,6 @@ def f(port):
 """
 
 
-@pytest.mark.parametrize("mode", MODES)
 def test_socket_to_a_local_listener_fails(mode):
     accepted, done = [], threading.Event()
     with socket.socket() as server:
@@ -284,7 +327,6 @@ def test_socket_to_a_local_listener_fails(mode):
     assert isinstance(got, Raised) or got.startswith("blocked"), got
 
 
-@pytest.mark.parametrize("mode", MODES)
 def test_environment_secret_is_not_visible(mode, monkeypatch):
     canary = "canary-" + secrets.token_hex(16)
     monkeypatch.setenv("ADVANTAGE_CANARY_SECRET", canary)
@@ -296,18 +338,186 @@ def test_environment_secret_is_not_visible(mode, monkeypatch):
     assert run_sandboxed(SEARCH, [["canary-"]], limits=_task(mode).limits).outputs == ["not found"]
 
 
-def test_isolation_in_effect_is_reported():
-    auto = run_sandboxed("def f():\n    return 1", [[]], limits=SandboxLimits(isolation="auto"))
-    assert auto.outputs == [1] and {"session", "rlimits", "minimal-env"} <= set(auto.isolation)
-    if "netns" in auto.isolation:  # this kernel lets us unshare: the whole kernel-level set is in effect
-        assert {"pidns", "mountns", "readonly-fs", "private-tmp", "no-new-privs"} <= set(auto.isolation)
-    fallback = run_sandboxed("def f():\n    return 1", [[]], limits=SandboxLimits(isolation="python"))
-    assert fallback.outputs == [1] and "audit-hook:network" in fallback.isolation
-    reward = _task("python").verify("def f(x):\n    return x", _example(([1], 1)))
-    assert reward.correct and "audit-hook" in reward.reason
+def test_isolation_in_effect_is_reported(mode):
+    result = run_sandboxed("def f():\n    return 1", [[]], limits=SandboxLimits())
+    assert result.outputs == [1]
+    kernel = {"netns", "pidns", "mountns", "ipcns", "minimal-root", "readonly-fs", "private-tmp", "no-proc"}
+    kernel |= {"no-caps", "no-new-privs", "seccomp", "session", "rlimits", "minimal-env"}
+    kernel |= {"uid-drop"} if mode == "root" else {"userns"}
+    assert kernel <= set(result.isolation), result.isolation
+    reward = _task(mode).verify("def f(x):\n    return x", _example(([1], 1)))
+    assert reward.correct and "no isolation" not in reward.reason
 
 
-def test_run_sandboxed_values_and_errors():
+def test_without_kernel_isolation_the_code_task_fails_closed(monkeypatch):
+    # what a container that refuses namespaces gets: nothing runs unless data.sandbox=unsafe is set
+    monkeypatch.setattr(sandbox, "_KIND", "none")
+    _assert_fails_closed()
+    for old in ("auto", "python", "namespaces"):  # the audit-hook fallback is gone
+        with pytest.raises(ConfigError, match="sandbox.isolation must be one of kernel, unsafe"):
+            SandboxLimits(isolation=old)
+    unsafe = make_task("code", sandbox="unsafe", timeout=WALL)
+    assert unsafe.limits.isolation == "unsafe"
+    reward = unsafe.verify("def f(x):\n    return x", _example(([1], 1)))
+    assert reward.correct and "[no isolation: data.sandbox=unsafe]" in reward.reason
+    with pytest.raises(ConfigError, match="data.sandbox must be kernel or unsafe, got 'python'"):
+        make_task("code", sandbox="python")
+
+
+READ = r"""
+import os, sys
+def f(paths, needle):
+    skip = {"/usr", "/lib", "/lib64", "/proc", "/sys", *map(os.path.realpath, sys.path)}
+    found = []
+    def look(data, where):
+        if needle.encode() in data:
+            found.append(where)
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:
+                look(fh.read(), path)
+        except OSError:
+            pass
+        try:  # through a directory descriptor of the root
+            root = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+            fd = os.open(path.lstrip("/"), os.O_RDONLY, dir_fd=root)
+            look(os.read(fd, 1 << 16), "dir_fd:" + path)
+        except OSError:
+            pass
+    for top, dirs, files in os.walk("/"):
+        dirs[:] = [d for d in dirs if os.path.join(top, d) not in skip and top.count("/") < 4]
+        for name in files:
+            try:
+                with open(os.path.join(top, name), "rb") as fh:
+                    look(fh.read(1 << 16), os.path.join(top, name))
+            except OSError:
+                pass
+    written = []
+    for path in ["/evil", "/usr/evil", os.path.dirname(os.__file__) + "/evil.py", *paths]:
+        try:
+            with open(path, "a"):
+                written.append(path)
+        except OSError:
+            pass
+    return {"found": found, "written": written, "cwd": os.getcwd(), "root": sorted(os.listdir("/"))}
+"""
+
+
+def test_files_outside_the_sandbox_are_unreachable(mode, tmp_path):
+    # canaries where secrets live: the trainer's temporary files, working directory and home folder
+    needle = "canary-" + secrets.token_hex(16)
+    home = os.path.expanduser("~")
+    places = [
+        tmp_path / "secret.txt",
+        Path(os.getcwd()) / f".canary-{needle}",
+        Path(home) / f".canary-{needle}",
+    ]
+    try:
+        for place in places:
+            place.write_text(needle)
+        result = run_sandboxed(READ, [[[str(p) for p in places], needle]], limits=_task(mode).limits)
+    finally:
+        for place in places:
+            place.unlink(missing_ok=True)
+    (out,) = result.outputs
+    assert out["found"] == [] and out["written"] == [], out
+    assert out["cwd"] == "/tmp"
+    assert set(out["root"]) <= {"tmp", "usr", "lib", "lib64", "dev", "root", "home", "opt"}, out["root"]
+
+
+UNIX = """
+import socket
+import tempfile
+def f(paths):
+    out = []
+    for path in paths:
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.settimeout(0.5)
+                s.connect(path)
+                s.sendall(b"stolen")
+            out.append("connected " + path)
+        except OSError as e:
+            out.append("blocked")
+    return out
+"""
+
+
+def test_unix_sockets_are_unreachable(mode, tmp_path):
+    # one in the trainer's temporary folder, one in its working directory, one abstract (no file)
+    accepted, done, servers = [], threading.Event(), []
+    here = tempfile.mkdtemp(prefix=".sock-", dir=os.getcwd())
+    paths = [str(tmp_path / "listener.sock"), os.path.join(here, "s"), "\0advantage-" + secrets.token_hex(8)]
+    os.chmod(tmp_path, 0o755)
+    os.chmod(here, 0o755)
+    for address in paths:
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(address)
+        if not address.startswith("\0"):
+            os.chmod(address, 0o777)  # as many listeners are (X11, some agents): any uid may connect
+        server.listen()
+        server.settimeout(0.05)
+        servers.append(server)
+
+    def accept():
+        while not done.is_set():
+            for server in servers:
+                with contextlib.suppress(TimeoutError):
+                    accepted.append(server.accept())
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+    try:
+        result = run_sandboxed(UNIX, [[paths]], limits=_task(mode).limits)
+    finally:
+        done.set()
+        thread.join()
+        for server in servers:
+            server.close()
+        shutil.rmtree(here)
+    assert not accepted
+    assert result.outputs == [["blocked"] * 3], result
+
+
+SIGNAL = r"""
+import ctypes, os, signal
+def f(trainer):
+    libc = ctypes.CDLL(None, use_errno=True)
+    hits = []
+    for pid in [trainer, *range(2, 300)]:
+        fd = libc.syscall(434, pid, 0)  # pidfd_open: the number is the same on every architecture
+        if fd >= 0 and libc.syscall(424, fd, signal.SIGKILL, None, 0) == 0:  # pidfd_send_signal
+            hits.append(["pidfd", pid])
+        try:
+            os.kill(pid, 0)
+            hits.append(["kill", pid])
+        except OSError:
+            pass
+    for ns in (0x00020000, 0x10000000 | 0x00020000):  # a new mount namespace, then a user one with it
+        if libc.unshare(ns) == 0:  # refused by the seccomp filter; a nested namespace gains nothing anyway
+            hits.append(["unshare", ns])
+        if libc.mount(None, b"/usr", None, 4096 | 32, None) == 0:  # remount read-write
+            hits.append(["remount-rw", ns])
+    try:
+        os.kill(-1, signal.SIGKILL)
+        os.killpg(0, signal.SIGKILL)
+    except OSError:
+        pass
+    return {"hits": hits, "ppid": os.getppid(), "pid": os.getpid()}
+"""
+
+
+def test_no_process_outside_the_sandbox_can_be_signalled(mode):
+    # the audit-hook fallback missed pidfd_send_signal, which killed the supervisor and aborted training
+    result = run_sandboxed(SIGNAL, [[os.getpid()]], limits=_task(mode).limits)
+    assert result.error is None, result
+    (out,) = result.outputs
+    assert out == {"hits": [], "ppid": 0, "pid": 1}, out
+    reward = _attack(_task(mode), SIGNAL, _example(([os.getpid()], "x")))
+    assert "returned a wrong value" in reward.reason
+
+
+def test_run_sandboxed_values_and_errors(kernel):
     code = "def f(a, b):\n    return [a // b, (a, b), {'k': a}]"
     result = run_sandboxed(code, [[7, 2], [1, 0]], limits=SandboxLimits(wall_seconds=WALL))
     assert result.error is None and result.killed_by is None
@@ -319,11 +529,11 @@ def test_run_sandboxed_values_and_errors():
     assert missing.stage == "entry" and "no function 'f'" in missing.error
     with pytest.raises(ConfigError, match=r"sandbox.wall_seconds must be a number in \(0, 3600\], got 0"):
         SandboxLimits(wall_seconds=0)
-    with pytest.raises(ConfigError, match="sandbox.isolation must be one of auto, namespaces, python"):
+    with pytest.raises(ConfigError, match="sandbox.isolation must be one of kernel, unsafe"):
         SandboxLimits(isolation="none")
 
 
-def test_correct_code_passes_and_wrong_code_fails():
+def test_correct_code_passes_and_wrong_code_fails(kernel):
     task = _task()
     (ex,) = task.examples("test", 1, seed=0)
     assert task.verify(ex.target, ex).correct
@@ -338,7 +548,7 @@ def test_correct_code_passes_and_wrong_code_fails():
     assert 0.0 < partial.score < 1.0 and not partial.correct
 
 
-def test_format_rules():
+def test_format_rules(kernel):
     assert extract_code("  def f(x): return x \n", "plain") == ("def f(x): return x", "ok")
     assert extract_code("```py\ndef f(x): return x\n```", "plain")[0] == "def f(x): return x"
     for bad in (
@@ -366,7 +576,7 @@ def test_format_rules():
         make_task("code", timeout=0)
 
 
-def test_targets_verify_for_a_whole_split_in_parallel():
+def test_targets_verify_for_a_whole_split_in_parallel(kernel):
     task = _task()
     examples = task.examples("validation", 15, seed=1)
     assert len({ex.prompt for ex in examples}) == 15
@@ -381,7 +591,7 @@ def test_targets_verify_for_a_whole_split_in_parallel():
         assert len({json.dumps(expected) for _, expected in ex.meta["tests"]}) > 1, ex.prompt
 
 
-def test_sandbox_works_from_a_non_main_thread():
+def test_sandbox_works_from_a_non_main_thread(kernel):
     task = _task()
     (ex,) = task.examples("train", 1, seed=0)
     out = {}

@@ -1,7 +1,8 @@
 """The sandbox's own side: the supervisor and the candidate process (see :mod:`advantage.sandbox`).
 
 Run as ``python -I -S _sandbox_child.py --advantage-sandbox FD`` with the payload (code, entry, inputs,
-nonce, limits, fallback working directory) as JSON on stdin. Standard library only: under ``-I -S`` the
+nonce, limits, the unsafe mode's working directory,
+the kernel mode tests force) as JSON on stdin. Standard library only: under ``-I -S`` the
 ``advantage`` package and site-packages are not importable, and fewer imports start faster.
 
 Protocol. The supervisor writes two JSON lines to ``FD`` (a pipe only it and the trainer hold), both with
@@ -32,6 +33,14 @@ _CLONE["utsns"], _CLONE_NEWUSER = 0x04000000, 0x10000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT = 1, 2, 4, 8, 32
 _MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
 _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 24, 38
+NO_KERNEL_ISOLATION = (
+    "the code sandbox needs Linux namespaces (user or root, plus mount, PID, network and IPC), which this "
+    "system refuses, so no model-written code was run. Run on Linux >= 5.14 with unprivileged user "
+    "namespaces allowed (sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0; in "
+    "a container: a runtime or seccomp profile that allows unshare(CLONE_NEWUSER), e.g. podman, or docker "
+    "run --security-opt seccomp=unconfined), or set data.sandbox=unsafe to run it with no isolation at "
+    "all (only on a machine you can lose)"
+)
 
 
 def supervise(result_fd: int) -> None:
@@ -39,9 +48,10 @@ def supervise(result_fd: int) -> None:
     payload = json.loads(sys.stdin.buffer.read())
     limits, nonce = payload["limits"], payload["nonce"]
     deadline = time.monotonic() + limits["wall_seconds"] + GRACE
-    kind, why = _unshare(limits["isolation"])
-    if kind is None and limits["isolation"] == "namespaces":
-        _write_all(result_fd, _line({"nonce": nonce}) + _line({"nonce": nonce, "error": why}))
+    kind, why = _unshare(limits["isolation"], payload.get("kind", "auto"))
+    if kind is None and limits["isolation"] != "unsafe":  # fail closed: never run unconfined by default
+        error = f"{NO_KERNEL_ISOLATION} ({why})"
+        _write_all(result_fd, _line({"nonce": nonce}) + _line({"nonce": nonce, "error": error}))
         os._exit(0)
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -77,24 +87,83 @@ def supervise(result_fd: int) -> None:
     os._exit(0)
 
 
-def _unshare(isolation: str) -> tuple[str | None, str]:
+def _bind_paths() -> list[str]:
+    """What the candidate's file system holds besides its ``/tmp``: the interpreter's module folders
+    (``sys.path``: the standard library and its extension modules) and the system library folders those
+    extension modules link against, read-only; ``/dev/null``, ``/dev/zero`` and ``/dev/urandom``."""
+    paths = [p for p in sys.path if os.path.isdir(p)]
+    paths += [p for p in ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib") if os.path.isdir(p)]
+    paths += [p for p in ("/dev/null", "/dev/zero", "/dev/urandom") if os.path.exists(p)]
+    return sorted({os.path.realpath(p) for p in paths})
+
+
+def _unshare(isolation: str, kind: str) -> tuple[str | None, str]:
     """Enter new namespaces: ``("root", …)`` as real root (no user namespace: the candidate drops to a
-    fresh uid instead), ``("userns", …)`` inside a user namespace mapping our own uid, or ``(None, why)``."""
-    if isolation == "python":
-        return None, "isolation='python'"
+    fresh uid instead), ``("userns", …)`` inside a user namespace mapping our own uid, ``("userns-root",
+    …)`` the same entered as root (uid 0 inside is a fresh uid outside, which the candidate switches to:
+    kuid 0 would ignore RLIMIT_NPROC), or ``(None, why)``. ``kind`` (tests) forces one: ``root``,
+    ``userns`` or ``none``."""
+    if isolation == "unsafe":
+        return None, "isolation='unsafe'"
+    if kind == "none":
+        return None, "kernel isolation switched off for a test"
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     flags = sum(_CLONE.values())
-    if os.geteuid() == 0 and libc.unshare(flags) == 0:
-        return "root", ""
+    root = os.geteuid() == 0
+    if kind == "root" and not root:
+        return None, "not root"
+    if root and kind in ("auto", "root"):
+        if libc.unshare(flags) == 0:
+            return "root", ""
+        if kind == "root":
+            return None, f"unshare as root failed: {os.strerror(ctypes.get_errno())}"
     uid, gid = os.geteuid(), os.getegid()
+    mapper = _start_mapper() if root else None
     if libc.unshare(flags | _CLONE_NEWUSER) != 0:
-        return None, f"unshare failed: {os.strerror(ctypes.get_errno())}"
+        why = f"unshare of a user namespace failed: {os.strerror(ctypes.get_errno())}"
+        if mapper is not None:
+            os.kill(mapper[0], signal.SIGKILL)
+            os.waitpid(mapper[0], 0)
+        return None, why
+    if mapper is not None:  # only a process outside the namespace may map another uid than its own
+        pid, go = mapper
+        os.write(go, b"x")
+        os.close(go)
+        _, status = os.waitpid(pid, 0)
+        if status != 0:
+            return None, "mapping a fresh uid into the user namespace failed"
+        return "userns-root", ""
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
         with open(f"/proc/self/{name}", "w") as f:
             f.write(text)
     return "userns", ""
+
+
+def _start_mapper() -> tuple[int, int]:
+    """A child that, once told (a byte on the returned fd), maps uid and gid 0 of our new user namespace
+    to a fresh uid and gid outside it, then exits (0 on success)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(write_end)
+            os.read(read_end, 1)
+            fresh = _fresh_uid()
+            for name in ("uid_map", "gid_map"):
+                with open(f"/proc/{os.getppid()}/{name}", "w") as f:
+                    f.write(f"0 {fresh} 1")
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    os.close(read_end)
+    return pid, write_end
+
+
+def _fresh_uid() -> int:
+    """A random uid above any real account's, which owns no process or file."""
+    return 2**30 + int.from_bytes(os.urandom(4), "big") % 2**29
 
 
 def _candidate(payload: dict[str, Any], kind: str | None, out_fd: int) -> None:
@@ -110,7 +179,8 @@ def _candidate(payload: dict[str, Any], kind: str | None, out_fd: int) -> None:
 
 
 def _isolate(payload: dict[str, Any], kind: str | None, out_fd: int) -> list[str]:
-    """Apply every measure of the module docstring that this kernel allows; return their names."""
+    """Apply every measure of :mod:`advantage.sandbox`'s docstring; return their names. Raises when a
+    kernel measure fails (the caller then reports an error instead of running the code)."""
     import ctypes
     import resource
 
@@ -118,22 +188,23 @@ def _isolate(payload: dict[str, Any], kind: str | None, out_fd: int) -> list[str
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     limits = payload["limits"]
     done = ["session", "minimal-env", "rlimits"]
+    devnull = os.open(os.devnull, os.O_RDWR)
     if kind is not None:
-        done += [*_CLONE, "userns"] if kind == "userns" else list(_CLONE)
-        done += _mount_all(libc, limits["file_size_bytes"])
+        done += [*_CLONE, "userns"] if kind.startswith("userns") else list(_CLONE)
+        done += _build_root(libc, limits["file_size_bytes"], kind == "userns-root")
         os.chdir("/tmp")
         os.setsid()  # leave the supervisor's process group, so kill(0, …) cannot reach the supervisor
     else:
         os.chdir(payload["workdir"])
-    devnull = os.open(os.devnull, os.O_RDWR)
+        done.append("UNSAFE-no-isolation")
     for fd in (0, 1, 2):  # prints go nowhere; stdin (the payload) is not readable
         os.dup2(devnull, fd)
     os.closerange(3, out_fd)
     os.closerange(out_fd + 1, 1 << 20)
     libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the supervisor
     # processes already counted against RLIMIT_NPROC: none for a fresh uid, us and the supervisor in a
-    # user namespace, all of our uid's threads otherwise (root ignores the limit: the hook covers it)
-    counted = {"root": 1, "userns": 2}.get(kind or "", 0) or _threads_of_uid(os.getuid())
+    # user namespace (the count is per namespace), all of our uid's threads otherwise
+    counted = {"root": 1, "userns": 2, "userns-root": 1}.get(kind or "", 0) or _threads_of_uid(os.getuid())
     nproc = counted + limits["max_processes"]
     for res, value in (
         (resource.RLIMIT_CPU, limits["cpu_seconds"]),
@@ -146,84 +217,148 @@ def _isolate(payload: dict[str, Any], kind: str | None, out_fd: int) -> list[str
         resource.setrlimit(res, (value, value))
     for cap in range(64):  # EINVAL past the last capability, EPERM without CAP_SETPCAP: both harmless
         libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
-    if kind == "root":
-        uid = 2**30 + int.from_bytes(os.urandom(4), "big") % 2**29
+    if kind in ("root", "userns-root"):  # inside the user namespace, uid 0 is the fresh uid outside
+        uid = _fresh_uid() if kind == "root" else 0
         os.setgroups([])
         os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)  # clears the capability sets too
+        os.setresuid(uid, uid, uid)  # as root outside a user namespace: clears the capability sets too
         done.append("uid-drop")
     header, caps = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()  # _LINUX_CAPABILITY_V3
     if libc.capset(header, caps) == 0:
         done.append("no-caps")
+    elif kind is not None:
+        raise OSError(f"dropping capabilities: {os.strerror(ctypes.get_errno())}")
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
         done.append("no-new-privs")
-    hook = set()
-    if kind is None:
-        hook = {"network", "process", "files"}
-    elif os.geteuid() == 0:  # a user namespace entered as root: kuid 0 is exempt from RLIMIT_NPROC
-        hook = {"process"}
-    if hook:
-        _add_audit_hook(hook | {"ctypes"}, os.getcwd())
-        done += [f"audit-hook:{h}" for h in sorted(hook | {"ctypes"})]
+    elif kind is not None:
+        raise OSError(f"setting no_new_privs: {os.strerror(ctypes.get_errno())}")
+    if kind is not None:
+        done += _seccomp(libc)
     return done
 
 
-def _mount_all(libc: Any, tmp_bytes: int) -> list[str]:
-    """In the new mount namespace: everything read-only, ``/root`` and ``/home`` hidden, a private ``/tmp``
-    and ``/proc``. Raises OSError when the root cannot be made read-only or ``/tmp`` private."""
+# (audit arch, syscall numbers) of x86_64 and aarch64: unshare setns mount umount2 pivot_root chroot
+# ptrace process_vm_readv process_vm_writev keyctl add_key request_key bpf perf_event_open userfaultfd
+# name_to_handle_at open_by_handle_at, then the new mount API and io_uring (same numbers everywhere)
+_SECCOMP_ARCH = {
+    "x86_64": (
+        0xC000003E,
+        56,
+        [272, 308, 165, 166, 155, 161, 101, 310, 311, 250, 248, 249, 321, 298, 323, 303, 304],
+    ),
+    "aarch64": (
+        0xC00000B7,
+        220,
+        [97, 268, 40, 39, 41, 51, 117, 270, 271, 219, 217, 218, 280, 241, 282, 264, 265],
+    ),
+}
+_SECCOMP_COMMON = [428, 429, 430, 431, 432, 433, 442, 425, 426, 427]
+_CLONE3 = 435
+_CLONE_NEW_ANY = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
 
-    def mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> bool:
+
+def _seccomp(libc: Any) -> list[str]:
+    """A seccomp filter (classic BPF, no library) that refuses with EPERM the system calls that change
+    namespaces or mounts, inspect other processes, or reach rarely needed kernel code (keys, BPF, perf,
+    userfaultfd, io_uring, file handles); ``clone`` with a namespace flag; ``clone3`` gets ENOSYS (the C
+    library then falls back to ``clone``, whose flags a filter can read). Any other ABI (x32, i386 on
+    x86_64) kills the process. Defence in depth: the namespaces are the boundary, this narrows the
+    kernel code the candidate can reach. Returns ``["seccomp"]``, or ``[]`` on an unknown architecture."""
+    import ctypes
+    import platform
+
+    if platform.machine() not in _SECCOMP_ARCH:
+        return []
+    arch, clone, denied = _SECCOMP_ARCH[platform.machine()]
+    denied = denied + _SECCOMP_COMMON
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, kill, eperm, enosys = 0x7FFF0000, 0x80000000, 0x00050000 | 1, 0x00050000 | 38
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0), (jge, 0, 1, 0x40000000)]
+    prog += [(ret, 0, 0, kill)]
+    for nr in denied:
+        prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
+    prog += [(jeq, 0, 1, _CLONE3), (ret, 0, 0, enosys), (jeq, 0, 3, clone), (ld, 0, 0, 16)]
+    prog += [(jset, 0, 1, _CLONE_NEW_ANY), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+
+    class Filter(ctypes.Structure):
+        _fields_ = [
+            ("code", ctypes.c_uint16),
+            ("jt", ctypes.c_uint8),
+            ("jf", ctypes.c_uint8),
+            ("k", ctypes.c_uint32),
+        ]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Filter))]
+
+    filters = (Filter * len(prog))(*[Filter(*f) for f in prog])
+    program = Program(len(prog), filters)
+    if libc.prctl(22, 2, ctypes.byref(program), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        raise OSError(f"installing the seccomp filter: {os.strerror(ctypes.get_errno())}")
+    return ["seccomp"]
+
+
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+_MNT_DETACH = 2
+
+
+def _build_root(libc: Any, tmp_bytes: int, become_fresh_uid: bool) -> list[str]:
+    """In the new mount namespace, make the candidate's whole file system a fresh tmpfs holding only the
+    paths of :func:`_bind_paths` (read-only, at their own paths) and an empty ``/tmp`` of ``tmp_bytes``
+    (noexec), and make it the root (``pivot_root``, the old root detached). So no other path — the
+    trainer's files, home folders, ``/proc``, pathname sockets — exists for the candidate.
+    ``become_fresh_uid``: switch to uid 0 of the user namespace (a fresh uid outside) once the paths are
+    open. Raises OSError on any
+    failure."""
+    import ctypes
+    import platform
+
+    def mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
         enc = [s.encode() if s is not None else None for s in (src, target, fstype)]
-        return libc.mount(enc[0], enc[1], enc[2], flags, data.encode() if data else None) == 0
+        if libc.mount(enc[0], enc[1], enc[2], flags, data.encode() if data else None) != 0:
+            raise OSError(f"mount {target}: {os.strerror(ctypes.get_errno())}")
 
-    def checked(ok: bool, what: str) -> None:
-        if not ok:
-            import ctypes
-
-            raise OSError(f"{what}: {os.strerror(ctypes.get_errno())}")
-
-    checked(mount(None, "/", None, _MS_REC | _MS_PRIVATE), "making mounts private")
-    prefixes = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)})
-    prefix_fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in prefixes}
-    keep = {"nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC}  # locked in a user namespace
-    with open("/proc/self/mountinfo") as f:
-        entries = [line.split() for line in f]
-    for fields in entries:
-        target = _unescape(fields[4])
-        flags = _MS_BIND | _MS_REMOUNT | _MS_RDONLY  # no atime flag: the remount keeps the mount's own
-        flags |= sum(keep.get(opt, 0) for opt in fields[5].split(","))
-        ok = mount(None, target, None, flags)
-        if target == "/":
-            checked(ok, "remounting / read-only")
-    done = ["readonly-fs"]
-    hidden = [d for d in ("/root", "/home") if os.path.isdir(d)]
-    for home in hidden:
-        checked(mount("tmpfs", home, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "size=64k,mode=755"), home)
-        for prefix, fd in prefix_fds.items():
-            if prefix.startswith(home + "/"):  # the interpreter lives here: bind its prefix back, read-only
-                os.makedirs(prefix, exist_ok=True)
-                checked(mount(f"/proc/self/fd/{fd}", prefix, None, _MS_BIND | _MS_REC), prefix)
-                mount(None, prefix, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
-        mount(None, home, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-    done += ["hidden-home"] if hidden else []
-    for fd in prefix_fds.values():
+    mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    # opened in this mount namespace (a mount of another cannot be bound), before the tmpfs covers /tmp
+    binds = {p: os.open(p, os.O_PATH) for p in _bind_paths()}
+    if become_fresh_uid:  # as root: opened as kuid 0 (which may walk /root); files are made as the fresh uid
+        os.setgroups([])
+        os.setresgid(0, 0, 0)
+        os.setresuid(0, 0, 0)
+    new = "/tmp"  # any existing folder: the tmpfs covers it in this namespace only
+    mount("tmpfs", new, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,nr_inodes=4096,mode=755")
+    for path, fd in binds.items():
+        target = new + path
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(target, exist_ok=True)
+        else:
+            os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+        mount(f"/proc/self/fd/{fd}", target, None, _MS_BIND | _MS_REC)
+        ro = _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID
+        try:  # no atime flag: the remount keeps the mount's own (locked in a user namespace)
+            mount(None, target, None, ro | (0 if path.startswith("/dev/") else _MS_NODEV))
+        except OSError:  # the source mount has flags a user namespace cannot clear
+            mount(None, target, None, ro | _MS_NODEV | _MS_NOEXEC)
         os.close(fd)
+    for link in ("/lib", "/lib64"):  # merged /usr: the dynamic loader's paths are links into /usr
+        if os.path.islink(link) and not os.path.lexists(new + link):
+            os.symlink(os.readlink(link), new + link)
+    os.makedirs(new + "/tmp")
     size = f"size={max(tmp_bytes, 4096)},nr_inodes=1024,mode=1777"
-    checked(mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, size), "mounting /tmp")
-    if mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC):
-        done += ["private-tmp", "private-proc"]
-    else:  # e.g. a container that masks parts of /proc: hide it entirely instead
-        flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | _MS_RDONLY
-        checked(mount("tmpfs", "/proc", "tmpfs", flags, "size=4k"), "hiding /proc")
-        done += ["private-tmp", "hidden-proc"]
-    return done
-
-
-def _unescape(path: str) -> str:
-    """A mount point from ``/proc/self/mountinfo``, where space, tab, newline and backslash are octal."""
-    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
-        path = path.replace(code, char)
-    return path
+    mount("tmpfs", new + "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, size)
+    os.chdir(new)
+    number = _PIVOT_ROOT.get(platform.machine())
+    if number is not None and libc.syscall(number, b".", b".") == 0:  # the old root now sits on top
+        if libc.umount2(b".", _MNT_DETACH) != 0:
+            raise OSError(f"detaching the old root: {os.strerror(ctypes.get_errno())}")
+        how = "pivot-root"
+    else:  # e.g. an initramfs root, which pivot_root refuses; chroot without capabilities is final too
+        os.chroot(".")
+        how = "chroot"
+    os.chdir("/")
+    mount(None, "/", None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+    return [how, "minimal-root", "readonly-fs", "private-tmp", "no-proc"]
 
 
 def _threads_of_uid(uid: int) -> int:
@@ -238,57 +373,6 @@ def _threads_of_uid(uid: int) -> int:
         except (OSError, ValueError, KeyError):
             continue  # not a process, or gone
     return total
-
-
-_PROCESS_EVENTS = {"os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.spawn", "os.system"}
-_PROCESS_EVENTS |= {"os.kill", "os.killpg", "subprocess.Popen", "os.startfile"}
-_PATH_EVENTS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.utime"}
-_PATH_EVENTS |= {"os.truncate", "os.link", "os.symlink", "os.chflags", "os.setxattr", "os.removexattr"}
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
-
-
-def _add_audit_hook(blocked: set[str], workdir: str) -> None:
-    """The Python-level fallback: refuse the audit events of the ``blocked`` categories."""
-    own = f"/proc/{os.getpid()}"
-    allowed = tuple(os.path.realpath(p) + "/" for p in (sys.base_prefix, sys.base_exec_prefix))
-
-    def inside(real: str, root: str) -> bool:
-        return real == root or real.startswith(root + "/")
-
-    def denied(path: Any, writes: bool) -> bool:
-        if isinstance(path, int) or path is None:
-            return False  # a file descriptor already open
-        real = os.path.realpath(os.fsdecode(path))
-        if writes and not (inside(real, workdir) or real == os.devnull):
-            return True
-        other_process = real.startswith("/proc/") and real.split("/")[2].isdigit() and not inside(real, own)
-        home = inside(real, "/root") or inside(real, "/home")
-        return other_process or (home and not (real + "/").startswith(allowed))
-
-    def hook(event: str, args: tuple[Any, ...]) -> None:
-        if "network" in blocked and event.startswith("socket."):
-            raise PermissionError(f"sandbox: {event} blocked (no network)")
-        if "process" in blocked and (
-            event in _PROCESS_EVENTS or (event == "import" and args[0] == "_posixsubprocess")
-        ):
-            raise PermissionError(f"sandbox: {event} blocked (no processes or signals)")
-        if "ctypes" in blocked and (
-            event.startswith("ctypes.") or (event == "import" and args[0] in ("ctypes", "_ctypes"))
-        ):
-            raise PermissionError(f"sandbox: {event} blocked (no ctypes)")
-        if "files" not in blocked:
-            return
-        if event == "open":
-            mode, flags = str(args[1] or ""), args[2] if isinstance(args[2], int) else 0
-            writes = bool(flags & _WRITE_FLAGS) or any(c in mode for c in "wax+")
-            if denied(args[0], writes):
-                raise PermissionError(f"sandbox: opening {args[0]!r} blocked")
-        elif event in ("os.listdir", "os.scandir") and denied(args[0], False):
-            raise PermissionError(f"sandbox: listing {args[0]!r} blocked")
-        elif event in _PATH_EVENTS and any(denied(a, True) for a in args[:2]):
-            raise PermissionError(f"sandbox: {event} outside the working directory blocked")
-
-    sys.addaudithook(hook)
 
 
 def _run_code(code: str, entry: str, inputs: list[list[Any]], out_fd: int) -> None:

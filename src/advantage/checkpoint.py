@@ -159,51 +159,138 @@ def _rotate(root: Path, keep: int, protect: str) -> None:
 
 
 def latest_checkpoint(root: str | Path) -> Path:
-    """The folder ``root/latest`` names. Raises :class:`CheckpointError` naming what is missing."""
+    """The folder ``root/latest`` names. Raises :class:`CheckpointError` naming what is missing; a pointer
+    that is not a short text naming a ``step_*`` folder inside ``root`` is refused (its content is never
+    echoed: it could be any file)."""
     root = Path(root)
     pointer = root / LATEST
     if not pointer.is_file():
         raise CheckpointError(f"no checkpoint: {pointer} does not exist")
-    name = pointer.read_text().strip()
-    if not name.startswith("step_") or "/" in name or "\\" in name or not (root / name).is_dir():
+    bad = CheckpointError(f"{pointer}: not a pointer to a checkpoint folder in {root}")
+    if pointer.is_symlink() or pointer.stat().st_size > 256:
+        raise bad
+    try:
+        name = pointer.read_bytes().decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise bad from None
+    if not name.startswith("step_") or "/" in name or "\\" in name or not name.isprintable():
+        raise bad
+    folder = root / name
+    if not folder.is_dir() or folder.is_symlink() or folder.resolve().parent != root.resolve():
         raise CheckpointError(f"{pointer} names {name!r}, which is not a checkpoint folder in {root}")
-    return root / name
+    return folder
+
+
+_CHUNK = 1 << 20
+
+
+def _check_size(path: Path, entry: Mapping[str, Any]) -> None:
+    """The file exists, is a regular file (no link out of the folder) and has the manifest's size —
+    checked from its metadata, before a byte is read."""
+    if path.is_symlink() or not path.is_file():
+        raise CheckpointError(f"{path}: file missing or not a regular file")
+    size = path.stat().st_size
+    if size != entry.get("bytes"):
+        raise CheckpointError(
+            f"{path}: {size} bytes, manifest says {entry.get('bytes')} (truncated or altered)"
+        )
 
 
 def _read_verified(folder: Path, fname: str, entry: Mapping[str, Any]) -> bytes:
     path = folder / fname
-    if not path.is_file():
-        raise CheckpointError(f"{path}: file missing")
+    _check_size(path, entry)
     data = path.read_bytes()
-    if len(data) != entry.get("bytes"):
-        raise CheckpointError(
-            f"{path}: {len(data)} bytes, manifest says {entry.get('bytes')} (truncated or altered)"
-        )
+    if len(data) != entry.get("bytes"):  # changed since the size check
+        raise CheckpointError(f"{path}: {len(data)} bytes, manifest says {entry.get('bytes')} (altered)")
     if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
         raise CheckpointError(f"{path}: SHA-256 does not match the manifest (corrupt or altered)")
     return data
+
+
+def _verify_streamed(path: Path, entry: Mapping[str, Any]) -> None:
+    """:func:`_read_verified` without holding the file in memory (model weights can be gigabytes)."""
+    _check_size(path, entry)
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    if digest.hexdigest() != entry.get("sha256"):
+        raise CheckpointError(f"{path}: SHA-256 does not match the manifest (corrupt or altered)")
+
+
+# weights formats that are pickles: never loaded from a checkpoint, whatever the manifest says
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+
+
+def _read_manifest(folder: Path) -> tuple[int, dict[str, dict[str, Any]]]:
+    """The manifest's step and files, every field checked. Raises :class:`CheckpointError` naming it."""
+    mpath = folder / MANIFEST
+    if not mpath.is_file():
+        raise CheckpointError(f"{mpath}: manifest missing; the checkpoint cannot be verified")
+    if mpath.stat().st_size > 1 << 20:
+        raise CheckpointError(f"{mpath}: over 1 MiB, not a manifest")
+    try:
+        manifest = json.loads(mpath.read_bytes().decode("utf-8"), parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise CheckpointError(f"{mpath}: not a valid manifest (not JSON: {type(e).__name__})") from None
+    if not isinstance(manifest, dict):
+        raise CheckpointError(f"{mpath}: not a valid manifest (not a JSON object)")
+    step, files = manifest.get("step"), manifest.get("files")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**63:
+        raise CheckpointError(f"{mpath}: not a valid manifest (step must be an integer >= 0)")
+    if manifest.get("format") != FORMAT:
+        raise CheckpointError(f"{mpath}: unsupported checkpoint format {manifest.get('format')!r}")
+    if not isinstance(files, dict) or not {TENSORS, STATE} <= set(files):
+        raise CheckpointError(f"{mpath}: not a valid manifest (files must map {TENSORS} and {STATE})")
+    for fname, entry in files.items():
+        if (
+            fname == MANIFEST
+            or "/" in fname
+            or "\\" in fname
+            or fname.startswith(".")
+            or not fname.isprintable()
+        ):
+            raise CheckpointError(f"{mpath}: lists {fname!r}, which is not a plain file name")
+        if fname.lower().endswith(_PICKLE_SUFFIXES):
+            raise CheckpointError(
+                f"{folder / fname}: a pickle-based weights file; checkpoints never load pickles"
+            )
+        ok = isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
+        size = entry.get("bytes") if isinstance(entry, dict) else None
+        if not ok or isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise CheckpointError(
+                f"{mpath}: not a valid manifest (entry of {fname!r} needs bytes and sha256)"
+            )
+    return step, files
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def verify_checkpoint(folder: str | Path) -> Path:
+    """Check every file of the checkpoint ``folder`` against its manifest (sizes first, then SHA-256,
+    streamed) and refuse files the manifest does not list, e.g. a ``pytorch_model.bin`` put next to the
+    weights. Every read of a run's checkpoint goes through this or :func:`load_checkpoint`. Returns the
+    folder."""
+    folder = Path(folder)
+    _, files = _read_manifest(folder)
+    for child in sorted(folder.iterdir()):
+        if child.name != MANIFEST and child.name not in files:
+            raise CheckpointError(f"{child}: not listed in the manifest {folder / MANIFEST}")
+    for fname, entry in files.items():
+        _verify_streamed(folder / fname, entry)
+    return folder
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
     """Load and verify a checkpoint folder, or the ``latest`` of a ``checkpoints`` folder."""
     path = Path(path)
     folder = path if path.name.startswith("step_") else latest_checkpoint(path)
-    mpath = folder / MANIFEST
-    if not mpath.is_file():
-        raise CheckpointError(f"{mpath}: manifest missing; the checkpoint cannot be verified")
-    try:
-        manifest = json.loads(mpath.read_text())
-        files = manifest["files"]
-        step = int(manifest["step"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise CheckpointError(f"{mpath}: not a valid manifest ({e})") from None
-    if manifest.get("format") != FORMAT or not {TENSORS, STATE} <= set(files):
-        raise CheckpointError(f"{mpath}: unsupported checkpoint format {manifest.get('format')!r}")
+    step, files = _read_manifest(folder)
     extra = tuple(sorted(set(files) - {TENSORS, STATE}))
     for fname in extra:
-        if fname == MANIFEST or "/" in fname or "\\" in fname or fname.startswith("."):
-            raise CheckpointError(f"{mpath}: lists {fname!r}, which is not a plain file name")
-        _read_verified(folder, fname, files[fname])
+        _verify_streamed(folder / fname, files[fname])
     raw_tensors = _read_verified(folder, TENSORS, files[TENSORS])
     raw_state = _read_verified(folder, STATE, files[STATE])
     try:
@@ -211,7 +298,11 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     except (SafetensorError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"{folder / TENSORS}: not a valid safetensors file ({e})") from None
     try:
-        state = json.loads(raw_state)
-    except ValueError as e:
-        raise CheckpointError(f"{folder / STATE}: not valid JSON ({e})") from None
+        state = json.loads(raw_state.decode("utf-8"))  # NaN allowed: an algorithm's state may hold one
+    except (ValueError, RecursionError) as e:
+        raise CheckpointError(
+            f"{folder / STATE}: not valid JSON ({type(e).__name__}: {str(e)[:100]})"
+        ) from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{folder / STATE}: not a JSON object")
     return Checkpoint(step=step, tensors=tensors, state=state, path=folder, files=extra)

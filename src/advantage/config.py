@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import os
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -76,7 +78,7 @@ class EnvConfig:
 class VecEnvConfig(EnvConfig):
     """The ``env`` section of algorithms that step several environments at once."""
 
-    num_envs: int = option(8, "environments stepped together (a gymnasium vector env)", lo=1)
+    num_envs: int = option(8, "environments stepped together (a gymnasium vector env)", lo=1, hi=4096)
     vectorization: str = option(
         "auto",
         "auto: the env's own vectorized version when it has one, else sync; sync; async",
@@ -88,8 +90,8 @@ class VecEnvConfig(EnvConfig):
 class TrainerConfig:
     """The ``trainer`` section, common to every algorithm."""
 
-    seed: int = option(0, "seed of every random number generator of the run", lo=0)
-    total_steps: int = option(100_000, "environment steps to train for", lo=0)
+    seed: int = option(0, "seed of every random number generator of the run", lo=0, hi=2**31 - 1)
+    total_steps: int = option(100_000, "environment steps to train for", lo=0, hi=10**13)
     eval_every: int = option(10_000, "evaluate every N environment steps (0: only at the end)", lo=0)
     eval_episodes: int = option(100, "episodes per evaluation", lo=1)
     stop_at_return: float | None = option(None, "stop training once eval/return_mean reaches this")
@@ -99,7 +101,9 @@ class TrainerConfig:
     run_dir: str | None = option(None, "run folder (default runs/<algo>-<env>-<YYYYmmdd-HHMMSS>)")
     progress: str = option("auto", "progress display", choices=("auto", "bar", "lines", "none"))
     tensorboard: bool = option(True, "write TensorBoard event files")
-    torch_threads: int = option(1, "torch CPU threads (small networks are fastest on one)", lo=1)
+    torch_threads: int = option(
+        1, "torch CPU threads (small networks are fastest on one)", lo=1, hi=4 * (os.cpu_count() or 1)
+    )
     device: str = option("cpu", "torch device for networks: cpu, cuda, cuda:N")
     num_workers: int = option(
         0, "Ray rollout workers (0: everything in this process, Ray never imported)", lo=0
@@ -168,15 +172,31 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
     return typing.cast(dict[str, Any], parsed)
 
 
+# Bounds on a config file, checked before anything expands it: YAML aliases share one object, but OmegaConf
+# copies each use, so 9 nested levels of 9 aliases in 532 bytes become 9^9 nodes (an "alias bomb").
+YAML_MAX_BYTES = 1 << 20
+YAML_MAX_NODES = 100_000  # mappings, lists and scalars, each alias counted as what it expands to
+YAML_MAX_DEPTH = 64
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config file; errors name the file (and the line, for syntax errors)."""
+    """Read a YAML config file; errors name the file (and the line, for syntax errors). Files over
+    :data:`YAML_MAX_BYTES`, or whose aliases expand to more than :data:`YAML_MAX_NODES` nodes or nest
+    deeper than :data:`YAML_MAX_DEPTH`, are refused before anything expands them."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"--config {str(path)!r}: no such file")
+    if p.stat().st_size > YAML_MAX_BYTES:
+        raise ConfigError(f"--config {str(path)!r} is over {YAML_MAX_BYTES} bytes; a config file is small")
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
         raise ConfigError(f"--config {str(path)!r} is not valid YAML: {' '.join(str(e).split())}") from None
+    except (RecursionError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--config {str(path)!r} is not valid YAML ({type(e).__name__})") from None
+    why = _too_big(data)
+    if why:
+        raise ConfigError(f"--config {str(path)!r}: {why}; refused before expanding it")
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -184,6 +204,25 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
             f"--config {str(path)!r} must hold a mapping of sections, got {type(data).__name__}"
         )
     return data
+
+
+def _too_big(data: Any) -> str | None:
+    """Why ``data`` (as loaded, aliases shared) is too big once every alias is expanded, or None. Visits
+    at most :data:`YAML_MAX_NODES` + 1 nodes, so a bomb costs nothing to detect."""
+    stack, count = [(data, 1)], 0
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > YAML_MAX_NODES:
+            return f"more than {YAML_MAX_NODES} values once its aliases are expanded (an alias bomb?)"
+        if depth > YAML_MAX_DEPTH:
+            return f"nested deeper than {YAML_MAX_DEPTH} levels"
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+            count += len(node)  # the keys
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+    return None
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -256,6 +295,10 @@ def _suggest(word: str, options: Iterable[str], prefix: str = "") -> str:
     return f"; did you mean {prefix}{close[0]}?" if close else ""
 
 
+def _num(x: float) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
 def _check_range(name: str, value: Any, meta: Mapping[str, Any]) -> str | None:
     choices = meta.get("choices")
     if choices is not None and value not in choices:
@@ -270,11 +313,11 @@ def _check_range(name: str, value: Any, meta: Mapping[str, Any]) -> str | None:
     if lo is not None and hi is not None:
         left = "(" if meta.get("lo_open") else "["
         right = ")" if meta.get("hi_open") else "]"
-        allowed = f"in {left}{lo:g}, {hi:g}{right}"
+        allowed = f"in {left}{_num(lo)}, {_num(hi)}{right}"
     elif lo is not None:
-        allowed = f"{'>' if meta.get('lo_open') else '>='} {lo:g}"
+        allowed = f"{'>' if meta.get('lo_open') else '>='} {_num(lo)}"
     else:
-        allowed = f"{'<' if meta.get('hi_open') else '<='} {hi:g}"
+        allowed = f"{'<' if meta.get('hi_open') else '<='} {_num(hi)}"
     return f"{name} must be {allowed}, got {value!r}"
 
 
@@ -315,6 +358,9 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
         ok, coerced = _coerce(value, tp)
         if not ok:
             problems.append(f"{name} must be {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+            continue
+        if isinstance(coerced, float) and not math.isfinite(coerced):
+            problems.append(f"{name} must be a finite number, got {coerced!r}")
             continue
         msg = _check_range(name, coerced, f.metadata)
         if msg:

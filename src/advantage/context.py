@@ -30,7 +30,7 @@ import gymnasium as gym
 
 from advantage.checkpoint import Checkpoint, save_checkpoint
 from advantage.envs import make_env
-from advantage.errors import NonFiniteError
+from advantage.errors import CheckpointError, NonFiniteError
 from advantage.evaluation import EVAL_SEED_OFFSET, evaluate_policy
 from advantage.metrics import MetricsWriter
 from advantage.progress import Progress
@@ -57,6 +57,30 @@ class _Window:
     lengths: list[int] = field(default_factory=list)
 
 
+def _run_state(restored: Checkpoint) -> dict[str, Any]:
+    """The checkpoint's ``run`` state, each field checked (a damaged or edited state.json is an error
+    naming it, not a traceback or a NaN written into later metrics rows)."""
+    where = restored.path / "state.json"
+    run = restored.state.get("run", {})
+    if not isinstance(run, dict):
+        raise CheckpointError(f"{where}: 'run' must be a JSON object")
+
+    def finite(x: Any) -> bool:
+        return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+    elapsed = run.get("elapsed", 0.0)
+    if not finite(elapsed) or elapsed < 0:
+        raise CheckpointError(f"{where}: run.elapsed must be a finite number of seconds >= 0")
+    episodes = run.get("episodes", 0)
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 0:
+        raise CheckpointError(f"{where}: run.episodes must be an integer >= 0")
+    for key in ("window_returns", "window_lengths", "recent_returns"):
+        value = run.get(key, [])
+        if not isinstance(value, list) or not all(finite(v) for v in value):
+            raise CheckpointError(f"{where}: run.{key} must be a list of finite numbers")
+    return run
+
+
 class RunContext:
     def __init__(
         self,
@@ -68,7 +92,7 @@ class RunContext:
     ):
         self.algo, self.cfg, self.run_dir, self.restored = algo, cfg, Path(run_dir), restored
         t = cfg.trainer
-        run_state = restored.state.get("run", {}) if restored else {}
+        run_state = _run_state(restored) if restored else {}
         start = restored.step if restored else 0
         self.episodes: int = run_state.get("episodes", 0)
         self._window = _Window(run_state.get("window_returns", []), run_state.get("window_lengths", []))
@@ -80,6 +104,7 @@ class RunContext:
             start - start % t.checkpoint_every + t.checkpoint_every if t.checkpoint_every else math.inf
         )
         self._stop_signal: str | None = None
+        self._stepped = False
         self._old_handlers: dict[int, Any] = {}
         self.writer = MetricsWriter(
             self.run_dir,
@@ -119,13 +144,21 @@ class RunContext:
         if not math.isfinite(value):
             raise NonFiniteError(f"step {step}: {what} is {value}; stopping (the last checkpoint is kept)")
 
+    @property
+    def restoring(self) -> bool:
+        """True until the algorithm's first step after a resume (no episode, log or tick yet): errors
+        raised until then come from reading the checkpoint back."""
+        return self.restored is not None and not self._stepped
+
     def episode(self, step: int, ret: float, length: int) -> None:
+        self._stepped = True
         self.episodes += 1
         self._window.returns.append(float(ret))
         self._window.lengths.append(int(length))
         self._recent.append(float(ret))
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        self._stepped = True
         self.writer.log(step, metrics)
 
     def _log_train(self, step: int) -> None:
@@ -186,6 +219,7 @@ class RunContext:
     def tick(self, step: int, snapshot: Callable[[], Snapshot]) -> bool:
         """Call after every step (or rollout). Logs, evaluates and checkpoints when due; returns True if
         the loop should stop now (a signal arrived)."""
+        self._stepped = True
         self.progress.update(step, sum(self._recent) / len(self._recent) if self._recent else None)
         if step >= self._next_log:
             self._log_train(step)
@@ -207,7 +241,10 @@ class RunContext:
         """End of training (or a stop signal): evaluate (unless stopped), checkpoint, plot, close."""
         result = None
         try:
-            if self._window.returns:
+            # stopped by a signal between log steps: no extra training row; the window goes into the
+            # checkpoint, so the resumed run logs the same rows as an uninterrupted one
+            signalled = self._stop_signal is not None and self._stop_signal != "stop_at_return"
+            if self._window.returns and not signalled:
                 self._log_train(step)
             if self._last_eval is not None and self._last_eval[0] == step:
                 result = self._last_eval[1]

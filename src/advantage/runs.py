@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import re
 import sys
 import time
@@ -18,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from advantage.checkpoint import Checkpoint, atomic_write, load_checkpoint
+from advantage.checkpoint import LATEST, Checkpoint, atomic_write, load_checkpoint
 from advantage.config import (
     build,
     dump_yaml,
@@ -33,7 +35,7 @@ from advantage.config import (
 from advantage.context import RunContext
 from advantage.envs import check_env_config, make_env
 from advantage.envs.make import check_env_api
-from advantage.errors import ConfigError, RunDirError
+from advantage.errors import AdvantageError, CheckpointError, ConfigError, RunDirError
 from advantage.evaluation import EVAL_SEED_OFFSET, evaluate_policy
 from advantage.metrics import read_metrics, truncate_metrics
 from advantage.registry import ALGORITHMS, Algorithm, Policy, get_algorithm
@@ -80,16 +82,38 @@ def resolve_config(
             )
         preset = nest(dict(spec.presets[preset_name].overrides))
     merged = merge(nest(dict(spec.defaults)), preset, tree, over)
-    cfg, problems = build(spec.config, merged)
-    if spec.uses_env:
-        problems.extend(check_env_config(cfg.env))
-    if spec.check is not None and not problems:
-        problems.extend(spec.check(cfg))
-    problems.extend(_worker_problems(spec, cfg))
+    interpolated = interpolations(nest(dict(spec.defaults)), preset, tree, over)
+    try:
+        cfg, problems = build(spec.config, merged)
+        if spec.uses_env:
+            problems.extend(check_env_config(cfg.env))
+        if spec.check is not None and not problems:
+            problems.extend(spec.check(cfg))
+        problems.extend(_worker_problems(spec, cfg))
+    except ConfigError as e:
+        problems = list(e.problems)
     if problems:
-        raise ConfigError(problems)
-    cfg.__dict__["_interpolations"] = interpolations(nest(dict(spec.defaults)), preset, tree, over)
+        raise ConfigError(_redact(problems, merged, interpolated))
+    cfg.__dict__["_interpolations"] = interpolated
     return spec, cfg
+
+
+def _redact(problems: list[str], merged: Mapping[str, Any], interpolated: Mapping[str, str]) -> list[str]:
+    """``problems`` with the values that came from ``${...}`` interpolations (``${oc.env:TOKEN}``: a
+    secret, perhaps) replaced by the interpolation's text: an error names the key and the reason, never
+    such a value."""
+    values = flatten(dict(merged))
+    out = []
+    for problem in problems:
+        for key, raw in interpolated.items():
+            value = values.get(key)
+            if value is None or isinstance(value, bool):
+                continue
+            text = str(value)
+            if key in problem or len(text) >= 4:  # a short value is only hidden where its key is named
+                problem = problem.replace(repr(value), raw).replace(text, raw)
+        out.append(problem)
+    return out
 
 
 def config_yaml(spec: Algorithm, cfg: Any) -> str:
@@ -108,12 +132,48 @@ def run_subject(spec: Algorithm, cfg: Any) -> str:
 
 
 def _default_run_dir(spec: Algorithm, cfg: Any) -> Path:
+    """A fresh folder ``runs/<algo>-<subject>-<time>[-i]``, created here: ``mkdir`` fails if another run
+    took the name first, so two runs started in the same second get different folders."""
     env = re.sub(r"[^A-Za-z0-9._-]+", "_", run_subject(spec, cfg))
     base = Path("runs") / f"{spec.name}-{env}-{time.strftime('%Y%m%d-%H%M%S')}"
+    base.parent.mkdir(parents=True, exist_ok=True)
     path, i = base, 1
-    while path.exists():
-        path, i = base.with_name(f"{base.name}-{i}"), i + 1
-    return path
+    while True:
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            path, i = base.with_name(f"{base.name}-{i}"), i + 1
+
+
+LOCK_FILE = ".lock"
+
+
+class RunLock:
+    """An exclusive ``flock`` on ``RUN/.lock`` held for the life of a run (``train`` or ``resume``), so a
+    second writer of the same folder stops at once instead of interleaving checkpoints and metrics. The
+    file holds the holder's pid for the message. The kernel releases the lock when the holder exits,
+    even by SIGKILL, so a stale lock file never blocks a later resume."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK_FILE
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(self.fd)
+            raise RunDirError(
+                f"run folder {str(run_dir)!r} is in use by another advantage process (pid {holder}); "
+                "wait for it to finish or stop it first"
+            ) from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the last descriptor drops the flock
+            self.fd = -1
 
 
 def _check_spaces(spec: Algorithm, cfg: Any) -> None:
@@ -148,21 +208,25 @@ def train(
     spec, cfg = resolve_config(algo, config, overrides)
     _check_spaces(spec, cfg)
     run_dir = Path(cfg.trainer.run_dir) if cfg.trainer.run_dir else _default_run_dir(spec, cfg)
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise RunDirError(
-            f"trainer.run_dir {str(run_dir)!r} already exists and is not empty; "
-            f"pick another folder, or continue it with `advantage resume {run_dir}`"
-        )
-    cfg.trainer.run_dir = str(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
-    if not quiet:
-        print(f"run folder: {run_dir}", flush=True)
-    ctx = RunContext(spec, cfg, run_dir, quiet=quiet)
+    lock = RunLock(run_dir)  # taken before the emptiness check, so the check and the claim are one step
     try:
-        spec.train(cfg, ctx)
+        if any(p.name != LOCK_FILE for p in run_dir.iterdir()):
+            raise RunDirError(
+                f"trainer.run_dir {str(run_dir)!r} already exists and is not empty; "
+                f"pick another folder, or continue it with `advantage resume {run_dir}`"
+            )
+        cfg.trainer.run_dir = str(run_dir)
+        atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
+        if not quiet:
+            print(f"run folder: {run_dir}", flush=True)
+        ctx = RunContext(spec, cfg, run_dir, quiet=quiet)
+        try:
+            spec.train(cfg, ctx)
+        finally:
+            ctx.close()
     finally:
-        ctx.close()
+        lock.release()
     return Run(run_dir)
 
 
@@ -172,6 +236,14 @@ def resume(run_dir: str | Path, *, quiet: bool = False, **overrides: Any) -> Run
     warning with the old and new value (the run then mixes two settings)."""
     run_dir = Path(run_dir)
     old = Run(run_dir)
+    lock = RunLock(run_dir)
+    try:
+        return _resume(run_dir, old, quiet, overrides)
+    finally:
+        lock.release()
+
+
+def _resume(run_dir: Path, old: Run, quiet: bool, overrides: Mapping[str, Any]) -> Run:
     spec, cfg = resolve_config(old.algo.name, run_dir / CONFIG_FILE, overrides)
     before, after = flatten(to_dict(old.config)), flatten(to_dict(cfg))
     for key in sorted(set(before) | set(after)):
@@ -181,6 +253,21 @@ def resume(run_dir: str | Path, *, quiet: bool = False, **overrides: Any) -> Run
                 file=sys.stderr,
             )
     cfg.trainer.run_dir = str(run_dir)
+    if (
+        not (run_dir / "checkpoints" / LATEST).exists()
+        and not (run_dir / "checkpoints" / LATEST).is_symlink()
+    ):
+        # killed before its first checkpoint: start it again from its saved config, in the same folder
+        truncate_metrics(run_dir, -1)  # every row: the run starts again
+        if not quiet:
+            print(f"run folder: {run_dir} (no checkpoint yet: starting from step 0)", flush=True)
+        atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
+        ctx = RunContext(spec, cfg, run_dir, quiet=quiet)
+        try:
+            spec.train(cfg, ctx)
+        finally:
+            ctx.close()
+        return Run(run_dir)
     ckpt = load_checkpoint(run_dir / "checkpoints")
     if ckpt.step >= cfg.trainer.total_steps:
         if not quiet:
@@ -198,9 +285,15 @@ def resume(run_dir: str | Path, *, quiet: bool = False, **overrides: Any) -> Run
     ctx = RunContext(spec, cfg, run_dir, restored=ckpt, quiet=quiet)
     try:
         spec.train(cfg, ctx)
-    except BaseException:
+    except BaseException as e:
         if ctx.saved_since_start is None:  # nothing was saved under the new config: keep the old one
             atomic_write(run_dir / CONFIG_FILE, previous)
+        # raised while the algorithm read its state back, before its first step: a state.json that does
+        # not fit this run (edited, or of another version), not a bug of the training loop
+        unfit = isinstance(e, KeyError | TypeError | IndexError | ValueError | AttributeError)
+        if ctx.restoring and unfit and not isinstance(e, AdvantageError):
+            what = f"{type(e).__name__}: {str(e)[:200]}"
+            raise CheckpointError(f"{ckpt.path / 'state.json'}: does not fit this run ({what})") from e
         raise
     finally:
         ctx.close()

@@ -17,34 +17,42 @@ run ends even if the trainer dies. The trainer kills the candidate at ``wall_sec
 PID-namespace init: the kernel then kills every process in the namespace), gives the supervisor 0.5 s to
 reap it, then kills the supervisor's process group and reaps the supervisor. No zombie, no orphan.
 
-Isolation, listed in :attr:`SandboxResult.isolation` as in effect for that run:
+Isolation, listed in :attr:`SandboxResult.isolation` as in effect for that run. The boundary is the
+kernel's; nothing depends on Python-level checks, which the code could undo (``docs/reliability.md``
+states the threat model).
 
-1. ``rlimits``: CPU seconds (soft = hard, so the kernel sends SIGKILL), address space (``memory_bytes``:
+1. ``netns`` ``pidns`` ``mountns`` ``ipcns`` ``utsns`` (+ ``userns`` when not root): ``unshare`` via
+   ctypes (``os.unshare`` needs Python 3.12). The network namespace has only a loopback that is down, so
+   every connection fails, 127.0.0.1 and abstract unix sockets included. The candidate is PID 1 of its
+   PID namespace and sees no other process (no ``kill``, ``ptrace`` or ``pidfd_open`` can name the
+   supervisor or the trainer).
+2. ``pivot-root`` ``minimal-root`` ``readonly-fs`` ``private-tmp`` ``no-proc``: the candidate's root is a
+   fresh read-only tmpfs holding only the interpreter's module folders (``sys.path``), the system
+   library folders (``/lib``, ``/usr/lib`` …, for extension modules) and ``/dev/null``, ``/dev/zero``,
+   ``/dev/urandom``, each bound read-only at its own path, and an empty tmpfs of ``file_size_bytes``
+   (noexec) on ``/tmp``, its working directory; the old root is detached. So the trainer's files, home
+   folders, ``/proc`` (the trainer's environment) and pathname unix sockets do not exist for it, by any
+   path or ``dir_fd``. (``chroot`` replaces ``pivot_root`` where the kernel refuses it, e.g. an initramfs
+   root; without capabilities a chroot cannot be left either.)
+3. ``rlimits``: CPU seconds (soft = hard, so the kernel sends SIGKILL), address space (``memory_bytes``:
    large allocations raise MemoryError), file size, open files 64, no core files, and processes
    (``RLIMIT_NPROC``). NPROC counts all processes of a user, and root ignores it, so it is made exact:
-   as root the candidate switches to a fresh random uid (``uid-drop``), which owns no other process; as
-   another user the count is per user namespace (Linux ≥ 5.14), which holds only the supervisor and the
+   as root the candidate switches to a fresh random uid (``uid-drop``), which owns no other process; in
+   a user namespace the count is per namespace (Linux >= 5.14), which holds only the supervisor and the
    candidate. The limit is that count plus ``max_processes`` (threads count too).
-2. ``netns`` ``pidns`` ``mountns`` ``ipcns`` ``utsns`` (+ ``userns`` when not root): ``unshare`` via
-   ctypes (``os.unshare`` needs Python 3.12). The network namespace has only a loopback that is down, so
-   every connection fails, 127.0.0.1 included. The candidate is PID 1 of its PID namespace and sees no
-   other process: ``/proc`` is remounted for it (``private-proc``; an empty tmpfs when the kernel refuses).
-3. ``readonly-fs``: every mount is remounted read-only (the harness, the repository and the trainer's
-   files cannot be changed); ``private-tmp``: an empty tmpfs of ``file_size_bytes`` (noexec) on ``/tmp``
-   is the working directory; ``hidden-home``: ``/root`` and ``/home`` are covered by an empty tmpfs, with
-   only the interpreter's prefix bound back inside, so key files and tokens there are unreadable.
 4. ``no-caps`` ``no-new-privs``: the bounding and permitted capability sets are emptied and
    ``PR_SET_NO_NEW_PRIVS`` set, so the candidate cannot undo any of the above or gain privileges by exec.
-5. ``audit-hook:…``: where the kernel refuses namespaces (e.g. Docker's default seccomp profile), or with
-   ``isolation="python"``, a :func:`sys.addaudithook` hook (which Python code cannot remove) blocks, in
-   the candidate, sockets (``network``), fork/exec/kill (``process``), writes outside the working directory
-   and reads of other processes' ``/proc`` entries and of ``/root`` and ``/home`` (``files``), and ctypes
-   (``ctypes``, which could bypass the others). A user namespace entered as root gets the ``process``
-   part (kuid 0 ignores RLIMIT_NPROC). This is weaker than the kernel: a C extension the code writes and
-   loads is not stopped, and the working directory is a host temporary directory.
+5. ``session`` ``minimal-env``: its own session; environment ``PATH``, ``LANG``, ``HOME``,
+   ``PYTHONHASHSEED`` only, so no inherited secret.
 
-Cost: one process start (~30 ms of interpreter start-up) plus the namespaces, about 45-80 ms per run on
-a 2-core machine. The trainer never compiles or runs the code itself.
+Where the kernel refuses the namespaces (e.g. Docker's default seccomp profile, Ubuntu's AppArmor
+restriction of unprivileged user namespaces), the run **fails closed**: stage ``setup``, an error saying
+what is missing and how to run, and no code runs. ``isolation="unsafe"`` (``data.sandbox=unsafe`` of the
+``code`` task) runs the code anyway with 3 and 5 only (``UNSAFE-no-isolation``): it can read and write
+whatever the trainer's user can and reach the network.
+
+Cost: one process start (~30 ms of interpreter start-up) plus the namespaces and the mounts, about
+70-150 ms per run on a 2-core machine. The trainer never compiles or runs the code itself.
 
 Limitations: values travel as JSON (tuples come back as lists, dict keys as strings); ``PYTHONHASHSEED``
 is set for programs the candidate might start, but ``-I`` makes its own interpreter ignore it, so string
@@ -55,6 +63,7 @@ killing the candidate by PID has a window of microseconds in which the PID could
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -71,9 +80,17 @@ from advantage import _sandbox_child
 from advantage._sandbox_child import GRACE, MARKER
 from advantage.errors import ConfigError
 
-__all__ = ["ISOLATION_MODES", "Raised", "SandboxLimits", "SandboxResult", "run_sandboxed"]
+__all__ = [
+    "ISOLATION_MODES",
+    "Raised",
+    "SandboxLimits",
+    "SandboxResult",
+    "kernel_isolation_problem",
+    "run_sandboxed",
+]
 
-ISOLATION_MODES = ("auto", "namespaces", "python")
+ISOLATION_MODES = ("kernel", "unsafe")
+_KIND = "auto"  # tests force a kernel mode: "root", "userns", or "none" (as if the kernel refused)
 _SCRIPT = os.path.abspath(_sandbox_child.__file__)
 _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "PYTHONHASHSEED": "0"}
 
@@ -84,8 +101,9 @@ class SandboxLimits:
     candidate's CPU time (whole seconds, the kernel's granularity); ``memory_bytes`` its address space;
     ``file_size_bytes`` the largest file it may write and the size of its ``/tmp``; ``max_processes``
     the processes or threads it may start; ``output_bytes`` the size of its encoded results.
-    ``isolation``: ``auto`` (namespaces when the kernel allows, else the audit-hook fallback),
-    ``namespaces`` (fail the run rather than fall back) or ``python`` (the fallback only)."""
+    ``isolation``: ``kernel`` (the default: namespaces and a minimal root; where the kernel refuses them
+    the run fails with stage ``setup`` and nothing runs) or ``unsafe`` (no isolation but the rlimits and
+    a clean environment: the code can read and write whatever the trainer's user can)."""
 
     wall_seconds: float = 5.0
     cpu_seconds: int = 2
@@ -93,7 +111,7 @@ class SandboxLimits:
     file_size_bytes: int = 2**20
     max_processes: int = 0
     output_bytes: int = 2**20
-    isolation: str = "auto"
+    isolation: str = "kernel"
 
     def __post_init__(self) -> None:
         problems = []
@@ -157,10 +175,16 @@ def run_sandboxed(
     if not all(isinstance(args, list | tuple) for args in inputs):
         raise ValueError("inputs must be a list of argument lists, e.g. [[1], [2]] for f(1), f(2)")
     nonce = secrets.token_hex(16)
-    payload = {"code": code, "entry": entry, "inputs": [list(a) for a in inputs], "nonce": nonce}
+    payload = {
+        "code": code,
+        "entry": entry,
+        "inputs": [list(a) for a in inputs],
+        "nonce": nonce,
+        "kind": _KIND,
+    }
     state: dict[str, Any] = {"inner": None, "final": None, "killed_by": None, "n": len(inputs)}
     tail, start = "", time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="advantage-sandbox-") as workdir:  # the fallback's cwd
+    with tempfile.TemporaryDirectory(prefix="advantage-sandbox-") as workdir:  # the unsafe mode's cwd
         payload.update(limits=asdict(limits), workdir=os.path.realpath(workdir))
         data = json.dumps(payload).encode()  # TypeError for inputs that are not JSON: the caller's bug
         with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as stderr:
@@ -301,3 +325,15 @@ def _well_formed(item: Any) -> bool:
     """One encoded output: ``["v", value]`` or ``["e", "message"]``."""
     ok = isinstance(item, list) and len(item) == 2 and item[0] in ("v", "e")
     return ok and (item[0] == "v" or isinstance(item[1], str))
+
+
+def kernel_isolation_problem() -> str | None:
+    """None when the kernel isolation works on this machine, else why not and how to run (one trial run
+    of a trivial program, ~0.1 s; cached per process and :data:`_KIND`)."""
+    return _probe(_KIND)
+
+
+@functools.cache
+def _probe(kind: str) -> str | None:
+    result = run_sandboxed("def f():\n    return 1", [[]], limits=SandboxLimits(wall_seconds=10.0))
+    return None if result.outputs == [1] else result.error or "the sandbox did not run"

@@ -206,6 +206,9 @@ def check_env(cfg: DQNConfig, env: gym.Env) -> None:
         raise EnvError(
             f"dqn needs a Box observation space; {cfg.env.id} has {describe_space(env.observation_space)}"
         )
+    from advantage.algos.offpolicy_common import check_buffer_memory
+
+    check_buffer_memory(cfg, env)
 
 
 def make_q(cfg: DQNConfig, obs_space: gym.spaces.Box, n_actions: int) -> QNetwork:

@@ -33,7 +33,7 @@ from advantage.context import RunContext
 from advantage.data import ReplayBuffer
 from advantage.data.replay import replay_problems
 from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
-from advantage.errors import EnvError, NonFiniteError
+from advantage.errors import ConfigError, EnvError, NonFiniteError
 from advantage.nn.continuous import to_env_action
 from advantage.nn.policy import ObsNormalizer
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
@@ -69,6 +69,20 @@ def check_continuous_env(algo: str, cfg: Any, env: gym.Env) -> None:
         raise EnvError(
             f"{algo} needs a Box observation space; {env_id} has {describe_space(env.observation_space)}"
         )
+    check_buffer_memory(cfg, env)
+
+
+def check_buffer_memory(cfg: Any, env: gym.Env) -> None:
+    """:class:`ConfigError` before anything runs when ``algorithm.buffer_size`` transitions of ``env``
+    would not fit in the memory available."""
+    from advantage.data.replay import memory_problem, replay_bytes
+
+    obs, act = env.observation_space, env.action_space
+    n = cfg.algorithm.buffer_size
+    need = replay_bytes(n, obs.shape, np.float32, act.shape or (), np.float32)
+    problem = memory_problem(f"algorithm.buffer_size={n}: the replay buffer", need)
+    if problem:
+        raise ConfigError(problem)
 
 
 class ContinuousPolicy:

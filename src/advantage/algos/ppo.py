@@ -122,6 +122,9 @@ def check_env(cfg: PPOConfig, env: gym.Env, algo: str = "ppo") -> None:
         raise EnvError(
             f"model.squash=true needs a Box action space; {cfg.env.id} has {describe_space(env.action_space)}"
         )
+    from advantage.data.replay import check_rollout_memory
+
+    check_rollout_memory(cfg, env)
 
 
 def train(cfg: PPOConfig, ctx: RunContext) -> None:

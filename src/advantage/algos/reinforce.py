@@ -382,6 +382,10 @@ def _step(opt: torch.optim.Optimizer, model: ActorCritic, loss: Tensor, max_grad
 
 
 def check_env(cfg: Any, env: gym.Env, name: str = "reinforce") -> None:
+    if hasattr(cfg.algorithm, "n_steps"):  # a2c
+        from advantage.data.replay import check_rollout_memory
+
+        check_rollout_memory(cfg, env)
     if not isinstance(env.observation_space, gym.spaces.Box):
         raise EnvError(
             f"{name} needs a Box observation space; {cfg.env.id} has {describe_space(env.observation_space)}"

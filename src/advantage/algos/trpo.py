@@ -212,7 +212,12 @@ def policy_step(
         )
     fvp = fisher_vector_product(mean_kl(model, obs, old, old_log_std), params, a.cg_damping)
     step_dir = conjugate_gradient(fvp, g, a.cg_iters)
-    full_step = natural_step(step_dir, fvp, a.max_kl)
+    try:
+        if not torch.isfinite(step_dir).all():
+            raise FloatingPointError("the conjugate-gradient direction is NaN/inf")
+        full_step = natural_step(step_dir, fvp, a.max_kl)
+    except FloatingPointError as e:  # e.g. rewards of 1e30: advantages overflow, s^T F s is 0 or inf
+        raise NonFiniteError(f"step {step}: natural gradient step: {e}; weights not updated") from None
     expected = float(torch.dot(g, full_step))
 
     def evaluate() -> tuple[float, float]:

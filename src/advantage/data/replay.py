@@ -27,13 +27,61 @@ merged dict (arrays may come back as CPU torch tensors) resumes adding and sampl
 
 from __future__ import annotations
 
+import math
+import os
 from typing import Any
 
 import numpy as np
 
+from advantage.errors import ConfigError
+
 __all__ = ["PrioritizedReplayBuffer", "ReplayBuffer", "SumTree"]
 
 _STORED = ("obs", "actions", "rewards", "next_obs", "terminated", "discounts")
+
+
+def available_memory() -> int:
+    """Bytes of memory available for new allocations (``MemAvailable``, else the physical memory)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 2**62
+
+
+def memory_problem(what: str, nbytes: int) -> str | None:
+    """A message when ``nbytes`` (for ``what``, e.g. ``"algorithm.buffer_size=10**9: the replay
+    buffer"``) would not fit in the memory available now, else None. Checked before allocating."""
+    free = available_memory()
+    if nbytes <= free:
+        return None
+    return f"{what} needs {nbytes / 2**30:.3g} GiB of memory, but only {free / 2**30:.3g} GiB is available"
+
+
+def replay_bytes(capacity: int, obs_shape: Any, obs_dtype: Any, action_shape: Any, action_dtype: Any) -> int:
+    """The bytes :class:`ReplayBuffer` allocates for ``capacity`` transitions."""
+    obs = int(np.prod(obs_shape, dtype=np.float64)) * np.dtype(obs_dtype).itemsize
+    act = int(np.prod(action_shape, dtype=np.float64)) * np.dtype(action_dtype).itemsize
+    return capacity * (2 * obs + act + 4 + 1 + 4)
+
+
+def check_rollout_memory(cfg: Any, env: Any) -> None:
+    """:class:`ConfigError` before anything runs when one on-policy rollout (``algorithm.n_steps`` ×
+    ``env.num_envs`` steps: observation, action and about 8 float32 numbers each) would not fit in the
+    memory available (PPO, TRPO, A2C)."""
+    obs_size = math.prod(env.observation_space.shape or (1,))
+    act_size = math.prod(env.action_space.shape or (1,))
+    n, envs = cfg.algorithm.n_steps, cfg.env.num_envs
+    what = f"algorithm.n_steps={n} × env.num_envs={envs}: one rollout"
+    problem = memory_problem(what, n * envs * 4 * (obs_size + act_size + 8))
+    if problem:
+        raise ConfigError(problem)
 
 
 def _check_positive_int(name: str, value: Any) -> int:
@@ -48,8 +96,17 @@ def _check_unit(name: str, value: Any) -> float:
     return float(value)
 
 
+_BIT_GENERATORS = {g.__name__: g for g in (np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937)}
+_BIT_GENERATORS |= {g.__name__: g for g in (np.random.Philox, np.random.SFC64)}
+
+
 def _rng_from_state(state: dict[str, Any]) -> np.random.Generator:
-    bit_gen = getattr(np.random, state["bit_generator"])()
+    """A generator in ``state``; only numpy's bit generators (a name read from a checkpoint must never
+    pick an arbitrary function of ``numpy.random``)."""
+    name = state.get("bit_generator") if isinstance(state, dict) else None
+    if name not in _BIT_GENERATORS:
+        raise ValueError(f"unknown bit generator {str(name)[:40]!r} in the replay buffer's state")
+    bit_gen = _BIT_GENERATORS[name]()
     bit_gen.state = state
     return np.random.Generator(bit_gen)
 
@@ -91,6 +148,10 @@ class ReplayBuffer:
         self.obs_dtype = np.dtype(obs_dtype)
         self.action_dtype = np.dtype(action_dtype)
         C, E, n = self.capacity, self.num_envs, self.n_step
+        need = replay_bytes(C, self.obs_shape, self.obs_dtype, self.action_shape, self.action_dtype)
+        problem = memory_problem(f"a replay buffer of {C} transitions", need)
+        if problem:
+            raise ConfigError(problem)
         self.obs = np.zeros((C, *self.obs_shape), self.obs_dtype)
         self.actions = np.zeros((C, *self.action_shape), self.action_dtype)
         self.rewards = np.zeros(C, np.float32)

@@ -31,19 +31,59 @@ def _encode(value: Any) -> Any:
     return None  # not plain state: rebuilt by the constructor
 
 
-def _decode(enc: dict[str, Any], current: Any) -> Any:
+# The bit generators numpy ships; a checkpoint naming anything else is refused (``getattr(np.random,
+# name)()`` on a name from a file would call any function of ``numpy.random``).
+_BIT_GENERATORS = {"PCG64": np.random.PCG64, "PCG64DXSM": np.random.PCG64DXSM, "MT19937": np.random.MT19937}
+_BIT_GENERATORS |= {"Philox": np.random.Philox, "SFC64": np.random.SFC64}
+
+
+_UNSET = {"v": None}  # what a name the fresh env does not have yet is compared with
+
+
+def _kind(enc: dict[str, Any]) -> str:
+    """``rng``, ``nd`` or ``v`` (a scalar: a numpy scalar and a Python one are interchangeable, as an
+    env's counter can be either from one step to the next)."""
+    return next((k for k in ("rng", "nd") if k in enc), "v")
+
+
+def _decode(enc: Any, fresh: dict[str, Any], current: Any, where: str) -> Any:
+    """The value of one attribute. ``fresh`` is what :func:`_encode` gives for the attribute of a freshly
+    built env: the saved value must have the same kind, type, dtype and shape (raises ValueError)."""
+    unset = _kind(fresh) == "v" and fresh["v"] is None  # e.g. set on the first step only: any kind
+    if not isinstance(enc, dict) or (_kind(enc) != _kind(fresh) and not unset):
+        raise ValueError(f"{where}: not a {_kind(fresh)!r} value like the environment's own")
     if "rng" in enc:
-        if isinstance(current, np.random.Generator):
-            current.bit_generator.state = enc["rng"]
-            return current
-        rng = np.random.Generator(getattr(np.random, enc["rng"]["bit_generator"])())
-        rng.bit_generator.state = enc["rng"]
+        state = enc["rng"]
+        name = state.get("bit_generator") if isinstance(state, dict) else None
+        if name not in _BIT_GENERATORS:
+            raise ValueError(f"{where}: unknown bit generator {str(name)[:40]!r}")
+        rng = (
+            current
+            if isinstance(current, np.random.Generator)
+            else np.random.Generator(_BIT_GENERATORS[name]())
+        )
+        if type(rng.bit_generator).__name__ != name:
+            rng = np.random.Generator(_BIT_GENERATORS[name]())
+        rng.bit_generator.state = state
         return rng
     if "nd" in enc:
+        same = unset or (enc["nd"] == fresh["nd"] and enc.get("shape") == fresh["shape"])
+        if not same or np.dtype(enc["nd"]).kind not in "biuf":
+            raise ValueError(f"{where}: dtype or shape differs from the environment's own")
         return np.asarray(enc["v"], dtype=np.dtype(enc["nd"])).reshape(enc["shape"])
+    value, like = enc.get("v"), fresh.get("v")
     if "np" in enc:
-        return np.dtype(enc["np"]).type(enc["v"])
-    return enc["v"]
+        if np.dtype(enc["np"]).kind not in "biuf" or not isinstance(value, int | float):
+            raise ValueError(f"{where}: not a numeric numpy scalar")
+        value = np.dtype(enc["np"]).type(value)
+
+    def number(x: Any) -> bool:
+        return isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
+
+    mixed = like is not None and value is not None and type(value) is not type(like)
+    if mixed and not (number(value) and number(like)):
+        raise ValueError(f"{where}: a {type(value).__name__}, the environment has a {type(like).__name__}")
+    return value
 
 
 def _layers(env: Any) -> list[Any]:
@@ -75,13 +115,42 @@ def env_state(env: gym.Env) -> list[dict[str, Any]]:
 
 
 def set_env_state(env: gym.Env, state: list[dict[str, Any]]) -> None:
-    """Restore what :func:`env_state` saved into an environment built from the same config."""
+    """Restore what :func:`env_state` saved into an environment built from the same config (and reset).
+    Only plain attributes are set: those the environment's own snapshot holds, each with its own kind,
+    type, dtype and shape, and names it does not have yet (created on a later step); never a name its
+    class defines (a method or property). Random generators only of numpy's bit generators. Anything
+    else raises ValueError. A checkpoint can still change the value of an attribute the environment
+    itself stores, such as CartPole's ``gravity``: the manifest's hashes detect damage, not a forger."""
     layers = _layers(env)
-    if [type(x).__name__ for x in layers] != [s["type"] for s in state]:
+    own = env_state(env)
+    if not isinstance(state, list) or not all(
+        isinstance(s, dict) and isinstance(s.get("attrs"), dict) for s in state
+    ):
+        raise ValueError("the saved environment state is not a list of layers with attributes")
+    if [type(x).__name__ for x in layers] != [s.get("type") for s in state]:
         raise ValueError(
             "the environment's wrappers differ from the checkpoint's: "
-            f"{[type(x).__name__ for x in layers]} vs {[s['type'] for s in state]}"
+            f"{[type(x).__name__ for x in layers]} vs {[str(s.get('type'))[:40] for s in state]}"
         )
-    for layer, saved in zip(layers, state, strict=True):
-        for k, enc in saved["attrs"].items():
-            setattr(layer, k, _decode(enc, getattr(layer, k, None)))
+    for layer, saved, mine in zip(layers, state, own, strict=True):
+        # names the fresh env's snapshot lacks: only plain instance attributes (holding a value it does
+        # not save yet, or created later), never a name the class defines (a method, a property)
+        unknown = [
+            k
+            for k in saved["attrs"]
+            if k not in mine["attrs"]
+            and (
+                not str(k).isidentifier()
+                or str(k).startswith("__")
+                or (hasattr(layer, k) and k not in vars(layer))
+            )
+        ]
+        if unknown:
+            names = ", ".join(repr(str(k)[:40]) for k in unknown[:5])
+            raise ValueError(f"{mine['type']} has no saved attribute {names} of its own")
+        values = {
+            k: _decode(enc, mine["attrs"].get(k, _UNSET), getattr(layer, k, None), f"{mine['type']}.{k}")
+            for k, enc in saved["attrs"].items()
+        }
+        for k, value in values.items():
+            setattr(layer, k, value)

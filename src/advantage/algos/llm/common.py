@@ -336,12 +336,18 @@ def check(
 
 def model_folder(path: str) -> Path:
     """``model.path`` as a model folder: a run folder (``runs/<run>``) means its latest checkpoint, which
-    is a ``save_pretrained`` folder."""
-    folder = Path(path)
-    if (folder / "checkpoints" / "latest").is_file():
-        from advantage.checkpoint import latest_checkpoint
+    is a ``save_pretrained`` folder; a run's ``checkpoints`` folder its latest; a checkpoint folder
+    itself. Each is verified against its manifest first (:func:`advantage.checkpoint.verify_checkpoint`),
+    as every read of a run's checkpoint is. A plain model folder (no manifest) is returned as it is."""
+    from advantage.checkpoint import LATEST, MANIFEST, latest_checkpoint, verify_checkpoint
 
-        return latest_checkpoint(folder / "checkpoints")
+    folder = Path(path)
+    if (folder / "checkpoints" / LATEST).is_file():
+        return verify_checkpoint(latest_checkpoint(folder / "checkpoints"))
+    if (folder / LATEST).is_file():
+        return verify_checkpoint(latest_checkpoint(folder))
+    if (folder / MANIFEST).is_file():
+        return verify_checkpoint(folder)
     return folder
 
 

@@ -31,7 +31,10 @@ Verification rules (on top of :mod:`advantage.envs.text.core`'s stripping and ta
 5. Reasons never repeat the program's return values (they could carry file contents into logs).
 
 A sandbox that cannot start (no processes left, a broken interpreter) raises :class:`RuntimeError`
-instead of returning 0: an infrastructure failure must not read as a wrong answer.
+instead of returning 0: an infrastructure failure must not read as a wrong answer. Where the kernel
+refuses the sandbox's namespaces the task cannot be made (:class:`ConfigError` saying what is missing
+and how to run): model-written code never runs unconfined unless ``sandbox="unsafe"`` is set explicitly
+(``data.sandbox=unsafe``; see ``docs/reliability.md``).
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from advantage.envs.text.core import (
     tag_tokens,
 )
 from advantage.errors import ConfigError
-from advantage.sandbox import Raised, SandboxLimits, SandboxResult, run_sandboxed
+from advantage.sandbox import Raised, SandboxLimits, SandboxResult, kernel_isolation_problem, run_sandboxed
 
 __all__ = ["CodeTask", "code", "extract_code"]
 
@@ -218,6 +221,7 @@ class CodeTask:
         partial_credit: bool,
         timeout: float,
         memory_mb: int,
+        sandbox: str = "kernel",
     ):
         problems: list[str] = []
         check_int(problems, "tests", tests, 2, 50)
@@ -227,6 +231,10 @@ class CodeTask:
             problems.append(f"data.partial_credit must be true or false, got {partial_credit!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 60:
             problems.append(f"data.timeout must be a number of seconds in (0, 60], got {timeout!r}")
+        if sandbox not in ("kernel", "unsafe"):
+            problems.append(f"data.sandbox must be kernel or unsafe, got {sandbox!r}")
+        elif sandbox == "kernel" and (why := kernel_isolation_problem()) is not None:
+            problems.append(f"data.task=code: {why}")
         if problems:
             raise ConfigError(problems)
         self.tests, self.partial_credit = tests, partial_credit
@@ -235,6 +243,7 @@ class CodeTask:
             wall_seconds=float(timeout),
             cpu_seconds=max(1, math.ceil(timeout)),
             memory_bytes=memory_mb * 2**20,
+            isolation=sandbox,
         )
         self.special_tokens = tag_tokens(answer_format)
         # a superset (printable ASCII, no \r \v \f): prompts and code use nearly all of it anyway
@@ -246,6 +255,7 @@ class CodeTask:
             "partial_credit": partial_credit,
             "timeout": timeout,
             "memory_mb": memory_mb,
+            "sandbox": sandbox,
         }
 
     @staticmethod
@@ -311,8 +321,8 @@ class CodeTask:
     def _judge(self, code: str, result: SandboxResult, expected: list[Any]) -> Reward:
         """The reward of one sandbox run against the expected outputs, which only this process holds."""
         # isolation is unknown (empty) after a wall-time kill: the supervisor's report never came
-        fallback = result.isolation and "netns" not in result.isolation
-        note = " [isolation: audit-hook fallback, no namespaces]" if fallback else ""
+        unsafe = "UNSAFE-no-isolation" in result.isolation
+        note = " [no isolation: data.sandbox=unsafe]" if unsafe else ""
         if result.stage == "setup":
             raise RuntimeError(f"the code sandbox could not run: {result.error}")
         if result.outputs is None:
@@ -342,10 +352,12 @@ def code(
     partial_credit: bool = False,
     timeout: float = 2.0,
     memory_mb: int = 512,
+    sandbox: str = "kernel",
 ) -> CodeTask:
     """``"Write a Python function f(x) that … returns 3 * x + 4."`` → ``"def f(x):\\n    return 3 * x + 4"``;
     ``tests`` hidden tests per problem, ``timeout`` wall seconds per completion (CPU limit the same,
-    rounded up), ``memory_mb`` its address-space limit."""
+    rounded up), ``memory_mb`` its address-space limit. ``sandbox``: ``kernel`` (namespaces and a minimal
+    root; the task refuses to start where the kernel does not allow them) or ``unsafe`` (no isolation)."""
     return CodeTask(
         tests=tests,
         answer_format=answer_format,
@@ -353,4 +365,5 @@ def code(
         partial_credit=partial_credit,
         timeout=timeout,
         memory_mb=memory_mb,
+        sandbox=sandbox,
     )

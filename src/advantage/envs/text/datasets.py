@@ -92,24 +92,49 @@ _SPLIT_ALIASES = {"val": "validation", "valid": "validation", "dev": "validation
 BOXED = "\\boxed"
 
 
+MAX_ROW_BYTES = 1 << 20  # one JSONL line, or one text field of any row: checked before anything tokenizes it
+
+
+def _loads(text: str, where: str, line: bool = False) -> Any:
+    """``json.loads`` whose every failure is a :class:`ConfigError` naming ``where``: malformed JSON, a
+    number of thousands of digits (Python's int limit), nesting deeper than the parser's recursion."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        at = "" if line else f":{e.lineno}"
+        raise ConfigError(f"{where}{at}: malformed JSON{' line' if line else ''} ({e.msg})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: malformed JSON (nested too deeply)") from None
+    except ValueError as e:  # e.g. "Exceeds the limit (4300 digits) for integer string conversion"
+        raise ConfigError(f"{where}: malformed JSON ({str(e)[:120]})") from None
+
+
 def _read_rows(path: Path) -> list[Any]:
-    """The raw rows of a dataset file (not yet checked to be objects)."""
+    """The raw rows of a dataset file (not yet checked to be objects). A JSONL line over
+    :data:`MAX_ROW_BYTES` is refused before it is read whole."""
     if path.suffix == ".jsonl":
         rows = []
-        with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
+        with path.open("rb") as f:
+            lineno = 0
+            while raw := f.readline(MAX_ROW_BYTES + 1):
+                lineno += 1
+                if len(raw) > MAX_ROW_BYTES:
+                    raise ConfigError(
+                        f"{path}:{lineno}: line over {MAX_ROW_BYTES} bytes; a row must be smaller"
+                    )
                 try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ConfigError(f"{path}:{lineno}: malformed JSON line ({e.msg})") from e
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise ConfigError(f"{path}:{lineno}: not valid UTF-8 (byte {e.start})") from None
+                if line.strip():
+                    rows.append(_loads(line, f"{path}:{lineno}", line=True))
         return rows
     if path.suffix == ".json":
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}:{e.lineno}: malformed JSON ({e.msg})") from e
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{path}: not valid UTF-8 (byte {e.start})") from None
+        data = _loads(text, str(path))
         if not isinstance(data, list):
             raise ConfigError(f"{path}: a .json dataset must be a list of objects, got {type(data).__name__}")
         return data
@@ -131,7 +156,7 @@ def _lookup(path: Path, i: int, row: Mapping[str, Any], key: str) -> Any:
     for depth, part in enumerate(parts):
         if not isinstance(value, Mapping) or part not in value:
             if depth == 0:
-                cols = ", ".join(map(str, row)) or "none"
+                cols = ", ".join(str(c)[:40] for c in row) or "none"
                 raise ConfigError(f"{path}: row {i} has no column {key!r} (columns present: {cols})")
             outer = ".".join(parts[:depth])
             has = (
@@ -169,9 +194,11 @@ def _what(key: str) -> str:
 
 def _text(path: Path, i: int, row: Mapping[str, Any], key: str, numbers_ok: bool) -> str:
     """``row[key]`` (dotted keys reach nested objects) as a string; ints/floats become strings when
-    ``numbers_ok``."""
+    ``numbers_ok``. Over :data:`MAX_ROW_BYTES` characters is an error (before any tokenizer sees it)."""
     value = _lookup(path, i, row, key)
     if isinstance(value, str):
+        if len(value) > MAX_ROW_BYTES:
+            raise ConfigError(f"{path}: row {i} column {key!r} is over {MAX_ROW_BYTES} characters")
         return value
     if numbers_ok and isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
@@ -293,7 +320,7 @@ def _resolve_format(
     name = fmt if fmt != "auto" else detect_format(row)
     if name is None:  # plain, unless nothing in the row says so: then list what is known
         if prompt_key is None and answer_key is None and "prompt" not in row:
-            cols = ", ".join(map(str, row)) or "none"
+            cols = ", ".join(str(c)[:40] for c in row) or "none"
             known = "; ".join(f"{f.name} ({f.prompt_key}, {f.answer_key})" for f in FORMATS.values())
             raise ConfigError(
                 f"{path}: row 0 has columns {cols}, which match no known format ({known}); name the "
