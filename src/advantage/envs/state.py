@@ -8,6 +8,7 @@ layer's plain attributes (numbers, strings, numpy arrays and random generators).
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any
 
@@ -114,6 +115,17 @@ def env_state(env: gym.Env) -> list[dict[str, Any]]:
     return out
 
 
+def _class_behaviour(layer: Any, name: str) -> bool:
+    """Whether ``name`` is something the layer's class defines as behaviour (a method, a property, any
+    descriptor). A plain class-level default such as ``gym.Env._np_random = None`` is data: an instance
+    attribute of that name appears on the first reset, so a snapshot of a fresh env lacks it."""
+    try:
+        attr = inspect.getattr_static(type(layer), name)
+    except AttributeError:
+        return False
+    return callable(attr) or hasattr(type(attr), "__get__")
+
+
 def set_env_state(env: gym.Env, state: list[dict[str, Any]]) -> None:
     """Restore what :func:`env_state` saved into an environment built from the same config (and reset).
     Only plain attributes are set: those the environment's own snapshot holds, each with its own kind,
@@ -142,7 +154,7 @@ def set_env_state(env: gym.Env, state: list[dict[str, Any]]) -> None:
             and (
                 not str(k).isidentifier()
                 or str(k).startswith("__")
-                or (hasattr(layer, k) and k not in vars(layer))
+                or (k not in vars(layer) and _class_behaviour(layer, k))
             )
         ]
         if unknown:

@@ -198,7 +198,7 @@ def _text(path: Path, i: int, row: Mapping[str, Any], key: str, numbers_ok: bool
     value = _lookup(path, i, row, key)
     if isinstance(value, str):
         if len(value) > MAX_ROW_BYTES:
-            raise ConfigError(f"{path}: row {i} column {key!r} is over {MAX_ROW_BYTES} characters")
+            raise ConfigError(f"{path}: row {i} {_what(key)} is over {MAX_ROW_BYTES} characters")
         return value
     if numbers_ok and isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
@@ -223,8 +223,10 @@ def _prompt(path: Path, i: int, row: Mapping[str, Any], key: str) -> str:
     """The prompt of a row: a string, or a list of chat messages (a :class:`ChatPrompt`)."""
     value = _lookup(path, i, row, key)
     if isinstance(value, str):
-        return value
+        return _text(path, i, row, key, numbers_ok=False)
     messages = chat_messages(value)
+    if messages is not None and sum(len(m["content"]) for m in messages) > MAX_ROW_BYTES:
+        raise ConfigError(f"{path}: row {i} {_what(key)} is over {MAX_ROW_BYTES} characters")
     if messages is None:
         raise ConfigError(
             f"{path}: row {i} {_what(key)} must be a string or a list of chat messages "
