@@ -84,7 +84,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=3, help="DPO seeds 0..N-1 (seed 0 is the example)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--report", metavar="JSON", help="only write the table again from a saved results file")
     args = p.parse_args()
+    if args.report:
+        report(json.loads(Path(args.report).read_text()), Path(args.out))
+        return
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -94,7 +98,7 @@ def main() -> None:
         )
         runs = [dpo_run(work, sft, s) for s in range(args.seeds)]
         default_lr = dpo_run(work, sft, 0, f"algorithm.learning_rate={DEFAULT_LR}")
-    report(runs, default_lr, sft_s, load, Path(args.out))
+    report(results(runs, default_lr, sft_s, load), Path(args.out))
 
 
 def spread(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
@@ -102,15 +106,15 @@ def spread(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
     return {"mean": statistics.fmean(values), "min": min(values), "max": max(values)}
 
 
-def report(
-    runs: list[dict[str, Any]], default_lr: dict[str, Any], sft_s: float, load: float, out: Path
-) -> None:
-    """Write ``out/dpo_synthetic.{json,md}``."""
+def results(
+    runs: list[dict[str, Any]], default_lr: dict[str, Any], sft_s: float, load: float
+) -> dict[str, Any]:
+    """The results file's content: the runs, their spread over seeds and the versions."""
     import torch
     import transformers
 
     example = runs[0]
-    payload = {
+    return {
         "commands": [
             f"advantage train sft --config {SFT_CONFIG}",
             f"advantage train dpo --config {DPO_CONFIG} trainer.seed=S",
@@ -131,34 +135,39 @@ def report(
         "spread": {k: spread(runs, k) for k in ("accuracy", "hidden_score", "win_rate", "response_length")},
         "default_learning_rate": {"learning_rate": DEFAULT_LR, **default_lr},
     }
+
+
+def report(payload: dict[str, Any], out: Path) -> None:
+    """Write ``out/dpo_synthetic.json`` (``payload``) and the table ``out/dpo_synthetic.md``."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "dpo_synthetic.json").write_text(json.dumps(payload, indent=1) + "\n")
-    n = example["test_prompts"]
+    example, sft = payload["example"], payload["sft"]
     lines = [
         "| | preference accuracy (test pairs) | greedy hidden score | win rate vs the reference "
-        "(wins / ties / losses) | greedy response length (tokens) | DPO wall time |",
+        "(wins / ties / losses) | greedy response length (tokens) | wall time |",
         "|---|---|---|---|---|---|",
-        f"| SFT policy (the reference) | 0.5 (by definition) | {example['reference_hidden_score']:.3f} | "
-        f"0.5 | {example['reference_response_length']:.1f} | (SFT: {sft_s:.0f} s) |",
+        f"| SFT policy (the reference) | 0.5 (by definition) | {sft['hidden_score']:.3f} | "
+        f"0.5 | {sft['response_length']:.1f} | {sft['train_seconds']:.0f} s |",
     ]
-    for r in runs:
-        seed = r["seed"]
-        name = "after DPO, the example (seed 0)" if seed == 0 else f"after DPO, `trainer.seed={seed}`"
+    rows = [
+        (r, "after DPO, the example (seed 0)" if r["seed"] == 0 else f"`trainer.seed={r['seed']}`")
+        for r in payload["seeds"]
+    ]
+    d = payload["default_learning_rate"]
+    rows.append((d, f"`algorithm.learning_rate={d['learning_rate']:g}` (the default), seed 0"))
+    for r, name in rows:
         lines.append(
             f"| {name} | {r['accuracy']:.3f} | {r['hidden_score']:.3f} | {r['win_rate']:.3f} "
             f"({r['wins']} / {r['ties']} / {r['losses']}) | {r['response_length']:.1f} | "
             f"{r['train_seconds']:.0f} s |"
         )
-    d = default_lr
     lines += [
-        f"| after DPO at the default learning rate {DEFAULT_LR:g} (seed 0) | {d['accuracy']:.3f} | "
-        f"{d['hidden_score']:.3f} | {d['win_rate']:.3f} ({d['wins']} / {d['ties']} / {d['losses']}) | "
-        f"{d['response_length']:.1f} | {d['train_seconds']:.0f} s |",
         "",
-        f"Test split, {n} prompts; greedy responses of the policy and of the reference compared by the "
-        f"hidden rule, ties counting half. `python benchmarks/dpo_synthetic.py`; torch {torch.__version__}, "
-        f"transformers {transformers.__version__}, {platform.machine()}, {os.cpu_count()} CPUs "
-        f"(1-minute load average {load:.1f} at the start; wall times include start-up).",
+        f"Test split, {example['test_prompts']} prompts; greedy responses of the policy and of the reference "
+        "compared by the hidden rule, ties counting half. Wall time: the training command, start-up "
+        "included, on a shared machine. `python benchmarks/dpo_synthetic.py`; torch "
+        f"{payload['torch']}, transformers {payload['transformers']}, {payload['machine']}, "
+        f"{payload['cpus']} CPUs.",
     ]
     (out / "dpo_synthetic.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
