@@ -50,7 +50,11 @@ def advantage(*args: str, cwd: Path) -> tuple[str, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--report", metavar="JSON", help="only write the table again from a saved results file")
     args = p.parse_args()
+    if args.report:
+        report(json.loads(Path(args.report).read_text()), Path(args.out))
+        return
     load = os.getloadavg()[0]
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -63,15 +67,15 @@ def main() -> None:
             ev = json.loads(advantage("eval", str(run), "--json", cwd=work)[0])
             results[name] = {"overrides": overrides, "train_seconds": seconds, **{k: ev[k] for k in KEYS}}
             print(name, results[name], flush=True)
-    report(results, load, Path(args.out))
+    report(payload_of(results, load), Path(args.out))
 
 
-def report(results: dict[str, dict[str, Any]], load: float, out: Path) -> None:
-    """Write ``out/reward_model_synthetic.{json,md}``."""
+def payload_of(results: dict[str, dict[str, Any]], load: float) -> dict[str, Any]:
+    """The results file's content: the runs and the versions."""
     import torch
     import transformers
 
-    payload = {
+    return {
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "machine": platform.machine(),
@@ -79,8 +83,13 @@ def report(results: dict[str, dict[str, Any]], load: float, out: Path) -> None:
         "load_average_start": load,
         "runs": results,
     }
+
+
+def report(payload: dict[str, Any], out: Path) -> None:
+    """Write ``payload`` to ``out/reward_model_synthetic.json`` and its table to ``….md``."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "reward_model_synthetic.json").write_text(json.dumps(payload, indent=1) + "\n")
+    results = payload["runs"]
     lines = [
         "| `advantage train reward_model …` | wall time | test accuracy (pairs) | hidden agreement | "
         "mean test reward | correlation with the hidden score |",
@@ -94,9 +103,9 @@ def report(results: dict[str, dict[str, Any]], load: float, out: Path) -> None:
     lines += [
         "",
         f"Test split, {results['synthetic']['n']} prompts. `python benchmarks/reward_model_synthetic.py`; "
-        f"torch {torch.__version__}, transformers {transformers.__version__}, {platform.machine()}, "
-        f"{os.cpu_count()} CPUs (1-minute load average {load:.1f} at the start; wall time: the training "
-        "command, start-up included).",
+        f"torch {payload['torch']}, transformers {payload['transformers']}, {payload['machine']}, "
+        f"{payload['cpus']} CPUs shared with other jobs (wall time: the training command, start-up "
+        "included).",
     ]
     (out / "reward_model_synthetic.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
