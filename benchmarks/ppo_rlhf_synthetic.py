@@ -66,13 +66,15 @@ def main() -> None:
             run = next(p for p in (work / "runs").iterdir() if p.name not in {r["run"] for r in res.values()})
             ev = json.loads(advantage("eval", str(run), "--json", cwd=work)[0])
             rows = metrics(run)
+            # A step's full training row (a few rows log only a rate or a count).
+            train = [r for r in rows if sum(k.startswith("train/") for k in r) >= 5]
             res[name] = {
                 "run": run.name,
                 "train_seconds": seconds,
                 "test": ev,
                 "validation": [r for r in rows if any(k.startswith("eval/") for k in r)],
-                "train_first": next((r for r in rows if any(k.startswith("train/") for k in r)), {}),
-                "train_last": next((r for r in reversed(rows) if any(k.startswith("train/") for k in r)), {}),
+                "train_first": train[0] if train else {},
+                "train_last": train[-1] if train else {},
             }
             print(name, f"{seconds:.0f} s", ev, flush=True)
     report(res, load, Path(args.out))
@@ -117,8 +119,7 @@ def report(res: dict[str, Any], load: float, out: Path) -> None:
         f"time, start-up included: SFT {res['sft']['train_seconds']:.0f} s, reward model "
         f"{res['reward_model']['train_seconds']:.0f} s, PPO-RLHF {res['ppo_rlhf']['train_seconds']:.0f} s. "
         f"`python benchmarks/ppo_rlhf_synthetic.py`; torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, {platform.machine()}, {os.cpu_count()} CPUs (1-minute load average "
-        f"{load:.1f} at the start).",
+        f"{transformers.__version__}, {platform.machine()}, {os.cpu_count()} CPUs, shared with other jobs.",
     ]
     (out / "ppo_rlhf_synthetic.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
