@@ -1,0 +1,177 @@
+"""DPO on the synthetic preference task: the documented pipeline, run as documented, over several seeds.
+
+    python benchmarks/dpo_synthetic.py   # -> benchmarks/results/dpo_synthetic.{md,json}, about 5 minutes
+
+The commands of docs/algorithms/dpo.md, each in a fresh process with one torch thread, run folders in a
+temporary directory:
+
+    advantage train sft --config examples/sft_preference.yaml
+    advantage train dpo --config examples/dpo_synthetic.yaml trainer.seed=S     # S = 0 .. --seeds - 1
+    advantage eval <dpo run> --json                                             # the test split, 500 prompts
+
+and once more DPO with the default learning rate (``algorithm.learning_rate=5e-4``, seed 0), which the page
+says does not move this small policy. The SFT run is the reference of every DPO run (seed 0, as in the
+example). Seed 0 is the example itself; the other seeds show how far one run's outcome is from another's:
+the greedy responses of the DPO policy run to the length limit, and which letters fill them changes from
+one evaluation to the next, so the hidden score and the win rate of a single run are a draw, not a level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SFT_CONFIG = "examples/sft_preference.yaml"
+DPO_CONFIG = "examples/dpo_synthetic.yaml"
+DEFAULT_LR = 5e-4  # DPOAlgorithm.learning_rate's default
+KEYS = ("accuracy", "hidden_score", "win_rate", "wins", "ties", "losses", "response_length")
+
+
+def advantage(*args: str, cwd: Path) -> tuple[str, float]:
+    """Run ``advantage ARGS`` in a fresh process (this checkout's sources, one thread); stdout, seconds."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
+    start = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "advantage.cli", *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"advantage {' '.join(args)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    return out.stdout, time.perf_counter() - start
+
+
+def losses(run: Path) -> list[tuple[int, float]]:
+    """``(step, train/loss)`` rows of a run's metrics.jsonl."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [(r["step"], r["train/loss"]) for r in rows if "train/loss" in r]
+
+
+def dpo_run(work: Path, sft: Path, seed: int, *overrides: str) -> dict[str, Any]:
+    """One DPO run of the example from ``sft`` (with ``overrides``) and its test evaluation."""
+    run = work / f"dpo_s{seed}_{len(list(work.glob('dpo_*')))}"
+    _, train_s = advantage(
+        "train", "dpo", "--config", str(ROOT / DPO_CONFIG), f"model.path={sft}", f"trainer.seed={seed}",
+        f"trainer.run_dir={run}", *overrides, "--quiet", cwd=work,
+    )  # fmt: skip
+    out, eval_s = advantage("eval", str(run), "--json", cwd=work)
+    ev = json.loads(out)
+    curve = losses(run)
+    return {
+        "seed": seed,
+        "overrides": list(overrides),
+        **{k: ev[k] for k in KEYS},
+        "reference_hidden_score": ev["reference_hidden_score"],
+        "reference_response_length": ev["reference_response_length"],
+        "test_prompts": ev["n"],
+        "train_loss_last": curve[-1][1],
+        "train_loss_max_deviation_from_log2": max(abs(v - math.log(2)) for _, v in curve),
+        "train_seconds": train_s,
+        "eval_seconds": eval_s,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, default=3, help="DPO seeds 0..N-1 (seed 0 is the example)")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--report", metavar="JSON", help="only write the table again from a saved results file")
+    args = p.parse_args()
+    if args.report:
+        report(json.loads(Path(args.report).read_text()), Path(args.out))
+        return
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        sft = work / "sft_preference"
+        _, sft_s = advantage(
+            "train", "sft", "--config", str(ROOT / SFT_CONFIG), f"trainer.run_dir={sft}", "--quiet", cwd=work
+        )
+        runs = [dpo_run(work, sft, s) for s in range(args.seeds)]
+        default_lr = dpo_run(work, sft, 0, f"algorithm.learning_rate={DEFAULT_LR}")
+    report(results(runs, default_lr, sft_s, load), Path(args.out))
+
+
+def spread(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
+    values = [r[key] for r in runs]
+    return {"mean": statistics.fmean(values), "min": min(values), "max": max(values)}
+
+
+def results(
+    runs: list[dict[str, Any]], default_lr: dict[str, Any], sft_s: float, load: float
+) -> dict[str, Any]:
+    """The results file's content: the runs, their spread over seeds and the versions."""
+    import torch
+    import transformers
+
+    example = runs[0]
+    return {
+        "commands": [
+            f"advantage train sft --config {SFT_CONFIG}",
+            f"advantage train dpo --config {DPO_CONFIG} trainer.seed=S",
+            "advantage eval RUN --json",
+        ],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_average_start": load,
+        "sft": {
+            "hidden_score": example["reference_hidden_score"],
+            "response_length": example["reference_response_length"],
+            "train_seconds": sft_s,
+        },
+        "example": example,
+        "seeds": runs,
+        "spread": {k: spread(runs, k) for k in ("accuracy", "hidden_score", "win_rate", "response_length")},
+        "default_learning_rate": {"learning_rate": DEFAULT_LR, **default_lr},
+    }
+
+
+def report(payload: dict[str, Any], out: Path) -> None:
+    """Write ``out/dpo_synthetic.json`` (``payload``) and the table ``out/dpo_synthetic.md``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "dpo_synthetic.json").write_text(json.dumps(payload, indent=1) + "\n")
+    example, sft = payload["example"], payload["sft"]
+    lines = [
+        "| | preference accuracy (test pairs) | greedy hidden score | win rate vs the reference "
+        "(wins / ties / losses) | greedy response length (tokens) | wall time |",
+        "|---|---|---|---|---|---|",
+        f"| SFT policy (the reference) | 0.5 (by definition) | {sft['hidden_score']:.3f} | "
+        f"0.5 | {sft['response_length']:.1f} | {sft['train_seconds']:.0f} s |",
+    ]
+    rows = [
+        (r, "after DPO, the example (seed 0)" if r["seed"] == 0 else f"`trainer.seed={r['seed']}`")
+        for r in payload["seeds"]
+    ]
+    d = payload["default_learning_rate"]
+    rows.append((d, f"`algorithm.learning_rate={d['learning_rate']:g}` (the default), seed 0"))
+    for r, name in rows:
+        lines.append(
+            f"| {name} | {r['accuracy']:.3f} | {r['hidden_score']:.3f} | {r['win_rate']:.3f} "
+            f"({r['wins']} / {r['ties']} / {r['losses']}) | {r['response_length']:.1f} | "
+            f"{r['train_seconds']:.0f} s |"
+        )
+    lines += [
+        "",
+        f"Test split, {example['test_prompts']} prompts; greedy responses of the policy and of the reference "
+        "compared by the hidden rule, ties counting half. Wall time: the training command, start-up "
+        "included, on a shared machine. `python benchmarks/dpo_synthetic.py`; torch "
+        f"{payload['torch']}, transformers {payload['transformers']}, {payload['machine']}, "
+        f"{payload['cpus']} CPUs.",
+    ]
+    (out / "dpo_synthetic.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

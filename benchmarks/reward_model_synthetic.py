@@ -1,0 +1,115 @@
+"""Reward models on the synthetic preference task: the runs of docs/algorithms/reward_models.md's table.
+
+    python benchmarks/reward_model_synthetic.py   # -> benchmarks/results/reward_model_synthetic.{md,json}
+
+Each row is ``advantage train reward_model OVERRIDES`` then ``advantage eval RUN --json`` (the test split,
+500 prompts), each in a fresh process with one torch thread, run folders in a temporary directory; about
+3 minutes on 2 CPU cores. *Accuracy* is on the (possibly noisy) labels, *hidden agreement* how often the
+model orders two responses as the noise-free hidden score does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SHORT = "preset=synthetic trainer.total_steps=300"
+RUNS = {  # name -> overrides
+    "synthetic": "preset=synthetic",
+    "synthetic_seed1": "preset=synthetic trainer.seed=1",
+    "synthetic_seed2": "preset=synthetic trainer.seed=2",
+    "steps300": SHORT,
+    "label_noise": f"{SHORT} data.label_noise=0.2",
+    "instructgpt": "preset=instructgpt",
+    "centered": f"{SHORT} algorithm.center_rewards_coef=0.01",
+}
+KEYS = ("accuracy", "hidden_agreement", "reward_mean", "hidden_correlation", "pairs", "n")
+
+
+def advantage(*args: str, cwd: Path) -> tuple[str, float]:
+    """Run ``advantage ARGS`` in a fresh process (this checkout's sources, one thread); stdout, seconds."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
+    start = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "advantage.cli", *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"advantage {' '.join(args)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    return out.stdout, time.perf_counter() - start
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--report", metavar="JSON", help="only write the table again from a saved results file")
+    args = p.parse_args()
+    if args.report:
+        report(json.loads(Path(args.report).read_text()), Path(args.out))
+        return
+    load = os.getloadavg()[0]
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for name, overrides in RUNS.items():
+            run = work / name
+            _, seconds = advantage(
+                "train", "reward_model", *overrides.split(), f"trainer.run_dir={run}", "--quiet", cwd=work
+            )
+            ev = json.loads(advantage("eval", str(run), "--json", cwd=work)[0])
+            results[name] = {"overrides": overrides, "train_seconds": seconds, **{k: ev[k] for k in KEYS}}
+            print(name, results[name], flush=True)
+    report(payload_of(results, load), Path(args.out))
+
+
+def payload_of(results: dict[str, dict[str, Any]], load: float) -> dict[str, Any]:
+    """The results file's content: the runs and the versions."""
+    import torch
+    import transformers
+
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_average_start": load,
+        "runs": results,
+    }
+
+
+def report(payload: dict[str, Any], out: Path) -> None:
+    """Write ``payload`` to ``out/reward_model_synthetic.json`` and its table to ``….md``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "reward_model_synthetic.json").write_text(json.dumps(payload, indent=1) + "\n")
+    results = payload["runs"]
+    lines = [
+        "| `advantage train reward_model …` | wall time | test accuracy (pairs) | hidden agreement | "
+        "mean test reward | correlation with the hidden score |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results.values():
+        lines.append(
+            f"| `{r['overrides']}` | {r['train_seconds']:.0f} s | {r['accuracy']:.3f} ({r['pairs']}) | "
+            f"{r['hidden_agreement']:.3f} | {r['reward_mean']:.2f} | {r['hidden_correlation']:.2f} |"
+        )
+    lines += [
+        "",
+        f"Test split, {results['synthetic']['n']} prompts. `python benchmarks/reward_model_synthetic.py`; "
+        f"torch {payload['torch']}, transformers {payload['transformers']}, {payload['machine']}, "
+        f"{payload['cpus']} CPUs shared with other jobs (wall time: the training command, start-up "
+        "included).",
+    ]
+    (out / "reward_model_synthetic.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
