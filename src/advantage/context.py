@@ -33,7 +33,7 @@ from advantage.envs import make_env
 from advantage.errors import NonFiniteError
 from advantage.evaluation import EVAL_SEED_OFFSET, evaluate_policy
 from advantage.metrics import MetricsWriter
-from advantage.progress import Progress
+from advantage.progress import ENV_FIELDS, LM_FIELDS, Progress
 from advantage.registry import Algorithm, Policy
 
 
@@ -72,7 +72,7 @@ class RunContext:
         start = restored.step if restored else 0
         self.episodes: int = run_state.get("episodes", 0)
         self._window = _Window(run_state.get("window_returns", []), run_state.get("window_lengths", []))
-        # The progress display shows the mean return of the last 100 episodes.
+        # The mean return of the last 100 episodes (``recent_return``), carried across resume.
         self._recent: deque[float] = deque(run_state.get("recent_returns", []), maxlen=100)
         self._next_log = start - start % t.log_every + t.log_every
         self._next_eval = start - start % t.eval_every + t.eval_every if t.eval_every else math.inf
@@ -88,7 +88,11 @@ class RunContext:
             purge_step=start + 1 if restored else None,
         )
         self.progress = Progress(
-            t.total_steps, start=start, mode="none" if quiet else t.progress, description=algo.name
+            t.total_steps,
+            start=start,
+            mode="none" if quiet else t.progress,
+            description=algo.name,
+            fields=ENV_FIELDS if algo.uses_env else LM_FIELDS,
         )
         self._eval_env: gym.Env | None = None
         self._last_eval: tuple[int, dict[str, Any]] | None = None
@@ -113,6 +117,11 @@ class RunContext:
     def stop_requested(self) -> str | None:
         return self._stop_signal
 
+    @property
+    def recent_return(self) -> float | None:
+        """Mean return of the last 100 training episodes (None before the first)."""
+        return sum(self._recent) / len(self._recent) if self._recent else None
+
     # -- logging -------------------------------------------------------------------------------------
     def check_finite(self, step: int, what: str, value: float) -> None:
         """Stop at the first NaN/inf, naming the step and the component (e.g. ``reward``)."""
@@ -127,6 +136,7 @@ class RunContext:
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         self.writer.log(step, metrics)
+        self.progress.observe(metrics)
 
     def _log_train(self, step: int) -> None:
         w = self._window
@@ -135,7 +145,7 @@ class RunContext:
             row["train/episode_return"] = sum(w.returns) / len(w.returns)
             row["train/episode_length"] = sum(w.lengths) / len(w.lengths)
         row["train/steps_per_second"] = self.progress.rate
-        self.writer.log(step, row)
+        self.log(step, row)
         self._window = _Window()
 
     # -- evaluation and checkpoints ------------------------------------------------------------------
@@ -153,7 +163,7 @@ class RunContext:
                 seed=self.cfg.trainer.seed + EVAL_SEED_OFFSET,
             )
         res["seconds"] = time.perf_counter() - start
-        self.writer.log(step, {f"eval/{k}": v for k, v in res.items() if isinstance(v, int | float | bool)})
+        self.log(step, {f"eval/{k}": v for k, v in res.items() if isinstance(v, int | float | bool)})
         self._last_eval = (step, res)
         target = self.cfg.trainer.stop_at_return
         if target is not None and res["return_mean"] >= target:
@@ -186,7 +196,7 @@ class RunContext:
     def tick(self, step: int, snapshot: Callable[[], Snapshot]) -> bool:
         """Call after every step (or rollout). Logs, evaluates and checkpoints when due; returns True if
         the loop should stop now (a signal arrived)."""
-        self.progress.update(step, sum(self._recent) / len(self._recent) if self._recent else None)
+        self.progress.update(step)
         if step >= self._next_log:
             self._log_train(step)
             self._next_log = step - step % self.cfg.trainer.log_every + self.cfg.trainer.log_every

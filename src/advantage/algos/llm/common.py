@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from advantage.checkpoint import Checkpoint
-from advantage.config import TrainerConfig, option, section
+from advantage.config import TrainerConfig, device_problem, option, rebase, section
 from advantage.errors import ConfigError
 
 SPLITS = ("train", "validation", "test")
@@ -116,6 +116,12 @@ class LMTrainerConfig(TrainerConfig):
     )
     log_every: int = option(10, "log training metrics every N optimizer steps", lo=1)
     run_dir: str | None = option(None, "run folder (default runs/<algo>-<task>-<YYYYmmdd-HHMMSS>)")
+    device: str = option("cpu", "torch device of the models: cpu, cuda, cuda:N or mps")
+
+    def problems(self) -> list[str]:
+        # The spelling here; whether the device exists is checked before a run starts (resolve_config).
+        problem = device_problem(self.device, available=False)
+        return [problem] if problem else []
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -176,13 +182,19 @@ def check(cfg: Any, task_factory: Callable[[DataConfig], Any] | None = None) -> 
         try:
             load_tokenizer(folder, trust_remote_code=m.trust_remote_code, pad_to_eos=m.pad_to_eos)
         except ConfigError as e:
-            problems.extend(e.problems)
+            # Name the key as the user wrote it (grpo and ppo_rlhf: worker.actor.model.path).
+            problems.extend(rebase(p, model_prefix(cfg)) for p in e.problems)
     if cfg.trainer.eval_episodes > cfg.data.validation_size:
         problems.append(
             f"trainer.eval_episodes={cfg.trainer.eval_episodes} is more than "
             f"data.validation_size={cfg.data.validation_size}"
         )
     return problems
+
+
+def model_prefix(cfg: Any) -> str:
+    """Where the policy's model section is in the user's keys: ``model.`` or ``worker.actor.model.``."""
+    return "worker.actor.model." if hasattr(cfg, "worker") and hasattr(cfg.worker, "actor") else "model."
 
 
 def model_folder(path: str) -> Path:
