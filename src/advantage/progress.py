@@ -25,7 +25,8 @@ ENV_FIELDS: Fields = (
 )
 LM_FIELDS: Fields = (
     ("loss", ("train/loss", "train/policy_loss")),
-    ("reward", ("train/reward/mean", "train/score/mean", "train/reward_margin")),
+    ("reward", ("train/reward/mean", "train/score/mean")),
+    ("margin", ("train/reward_margin",)),
     ("acc", ("train/reward/accuracy", "train/accuracy", "train/reward_accuracy")),
     ("kl", ("train/kl", "train/kl_ref")),
     ("tok/s", ("train/tokens_per_second",)),
@@ -42,7 +43,10 @@ def _fmt(label: str, value: Any) -> str:
 
 
 def format_rate(rate: float) -> str:
-    """Steps per second: whole numbers when fast, three significant digits when slow (an LM's 0.25)."""
+    """Steps per second: whole numbers when fast, three significant digits when slow (an LM's 0.25);
+    ``-`` before there is a speed (the clock starts at the first step)."""
+    if rate <= 0:
+        return "-"
     return f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
 
 
