@@ -42,9 +42,9 @@ EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as sh
 def _check_algo(algo: str | None) -> None:
     """A YAML file given where the algorithm goes is almost always a missing ``--config``."""
     if algo and (algo.endswith((".yaml", ".yml")) or "/" in algo or Path(algo).is_file()):
-        from advantage.registry import ALGORITHMS
+        from advantage.registry import all_algorithms
 
-        if algo not in ALGORITHMS:
+        if algo not in all_algorithms():
             raise AdvantageError(
                 f"unknown algorithm {algo!r}: it looks like a config file; pass it with --config, "
                 f"e.g. advantage train --config {algo}"

@@ -196,7 +196,7 @@ class RunContext:
     def tick(self, step: int, snapshot: Callable[[], Snapshot]) -> bool:
         """Call after every step (or rollout). Logs, evaluates and checkpoints when due; returns True if
         the loop should stop now (a signal arrived)."""
-        self.progress.update(step)
+        self.progress.at(step)
         if step >= self._next_log:
             self._log_train(step)
             self._next_log = step - step % self.cfg.trainer.log_every + self.cfg.trainer.log_every
@@ -211,6 +211,7 @@ class RunContext:
                 c = self.cfg.trainer.checkpoint_every
                 self._next_ckpt = step - step % c + c
                 self.save(step, snap)
+        self.progress.update(step)  # after logging and evaluating: it shows this step's values
         return self._stop_signal is not None
 
     def finish(self, step: int, snap: Snapshot) -> dict[str, Any] | None:

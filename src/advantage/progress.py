@@ -84,7 +84,7 @@ class Progress:
         self._s0 = start
         self._line_mark: tuple[float, int] | None = None  # (time, step) of the previous line
         self._next_line = start + self.total // 10
-        self._last_line_step: int | None = None
+        self._last_line: tuple[int, str] | None = None  # (step, info) of the last line written
         self._bar = None
         self._last_draw = 0.0
         if mode == "bar":
@@ -137,12 +137,16 @@ class Progress:
         shown = [_fmt(label, values[label]) for label, _ in self.fields if label in values]
         return " | ".join(shown) if shown else f"{self.fields[0][0]} -" if self.fields else ""
 
-    def update(self, step: int, recent_return: float | None = None) -> None:
-        """Called every step: cheap unless a redraw (at most 10 per second) or a line is due."""
+    def at(self, step: int) -> None:
+        """Record the step without drawing (so :attr:`rate` is current); the clock starts at the first."""
         if self._t0 is None:
             self._t0, self._s0 = time.perf_counter(), step
             self._line_mark = (self._t0, step)
         self.step = step
+
+    def update(self, step: int, recent_return: float | None = None) -> None:
+        """Called every step: cheap unless a redraw (at most 10 per second) or a line is due."""
+        self.at(step)
         if recent_return is not None:
             self.recent = recent_return
         if self._bar is not None:
@@ -175,7 +179,7 @@ class Progress:
     def _line(self) -> None:
         eta = self.eta()
         self._line_mark = (time.perf_counter(), self.step)
-        self._last_line_step = self.step
+        self._last_line = (self.step, self.info())
         total = self.shown_total
         pct = 100 * self.step / total
         eta_text = "-" if eta != eta else f"{eta:.0f}s"
@@ -196,6 +200,5 @@ class Progress:
             )
             self._bar.stop()
             self._bar = None
-        elif self.mode == "lines" and self._t0 is not None and self._last_line_step != self.step:
-            self._line()  # the last step, with the values logged at the end
-            self._last_line_step = self.step
+        elif self.mode == "lines" and self._t0 is not None and self._last_line != (self.step, self.info()):
+            self._line()  # the last step, with the values logged at the end (the final evaluation)
