@@ -88,7 +88,7 @@ def test_documented_command_is_valid(where, command, monkeypatch):
     spec = all_algorithms()[name]
     monkeypatch.setitem(ALGORITHMS, name, dataclasses.replace(spec, check=None))
     monkeypatch.chdir(ROOT)
-    resolve_config(algo, config, overrides, check_device=False)
+    resolve_config(algo, config, overrides)
 
 
 class _nothing:

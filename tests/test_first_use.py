@@ -76,7 +76,7 @@ def test_ctrl_c_stops_with_a_checkpoint_exit_130_and_says_how_to_resume():
 
 
 def test_unknown_device_exits_2_before_a_run_folder_exists():
-    res = _cli("train", "ppo", "trainer.device=banana")
+    res = _cli("train", "ppo", "trainer.device=banana", "trainer.total_steps=2000")
     assert res.returncode == 2
     assert "trainer.device='banana'" in res.stderr and "CPU only" in res.stderr
     assert not Path("runs").exists()

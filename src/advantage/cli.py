@@ -340,7 +340,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(
+            "interrupted (a run keeps its last checkpoint; continue it with advantage resume RUN)",
+            file=sys.stderr,
+        )
         return 130
 
 

@@ -17,6 +17,7 @@ evaluation or checkpoint is actually due.
 from __future__ import annotations
 
 import math
+import os
 import signal
 import threading
 import time
@@ -111,7 +112,16 @@ class RunContext:
             self._old_handlers[sig] = signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self._stop_signal = signal.Signals(signum).name
+        name = signal.Signals(signum).name
+        if name == "SIGINT" and self._stop_signal == "SIGINT":
+            raise KeyboardInterrupt  # a second Ctrl-C: quit now (the last checkpoint is kept)
+        if self._stop_signal is None:
+            again = " (Ctrl-C again to quit now)" if name == "SIGINT" else ""
+            # os.write, not sys.stderr: the signal may arrive in the middle of a progress line, and a
+            # buffered stream cannot be re-entered.
+            msg = f"{name}: stopping at the next step boundary with a checkpoint{again}\n"
+            os.write(2, msg.encode())
+        self._stop_signal = name
 
     @property
     def stop_requested(self) -> str | None:
