@@ -42,7 +42,7 @@ def _cli(*args, env=None, timeout=180):
     )
 
 
-def _latest_step(run: str) -> int:
+def _latest_step(run: str | Path) -> int:
     return int(Path(run, "checkpoints", "latest").read_text().strip().split("_")[1].split("-")[0])
 
 
@@ -281,28 +281,41 @@ def test_version(capsys):
     assert exit_.value.code == 0 and capsys.readouterr().out.strip() == "advantage 0.1.0"
 
 
-def test_eval_rounds_resume_keeps_env_id_and_video_is_quiet(capsys):
-    args = ["q_learning", "preset=frozenlake_slippery", "trainer.total_steps=3000", "trainer.eval_every=0"]
-    assert (
-        main(["train", *args, "trainer.run_dir=e", "trainer.progress=none", "trainer.eval_episodes=7"]) == 0
-    )
-    capsys.readouterr()
-    before = (Path("e/config.yaml").read_text(), _latest_step("e"))
+@pytest.fixture(scope="module")
+def slippery_run(tmp_path_factory):
+    """A q_learning run on slippery FrozenLake (evaluation means that need rounding), made once."""
+    import advantage
 
-    assert main(["resume", "e", "env.id=CliffWalking-v1", "trainer.total_steps=4000"]) == 2
+    over = {"preset": "frozenlake_slippery", "trainer.total_steps": 3000, "trainer.eval_every": 0}
+    over.update({"trainer.eval_episodes": 7, "trainer.tensorboard": False})
+    folder = tmp_path_factory.mktemp("slippery") / "e"
+    return advantage.train("q_learning", quiet=True, **over, **{"trainer.run_dir": str(folder)}).dir
+
+
+def test_resume_refuses_another_env_id_before_anything_runs(slippery_run, capsys):
+    before = ((slippery_run / "config.yaml").read_text(), _latest_step(slippery_run))
+    assert main(["resume", str(slippery_run), "env.id=CliffWalking-v1", "trainer.total_steps=4000"]) == 2
     out, err = capsys.readouterr()
-    assert "env.id cannot change on resume" in err and "resuming" not in out
-    assert (Path("e/config.yaml").read_text(), _latest_step("e")) == before
+    assert "env.id cannot change on resume: the checkpoint was trained with 'FrozenLake-v1'" in err
+    assert "resuming" not in out
+    assert ((slippery_run / "config.yaml").read_text(), _latest_step(slippery_run)) == before
 
-    assert main(["eval", "e", "--episodes", "7"]) == 0
+
+def test_eval_rounds_the_numbers_it_prints(slippery_run, capsys):
+    assert main(["eval", str(slippery_run), "--episodes", "7"]) == 0
     rows = [line.split(": ", 1) for line in capsys.readouterr().out.splitlines()]
     table = {k.strip(): v.strip() for k, v in rows}
     assert float(table["length_mean"]) != int(float(table["length_mean"]))  # a mean that needs rounding
     for key in ("return_mean", "return_std", "length_mean"):
-        digits = re.sub(r"^[-0.]+|\.|e.*$", "", table[key].strip())
+        digits = re.sub(r"^[-0.]+|\.|e.*$", "", table[key])
         assert len(digits) <= 4, (key, table[key])
+    assert main(["eval", str(slippery_run), "--episodes", "7", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)  # --json keeps full precision
+    assert res["length_mean"] == pytest.approx(float(table["length_mean"]), rel=1e-3)
 
+
+def test_eval_video_prints_no_display_noise(slippery_run):
     env = {k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "SDL_VIDEODRIVER")}
-    res = _cli("eval", "e", "--episodes", "1", "--video", env=env)
+    res = _cli("eval", str(slippery_run), "--episodes", "1", "--video", env=env)
     assert res.returncode == 0 and "XDG_RUNTIME_DIR" not in res.stderr, res.stderr
-    assert Path("e/videos/step_3000.mp4").stat().st_size > 0
+    assert (slippery_run / "videos" / "step_3000.mp4").stat().st_size > 0
