@@ -185,7 +185,8 @@ def test_sigterm_checkpoints_and_exits_143(tmp_path):
     latest = Path("big/checkpoints/latest").read_text().strip()
     step = int(latest.split("_")[1])
     assert 0 < step < 5_000_000
-    assert out.splitlines()[-1] == f"stopped at step {step} (checkpoint saved); continue with advantage resume big"
+    resume_hint = f"stopped at step {step} (checkpoint saved); continue with advantage resume big"
+    assert out.splitlines()[-1] == resume_hint
     rows = [json.loads(x) for x in Path("big/metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["run/stopped_by"] == "SIGTERM"
     done = _run("resume", "big", "trainer.total_steps=" + str(step + 1000), "--quiet")

@@ -160,9 +160,9 @@ class Progress:
                     rate=format_rate(self.rate),
                     info=self.info(),
                 )
-        elif self.mode == "lines" and step >= self._next_line:
+        elif self.mode == "lines" and step >= self._next_line and step < self.total:
             self._next_line = step + max(self.total // 10, 1)
-            self._line()
+            self._line()  # (the last line is written by close, with the final evaluation)
 
     def eta(self) -> float:
         """Seconds left at the speed since the previous line (NaN before any progress)."""
