@@ -244,6 +244,24 @@ def test_sweep_reports_each_trial_and_a_second_sweep_gets_a_fresh_folder(capsys)
     assert len(json.loads(Path("runs/sweep-q_learning-1/summary.json").read_text())["trials"]) == 2
 
 
+def test_a_signal_stops_the_whole_sweep(monkeypatch, capsys):
+    from advantage.context import RunContext
+
+    original = RunContext.tick
+
+    def tick(self, step, snapshot):
+        if step >= 100:
+            signal.raise_signal(signal.SIGTERM)  # delivered to the trial's own handler
+        return original(self, step, snapshot)
+
+    monkeypatch.setattr(RunContext, "tick", tick)
+    argv = ["sweep", *FROZEN, "trainer.total_steps=300", "trainer.eval_episodes=2", "--quiet"]
+    assert main([*argv, "--grid", "algorithm.gamma=0.9,0.99"]) == 143
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("sweep stopped during trial 1 at step 100 (checkpoint saved; continue it with ")
+    assert sorted(p.name for p in Path("runs/sweep-q_learning").glob("trial-*")) == ["trial-000"]
+
+
 # ---- 8. messages -----------------------------------------------------------------------------------------
 
 

@@ -178,6 +178,14 @@ def cmd_sweep(ns: argparse.Namespace) -> int:
     )
     out = Path(rows[0]["run_dir"]).parent
     print((out / "summary.md").read_text())
+    stopped = [r for r in rows if r.get("stopped_by")]
+    if stopped:
+        r = stopped[0]
+        print(
+            f"sweep stopped during trial {r['trial'] + 1} at step {r['step']} (checkpoint saved; "
+            f"continue it with advantage resume {r['run_dir']}); sweep folder: {out}"
+        )
+        return EXIT_CODES[r["stopped_by"]]
     print(f"sweep folder: {out}")
     return 0
 

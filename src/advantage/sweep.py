@@ -71,7 +71,10 @@ def _run_trial(algo: str | None, config: str | None, overrides: dict[str, Any]) 
     run = train(algo, config, quiet=True, **overrides)
     evals = [r for r in run.metrics if "eval/return_mean" in r]
     last = evals[-1] if evals else {}
-    return {"step": run.step, "return_mean": last.get("eval/return_mean"), "run_dir": str(run.dir)}
+    out = {"step": run.step, "return_mean": last.get("eval/return_mean"), "run_dir": str(run.dir)}
+    if run.stopped_by:  # Ctrl-C or SIGTERM: the trial checkpointed; the sweep stops after it
+        out["stopped_by"] = run.stopped_by
+    return out
 
 
 def sweep(
@@ -155,6 +158,8 @@ def sweep(
             say(f"trial {i + 1}/{n} {_point(plan[i])} started: {over['trainer.run_dir']}")
             started[i] = time.perf_counter()
             finished(i, _run_trial(algo, config, over))
+            if rows[i] and rows[i].get("stopped_by"):
+                break  # the remaining trials are not started
     return [r for r in rows if r is not None]
 
 
