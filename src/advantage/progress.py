@@ -19,10 +19,7 @@ from typing import Any, TextIO
 # (label, metric keys in order of preference): the first key present in a logged row gives the value.
 Fields = Sequence[tuple[str, Sequence[str]]]
 
-ENV_FIELDS: Fields = (
-    ("return", ("train/episode_return",)),
-    ("eval return", ("eval/return_mean",)),
-)
+ENV_FIELDS: Fields = (("return", ("train/episode_return",)),)
 LM_FIELDS: Fields = (
     ("loss", ("train/loss", "train/policy_loss")),
     ("reward", ("train/reward/mean", "train/score/mean")),
