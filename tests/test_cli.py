@@ -159,8 +159,9 @@ def test_help_everywhere():
         assert out.returncode == 0 and "usage:" in out.stdout
 
 
-def test_sigterm_checkpoints_and_exits_0(tmp_path):
-    """SIGTERM mid-training: checkpoint at the next step boundary, exit 0, `resume` finishes the run."""
+def test_sigterm_checkpoints_and_exits_143(tmp_path):
+    """SIGTERM mid-training: checkpoint at the next step boundary, exit 143 (128 + 15, as a shell reports
+    it) with the step and the resume command, and `resume` finishes the run."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     p = subprocess.Popen(
         [
@@ -182,11 +183,13 @@ def test_sigterm_checkpoints_and_exits_0(tmp_path):
     assert "run folder: big" in p.stdout.readline()
     time.sleep(2.0)
     p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=60)
-    assert p.returncode == 0, err
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err
     latest = Path("big/checkpoints/latest").read_text().strip()
     step = int(latest.split("_")[1])
     assert 0 < step < 5_000_000
+    resume_hint = f"stopped at step {step} (checkpoint saved); continue with advantage resume big"
+    assert out.splitlines()[-1] == resume_hint
     rows = [json.loads(x) for x in Path("big/metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["run/stopped_by"] == "SIGTERM"
     done = _run("resume", "big", "trainer.total_steps=" + str(step + 1000), "--quiet")

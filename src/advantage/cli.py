@@ -1,7 +1,8 @@
 """The ``advantage`` command: a thin layer over :mod:`advantage.runs`.
 
-Exit codes: 0 on success, 2 on bad usage or bad input (one clear message, no traceback), 130 when
-interrupted before the run could checkpoint.
+Exit codes: 0 when a run finished, 2 on bad usage or bad input (one clear message, no traceback), 130
+after Ctrl-C (SIGINT) and 143 after SIGTERM, as shells report them: a stopped run checkpoints at the next
+step boundary and says how to continue it.
 """
 
 from __future__ import annotations
@@ -35,42 +36,71 @@ def _split_algo(args: Sequence[str]) -> tuple[str | None, list[str]]:
     return None, args
 
 
+EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report it
+
+
+def _check_algo(algo: str | None) -> None:
+    """A YAML file given where the algorithm goes is almost always a missing ``--config``."""
+    if algo and (algo.endswith((".yaml", ".yml")) or "/" in algo or Path(algo).is_file()):
+        from advantage.registry import all_algorithms
+
+        if algo not in all_algorithms():
+            raise AdvantageError(
+                f"unknown algorithm {algo!r}: it looks like a config file; pass it with --config, "
+                f"e.g. advantage train --config {algo}"
+            )
+
+
 def cmd_train(ns: argparse.Namespace) -> int:
     from advantage.config import parse_overrides
     from advantage.runs import train
 
     algo, rest = _split_algo(ns.args)
+    _check_algo(algo)
     stray = [a for a in rest if "=" not in a]
     if stray:
         raise AdvantageError(f"expected key=value overrides after the algorithm, got {' '.join(stray)!r}")
     overrides = parse_overrides(rest)
-    run = train(algo, ns.config, quiet=ns.quiet, **overrides)
-    if not ns.quiet:
-        _print_final(run)
+    return _ended(train(algo, ns.config, progress=not ns.quiet, **overrides))
+
+
+def _ended(run) -> int:
+    """Print the last line of a run and return the exit code: 0 finished, 130/143 stopped by a signal."""
+    step = run.last_step if run.last_step is not None else run.step
+    if run.stopped_by:
+        print(
+            f"stopped at step {step} (checkpoint saved); continue with advantage resume {run.dir}",
+            flush=True,
+        )
+        return EXIT_CODES[run.stopped_by]
+    print(final_line(run, step), flush=True)
     return 0
 
 
-def _print_final(run) -> None:
-    evals = [r for r in run.metrics if "eval/return_mean" in r]
-    if evals:
-        last = evals[-1]
-        extra = f", success_rate {last['eval/success_rate']:.3f}" if "eval/success_rate" in last else ""
-        if "eval/accuracy" in last:
-            extra += f", accuracy {last['eval/accuracy']:.3f}"
-        print(
-            f"done: step {last['step']}, eval/return_mean {last['eval/return_mean']:.4g} "
-            f"± {last.get('eval/return_std', 0.0):.3g}{extra} — {run.dir}"
-        )
+def final_line(run, step: int) -> str:
+    """``done: step N, <the final evaluation> — RUN``: the return for an environment run, the accuracy
+    (and the win rate, where there is one) for a language-model run."""
+    evals = [r for r in run.metrics if any(k.startswith("eval/") for k in r)]
+    if not evals:
+        return f"done: step {step} — {run.dir}"
+    last = evals[-1]
+    if run.algo.uses_env:
+        parts = [f"eval/return_mean {last['eval/return_mean']:.4g} ± {last.get('eval/return_std', 0.0):.3g}"]
+        if "eval/success_rate" in last:
+            parts.append(f"success_rate {last['eval/success_rate']:.3f}")
+    else:
+        names = ("accuracy", "win_rate", "hidden_score", "pass@1", "maj@1")
+        parts = [f"eval/{n} {last[f'eval/{n}']:.3f}" for n in names if f"eval/{n}" in last]
+        parts = parts or [f"eval/return_mean {last['eval/return_mean']:.4g}"]
+    at = "" if last["step"] == step else f" (evaluated at step {last['step']})"
+    return f"done: step {step}, {', '.join(parts)}{at} — {run.dir}"
 
 
 def cmd_resume(ns: argparse.Namespace) -> int:
     from advantage.config import parse_overrides
     from advantage.runs import resume
 
-    run = resume(ns.run_dir, quiet=ns.quiet, **parse_overrides(ns.overrides))
-    if not ns.quiet:
-        _print_final(run)
-    return 0
+    return _ended(resume(ns.run_dir, progress=not ns.quiet, **parse_overrides(ns.overrides)))
 
 
 def cmd_eval(ns: argparse.Namespace) -> int:
@@ -95,11 +125,20 @@ def cmd_eval(ns: argparse.Namespace) -> int:
     if ns.video:
         res["video"] = str(run.video(seed=ns.seed, deterministic=not ns.stochastic))
     if ns.json:
-        print(json.dumps(res))
+        print(json.dumps(res))  # full precision for programs
     else:
         for k, v in res.items():
-            print(f"{k:>14}: {v}")
+            print(f"{k:>14}: {_rounded(v)}")
     return 0
+
+
+def _rounded(value: object) -> object:
+    """Numbers for a person: 4 significant digits (``3.541``), integers and strings as they are."""
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return value
 
 
 def cmd_plot(ns: argparse.Namespace) -> int:
@@ -143,6 +182,7 @@ def cmd_sweep(ns: argparse.Namespace) -> int:
     from advantage.sweep import parse_grid, sweep
 
     algo, rest = _split_algo(ns.args)
+    _check_algo(algo)
     stray = [a for a in rest if "=" not in a]
     if stray:
         raise AdvantageError(f"expected key=value overrides after the algorithm, got {' '.join(stray)!r}")
@@ -155,11 +195,19 @@ def cmd_sweep(ns: argparse.Namespace) -> int:
         out=ns.out,
         workers=ns.workers,
         ray_address=ns.ray_address,
+        progress=not ns.quiet,
     )
-    if not ns.quiet:
-        out = Path(rows[0]["run_dir"]).parent
-        print((out / "summary.md").read_text())
-        print(f"sweep folder: {out}")
+    out = Path(rows[0]["run_dir"]).parent
+    print((out / "summary.md").read_text())
+    stopped = [r for r in rows if r.get("stopped_by")]
+    if stopped:
+        r = stopped[0]
+        print(
+            f"sweep stopped during trial {r['trial'] + 1} at step {r['step']} (checkpoint saved; "
+            f"continue it with advantage resume {r['run_dir']}); sweep folder: {out}"
+        )
+        return EXIT_CODES[r["stopped_by"]]
+    print(f"sweep folder: {out}")
     return 0
 
 
@@ -223,7 +271,10 @@ def _print_task_options(console: Any, algo: Any, overrides: Sequence[str]) -> No
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from advantage import __version__
+
     p = _Parser(prog="advantage", description="Reinforcement learning, from Q-tables to GRPO.")
+    p.add_argument("--version", action="version", version=f"advantage {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     t = sub.add_parser(
@@ -236,7 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("args", nargs="*", metavar="[ALGO] [key=value ...]")
     t.add_argument("--config", metavar="F", help="YAML config file (e.g. a run's config.yaml)")
-    t.add_argument("--quiet", action="store_true", help="no progress display")
+    t.add_argument(
+        "--quiet", action="store_true", help="no progress display (the run folder and the last line stay)"
+    )
     t.set_defaults(fn=cmd_train)
 
     r = sub.add_parser(
@@ -246,7 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("run_dir")
     r.add_argument("overrides", nargs="*", metavar="key=value")
-    r.add_argument("--quiet", action="store_true", help="no progress display")
+    r.add_argument(
+        "--quiet", action="store_true", help="no progress display (the run folder and the last line stay)"
+    )
     r.set_defaults(fn=cmd_resume)
 
     e = sub.add_parser(
@@ -301,10 +356,14 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--grid", action="append", metavar="KEY=V1,V2", help="a swept key (repeatable)")
     sw.add_argument("--seeds", type=int, default=1, help="seeds per grid point (default 1)")
     sw.add_argument("--config", metavar="F", help="YAML config file")
-    sw.add_argument("--out", metavar="DIR", help="sweep folder (default runs/sweep-ALGO)")
+    sw.add_argument(
+        "--out", metavar="DIR", help="sweep folder (default runs/sweep-ALGO, or sweep-ALGO-1, ... if taken)"
+    )
     sw.add_argument("--workers", type=int, default=0, help="trials at a time on Ray (default 0: in turn)")
     sw.add_argument("--ray-address", help="join this Ray cluster (auto or host:port)")
-    sw.add_argument("--quiet", action="store_true", help="print nothing")
+    sw.add_argument(
+        "--quiet", action="store_true", help="no per-trial progress (the summary and the folder stay)"
+    )
     sw.set_defaults(fn=cmd_sweep)
 
     ls = sub.add_parser(
@@ -341,7 +400,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(
+            "interrupted (a run keeps its last checkpoint; continue it with advantage resume RUN)",
+            file=sys.stderr,
+        )
         return 130
 
 

@@ -104,7 +104,11 @@ class TrainerConfig:
     torch_threads: int = option(
         1, "torch CPU threads (small networks are fastest on one)", lo=1, hi=4 * (os.cpu_count() or 1)
     )
-    device: str = option("cpu", "torch device for networks: cpu, cuda, cuda:N")
+    device: str = option(
+        "cpu",
+        "cpu only: these small networks train fastest on the CPU (sft, grpo, dpo, reward_model and "
+        "ppo_rlhf take cuda)",
+    )
     num_workers: int = option(
         0, "Ray rollout workers (0: everything in this process, Ray never imported)", lo=0
     )
@@ -113,6 +117,50 @@ class TrainerConfig:
         120.0, "seconds a worker may take for a rollout before it is replaced", lo=0, lo_open=True
     )
     fault_tolerance: bool = option(True, "replace failed or hung workers (false: stop the run)")
+
+    def problems(self) -> list[str]:
+        if self.device != "cpu":
+            return [
+                f"device={self.device!r}: this algorithm trains on the CPU only (its small networks are "
+                "fastest there); trainer.device=cuda is for the language-model algorithms "
+                "(sft, grpo, dpo, reward_model, ppo_rlhf)"
+            ]
+        return []
+
+
+def device_problem(device: str, *, available: bool = True) -> str | None:
+    """Why ``trainer.device=device`` cannot be used, or None.
+
+    ``cpu``, ``cuda``, ``cuda:N`` and ``mps`` are the accepted spellings. With ``available``, the device
+    must also exist here: torch built with CUDA and a visible GPU (``cuda:N``: N below the device count),
+    or Apple's MPS backend.
+    """
+    import re
+
+    dev = str(device).strip()
+    if not re.fullmatch(r"cpu|cuda|cuda:\d+|mps", dev):
+        hint = " (did you mean cuda?)" if dev.lower() in ("gpu", "cuda0", "nvidia") else ""
+        return f"trainer.device must be cpu, cuda, cuda:N or mps; got {device!r}{hint}"
+    if not available or dev == "cpu":
+        return None
+    import torch
+
+    if dev.startswith("cuda"):
+        if not torch.backends.cuda.is_built():
+            return (
+                f"trainer.device={dev}: this torch ({torch.__version__}) is built without CUDA; "
+                "use trainer.device=cpu, or install a CUDA build of torch"
+            )
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            return f"trainer.device={dev}: no CUDA device is visible; use trainer.device=cpu"
+        index = int(dev.partition(":")[2] or 0)
+        if index >= count:
+            have = ", ".join(f"cuda:{i}" for i in range(count))
+            return f"trainer.device={dev}: this machine has {count} CUDA device(s) ({have})"
+    if dev == "mps" and not torch.backends.mps.is_available():
+        return "trainer.device=mps: the MPS backend is not available here; use trainer.device=cpu"
+    return None
 
 
 @dataclass(frozen=True)
@@ -191,7 +239,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
-        raise ConfigError(f"--config {str(path)!r} is not valid YAML: {' '.join(str(e).split())}") from None
+        detail = " ".join(str(e).split()).replace('"<unicode string>"', f'"{path}"')  # name the file
+        raise ConfigError(f"--config {str(path)!r} is not valid YAML: {detail}") from None
     except (RecursionError, UnicodeDecodeError) as e:
         raise ConfigError(f"--config {str(path)!r} is not valid YAML ({type(e).__name__})") from None
     why = _too_big(data)
@@ -327,8 +376,18 @@ def _takes_extra(cls: type) -> bool:
     return any(f.name == "kwargs" and f.metadata.get("extra") for f in dataclasses.fields(cls))
 
 
-def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
-    """Build ``cls`` from ``data``, appending every problem found to ``problems``."""
+def _elsewhere(key: str, root: type | None, prefix: str) -> str:
+    """``; did you mean trainer.total_steps?`` for a key that exists in another section."""
+    if root is None:
+        return ""
+    found = [k for k, _, _ in describe(root) if k.rsplit(".", 1)[-1] == key and k != f"{prefix}{key}"]
+    return f"; did you mean {' or '.join(found[:3])}?" if found else ""
+
+
+def _build(cls: type, data: Any, prefix: str, problems: list[str], root: type | None = None) -> Any:
+    """Build ``cls`` from ``data``, appending every problem found to ``problems`` (``root``: the whole
+    config's class, to suggest a key of another section)."""
+    root = root or cls
     where = prefix.rstrip(".") or "config"
     if data is None:
         data = {}
@@ -347,13 +406,12 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
             if takes_extra:
                 extra[key] = value  # e.g. environment kwargs; checked by the section's owner
                 continue
-            problems.append(
-                f"unknown key {name}{_suggest(str(key), fields, prefix)} (allowed: {', '.join(fields)})"
-            )
+            hint = _elsewhere(str(key), root, prefix) or _suggest(str(key), fields, prefix)
+            problems.append(f"unknown key {name}{hint} (allowed: {', '.join(fields)})")
             continue
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
-            kwargs[key] = _build(tp, value, name + ".", problems)
+            kwargs[key] = _build(tp, value, name + ".", problems, root)
             continue
         ok, coerced = _coerce(value, tp)
         if not ok:
@@ -372,8 +430,21 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
     obj = cls(**kwargs)
     check = getattr(obj, "problems", None)
     if callable(check):
-        problems.extend(f"{prefix}{p}" if not p.startswith(prefix) else p for p in check())
+        for p in check():
+            p = rebase(p, prefix)
+            problems.append(p if p.startswith(prefix) else f"{prefix}{p}")
     return obj
+
+
+def rebase(message: str, prefix: str) -> str:
+    """A section's message with the section's own keys named in full: a model section nested at
+    ``worker.actor.model.`` says ``model.path`` in its checks, which becomes ``worker.actor.model.path``."""
+    import re
+
+    local = prefix.rstrip(".").rsplit(".", 1)[-1]
+    if not local or prefix == f"{local}.":
+        return message
+    return re.sub(rf"(?<![\w.]){re.escape(local)}\.(?=\w)", prefix, message)
 
 
 def build(cls: type, data: Mapping[str, Any]) -> tuple[Any, list[str]]:

@@ -17,6 +17,7 @@ evaluation or checkpoint is actually due.
 from __future__ import annotations
 
 import math
+import os
 import signal
 import threading
 import time
@@ -33,7 +34,7 @@ from advantage.envs import make_env
 from advantage.errors import CheckpointError, NonFiniteError
 from advantage.evaluation import EVAL_SEED_OFFSET, evaluate_policy
 from advantage.metrics import MetricsWriter
-from advantage.progress import Progress
+from advantage.progress import ENV_FIELDS, LM_FIELDS, Progress
 from advantage.registry import Algorithm, Policy
 
 
@@ -96,7 +97,7 @@ class RunContext:
         start = restored.step if restored else 0
         self.episodes: int = run_state.get("episodes", 0)
         self._window = _Window(run_state.get("window_returns", []), run_state.get("window_lengths", []))
-        # The progress display shows the mean return of the last 100 episodes.
+        # The mean return of the last 100 episodes (``recent_return``), carried across resume.
         self._recent: deque[float] = deque(run_state.get("recent_returns", []), maxlen=100)
         self._next_log = start - start % t.log_every + t.log_every
         self._next_eval = start - start % t.eval_every + t.eval_every if t.eval_every else math.inf
@@ -113,7 +114,11 @@ class RunContext:
             purge_step=start + 1 if restored else None,
         )
         self.progress = Progress(
-            t.total_steps, start=start, mode="none" if quiet else t.progress, description=algo.name
+            t.total_steps,
+            start=start,
+            mode="none" if quiet else t.progress,
+            description=algo.name,
+            fields=ENV_FIELDS if algo.uses_env else LM_FIELDS,
         )
         self._eval_env: gym.Env | None = None
         self._last_eval: tuple[int, dict[str, Any]] | None = None
@@ -132,11 +137,25 @@ class RunContext:
             self._old_handlers[sig] = signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self._stop_signal = signal.Signals(signum).name
+        name = signal.Signals(signum).name
+        if name == "SIGINT" and self._stop_signal == "SIGINT":
+            raise KeyboardInterrupt  # a second Ctrl-C: quit now (the last checkpoint is kept)
+        if self._stop_signal is None:
+            again = " (Ctrl-C again to quit now)" if name == "SIGINT" else ""
+            # os.write, not sys.stderr: the signal may arrive in the middle of a progress line, and a
+            # buffered stream cannot be re-entered.
+            msg = f"{name}: stopping at the next step boundary with a checkpoint{again}\n"
+            os.write(2, msg.encode())
+        self._stop_signal = name
 
     @property
     def stop_requested(self) -> str | None:
         return self._stop_signal
+
+    @property
+    def recent_return(self) -> float | None:
+        """Mean return of the last 100 training episodes (None before the first)."""
+        return sum(self._recent) / len(self._recent) if self._recent else None
 
     # -- logging -------------------------------------------------------------------------------------
     def check_finite(self, step: int, what: str, value: float) -> None:
@@ -160,6 +179,7 @@ class RunContext:
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         self._stepped = True
         self.writer.log(step, metrics)
+        self.progress.observe(metrics)
 
     def _log_train(self, step: int) -> None:
         w = self._window
@@ -168,7 +188,7 @@ class RunContext:
             row["train/episode_return"] = sum(w.returns) / len(w.returns)
             row["train/episode_length"] = sum(w.lengths) / len(w.lengths)
         row["train/steps_per_second"] = self.progress.rate
-        self.writer.log(step, row)
+        self.log(step, row)
         self._window = _Window()
 
     # -- evaluation and checkpoints ------------------------------------------------------------------
@@ -186,7 +206,7 @@ class RunContext:
                 seed=self.cfg.trainer.seed + EVAL_SEED_OFFSET,
             )
         res["seconds"] = time.perf_counter() - start
-        self.writer.log(step, {f"eval/{k}": v for k, v in res.items() if isinstance(v, int | float | bool)})
+        self.log(step, {f"eval/{k}": v for k, v in res.items() if isinstance(v, int | float | bool)})
         self._last_eval = (step, res)
         target = self.cfg.trainer.stop_at_return
         if target is not None and res["return_mean"] >= target:
@@ -220,7 +240,7 @@ class RunContext:
         """Call after every step (or rollout). Logs, evaluates and checkpoints when due; returns True if
         the loop should stop now (a signal arrived)."""
         self._stepped = True
-        self.progress.update(step, sum(self._recent) / len(self._recent) if self._recent else None)
+        self.progress.at(step)
         if step >= self._next_log:
             self._log_train(step)
             self._next_log = step - step % self.cfg.trainer.log_every + self.cfg.trainer.log_every
@@ -235,6 +255,7 @@ class RunContext:
                 c = self.cfg.trainer.checkpoint_every
                 self._next_ckpt = step - step % c + c
                 self.save(step, snap)
+        self.progress.update(step)  # after logging and evaluating: it shows this step's values
         return self._stop_signal is not None
 
     def finish(self, step: int, snap: Snapshot) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ import numpy as np
 from advantage.checkpoint import LATEST, Checkpoint, atomic_write, load_checkpoint
 from advantage.config import (
     build,
+    device_problem,
     dump_yaml,
     flatten,
     interpolations,
@@ -41,6 +42,7 @@ from advantage.metrics import read_metrics, truncate_metrics
 from advantage.registry import ALGORITHMS, Algorithm, Policy, get_algorithm
 
 DEFAULT_ALGO = "ppo"
+STOP_SIGNALS = ("SIGINT", "SIGTERM")  # a run stopped by one of these ends with a checkpoint, unfinished
 CONFIG_FILE = "config.yaml"
 _TOP_KEYS = ("algo", "preset")
 
@@ -49,6 +51,8 @@ def resolve_config(
     algo: str | None = None,
     config: str | Path | Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    *,
+    check_device: bool = True,
 ) -> tuple[Algorithm, Any]:
     """Build and validate a run config from defaults < algorithm defaults < preset < file < overrides.
 
@@ -56,6 +60,8 @@ def resolve_config(
         algo: registered algorithm name; defaults to the file's ``algo`` key, then ``ppo``.
         config: a YAML path or a nested mapping (same shape as the saved ``config.yaml``).
         overrides: dotted keys (``{"algorithm.gamma": 0.9}``) or nested mappings; ``preset`` picks a preset.
+        check_device: also check that ``trainer.device`` exists on this machine (not when only reading a
+            run folder's config, which may come from a GPU machine).
 
     Raises:
         ConfigError: listing every problem (unknown keys, types, ranges, env id and env kwargs).
@@ -90,6 +96,10 @@ def resolve_config(
         if spec.check is not None and not problems:
             problems.extend(spec.check(cfg))
         problems.extend(_worker_problems(spec, cfg))
+        if check_device and not problems:
+            problem = device_problem(cfg.trainer.device)
+            if problem:
+                problems.append(problem)
     except ConfigError as e:
         problems = list(e.problems)
     if problems:
@@ -192,14 +202,17 @@ def train(
     config: str | Path | Mapping[str, Any] | None = None,
     *,
     quiet: bool = False,
+    progress: bool = True,
     **overrides: Any,
 ) -> Run:
-    """Train ``algo`` and return the finished :class:`Run`.
+    """Train ``algo`` and return the :class:`Run`, finished or stopped by a signal (then
+    ``run.stopped_by`` is ``"SIGINT"`` or ``"SIGTERM"`` and the run can be resumed).
 
     Args:
         algo: algorithm name (``advantage list``); default: the config's ``algo`` or ``ppo``.
         config: a YAML file or a nested mapping.
         quiet: no progress display and no "run folder" line.
+        progress: False: no progress display, but the "run folder" line is still printed (``--quiet``).
         **overrides: dotted keys, e.g. ``train("q_learning", **{"algorithm.gamma": 0.9})``, or
             ``preset="frozenlake"``.
 
@@ -220,32 +233,51 @@ def train(
         atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
         if not quiet:
             print(f"run folder: {run_dir}", flush=True)
-        ctx = RunContext(spec, cfg, run_dir, quiet=quiet)
+        ctx = RunContext(spec, cfg, run_dir, quiet=quiet or not progress)
         try:
             spec.train(cfg, ctx)
         finally:
             ctx.close()
     finally:
         lock.release()
-    return Run(run_dir)
+    return _ended(run_dir, ctx)
 
 
-def resume(run_dir: str | Path, *, quiet: bool = False, **overrides: Any) -> Run:
+def _ended(run_dir: Path, ctx: RunContext) -> Run:
+    run = Run(run_dir)
+    signal = ctx.stop_requested
+    run.stopped_by = signal if signal in STOP_SIGNALS else None
+    run.last_step = ctx.saved_since_start
+    return run
+
+
+def resume(run_dir: str | Path, *, quiet: bool = False, progress: bool = True, **overrides: Any) -> Run:
     """Continue a run from its latest checkpoint, in the same folder. Typically
     ``resume(run, **{"trainer.total_steps": 200_000})``. Changing a non-``trainer`` value prints a
-    warning with the old and new value (the run then mixes two settings)."""
+    warning with the old and new value (the run then mixes two settings); the values the checkpoint's
+    tensors depend on (:func:`fixed_on_resume`) cannot change. ``quiet`` and ``progress`` as in
+    :func:`train`."""
     run_dir = Path(run_dir)
     old = Run(run_dir)
     lock = RunLock(run_dir)
     try:
-        return _resume(run_dir, old, quiet, overrides)
+        return _resume(run_dir, old, quiet, progress, overrides)
     finally:
         lock.release()
 
 
-def _resume(run_dir: Path, old: Run, quiet: bool, overrides: Mapping[str, Any]) -> Run:
+def _resume(run_dir: Path, old: Run, quiet: bool, progress: bool, overrides: Mapping[str, Any]) -> Run:
     spec, cfg = resolve_config(old.algo.name, run_dir / CONFIG_FILE, overrides)
     before, after = flatten(to_dict(old.config)), flatten(to_dict(cfg))
+    fixed = [
+        f"{key} cannot change on resume: the checkpoint was trained with {before.get(key)!r}, got "
+        f"{after.get(key)!r} (start a new run: advantage train --config {run_dir / CONFIG_FILE} "
+        f"{key}=...)"
+        for key in sorted(set(before) | set(after))
+        if fixed_on_resume(key) and before.get(key) != after.get(key)
+    ]
+    if fixed:
+        raise ConfigError(fixed)
     for key in sorted(set(before) | set(after)):
         if not key.startswith("trainer.") and before.get(key) != after.get(key):
             print(
@@ -262,12 +294,12 @@ def _resume(run_dir: Path, old: Run, quiet: bool, overrides: Mapping[str, Any]) 
         if not quiet:
             print(f"run folder: {run_dir} (no checkpoint yet: starting from step 0)", flush=True)
         atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
-        ctx = RunContext(spec, cfg, run_dir, quiet=quiet)
+        ctx = RunContext(spec, cfg, run_dir, quiet=quiet or not progress)
         try:
             spec.train(cfg, ctx)
         finally:
             ctx.close()
-        return Run(run_dir)
+        return _ended(run_dir, ctx)
     ckpt = load_checkpoint(run_dir / "checkpoints")
     if ckpt.step >= cfg.trainer.total_steps:
         if not quiet:
@@ -282,7 +314,7 @@ def _resume(run_dir: Path, old: Run, quiet: bool, overrides: Mapping[str, Any]) 
         print(f"run folder: {run_dir} (resuming at step {ckpt.step})", flush=True)
     previous = (run_dir / CONFIG_FILE).read_text()
     atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
-    ctx = RunContext(spec, cfg, run_dir, restored=ckpt, quiet=quiet)
+    ctx = RunContext(spec, cfg, run_dir, restored=ckpt, quiet=quiet or not progress)
     try:
         spec.train(cfg, ctx)
     except BaseException as e:
@@ -297,7 +329,13 @@ def _resume(run_dir: Path, old: Run, quiet: bool, overrides: Mapping[str, Any]) 
         raise
     finally:
         ctx.close()
-    return Run(run_dir)
+    return _ended(run_dir, ctx)
+
+
+def fixed_on_resume(key: str) -> bool:
+    """Keys a resumed run must keep: what it trains on (``env.id``, ``data.task``). (A changed network
+    shape is caught when the checkpoint is loaded, with the mismatching tensors listed.)"""
+    return key in ("env.id", "data.task")
 
 
 def _worker_problems(spec: Algorithm, cfg: Any) -> list[str]:
@@ -330,7 +368,11 @@ class Run:
             raise RunDirError(f"run folder {str(self.dir)!r} does not exist")
         if not (self.dir / CONFIG_FILE).is_file():
             raise RunDirError(f"{str(self.dir)!r} is not a run folder: {CONFIG_FILE} is missing")
-        self.algo, self.config = resolve_config(None, self.dir / CONFIG_FILE)
+        self.algo, self.config = resolve_config(None, self.dir / CONFIG_FILE, check_device=False)
+        # Set by train/resume: the signal that stopped the run ("SIGINT", "SIGTERM") or None, and the
+        # step of the last checkpoint they wrote.
+        self.stopped_by: str | None = None
+        self.last_step: int | None = None
         self._checkpoint: Checkpoint | None = None
         self._policy: Policy | None = None
 
@@ -421,6 +463,9 @@ class Run:
             raise ConfigError(f"{self.algo.name} trains a language model: there is no episode to film")
         out = Path(path) if path else self.dir / "videos" / f"step_{self.step}.mp4"
         out.parent.mkdir(parents=True, exist_ok=True)
+        # Frames are drawn off-screen: without this, pygame's SDL looks for a display and prints
+        # "XDG_RUNTIME_DIR is invalid or not set" on a machine without one.
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         env = make_env(self.config.env, render_mode="rgb_array")
         try:
             t = self.config.trainer

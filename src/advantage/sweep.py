@@ -6,7 +6,12 @@
 Each trial is an ordinary run (``advantage.train``) with the grid point's overrides, ``trainer.seed`` set
 to 0..seeds-1 and ``trainer.run_dir = OUT/trial-NNN``, so every trial can be evaluated, plotted or resumed
 like any other run. ``summary.md`` and ``summary.json`` in ``OUT`` list each trial's final evaluation and,
-per grid point, the mean and standard deviation over seeds, best first.
+per grid point, the mean and standard deviation over seeds, best first; they are rewritten after every
+trial, so they are a live summary of the trials done so far. With ``progress``, a line per trial started
+and finished, with the best grid point so far, goes to stderr.
+
+The default sweep folder is ``runs/sweep-ALGO``, or ``runs/sweep-ALGO-1``, ``-2``, ... when that one is
+taken (as ``train`` picks run folders); an explicit ``--out`` must be new or empty.
 
 Where the trials run: one after another in this process (``--workers 0``, the default), or as Ray tasks,
 ``--workers N`` at a time, on a local Ray instance or on the cluster of ``--ray-address``. This is the
@@ -21,7 +26,9 @@ import itertools
 import json
 import math
 import statistics
-from collections.abc import Sequence
+import sys
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +71,10 @@ def _run_trial(algo: str | None, config: str | None, overrides: dict[str, Any]) 
     run = train(algo, config, quiet=True, **overrides)
     evals = [r for r in run.metrics if "eval/return_mean" in r]
     last = evals[-1] if evals else {}
-    return {"step": run.step, "return_mean": last.get("eval/return_mean"), "run_dir": str(run.dir)}
+    out = {"step": run.step, "return_mean": last.get("eval/return_mean"), "run_dir": str(run.dir)}
+    if run.stopped_by:  # Ctrl-C or SIGTERM: the trial checkpointed; the sweep stops after it
+        out["stopped_by"] = run.stopped_by
+    return out
 
 
 def sweep(
@@ -77,8 +87,10 @@ def sweep(
     out: str | Path | None = None,
     workers: int = 0,
     ray_address: str | None = None,
+    progress: bool = False,
 ) -> list[dict[str, Any]]:
-    """Run every trial (module docstring); returns one row per trial and writes ``OUT/summary.{md,json}``."""
+    """Run every trial (module docstring); returns one row per trial and writes ``OUT/summary.{md,json}``.
+    ``progress``: a line per trial started and finished on stderr, with the best grid point so far."""
     from advantage.runs import resolve_config
 
     if seeds < 1:
@@ -90,7 +102,7 @@ def sweep(
     if fixed:
         raise ConfigError(f"{', '.join(sorted(fixed))} is both swept (--grid) and fixed (key=value)")
     plan = trials(grid, seeds)
-    out_dir = Path(out) if out else Path("runs") / f"sweep-{algo or 'config'}"
+    out_dir = Path(out) if out else _fresh(Path("runs") / f"sweep-{algo or 'config'}")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ConfigError(f"sweep folder {str(out_dir)!r} exists and is not empty; pass --out for a new one")
     per_trial = []
@@ -110,20 +122,66 @@ def sweep(
     if problems:
         raise ConfigError(sorted(set(problems)))
     out_dir.mkdir(parents=True, exist_ok=True)
+    say: Callable[[str], None] = (lambda m: print(m, file=sys.stderr, flush=True)) if progress else _silent
+    n = len(plan)
+    say(f"sweep folder: {out_dir} ({n} trials: {n // seeds} grid points x {seeds} seeds)")
+    rows: list[dict[str, Any] | None] = [None] * n
+    started = [time.perf_counter()] * n
+
+    def finished(i: int, result: dict[str, Any]) -> None:
+        rows[i] = {"trial": i, **plan[i], **result}
+        done = [r for r in rows if r is not None]
+        best = _write_summary(out_dir, done, list(grid))
+        ret = result["return_mean"]
+        say(
+            f"trial {i + 1}/{n} {_point(plan[i])} done: eval/return_mean "
+            f"{'-' if ret is None else f'{ret:.4g}'} at step {result['step']} "
+            f"({time.perf_counter() - started[i]:.0f}s); {len(done)}/{n} done, best so far {best}"
+        )
+
     if workers > 0:
         from advantage.rollout.remote import import_ray
 
         ray = import_ray(ray_address, workers)
         task = ray.remote(num_cpus=1)(_run_trial)
-        results = ray.get([task.remote(algo, config, over) for over in per_trial])
+        pending = {}
+        for i, over in enumerate(per_trial):
+            pending[task.remote(algo, config, over)] = i
+            started[i] = time.perf_counter()  # queued now; Ray runs --workers of them at a time
+        say(f"{n} trials queued on Ray, {workers} at a time")
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                finished(pending.pop(ref), ray.get(ref))
     else:
-        results = [_run_trial(algo, config, over) for over in per_trial]
-    rows = [{"trial": i, **t, **r} for i, (t, r) in enumerate(zip(plan, results, strict=True))]
-    _write_summary(out_dir, rows, list(grid))
-    return rows
+        for i, over in enumerate(per_trial):
+            say(f"trial {i + 1}/{n} {_point(plan[i])} started: {over['trainer.run_dir']}")
+            started[i] = time.perf_counter()
+            finished(i, _run_trial(algo, config, over))
+            if rows[i] and rows[i].get("stopped_by"):
+                break  # the remaining trials are not started
+    return [r for r in rows if r is not None]
 
 
-def _write_summary(out_dir: Path, rows: list[dict[str, Any]], keys: list[str]) -> None:
+def _silent(message: str) -> None:
+    pass
+
+
+def _point(trial: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in trial["point"].items()) + f" seed={trial['seed']}"
+
+
+def _fresh(base: Path) -> Path:
+    """``base`` if it is free (missing or empty), else the first free ``base-1``, ``base-2``, ..."""
+    path, i = base, 1
+    while path.exists() and any(path.iterdir()):
+        path, i = base.with_name(f"{base.name}-{i}"), i + 1
+    return path
+
+
+def _write_summary(out_dir: Path, rows: list[dict[str, Any]], keys: list[str]) -> str:
+    """Write ``summary.{md,json}`` for ``rows`` (the trials done so far); returns the best grid point as
+    ``key=value ...: mean ± std (n seeds)``."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault(json.dumps(r["point"], sort_keys=True), []).append(r)
@@ -157,3 +215,6 @@ def _write_summary(out_dir: Path, rows: list[dict[str, Any]], keys: list[str]) -
     ]
     (out_dir / "summary.md").write_text("\n".join(lines) + "\n")
     (out_dir / "summary.json").write_text(json.dumps({"points": points, "trials": rows}, indent=1))
+    top = points[0]
+    where = " ".join(f"{k}={top['point'][k]}" for k in keys)
+    return f"{where}: {top['mean']:.4g} ± {top['std']:.3g} ({top['n']} seed{'' if top['n'] == 1 else 's'})"

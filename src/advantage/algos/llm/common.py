@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import torch
 
 from advantage.checkpoint import Checkpoint
-from advantage.config import TrainerConfig, option, section
+from advantage.config import TrainerConfig, device_problem, option, rebase, section
 from advantage.errors import ConfigError
 
 SPLITS = ("train", "validation", "test")
@@ -132,6 +132,12 @@ class LMTrainerConfig(TrainerConfig):
     )
     log_every: int = option(10, "log training metrics every N optimizer steps", lo=1)
     run_dir: str | None = option(None, "run folder (default runs/<algo>-<task>-<YYYYmmdd-HHMMSS>)")
+    device: str = option("cpu", "torch device of the models: cpu, cuda, cuda:N or mps")
+
+    def problems(self) -> list[str]:
+        # The spelling here; whether the device exists is checked before a run starts (resolve_config).
+        problem = device_problem(self.device, available=False)
+        return [problem] if problem else []
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -326,12 +332,25 @@ def check(
             f"data.max_prompt_length={d.max_prompt_length} + data.max_response_length="
             f"{d.max_response_length} exceeds the model's context of {context} tokens"
         )
+    if folder is not None:
+        from advantage.nn.lm import load_tokenizer
+
+        try:
+            load_tokenizer(folder, trust_remote_code=m.trust_remote_code, pad_to_eos=m.pad_to_eos)
+        except ConfigError as e:
+            # Name the key as the user wrote it (grpo and ppo_rlhf: worker.actor.model.path).
+            problems.extend(rebase(p, model_prefix(cfg)) for p in e.problems)
     if d.validation_size is not None and cfg.trainer.eval_episodes > d.validation_size:
         problems.append(
             f"trainer.eval_episodes={cfg.trainer.eval_episodes} is more than "
             f"data.validation_size={cfg.data.validation_size}"
         )
     return problems
+
+
+def model_prefix(cfg: Any) -> str:
+    """Where the policy's model section is in the user's keys: ``model.`` or ``worker.actor.model.``."""
+    return "worker.actor.model." if hasattr(cfg, "worker") and hasattr(cfg.worker, "actor") else "model."
 
 
 def model_folder(path: str) -> Path:

@@ -446,6 +446,8 @@ def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
         step += 1
         m.update({"time/generate": t1 - t0, "time/score": t2 - t1, "time/prepare": t3 - t2})
         m["time/learn"] = time.perf_counter() - t3
+        # Generated tokens over the whole step (generate, score, learn), as grpo reports it.
+        m["tokens_per_second"] = float(gen.lengths.sum()) / max(time.perf_counter() - t0, 1e-9)
         row = {f"train/{k}": v for k, v in m.items()}
         row.update({f"train/{k}": sum(v) / len(v) for k, v in stats.items()})
         row["train/learning_rate"] = lr
