@@ -249,8 +249,12 @@ def test_semi_gradient_q_learning_diverges_off_policy_and_not_on_policy():
 
 def test_cli_train_writes_config_metrics_and_a_log_scale_plot(capsys, monkeypatch):
     args = ["train", "semi_gradient_td", "env.id=Baird-v0", "trainer.total_steps=1500", "trainer.run_dir=b"]
-    args.append("trainer.tensorboard=false")
+    args += ["trainer.tensorboard=false", "trainer.progress=lines"]
     assert main(args) == 0
+    out, err = capsys.readouterr()
+    # the run's own curves in the progress and the last line: the return of Baird-v0 is always 0
+    assert "weight_norm" in err.splitlines()[-1] and "return" not in err.splitlines()[-1]
+    assert "train/weight_norm" in out.splitlines()[-1]
     run = Path("b")
     for name in ("config.yaml", "metrics.jsonl", "checkpoints/latest", "plots/learning_curve.png"):
         assert (run / name).exists(), name

@@ -93,7 +93,19 @@ def final_line(run, step: int) -> str:
         parts = [f"eval/{n} {last[f'eval/{n}']:.3f}" for n in names if f"eval/{n}" in last]
         parts = parts or [f"eval/return_mean {last['eval/return_mean']:.4g}"]
     at = "" if last["step"] == step else f" (evaluated at step {last['step']})"
-    return f"done: step {step}, {', '.join(parts)}{at} — {run.dir}"
+    own = _last_values(run.metrics, run.algo.plot_metrics or ())
+    return f"done: step {step}, {', '.join(own + parts)}{at} — {run.dir}"
+
+
+def _last_values(rows: Sequence[dict], names: Sequence[str]) -> list[str]:
+    """``name value`` for the last logged value of each of the algorithm's own curves (e.g. ‖w‖ of the
+    linear TD methods, where the return says nothing)."""
+    out = []
+    for name in names:
+        value = next((r[name] for r in reversed(rows) if name in r), None)
+        if isinstance(value, int | float):
+            out.append(f"{name} {value:.4g}")
+    return out
 
 
 def cmd_resume(ns: argparse.Namespace) -> int:

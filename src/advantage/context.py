@@ -82,6 +82,14 @@ def _run_state(restored: Checkpoint) -> dict[str, Any]:
     return run
 
 
+def _progress_fields(algo: Algorithm) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """What the progress line shows: the algorithm's own curves when it names them (e.g. ‖w‖ and the value
+    error of the linear TD methods, whose return is always 0), else the return or the LM fields."""
+    if algo.plot_metrics:
+        return tuple((m.split("/")[-1], (m,)) for m in algo.plot_metrics)
+    return ENV_FIELDS if algo.uses_env else LM_FIELDS
+
+
 class RunContext:
     def __init__(
         self,
@@ -118,7 +126,7 @@ class RunContext:
             start=start,
             mode="none" if quiet else t.progress,
             description=algo.name,
-            fields=ENV_FIELDS if algo.uses_env else LM_FIELDS,
+            fields=_progress_fields(algo),
         )
         self._eval_env: gym.Env | None = None
         self._last_eval: tuple[int, dict[str, Any]] | None = None
