@@ -26,6 +26,7 @@ OPTION_HELP: dict[str, str] = {
     "partial_credit": "reward the fraction of tests passed (else all or nothing)",
     "timeout": "wall seconds per completion's tests",
     "memory_mb": "address-space limit of the test process, MiB",
+    "sandbox": "kernel: namespaces + seccomp, fails closed where unavailable; unsafe: run unconfined",
     # files
     "path": "the data file: .jsonl, .json (a list of objects) or .parquet; splits from a 'split' column, "
     "else 90/5/5 by a hash of the prompt",
