@@ -55,17 +55,15 @@ from advantage.context import RunContext, Snapshot
 from advantage.envs import tabular_model
 from advantage.errors import ConfigError
 from advantage.math.linear_td import (
-    expected_gtd2_update,
+    expected_gradient_td_update,
     expected_semi_gradient_update,
     expected_td_system,
     expected_td_update,
-    expected_tdc_update,
     gradient_mc_step,
-    gtd2_step,
+    gradient_td_step,
     per_decision_returns,
     projected_bellman_error,
     semi_gradient_td_step,
-    tdc_step,
 )
 from advantage.registry import Algorithm, register
 
@@ -194,10 +192,8 @@ def train(cfg: Any, ctx: RunContext, method: str) -> None:
                 w = expected_semi_gradient_update(w, prob.x, torch.from_numpy(prob.d), mc_targets, a.alpha)
             elif method == "semi_gradient_td":
                 w = expected_td_update(w, prob.system, a.alpha)
-            elif method == "tdc":
-                w, h = expected_tdc_update(w, h, prob.system, a.alpha, a.beta)
             else:
-                w, h = expected_gtd2_update(w, h, prob.system, a.alpha, a.beta)
+                w, h = expected_gradient_td_update(method, w, h, prob.system, a.alpha, a.beta)
             step += 1
         else:
             action = int(rng.choice(n_actions, p=prob.mu[obs]))
@@ -213,10 +209,10 @@ def train(cfg: Any, ctx: RunContext, method: str) -> None:
                 episode.rhos.append(rho)
             elif method == "semi_gradient_td":
                 w, _ = semi_gradient_td_step(w, x, x_next, float(reward), a.gamma, rho, a.alpha, terminated)
-            elif method == "tdc":
-                w, h, _ = tdc_step(w, h, x, x_next, float(reward), a.gamma, rho, a.alpha, a.beta, terminated)
             else:
-                w, h, _ = gtd2_step(w, h, x, x_next, float(reward), a.gamma, rho, a.alpha, a.beta, terminated)
+                w, h, _ = gradient_td_step(
+                    method, w, h, x, x_next, float(reward), a.gamma, rho, a.alpha, a.beta, terminated
+                )
             ep_return += float(reward)
             ep_len += 1
             if terminated or truncated:
