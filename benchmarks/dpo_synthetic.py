@@ -22,32 +22,19 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from harness import ROOT, run_cli, versions, write_results
+
 SFT_CONFIG = "examples/sft_preference.yaml"
 DPO_CONFIG = "examples/dpo_synthetic.yaml"
 DEFAULT_LR = 5e-4  # DPOAlgorithm.learning_rate's default
 KEYS = ("accuracy", "hidden_score", "win_rate", "wins", "ties", "losses", "response_length")
-
-
-def advantage(*args: str, cwd: Path) -> tuple[str, float]:
-    """Run ``advantage ARGS`` in a fresh process (this checkout's sources, one thread); stdout, seconds."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
-    start = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-m", "advantage.cli", *args], cwd=cwd, env=env, capture_output=True, text=True
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"advantage {' '.join(args)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
-    return out.stdout, time.perf_counter() - start
 
 
 def losses(run: Path) -> list[tuple[int, float]]:
@@ -59,11 +46,11 @@ def losses(run: Path) -> list[tuple[int, float]]:
 def dpo_run(work: Path, sft: Path, seed: int, *overrides: str) -> dict[str, Any]:
     """One DPO run of the example from ``sft`` (with ``overrides``) and its test evaluation."""
     run = work / f"dpo_s{seed}_{len(list(work.glob('dpo_*')))}"
-    _, train_s = advantage(
+    _, train_s = run_cli(
         "train", "dpo", "--config", str(ROOT / DPO_CONFIG), f"model.path={sft}", f"trainer.seed={seed}",
         f"trainer.run_dir={run}", *overrides, "--quiet", cwd=work,
     )  # fmt: skip
-    out, eval_s = advantage("eval", str(run), "--json", cwd=work)
+    out, eval_s = run_cli("eval", str(run), "--json", cwd=work)
     ev = json.loads(out)
     curve = losses(run)
     return {
@@ -87,18 +74,18 @@ def main() -> None:
     p.add_argument("--report", metavar="JSON", help="only write the table again from a saved results file")
     args = p.parse_args()
     if args.report:
-        report(json.loads(Path(args.report).read_text()), Path(args.out))
+        write_results(Path(args.out), "dpo_synthetic", json.loads(Path(args.report).read_text()), table)
         return
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         sft = work / "sft_preference"
-        _, sft_s = advantage(
+        _, sft_s = run_cli(
             "train", "sft", "--config", str(ROOT / SFT_CONFIG), f"trainer.run_dir={sft}", "--quiet", cwd=work
         )
         runs = [dpo_run(work, sft, s) for s in range(args.seeds)]
         default_lr = dpo_run(work, sft, 0, f"algorithm.learning_rate={DEFAULT_LR}")
-    report(results(runs, default_lr, sft_s, load), Path(args.out))
+    write_results(Path(args.out), "dpo_synthetic", results(runs, default_lr, sft_s, load), table)
 
 
 def spread(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
@@ -110,9 +97,6 @@ def results(
     runs: list[dict[str, Any]], default_lr: dict[str, Any], sft_s: float, load: float
 ) -> dict[str, Any]:
     """The results file's content: the runs, their spread over seeds and the versions."""
-    import torch
-    import transformers
-
     example = runs[0]
     return {
         "commands": [
@@ -120,11 +104,7 @@ def results(
             f"advantage train dpo --config {DPO_CONFIG} trainer.seed=S",
             "advantage eval RUN --json",
         ],
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "load_average_start": load,
+        **versions(load),
         "sft": {
             "hidden_score": example["reference_hidden_score"],
             "response_length": example["reference_response_length"],
@@ -137,10 +117,8 @@ def results(
     }
 
 
-def report(payload: dict[str, Any], out: Path) -> None:
-    """Write ``out/dpo_synthetic.json`` (``payload``) and the table ``out/dpo_synthetic.md``."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "dpo_synthetic.json").write_text(json.dumps(payload, indent=1) + "\n")
+def table(payload: dict[str, Any]) -> list[str]:
+    """The table ``dpo_synthetic.md`` of the results file's content ``payload``."""
     example, sft = payload["example"], payload["sft"]
     lines = [
         "| | preference accuracy (test pairs) | greedy hidden score | win rate vs the reference "
@@ -169,8 +147,7 @@ def report(payload: dict[str, Any], out: Path) -> None:
         f"{payload['torch']}, transformers {payload['transformers']}, {payload['machine']}, "
         f"{payload['cpus']} CPUs.",
     ]
-    (out / "dpo_synthetic.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    return lines
 
 
 if __name__ == "__main__":

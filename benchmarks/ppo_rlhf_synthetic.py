@@ -19,32 +19,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from harness import ROOT, run_cli, versions, write_results
+
 STAGES = {  # name -> (algorithm, config)
     "sft": ("sft", "examples/sft_preference.yaml"),
     "reward_model": ("reward_model", "examples/reward_model_synthetic.yaml"),
     "ppo_rlhf": ("ppo_rlhf", "examples/ppo_rlhf_synthetic.yaml"),
 }
-
-
-def advantage(*args: str, cwd: Path) -> tuple[str, float]:
-    """Run ``advantage ARGS`` in a fresh process (this checkout's sources, one thread); stdout, seconds."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
-    start = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-m", "advantage.cli", *args], cwd=cwd, env=env, capture_output=True, text=True
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"advantage {' '.join(args)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
-    return out.stdout, time.perf_counter() - start
 
 
 def metrics(run: Path) -> list[dict[str, Any]]:
@@ -62,9 +49,9 @@ def main() -> None:
         for name, (algo, config) in STAGES.items():
             # The example files name their run folders (runs/sft_preference, ...) and the later stages
             # read the earlier ones from there, so they run in `work` as written.
-            _, seconds = advantage("train", algo, "--config", str(ROOT / config), "--quiet", cwd=work)
+            _, seconds = run_cli("train", algo, "--config", str(ROOT / config), "--quiet", cwd=work)
             run = next(p for p in (work / "runs").iterdir() if p.name not in {r["run"] for r in res.values()})
-            ev = json.loads(advantage("eval", str(run), "--json", cwd=work)[0])
+            ev = json.loads(run_cli("eval", str(run), "--json", cwd=work)[0])
             rows = metrics(run)
             # A step's full training row (a few rows log only a rate or a count).
             train = [r for r in rows if sum(k.startswith("train/") for k in r) >= 5]
@@ -77,24 +64,11 @@ def main() -> None:
                 "train_last": train[-1] if train else {},
             }
             print(name, f"{seconds:.0f} s", ev, flush=True)
-    report(res, load, Path(args.out))
+    write_results(Path(args.out), "ppo_rlhf_synthetic", {**versions(load), **res}, table)
 
 
-def report(res: dict[str, Any], load: float, out: Path) -> None:
-    """Write ``out/ppo_rlhf_synthetic.{json,md}``."""
-    import torch
-    import transformers
-
-    payload = {
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "load_average_start": load,
-        **res,
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "ppo_rlhf_synthetic.json").write_text(json.dumps(payload, indent=1) + "\n")
+def table(res: dict[str, Any]) -> list[str]:
+    """The table ``ppo_rlhf_synthetic.md`` of the results file's content ``res``."""
     t = res["ppo_rlhf"]["test"]
     rows = res["ppo_rlhf"]["validation"]
     lines = [
@@ -118,11 +92,10 @@ def report(res: dict[str, Any], load: float, out: Path) -> None:
         f"Test split, {t['n']} prompts. Reward model: pairwise test accuracy {rm['accuracy']:.3f}. Wall "
         f"time, start-up included: SFT {res['sft']['train_seconds']:.0f} s, reward model "
         f"{res['reward_model']['train_seconds']:.0f} s, PPO-RLHF {res['ppo_rlhf']['train_seconds']:.0f} s. "
-        f"`python benchmarks/ppo_rlhf_synthetic.py`; torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, {platform.machine()}, {os.cpu_count()} CPUs, shared with other jobs.",
+        f"`python benchmarks/ppo_rlhf_synthetic.py`; torch {res['torch']}, transformers "
+        f"{res['transformers']}, {res['machine']}, {res['cpus']} CPUs, shared with other jobs.",
     ]
-    (out / "ppo_rlhf_synthetic.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    return lines
 
 
 if __name__ == "__main__":

@@ -13,15 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from harness import ROOT, run_cli, versions, write_results
+
 SHORT = "preset=synthetic trainer.total_steps=300"
 RUNS = {  # name -> overrides
     "synthetic": "preset=synthetic",
@@ -35,25 +34,15 @@ RUNS = {  # name -> overrides
 KEYS = ("accuracy", "hidden_agreement", "reward_mean", "hidden_correlation", "pairs", "n")
 
 
-def advantage(*args: str, cwd: Path) -> tuple[str, float]:
-    """Run ``advantage ARGS`` in a fresh process (this checkout's sources, one thread); stdout, seconds."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
-    start = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-m", "advantage.cli", *args], cwd=cwd, env=env, capture_output=True, text=True
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"advantage {' '.join(args)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
-    return out.stdout, time.perf_counter() - start
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--report", metavar="JSON", help="only write the table again from a saved results file")
     args = p.parse_args()
     if args.report:
-        report(json.loads(Path(args.report).read_text()), Path(args.out))
+        write_results(
+            Path(args.out), "reward_model_synthetic", json.loads(Path(args.report).read_text()), table
+        )
         return
     load = os.getloadavg()[0]
     results: dict[str, dict[str, Any]] = {}
@@ -61,34 +50,17 @@ def main() -> None:
         work = Path(tmp)
         for name, overrides in RUNS.items():
             run = work / name
-            _, seconds = advantage(
+            _, seconds = run_cli(
                 "train", "reward_model", *overrides.split(), f"trainer.run_dir={run}", "--quiet", cwd=work
             )
-            ev = json.loads(advantage("eval", str(run), "--json", cwd=work)[0])
+            ev = json.loads(run_cli("eval", str(run), "--json", cwd=work)[0])
             results[name] = {"overrides": overrides, "train_seconds": seconds, **{k: ev[k] for k in KEYS}}
             print(name, results[name], flush=True)
-    report(payload_of(results, load), Path(args.out))
+    write_results(Path(args.out), "reward_model_synthetic", {**versions(load), "runs": results}, table)
 
 
-def payload_of(results: dict[str, dict[str, Any]], load: float) -> dict[str, Any]:
-    """The results file's content: the runs and the versions."""
-    import torch
-    import transformers
-
-    return {
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "load_average_start": load,
-        "runs": results,
-    }
-
-
-def report(payload: dict[str, Any], out: Path) -> None:
-    """Write ``payload`` to ``out/reward_model_synthetic.json`` and its table to ``….md``."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "reward_model_synthetic.json").write_text(json.dumps(payload, indent=1) + "\n")
+def table(payload: dict[str, Any]) -> list[str]:
+    """The table ``reward_model_synthetic.md`` of the results file's content ``payload``."""
     results = payload["runs"]
     lines = [
         "| `advantage train reward_model …` | wall time | test accuracy (pairs) | hidden agreement | "
@@ -107,8 +79,7 @@ def report(payload: dict[str, Any], out: Path) -> None:
         f"{payload['cpus']} CPUs shared with other jobs (wall time: the training command, start-up "
         "included).",
     ]
-    (out / "reward_model_synthetic.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    return lines
 
 
 if __name__ == "__main__":

@@ -235,17 +235,15 @@ def test_the_checker_finds_wrong_missing_and_unreferenced_numbers(tmp_path: Path
         "\n## Syntax\n\n`<!-- results: benchmarks/results/nope.json -->` and `0.5<!-- =x -->` are code.\n"
     )
     assert check_page(good, tmp_path) == []
-    wrong = good.replace("**0.599**", "**0.872**")
-    assert any("says 0.872" in p for p in check_page(wrong, tmp_path))
-    bare = good.replace("<!-- =dpo.win_rate -->", "")
-    assert any("'**0.599**'" in p for p in check_page(bare, tmp_path))
-    loose = good.replace("win rate", "accuracy 0.69 and win rate")
-    assert any("'0.69'" in p for p in check_page(loose, tmp_path))
-    typo = good.replace("=dpo.win_rate", "=dpo.winrate")
-    assert any("no key 'winrate'" in p for p in check_page(typo, tmp_path))
-    missing = good.replace("demo.json", "nope.json")
-    assert any("is not a file" in p for p in check_page(missing, tmp_path))
-    orphan = good.replace("<!-- results: benchmarks/results/demo.json -->", "")
-    assert any("has no <!-- results" in p for p in check_page(orphan, tmp_path))
-    reasonless = good.replace("measured by hand once", "")
-    assert any("needs a reason" in p for p in check_page(reasonless, tmp_path))
+    for old, new, problem in [
+        ("**0.599**", "**0.872**", "says 0.872"),  # a wrong number
+        ("<!-- =dpo.win_rate -->", "", "'**0.599**'"),  # a number without its source
+        ("win rate", "accuracy 0.69 and win rate", "'0.69'"),  # a loose number in a checked region
+        ("=dpo.win_rate", "=dpo.winrate", "no key 'winrate'"),  # a typo in the key
+        ("demo.json", "nope.json", "is not a file"),  # a missing results file
+        ("<!-- results: benchmarks/results/demo.json -->", "", "has no <!-- results"),  # no results file
+        ("measured by hand once", "", "needs a reason"),  # an unsourced region without its reason
+    ]:
+        assert old in good
+        problems = check_page(good.replace(old, new), tmp_path)
+        assert any(problem in p for p in problems), (old, new, problems)

@@ -434,12 +434,8 @@ def test_trpo_with_rewards_of_1e30_raises_non_finite_error(tmp_path):
         advantage.train(
             "trpo",
             quiet=True,
+            **test_hostile_inputs.OVERFLOWING_REWARD,
             **{
-                "env.id": "AdvantageInject-v0",
-                "env.base": "CartPole-v1",
-                "env.what": "reward",
-                "env.value": 1e30,
-                "env.num_envs": 1,
                 "algorithm.n_steps": 256,
                 "trainer.total_steps": 3000,
                 "trainer.eval_every": 0,

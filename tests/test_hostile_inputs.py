@@ -162,6 +162,16 @@ def _make_injected(base: str, what: str, value: float, **kwargs):
 
 gym.register("AdvantageInject-v0", entry_point=_make_injected)
 
+# One CartPole env whose BAD_STEP-th reward is 1e30: finite, so it passes the reward check, but its square
+# overflows float32.
+OVERFLOWING_REWARD = {
+    "env.id": "AdvantageInject-v0",
+    "env.base": "CartPole-v1",
+    "env.what": "reward",
+    "env.value": 1e30,
+    "env.num_envs": 1,
+}
+
 
 @pytest.mark.parametrize(
     "algo, base, what, value",
@@ -225,12 +235,8 @@ def test_a_loss_that_overflows_stops_before_the_weights_change_and_the_last_chec
             quiet=True,
             **FAST,
             **over,
+            **OVERFLOWING_REWARD,
             **{
-                "env.id": "AdvantageInject-v0",
-                "env.base": "CartPole-v1",
-                "env.what": "reward",
-                "env.value": 1e30,
-                "env.num_envs": 1,
                 "trainer.total_steps": 6000,
                 "trainer.checkpoint_every": 500,
                 "trainer.run_dir": str(run_dir),

@@ -16,17 +16,15 @@ from advantage.config import EnvConfig
 from advantage.envs import baird_features, make_env, tabular_model
 from advantage.errors import ConfigError
 from advantage.math import (
-    expected_gtd2_update,
+    expected_gradient_td_update,
     expected_td_system,
     expected_td_update,
-    expected_tdc_update,
-    gtd2_step,
+    gradient_td_step,
     linear_td_error,
     per_decision_returns,
     projected_bellman_error,
     semi_gradient_td_step,
     state_distribution,
-    tdc_step,
 )
 
 GAMMA = 0.99
@@ -112,22 +110,26 @@ def test_expected_updates_are_the_mean_of_the_sampled_updates():
                 rho = float(pi[s, a] / mu[s, a])
                 args = (phi[s], phi[s2], float(rew[s, a]), gamma, rho)
                 w_td, _ = semi_gradient_td_step(w, *args, alpha)
-                w_c, h_c, _ = tdc_step(w, h, *args, alpha, beta)
-                w_g, h_g, _ = gtd2_step(w, h, *args, alpha, beta)
+                w_c, h_c, _ = gradient_td_step("tdc", w, h, *args, alpha, beta)
+                w_g, h_g, _ = gradient_td_step("gtd2", w, h, *args, alpha, beta)
                 for key, (wn, hn) in {"td": (w_td, h), "tdc": (w_c, h_c), "gtd2": (w_g, h_g)}.items():
                     means[key][0] += prob * wn
                     means[key][1] += prob * hn
     p_pi, r_pi = torch.einsum("sa,sat->st", pi, p), (pi * rew).sum(-1)
     system = expected_td_system(phi, d, p_pi, r_pi, gamma)
     torch.testing.assert_close(means["td"][0], expected_td_update(w, system, alpha), rtol=0, atol=1e-13)
-    for key, fn in (("tdc", expected_tdc_update), ("gtd2", expected_gtd2_update)):
-        w_e, h_e = fn(w, h, system, alpha, beta)
+    for key in ("tdc", "gtd2"):
+        w_e, h_e = expected_gradient_td_update(key, w, h, system, alpha, beta)
         torch.testing.assert_close(means[key][0], w_e, rtol=0, atol=1e-13)
         torch.testing.assert_close(means[key][1], h_e, rtol=0, atol=1e-13)
     # GTD2's expected w-step is −Aᵀh; the PBE is zero at the TD fixed point A w = −b.
-    torch.testing.assert_close(expected_gtd2_update(w, h, system, 1.0, 0.0)[0] - w, -system.A.T @ h)
+    torch.testing.assert_close(
+        expected_gradient_td_update("gtd2", w, h, system, 1.0, 0.0)[0] - w, -system.A.T @ h
+    )
     w_fix = torch.linalg.solve(system.A, -system.b)
     assert projected_bellman_error(w_fix, system).item() < 1e-10
+    with pytest.raises(ValueError, match=r"one of \('tdc', 'gtd2'\), got 'gtd'"):
+        expected_gradient_td_update("gtd", w, h, system, alpha, beta)
 
 
 def test_per_decision_returns_state_distribution_and_terminal_td_error_by_hand():

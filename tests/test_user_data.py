@@ -221,22 +221,14 @@ def test_list_shows_the_task_options(capsys, monkeypatch):
 
 
 def test_every_task_option_has_a_meaning():
+    from advantage.envs.text.preference import PREFERENCE_TASKS
+    from advantage.envs.text.registry import TASKS
     from advantage.registry import all_algorithms
 
     for algo in all_algorithms().values():
         if algo.task_options is None:
             continue
-        for task in (
-            "addition",
-            "multiplication",
-            "countdown",
-            "reverse",
-            "sort",
-            "dataset",
-            "math",
-            "code",
-            "synthetic",
-        ):
+        for task in sorted({*TASKS, *PREFERENCE_TASKS}):
             try:
                 rows = algo.task_options(task)
             except ConfigError:

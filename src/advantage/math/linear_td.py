@@ -70,7 +70,16 @@ def semi_gradient_td_step(
     return w + alpha * rho * delta * x, delta
 
 
-def tdc_step(
+GRADIENT_TD_METHODS = ("tdc", "gtd2")
+
+
+def _check_gradient_td(method: str) -> None:
+    if method not in GRADIENT_TD_METHODS:
+        raise ValueError(f"method must be one of {GRADIENT_TD_METHODS}, got {method!r}")
+
+
+def gradient_td_step(
+    method: str,
     w: Tensor,
     h: Tensor,
     x: Tensor,
@@ -82,35 +91,21 @@ def tdc_step(
     beta: float,
     terminated: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """TDC (TD with gradient correction), S&B eq. 11.29. Returns ``(w, h, δ)``.
+    """One sampled step of a gradient-TD method (Sutton et al. 2009). Returns ``(w, h, δ)``.
 
-    :math:`w + \\alpha\\rho(\\delta x - \\gamma x' (x^\\top h))`,
-    :math:`h + \\beta\\rho(\\delta - h^\\top x) x`;
-    on a terminated step :math:`x'` is taken as 0 (no next state)."""
+    * ``method="tdc"``, TDC (TD with gradient correction), S&B eq. 11.29:
+      :math:`w + \\alpha\\rho(\\delta x - \\gamma x' (x^\\top h))`;
+    * ``method="gtd2"``, GTD2, S&B eq. 11.30: :math:`w + \\alpha\\rho (x - \\gamma x') (x^\\top h)`;
+
+    and for both :math:`h + \\beta\\rho(\\delta - h^\\top x) x`.
+    On a terminated step :math:`x'` is taken as 0 (no next state)."""
+    _check_gradient_td(method)
     delta = linear_td_error(w, x, x_next, reward, gamma, terminated)
     g_next = torch.zeros_like(x) if terminated else gamma * x_next
-    w_new = w + alpha * rho * (delta * x - g_next * (x @ h))
-    h_new = h + beta * rho * (delta - h @ x) * x
-    return w_new, h_new, delta
-
-
-def gtd2_step(
-    w: Tensor,
-    h: Tensor,
-    x: Tensor,
-    x_next: Tensor,
-    reward: float,
-    gamma: float,
-    rho: float,
-    alpha: float,
-    beta: float,
-    terminated: bool = False,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """GTD2, S&B eq. 11.30. Returns ``(w, h, δ)``:
-    :math:`w + \\alpha\\rho (x - \\gamma x') (x^\\top h)`, :math:`h + \\beta\\rho(\\delta - h^\\top x) x`."""
-    delta = linear_td_error(w, x, x_next, reward, gamma, terminated)
-    g_next = torch.zeros_like(x) if terminated else gamma * x_next
-    w_new = w + alpha * rho * (x - g_next) * (x @ h)
+    if method == "tdc":
+        w_new = w + alpha * rho * (delta * x - g_next * (x @ h))
+    else:
+        w_new = w + alpha * rho * (x - g_next) * (x @ h)
     h_new = h + beta * rho * (delta - h @ x) * x
     return w_new, h_new, delta
 
@@ -185,20 +180,19 @@ def expected_td_update(w: Tensor, system: LinearTDSystem, alpha: float) -> Tenso
     return w + alpha * (system.A @ w + system.b)
 
 
-def expected_tdc_update(
-    w: Tensor, h: Tensor, system: LinearTDSystem, alpha: float, beta: float
+def expected_gradient_td_update(
+    method: str, w: Tensor, h: Tensor, system: LinearTDSystem, alpha: float, beta: float
 ) -> tuple[Tensor, Tensor]:
-    """Expected TDC: :math:`w + \\alpha (A w + b - M h)`, :math:`h + \\beta (A w + b - C h)`."""
-    g = system.A @ w + system.b
-    return w + alpha * (g - system.M @ h), h + beta * (g - system.C @ h)
+    """The expected (DP) update of :func:`gradient_td_step`:
 
+    * ``method="tdc"``, expected TDC: :math:`w + \\alpha (A w + b - M h)`;
+    * ``method="gtd2"``, expected GTD2: :math:`w + \\alpha (C - M) h`;
 
-def expected_gtd2_update(
-    w: Tensor, h: Tensor, system: LinearTDSystem, alpha: float, beta: float
-) -> tuple[Tensor, Tensor]:
-    """Expected GTD2: :math:`w + \\alpha (C - M) h`, :math:`h + \\beta (A w + b - C h)`."""
+    and for both :math:`h + \\beta (A w + b - C h)`."""
+    _check_gradient_td(method)
     g = system.A @ w + system.b
-    return w + alpha * ((system.C - system.M) @ h), h + beta * (g - system.C @ h)
+    w_step = g - system.M @ h if method == "tdc" else (system.C - system.M) @ h
+    return w + alpha * w_step, h + beta * (g - system.C @ h)
 
 
 def expected_semi_gradient_update(

@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 from advantage.config import option
-from advantage.envs import require_space
+from advantage.envs import env_state, require_space, set_env_state
 
 
 @dataclass
@@ -105,3 +105,17 @@ def restore_rng(state: dict[str, Any]) -> np.random.Generator:
     rng = np.random.default_rng()
     rng.bit_generator.state = state
     return rng
+
+
+def sampler_state(rng: np.random.Generator, env: gym.Env, obs: int, **extra: Any) -> dict[str, Any]:
+    """What a sampling tabular run checkpoints besides its tables: the rng, the env mid-episode, the current
+    state and ``extra`` (the next action, the running episode, ...)."""
+    return {"rng": rng_state(rng), "env": env_state(env), "obs": int(obs), **extra}
+
+
+def restore_sampler(state: dict[str, Any], env: gym.Env, seed: int) -> np.random.Generator:
+    """The inverse of :func:`sampler_state` on a checkpoint's ``state["algo"]``: puts ``env`` back
+    mid-episode and returns the rng (the caller reads ``obs`` and its ``extra`` fields from ``state``)."""
+    env.reset(seed=seed)
+    set_env_state(env, state["env"])
+    return restore_rng(state["rng"])

@@ -29,10 +29,11 @@ import torch
 
 from advantage.algos.tabular.common import check_discrete
 from advantage.config import option
+from advantage.context import RunContext
 from advantage.envs import TabularModel, baird_features, tabular_model
 from advantage.envs.baird import INITIAL_WEIGHTS
 from advantage.errors import ConfigError, EnvError
-from advantage.math.linear_td import state_distribution
+from advantage.math.linear_td import state_distribution, value_error
 
 FEATURES_HELP = (
     "feature map x(s): onehot (tabular), baird (Sutton & Barto §11.2, Baird-v0 only), or a function "
@@ -46,6 +47,29 @@ UPDATE_HELP = (
     "sampled: one update per environment step (importance-weighted); expected: one expected (DP) "
     "update per step, over the behaviour policy's state distribution and the known model"
 )
+
+PLOT_METRICS = ("train/weight_norm", "train/value_error")
+
+DEFAULTS = {
+    "env.id": "Baird-v0",
+    "trainer.total_steps": 10_000,
+    "trainer.log_every": 100,
+    "trainer.eval_every": 0,
+    "trainer.eval_episodes": 10,
+}
+
+
+@dataclass
+class LinearAlgorithm:
+    """The options every linear method has (each adds its own after them)."""
+
+    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1, hi_open=True)
+    alpha: float = option(0.01, "step size α of w", lo=0, lo_open=True)
+    features: str = option("baird", FEATURES_HELP)
+    behavior: str = option("env", BEHAVIOR_HELP, choices=("env", "uniform", "target"))
+
+    def problems(self) -> list[str]:
+        return check_features(self.features)
 
 
 @dataclass
@@ -149,6 +173,15 @@ def env_policy(env: gym.Env, which: str, env_id: str) -> np.ndarray:
     return np.asarray(table, dtype=np.float64)
 
 
+def policy_table(env: gym.Env, which: str, choice: str, env_id: str) -> np.ndarray:
+    """The policy ``[S, A]`` that ``algorithm.<which>=<choice>`` names: the env's own (``env``, see
+    :func:`env_policy`) or the uniform one (``uniform``)."""
+    if choice == "env":
+        return env_policy(env, which, env_id)
+    n_states, n_actions = int(env.observation_space.n), int(env.action_space.n)
+    return np.full((n_states, n_actions), 1.0 / n_actions)
+
+
 def start_distribution(env: gym.Env) -> np.ndarray:
     """The env's start distribution (``initial_state_distrib`` of the toy-text envs and Baird-v0)."""
     h = getattr(env.unwrapped, "initial_state_distrib", None)
@@ -157,13 +190,33 @@ def start_distribution(env: gym.Env) -> np.ndarray:
     return np.asarray(h, dtype=np.float64)
 
 
-def visit_distribution(
-    model: TabularModel, mu: np.ndarray, start: np.ndarray, horizon: int | None
-) -> np.ndarray:
-    """The distribution of states the behaviour policy ``mu [S, A]`` visits, restarting at ``start`` on
-    termination and after ``horizon`` steps (:func:`advantage.math.linear_td.state_distribution`)."""
+def visit_distribution(env: gym.Env, model: TabularModel, mu: np.ndarray) -> np.ndarray:
+    """The distribution of states the behaviour policy ``mu [S, A]`` visits in ``env`` (whose ``model``
+    is given), restarting at the env's start distribution on termination and after its time limit
+    (:func:`advantage.math.linear_td.state_distribution`)."""
     p_mu = torch.from_numpy(np.einsum("sa,sat->st", mu, model.transitions))
-    return state_distribution(p_mu, torch.from_numpy(start), horizon).numpy()
+    return state_distribution(p_mu, torch.from_numpy(start_distribution(env)), time_limit(env)).numpy()
+
+
+def value_metrics(
+    w: torch.Tensor, values: np.ndarray, truth: np.ndarray, weights: np.ndarray
+) -> dict[str, float]:
+    """The logged metrics: ‖w‖, and the ``weights``-weighted RMS error
+    (:func:`advantage.math.linear_td.value_error`) and the largest error of ``values`` against ``truth``
+    (all three of one shape: ``[S]`` state values or ``[S, A]`` action values)."""
+    t = torch.from_numpy
+    return {
+        "train/weight_norm": float(torch.linalg.vector_norm(w)),
+        "train/value_error": float(
+            value_error(t(values).reshape(-1), t(truth).reshape(-1), t(weights).reshape(-1))
+        ),
+        "train/value_error_max": float(np.max(np.abs(values - truth))),
+    }
+
+
+def check_weights(ctx: RunContext, step: int, w: torch.Tensor) -> None:
+    """Stops a run whose weights diverged to a non-finite ‖w‖ (:meth:`RunContext.check_finite`)."""
+    ctx.check_finite(step, "‖w‖ (the weights diverged)", float(torch.linalg.vector_norm(w)))
 
 
 def time_limit(env: gym.Env) -> int | None:

@@ -33,39 +33,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from advantage.algos.tabular.common import TablePolicy, epsilon_greedy_probs, restore_rng, rng_state
-from advantage.algos.tabular.linear_common import (
-    BEHAVIOR_HELP,
-    FEATURES_HELP,
-    UPDATE_HELP,
-    LinearModel,
-    action_features,
-    check_features,
-    check_linear,
-    env_policy,
-    feature_matrix,
-    initial_weights,
-    start_distribution,
-    time_limit,
-    visit_distribution,
-)
+from advantage.algos.tabular import linear_common
+from advantage.algos.tabular.common import TablePolicy, epsilon_greedy_probs, restore_sampler, sampler_state
+from advantage.algos.tabular.linear_common import UPDATE_HELP, LinearAlgorithm, LinearModel
 from advantage.algos.tabular.planning import policy_evaluation, q_from_v, value_iteration
 from advantage.config import EnvConfig, Preset, TrainerConfig, option, section
 from advantage.context import RunContext, Snapshot
-from advantage.envs import env_state, set_env_state, tabular_model
+from advantage.envs import tabular_model
 from advantage.errors import ConfigError
-from advantage.math.linear_td import expected_semi_gradient_update, value_error
+from advantage.math.linear_td import expected_semi_gradient_update
 from advantage.registry import Algorithm, register
-
-PLOT_METRICS = ("train/weight_norm", "train/value_error")
 
 
 @dataclass
-class LinearControlAlgorithm:
-    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1, hi_open=True)
-    alpha: float = option(0.01, "step size α", lo=0, lo_open=True)
-    features: str = option("baird", FEATURES_HELP)
-    behavior: str = option("env", BEHAVIOR_HELP, choices=("env", "uniform", "target"))
+class LinearControlAlgorithm(LinearAlgorithm):
     epsilon: float = option(
         0.1,
         "ε of the ε-greedy policy in the current estimate (SARSA's target; behavior=target's)",
@@ -73,9 +54,6 @@ class LinearControlAlgorithm:
         hi=1,
     )
     update: str = option("sampled", UPDATE_HELP, choices=("sampled", "expected"))
-
-    def problems(self) -> list[str]:
-        return check_features(self.features)
 
 
 @dataclass
@@ -96,13 +74,13 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
     env = ctx.make_env()
     n_states, n_actions = int(env.observation_space.n), int(env.action_space.n)
     model = tabular_model(env, cfg.env.id)
-    x = torch.from_numpy(action_features(feature_matrix(a.features, n_states), n_actions))  # [S, A, D]
+    x = torch.from_numpy(
+        linear_common.action_features(linear_common.feature_matrix(a.features, n_states), n_actions)
+    )  # [S, A, D]
     x_flat = x.reshape(n_states * n_actions, -1)
-    start, horizon = start_distribution(env), time_limit(env)
     fixed_mu = None
     if a.behavior != "target":
-        uniform = np.full((n_states, n_actions), 1.0 / n_actions)
-        fixed_mu = env_policy(env, "behavior", cfg.env.id) if a.behavior == "env" else uniform
+        fixed_mu = linear_common.policy_table(env, "behavior", a.behavior, cfg.env.id)
         if method == "semi_gradient_sarsa" and a.epsilon > 0 and np.any(fixed_mu <= 0):
             raise ConfigError(
                 f"algorithm.behavior={a.behavior} never takes some action, which SARSA's ε-greedy target "
@@ -118,13 +96,13 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
 
     fixed_weights = None
     if fixed_mu is not None:  # d_μ(s)μ(a|s) of a fixed behaviour policy: computed once
-        fixed_weights = visit_distribution(model, fixed_mu, start, horizon)[:, None] * fixed_mu
+        fixed_weights = linear_common.visit_distribution(env, model, fixed_mu)[:, None] * fixed_mu
 
     def sa_weights(mu: np.ndarray) -> np.ndarray:
         """d_μ(s)μ(a|s) ``[S, A]``: how often each state-action pair is updated."""
         if fixed_weights is not None:
             return fixed_weights
-        return visit_distribution(model, mu, start, horizon)[:, None] * mu
+        return linear_common.visit_distribution(env, model, mu)[:, None] * mu
 
     def metrics(w: torch.Tensor) -> dict[str, float]:
         q = q_table(w)
@@ -135,14 +113,7 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
         else:
             pi = _greedy_probs(q, a.epsilon)
             truth = q_from_v(model, policy_evaluation(model, pi, a.gamma), a.gamma)
-        t_ = torch.from_numpy
-        return {
-            "train/weight_norm": float(torch.linalg.vector_norm(w)),
-            "train/value_error": float(
-                value_error(t_(q).reshape(-1), t_(truth).reshape(-1), t_(weights).reshape(-1))
-            ),
-            "train/value_error_max": float(np.max(np.abs(q - truth))),
-        }
+        return linear_common.value_metrics(w, q, truth, weights)
 
     def next_value(q_next: np.ndarray) -> np.ndarray:
         """B(s') of the expected target, per next state: max (Q-learning) or the ε-greedy mean (SARSA)."""
@@ -151,7 +122,7 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
         return (_greedy_probs(q_next, a.epsilon) * q_next).sum(axis=1)
 
     if ctx.restored is None:
-        w = torch.from_numpy(initial_weights(cfg, x.shape[-1], n_actions).copy())
+        w = torch.from_numpy(linear_common.initial_weights(cfg, x.shape[-1], n_actions).copy())
         rng = np.random.default_rng(t.seed)
         obs = int(env.reset(seed=t.seed)[0])
         action = int(rng.choice(n_actions, p=behaviour(q_table(w))[obs]))
@@ -159,21 +130,12 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
     else:
         w = ctx.restored.tensors["w"].clone()
         s = ctx.restored.state["algo"]
-        rng = restore_rng(s["rng"])
-        env.reset(seed=t.seed)
-        set_env_state(env, s["env"])
+        rng = restore_sampler(s, env, t.seed)
         obs, action, step = s["obs"], s["action"], ctx.restored.step
         ep_return, ep_len = s["ep_return"], s["ep_len"]
 
     def snapshot() -> Snapshot:
-        state = {
-            "rng": rng_state(rng),
-            "env": env_state(env),
-            "obs": int(obs),
-            "action": int(action),
-            "ep_return": ep_return,
-            "ep_len": ep_len,
-        }
+        state = sampler_state(rng, env, obs, action=int(action), ep_return=ep_return, ep_len=ep_len)
         return Snapshot(TablePolicy(q_table(w)), {"w": w.clone()}, state)
 
     if step == 0:
@@ -218,11 +180,11 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
             else:
                 obs, action = next_obs, next_action
         if step % t.log_every == 0:
-            ctx.check_finite(step, "‖w‖ (the weights diverged)", float(torch.linalg.vector_norm(w)))
+            linear_common.check_weights(ctx, step, w)
             ctx.log(step, metrics(w))
         if ctx.tick(step, snapshot):
             break
-    ctx.check_finite(step, "‖w‖ (the weights diverged)", float(torch.linalg.vector_norm(w)))
+    linear_common.check_weights(ctx, step, w)
     ctx.finish(step, snapshot())
     env.close()
 
@@ -230,7 +192,9 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
 def _policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
     """The greedy policy in the learned action values."""
     n_states, n_actions = int(env.observation_space.n), int(env.action_space.n)
-    x = action_features(feature_matrix(cfg.algorithm.features, n_states), n_actions)
+    x = linear_common.action_features(
+        linear_common.feature_matrix(cfg.algorithm.features, n_states), n_actions
+    )
     return TablePolicy(x @ tensors["w"].numpy())
 
 
@@ -258,15 +222,9 @@ for _name, _summary in {
             config=LinearControlConfig,
             train=partial(train, method=_name),
             policy=_policy,
-            check_env=check_linear(_name, control=True),
-            defaults={
-                "env.id": "Baird-v0",
-                "trainer.total_steps": 10_000,
-                "trainer.log_every": 100,
-                "trainer.eval_every": 0,
-                "trainer.eval_episodes": 10,
-            },
+            check_env=linear_common.check_linear(_name, control=True),
+            defaults=linear_common.DEFAULTS,
             presets=_PRESETS,
-            plot_metrics=PLOT_METRICS,
+            plot_metrics=linear_common.PLOT_METRICS,
         )
     )

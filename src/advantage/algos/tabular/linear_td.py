@@ -46,60 +46,36 @@ from typing import Any
 import numpy as np
 import torch
 
-from advantage.algos.tabular.common import TablePolicy, restore_rng, rng_state
-from advantage.algos.tabular.linear_common import (
-    BEHAVIOR_HELP,
-    FEATURES_HELP,
-    UPDATE_HELP,
-    LinearModel,
-    check_features,
-    check_linear,
-    env_policy,
-    feature_matrix,
-    initial_weights,
-    start_distribution,
-    time_limit,
-    visit_distribution,
-)
+from advantage.algos.tabular import linear_common
+from advantage.algos.tabular.common import TablePolicy, restore_sampler, sampler_state
+from advantage.algos.tabular.linear_common import UPDATE_HELP, LinearAlgorithm, LinearModel
 from advantage.algos.tabular.planning import policy_evaluation
 from advantage.config import EnvConfig, Preset, TrainerConfig, option, section
 from advantage.context import RunContext, Snapshot
-from advantage.envs import env_state, set_env_state, tabular_model
+from advantage.envs import tabular_model
 from advantage.errors import ConfigError
 from advantage.math.linear_td import (
-    expected_gtd2_update,
+    expected_gradient_td_update,
     expected_semi_gradient_update,
     expected_td_system,
     expected_td_update,
-    expected_tdc_update,
     gradient_mc_step,
-    gtd2_step,
+    gradient_td_step,
     per_decision_returns,
     projected_bellman_error,
     semi_gradient_td_step,
-    tdc_step,
-    value_error,
 )
 from advantage.registry import Algorithm, register
 
-PLOT_METRICS = ("train/weight_norm", "train/value_error")
-
 
 @dataclass
-class LinearPredictionAlgorithm:
-    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1, hi_open=True)
-    alpha: float = option(0.01, "step size α of w", lo=0, lo_open=True)
-    features: str = option("baird", FEATURES_HELP)
-    behavior: str = option("env", BEHAVIOR_HELP, choices=("env", "uniform", "target"))
+class LinearPredictionAlgorithm(LinearAlgorithm):
     target: str = option(
         "env",
         "target policy π: env (the env's own: Baird's always solid) or uniform",
         choices=("env", "uniform"),
     )
     update: str = option("sampled", UPDATE_HELP, choices=("sampled", "expected"))
-
-    def problems(self) -> list[str]:
-        return check_features(self.features)
 
 
 @dataclass
@@ -136,15 +112,13 @@ class _Problem:
 
     def __init__(self, cfg: Any, env: Any):
         a = cfg.algorithm
-        n_states, n_actions = int(env.observation_space.n), int(env.action_space.n)
         model = tabular_model(env, cfg.env.id)
-        self.phi = feature_matrix(a.features, n_states)
-        uniform = np.full((n_states, n_actions), 1.0 / n_actions)
-        self.pi = env_policy(env, "target", cfg.env.id) if a.target == "env" else uniform
+        self.phi = linear_common.feature_matrix(a.features, int(env.observation_space.n))
+        self.pi = linear_common.policy_table(env, "target", a.target, cfg.env.id)
         if a.behavior == "target":
             self.mu = self.pi
         else:
-            self.mu = env_policy(env, "behavior", cfg.env.id) if a.behavior == "env" else uniform
+            self.mu = linear_common.policy_table(env, "behavior", a.behavior, cfg.env.id)
         uncovered = (self.pi > 0) & (self.mu <= 0)
         if uncovered.any():
             s, act = map(int, np.argwhere(uncovered)[0])
@@ -153,7 +127,7 @@ class _Problem:
                 f"{s}, which the target policy takes, so no importance weight exists"
             )
         self.rho = np.divide(self.pi, self.mu, out=np.zeros_like(self.pi), where=self.mu > 0)
-        self.d = visit_distribution(model, self.mu, start_distribution(env), time_limit(env))
+        self.d = linear_common.visit_distribution(env, model, self.mu)
         self.v_true = policy_evaluation(model, self.pi, a.gamma)
         p_pi = np.einsum("sa,sat->st", self.pi, model.transitions)
         r_pi = np.einsum("sa,sa->s", self.pi, model.rewards)
@@ -164,11 +138,7 @@ class _Problem:
     def metrics(self, w: torch.Tensor) -> dict[str, float]:
         values = (self.x @ w).numpy()
         return {
-            "train/weight_norm": float(torch.linalg.vector_norm(w)),
-            "train/value_error": float(
-                value_error(torch.from_numpy(values), torch.from_numpy(self.v_true), torch.from_numpy(self.d))
-            ),
-            "train/value_error_max": float(np.max(np.abs(values - self.v_true))),
+            **linear_common.value_metrics(w, values, self.v_true, self.d),
             "train/pbe": float(projected_bellman_error(w, self.system)),
         }
 
@@ -195,7 +165,7 @@ def train(cfg: Any, ctx: RunContext, method: str) -> None:
     sampled = a.update == "sampled"
 
     if ctx.restored is None:
-        w = torch.from_numpy(initial_weights(cfg, prob.phi.shape[1]).copy())
+        w = torch.from_numpy(linear_common.initial_weights(cfg, prob.phi.shape[1]).copy())
         h = torch.zeros_like(w)
         rng = np.random.default_rng(t.seed)
         obs = int(env.reset(seed=t.seed)[0])
@@ -204,26 +174,14 @@ def train(cfg: Any, ctx: RunContext, method: str) -> None:
         w = ctx.restored.tensors["w"].clone()
         h = ctx.restored.tensors["h"].clone() if gradient_td else torch.zeros_like(w)
         s = ctx.restored.state["algo"]
-        rng = restore_rng(s["rng"])
-        env.reset(seed=t.seed)
-        set_env_state(env, s["env"])
+        rng = restore_sampler(s, env, t.seed)
         obs, step, ep_return, ep_len = s["obs"], ctx.restored.step, s["ep_return"], s["ep_len"]
         episode = _Episode(**s["episode"])
 
     def snapshot() -> Snapshot:
-        state = {
-            "rng": rng_state(rng),
-            "env": env_state(env),
-            "obs": int(obs),
-            "ep_return": ep_return,
-            "ep_len": ep_len,
-            "episode": episode.as_dict(),
-        }
+        state = sampler_state(rng, env, obs, ep_return=ep_return, ep_len=ep_len, episode=episode.as_dict())
         tensors = {"w": w.clone(), **({"h": h.clone()} if gradient_td else {})}
         return Snapshot(TablePolicy(prob.pi, kind="probs", seed=t.seed), tensors, state)
-
-    def check(step: int) -> None:
-        ctx.check_finite(step, "‖w‖ (the weights diverged)", float(torch.linalg.vector_norm(w)))
 
     if step == 0:
         ctx.log(0, prob.metrics(w))
@@ -234,10 +192,8 @@ def train(cfg: Any, ctx: RunContext, method: str) -> None:
                 w = expected_semi_gradient_update(w, prob.x, torch.from_numpy(prob.d), mc_targets, a.alpha)
             elif method == "semi_gradient_td":
                 w = expected_td_update(w, prob.system, a.alpha)
-            elif method == "tdc":
-                w, h = expected_tdc_update(w, h, prob.system, a.alpha, a.beta)
             else:
-                w, h = expected_gtd2_update(w, h, prob.system, a.alpha, a.beta)
+                w, h = expected_gradient_td_update(method, w, h, prob.system, a.alpha, a.beta)
             step += 1
         else:
             action = int(rng.choice(n_actions, p=prob.mu[obs]))
@@ -253,10 +209,10 @@ def train(cfg: Any, ctx: RunContext, method: str) -> None:
                 episode.rhos.append(rho)
             elif method == "semi_gradient_td":
                 w, _ = semi_gradient_td_step(w, x, x_next, float(reward), a.gamma, rho, a.alpha, terminated)
-            elif method == "tdc":
-                w, h, _ = tdc_step(w, h, x, x_next, float(reward), a.gamma, rho, a.alpha, a.beta, terminated)
             else:
-                w, h, _ = gtd2_step(w, h, x, x_next, float(reward), a.gamma, rho, a.alpha, a.beta, terminated)
+                w, h, _ = gradient_td_step(
+                    method, w, h, x, x_next, float(reward), a.gamma, rho, a.alpha, a.beta, terminated
+                )
             ep_return += float(reward)
             ep_len += 1
             if terminated or truncated:
@@ -274,32 +230,20 @@ def train(cfg: Any, ctx: RunContext, method: str) -> None:
             else:
                 obs = next_obs
         if step % t.log_every == 0:
-            check(step)
+            linear_common.check_weights(ctx, step, w)
             ctx.log(step, prob.metrics(w))
         if ctx.tick(step, snapshot):
             break
-    check(step)
+    linear_common.check_weights(ctx, step, w)
     ctx.finish(step, snapshot())
     env.close()
 
 
 def _policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
     """The evaluated policy is the target policy π (prediction does not change it)."""
-    n_states, n_actions = int(env.observation_space.n), int(env.action_space.n)
-    if cfg.algorithm.target == "env":
-        pi = env_policy(env, "target", cfg.env.id)
-    else:
-        pi = np.full((n_states, n_actions), 1.0 / n_actions)
+    pi = linear_common.policy_table(env, "target", cfg.algorithm.target, cfg.env.id)
     return TablePolicy(pi, kind="probs", seed=cfg.trainer.seed)
 
-
-_DEFAULTS = {
-    "env.id": "Baird-v0",
-    "trainer.total_steps": 10_000,
-    "trainer.log_every": 100,
-    "trainer.eval_every": 0,
-    "trainer.eval_episodes": 10,
-}
 
 _LEGS = {
     "on_policy": Preset(
@@ -320,8 +264,8 @@ register(
         config=SemiGradientTDConfig,
         train=partial(train, method="semi_gradient_td"),
         policy=_policy,
-        check_env=check_linear("semi_gradient_td"),
-        defaults=_DEFAULTS,
+        check_env=linear_common.check_linear("semi_gradient_td"),
+        defaults=linear_common.DEFAULTS,
         presets={
             **_LEGS,
             "monte_carlo": Preset(
@@ -329,7 +273,7 @@ register(
                 {"algorithm.bootstrap": False},
             ),
         },
-        plot_metrics=PLOT_METRICS,
+        plot_metrics=linear_common.PLOT_METRICS,
     )
 )
 
@@ -344,9 +288,9 @@ for _name, _summary in {
             config=GradientTDConfig,
             train=partial(train, method=_name),
             policy=_policy,
-            check_env=check_linear(_name),
-            defaults=_DEFAULTS,
+            check_env=linear_common.check_linear(_name),
+            defaults=linear_common.DEFAULTS,
             presets=_LEGS,
-            plot_metrics=PLOT_METRICS,
+            plot_metrics=linear_common.PLOT_METRICS,
         )
     )

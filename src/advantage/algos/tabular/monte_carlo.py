@@ -36,13 +36,12 @@ from advantage.algos.tabular.common import (
     epsilon_greedy,
     epsilon_greedy_probs,
     linear_schedule,
-    restore_rng,
-    rng_state,
+    restore_sampler,
+    sampler_state,
     table_shape,
 )
 from advantage.config import EnvConfig, Preset, TrainerConfig, option, section
 from advantage.context import RunContext, Snapshot
-from advantage.envs import env_state, set_env_state
 from advantage.errors import ConfigError
 from advantage.math import mc_update, reward_to_go
 from advantage.registry import Algorithm, register
@@ -141,9 +140,7 @@ def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: b
         est = ctx.restored.tensors["estimate"].clone()
         counts = ctx.restored.tensors["counts"].clone()
         s = ctx.restored.state["algo"]
-        rng = restore_rng(s["rng"])
-        env.reset(seed=t.seed)
-        set_env_state(env, s["env"])
+        rng = restore_sampler(s, env, t.seed)
         obs, step, episode = s["obs"], ctx.restored.step, _Episode(**s["episode"])
 
     def table() -> np.ndarray:
@@ -155,7 +152,7 @@ def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: b
         return int(rng.choice(n_actions, p=pi[state]))
 
     def snapshot() -> Snapshot:
-        state = {"rng": rng_state(rng), "env": env_state(env), "obs": int(obs), "episode": episode.as_dict()}
+        state = sampler_state(rng, env, obs, episode=episode.as_dict())
         policy = TablePolicy(table().copy()) if control else TablePolicy(pi, kind="probs", seed=t.seed)
         return Snapshot(policy, {"estimate": est, "counts": counts}, state)
 

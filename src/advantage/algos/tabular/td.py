@@ -37,13 +37,12 @@ from advantage.algos.tabular.common import (
     epsilon_greedy,
     epsilon_greedy_probs,
     linear_schedule,
-    restore_rng,
-    rng_state,
+    restore_sampler,
+    sampler_state,
     table_shape,
 )
 from advantage.config import EnvConfig, Preset, TrainerConfig, option, section
 from advantage.context import RunContext, Snapshot
-from advantage.envs import env_state, set_env_state
 from advantage.registry import Algorithm, register
 
 
@@ -103,9 +102,7 @@ def train(cfg: TDConfig, ctx: RunContext, method: str) -> None:
     else:
         q = ctx.restored.tensors["q"].numpy().copy()
         s = ctx.restored.state["algo"]
-        rng = restore_rng(s["rng"])
-        env.reset(seed=t.seed)
-        set_env_state(env, s["env"])
+        rng = restore_sampler(s, env, t.seed)
         obs, action, step, ep_return, ep_len = (
             s["obs"],
             s["action"],
@@ -115,14 +112,7 @@ def train(cfg: TDConfig, ctx: RunContext, method: str) -> None:
         )
 
     def snapshot() -> Snapshot:
-        state = {
-            "rng": rng_state(rng),
-            "env": env_state(env),
-            "obs": int(obs),
-            "action": int(action),
-            "ep_return": ep_return,
-            "ep_len": ep_len,
-        }
+        state = sampler_state(rng, env, obs, action=int(action), ep_return=ep_return, ep_len=ep_len)
         return Snapshot(TablePolicy(q.copy()), {"q": q}, state)
 
     while step < t.total_steps:
