@@ -284,7 +284,7 @@ def _takes_extra(cls: type) -> bool:
     return any(f.name == "kwargs" and f.metadata.get("extra") for f in dataclasses.fields(cls))
 
 
-def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
+def _build(cls: type, data: Any, prefix: str, problems: list[str], cross: bool = True) -> Any:
     """Build ``cls`` from ``data``, appending every problem found to ``problems``."""
     where = prefix.rstrip(".") or "config"
     if data is None:
@@ -310,7 +310,7 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
             continue
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
-            kwargs[key] = _build(tp, value, name + ".", problems)
+            kwargs[key] = _build(tp, value, name + ".", problems, cross)
             continue
         ok, coerced = _coerce(value, tp)
         if not ok:
@@ -324,18 +324,19 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
     if takes_extra:
         kwargs["kwargs"] = extra
     obj = cls(**kwargs)
-    check = getattr(obj, "problems", None)
+    check = getattr(obj, "problems", None) if cross else None
     if callable(check):
         problems.extend(f"{prefix}{p}" if not p.startswith(prefix) else p for p in check())
     return obj
 
 
-def build(cls: type, data: Mapping[str, Any]) -> tuple[Any, list[str]]:
+def build(cls: type, data: Mapping[str, Any], *, cross_checks: bool = True) -> tuple[Any, list[str]]:
     """Build the config dataclass ``cls`` from nested ``data``, returning it with the list of problems
     (invalid values are left at their defaults). A section may add cross-field checks with a
-    ``problems(self) -> list[str]`` method."""
+    ``problems(self) -> list[str]`` method; ``cross_checks=False`` skips them (to check a partial config,
+    such as a tuned-hyperparameters entry, key by key)."""
     problems: list[str] = []
-    return _build(cls, data, "", problems), problems
+    return _build(cls, data, "", problems, cross_checks), problems
 
 
 def validate(cls: type, data: Mapping[str, Any]) -> Any:

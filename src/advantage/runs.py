@@ -48,12 +48,14 @@ def resolve_config(
     config: str | Path | Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> tuple[Algorithm, Any]:
-    """Build and validate a run config from defaults < algorithm defaults < preset < file < overrides.
+    """Build and validate a run config from defaults < algorithm defaults < the env's tuned entry
+    (:mod:`advantage.hyperparams`) < preset < file < overrides.
 
     Args:
         algo: registered algorithm name; defaults to the file's ``algo`` key, then ``ppo``.
         config: a YAML path or a nested mapping (same shape as the saved ``config.yaml``).
-        overrides: dotted keys (``{"algorithm.gamma": 0.9}``) or nested mappings; ``preset`` picks a preset.
+        overrides: dotted keys (``{"algorithm.gamma": 0.9}``) or nested mappings; ``preset`` picks a preset;
+            ``hyperparams`` picks the tuned table: ``auto`` (default), ``none`` or a YAML path.
 
     Raises:
         ConfigError: listing every problem (unknown keys, types, ranges, env id and env kwargs).
@@ -79,7 +81,11 @@ def resolve_config(
                 f"(available: {', '.join(spec.presets) or 'none'})"
             )
         preset = nest(dict(spec.presets[preset_name].overrides))
-    merged = merge(nest(dict(spec.defaults)), preset, tree, over)
+    entry, hp_note, record = _hyperparams(
+        spec, over, tree, merge(nest(dict(spec.defaults)), preset, tree, over)
+    )
+    tuned = nest(dict(entry.overrides)) if entry is not None else {}
+    merged = merge(nest(dict(spec.defaults)), tuned, preset, tree, over)
     cfg, problems = build(spec.config, merged)
     if spec.uses_env:
         problems.extend(check_env_config(cfg.env))
@@ -88,8 +94,36 @@ def resolve_config(
     problems.extend(_worker_problems(spec, cfg))
     if problems:
         raise ConfigError(problems)
-    cfg.__dict__["_interpolations"] = interpolations(nest(dict(spec.defaults)), preset, tree, over)
+    cfg.__dict__["_interpolations"] = interpolations(nest(dict(spec.defaults)), tuned, preset, tree, over)
+    cfg.__dict__["_hyperparams"] = (record, hp_note)
     return spec, cfg
+
+
+def _hyperparams(
+    spec: Algorithm, over: dict[str, Any], tree: dict[str, Any], merged: Mapping[str, Any]
+) -> tuple[Any, str, Any]:
+    """The tuned-hyperparameters entry for the run's env id (:mod:`advantage.hyperparams`), the line that
+    says what was chosen, and what ``config.yaml`` records. ``hyperparams`` is a top-level key, like
+    ``preset``: an explicit key wins over the file's; a file's recorded entry (a mapping) applies nothing,
+    since the saved file already holds every value."""
+    from advantage.hyperparams import NONE, choose
+
+    choice = over.pop("hyperparams", None)
+    saved = tree.pop("hyperparams", None)
+    if choice is None and isinstance(saved, Mapping):
+        return None, "", dict(saved)
+    if choice is None:
+        choice = saved
+    if not spec.uses_env:
+        if choice not in (None, "auto", NONE):
+            raise ConfigError(f"{spec.name} trains on data, not an env: hyperparams takes no file")
+        return None, "", None
+    env = merged.get("env")
+    env_id = env.get("id") if isinstance(env, Mapping) else None
+    entry, note = choose(spec.name, spec.config, choice, env_id if isinstance(env_id, str) else None)
+    if entry is not None:
+        return entry, note, entry.record()
+    return None, note, NONE if str(choice) == NONE else None
 
 
 def config_yaml(spec: Algorithm, cfg: Any) -> str:
@@ -99,7 +133,9 @@ def config_yaml(spec: Algorithm, cfg: Any) -> str:
     tree["trainer"]["run_dir"] = None
     for key, raw in cfg.__dict__.get("_interpolations", {}).items():
         set_dotted(tree, key, raw)  # ${oc.env:VAR} stays unresolved: secrets are not written to disk
-    return dump_yaml({"algo": spec.name, **tree})
+    record = cfg.__dict__.get("_hyperparams", (None, ""))[0]
+    head = {"algo": spec.name, **({"hyperparams": record} if record is not None else {})}
+    return dump_yaml({**head, **tree})
 
 
 def run_subject(spec: Algorithm, cfg: Any) -> str:
@@ -156,6 +192,9 @@ def train(
     cfg.trainer.run_dir = str(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
+    hp_note = cfg.__dict__.get("_hyperparams", (None, ""))[1]
+    if not quiet and hp_note:
+        print(hp_note, flush=True)
     if not quiet:
         print(f"run folder: {run_dir}", flush=True)
     ctx = RunContext(spec, cfg, run_dir, quiet=quiet)
