@@ -163,6 +163,25 @@ def cmd_sweep(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _print_hyperparams(console: Any, algo: str) -> None:
+    """The env ids with a tuned entry (applied when env.id matches; hyperparams=none turns it off)."""
+    from rich.table import Table
+
+    from advantage.hyperparams import shipped_env_ids
+
+    entries = shipped_env_ids(algo)
+    if not entries:
+        console.print(f"no tuned hyperparameters for {algo}: every env gets the general defaults")
+        return
+    table = Table(
+        "env.id with tuned hyperparameters",
+        "source (applied beneath presets and keys; hyperparams=none turns it off)",
+    )
+    for env_id, source in entries.items():
+        table.add_row(env_id, source)
+    console.print(table)
+
+
 def cmd_list(ns: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -185,6 +204,7 @@ def cmd_list(ns: argparse.Namespace) -> int:
             raise AdvantageError(
                 f"{algo.name} has no data tasks; `advantage list {algo.name}` takes no key=value"
             )
+        _print_hyperparams(console, algo.name)
         if algo.presets:
             presets = Table("preset", "what it sets")
             for name, p in algo.presets.items():
