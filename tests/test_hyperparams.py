@@ -173,3 +173,12 @@ def test_train_prints_the_entry(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "hyperparams: CartPole-v1 from advantage/hyperparams/ppo.yml (source: our own tuning" in out
     assert yaml.safe_load(Path("r/config.yaml").read_text())["hyperparams"]["env_id"] == "CartPole-v1"
+
+
+def test_docs_list_every_shipped_entry():
+    from advantage.hyperparams import shipped_env_ids
+
+    text = (Path(__file__).parents[1] / "docs" / "hyperparams.md").read_text()
+    rows = {line.split("|")[1].strip(" `"): line.split("|")[2] for line in text.splitlines() if "| `" in line}
+    for algo in CLASSIC:
+        assert [e.strip() for e in rows[algo].split(",")] == list(shipped_env_ids(algo)), algo
