@@ -1,6 +1,7 @@
 """Tuned hyperparameters per environment (advantage/hyperparams/*.yml): shipped entries are valid, the
 CartPole entries hold the tuned values, precedence, bad files, the record in config.yaml."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,21 @@ def test_docs_list_every_shipped_entry():
     rows = {line.split("|")[1].strip(" `"): line.split("|")[2] for line in text.splitlines() if "| `" in line}
     for algo in CLASSIC:
         assert [e.strip() for e in rows[algo].split(",")] == list(shipped_env_ids(algo)), algo
+
+
+@pytest.mark.slow
+def test_zoo_suite_quick_on_one_row(tmp_path):
+    # The suite's smoke run on its cheapest row and one variant: two worker processes (SB3, advantage).
+    import subprocess
+    import sys
+
+    pytest.importorskip("stable_baselines3")
+    script = Path(__file__).parents[1] / "benchmarks" / "zoo_suite.py"
+    args = ["--quick", "--rows", "dqn-CartPole-v1", "--variants", "zoo", "--out", str(tmp_path)]
+    out = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = json.loads((tmp_path / "zoo_suite_quick.json").read_text())
+    assert {(r["lib"], r["variant"]) for r in data["results"]} == {("sb3", "zoo"), ("advantage", "zoo")}
+    assert all("score" in r for r in data["results"]), data["results"]
+    md = (tmp_path / "zoo_suite_quick.md").read_text()
+    assert "SMOKE RUN" in md and "dqn-CartPole-v1" in md and (tmp_path / "zoo_suite_quick.png").exists()

@@ -19,6 +19,8 @@ EPILOG_TRAIN = """examples:
   advantage train q_learning env.id=FrozenLake-v1 env.is_slippery=false trainer.total_steps=20000
   advantage train q_learning preset=frozenlake_slippery
   advantage train --config runs/<run>/config.yaml trainer.seed=1
+  advantage train ppo env.id=Acrobot-v1                  # the env's tuned entry (advantage list ppo)
+  advantage train ppo env.id=Acrobot-v1 hyperparams=none # general defaults; or hyperparams=FILE.yaml
 """
 
 
