@@ -20,6 +20,8 @@ EPILOG_TRAIN = """examples:
   advantage train q_learning env.id=FrozenLake-v1 env.is_slippery=false trainer.total_steps=20000
   advantage train q_learning preset=frozenlake_slippery
   advantage train --config runs/<run>/config.yaml trainer.seed=1
+  advantage train ppo env.id=Acrobot-v1                  # the env's tuned entry (advantage list ppo)
+  advantage train ppo env.id=Acrobot-v1 hyperparams=none # general defaults; or hyperparams=FILE.yaml
 """
 
 
@@ -223,6 +225,25 @@ def cmd_sweep(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _print_hyperparams(console: Any, algo: str) -> None:
+    """The env ids with a tuned entry (applied when env.id matches; hyperparams=none turns it off)."""
+    from rich.table import Table
+
+    from advantage.hyperparams import shipped_env_ids
+
+    entries = shipped_env_ids(algo)
+    if not entries:
+        console.print(f"no tuned hyperparameters for {algo}: every env gets the general defaults")
+        return
+    table = Table(
+        "env.id with tuned hyperparameters",
+        "source (applied beneath presets and keys; hyperparams=none turns it off)",
+    )
+    for env_id, source in entries.items():
+        table.add_row(env_id, source)
+    console.print(table)
+
+
 def cmd_list(ns: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -245,6 +266,7 @@ def cmd_list(ns: argparse.Namespace) -> int:
             raise AdvantageError(
                 f"{algo.name} has no data tasks; `advantage list {algo.name}` takes no key=value"
             )
+        _print_hyperparams(console, algo.name)
         if algo.presets:
             presets = Table("preset", "what it sets")
             for name, p in algo.presets.items():

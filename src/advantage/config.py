@@ -384,9 +384,11 @@ def _elsewhere(key: str, root: type | None, prefix: str) -> str:
     return f"; did you mean {' or '.join(found[:3])}?" if found else ""
 
 
-def _build(cls: type, data: Any, prefix: str, problems: list[str], root: type | None = None) -> Any:
+def _build(
+    cls: type, data: Any, prefix: str, problems: list[str], root: type | None = None, cross: bool = True
+) -> Any:
     """Build ``cls`` from ``data``, appending every problem found to ``problems`` (``root``: the whole
-    config's class, to suggest a key of another section)."""
+    config's class, to suggest a key of another section; ``cross``: run the sections' cross-field checks)."""
     root = root or cls
     where = prefix.rstrip(".") or "config"
     if data is None:
@@ -411,7 +413,7 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str], root: type | 
             continue
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
-            kwargs[key] = _build(tp, value, name + ".", problems, root)
+            kwargs[key] = _build(tp, value, name + ".", problems, root, cross)
             continue
         ok, coerced = _coerce(value, tp)
         if not ok:
@@ -428,7 +430,7 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str], root: type | 
     if takes_extra:
         kwargs["kwargs"] = extra
     obj = cls(**kwargs)
-    check = getattr(obj, "problems", None)
+    check = getattr(obj, "problems", None) if cross else None
     if callable(check):
         for p in check():
             p = rebase(p, prefix)
@@ -447,12 +449,13 @@ def rebase(message: str, prefix: str) -> str:
     return re.sub(rf"(?<![\w.]){re.escape(local)}\.(?=\w)", prefix, message)
 
 
-def build(cls: type, data: Mapping[str, Any]) -> tuple[Any, list[str]]:
+def build(cls: type, data: Mapping[str, Any], *, cross_checks: bool = True) -> tuple[Any, list[str]]:
     """Build the config dataclass ``cls`` from nested ``data``, returning it with the list of problems
     (invalid values are left at their defaults). A section may add cross-field checks with a
-    ``problems(self) -> list[str]`` method."""
+    ``problems(self) -> list[str]`` method; ``cross_checks=False`` skips them (to check a partial config,
+    such as a tuned-hyperparameters entry, key by key)."""
     problems: list[str] = []
-    return _build(cls, data, "", problems), problems
+    return _build(cls, data, "", problems, cross_checks), problems
 
 
 def validate(cls: type, data: Mapping[str, Any]) -> Any:

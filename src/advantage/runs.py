@@ -54,12 +54,14 @@ def resolve_config(
     *,
     check_device: bool = True,
 ) -> tuple[Algorithm, Any]:
-    """Build and validate a run config from defaults < algorithm defaults < preset < file < overrides.
+    """Build and validate a run config from defaults < algorithm defaults < the env's tuned entry
+    (:mod:`advantage.hyperparams`) < preset < file < overrides.
 
     Args:
         algo: registered algorithm name; defaults to the file's ``algo`` key, then ``ppo``.
         config: a YAML path or a nested mapping (same shape as the saved ``config.yaml``).
-        overrides: dotted keys (``{"algorithm.gamma": 0.9}``) or nested mappings; ``preset`` picks a preset.
+        overrides: dotted keys (``{"algorithm.gamma": 0.9}``) or nested mappings; ``preset`` picks a preset;
+            ``hyperparams`` picks the tuned table: ``auto`` (default), ``none`` or a YAML path.
         check_device: also check that ``trainer.device`` exists on this machine (not when only reading a
             run folder's config, which may come from a GPU machine).
 
@@ -87,8 +89,12 @@ def resolve_config(
                 f"(available: {', '.join(spec.presets) or 'none'})"
             )
         preset = nest(dict(spec.presets[preset_name].overrides))
-    merged = merge(nest(dict(spec.defaults)), preset, tree, over)
-    interpolated = interpolations(nest(dict(spec.defaults)), preset, tree, over)
+    entry, hp_note, record = _hyperparams(
+        spec, over, tree, merge(nest(dict(spec.defaults)), preset, tree, over)
+    )
+    tuned = nest(dict(entry.overrides)) if entry is not None else {}
+    merged = merge(nest(dict(spec.defaults)), tuned, preset, tree, over)
+    interpolated = interpolations(nest(dict(spec.defaults)), tuned, preset, tree, over)
     try:
         cfg, problems = build(spec.config, merged)
         if spec.uses_env:
@@ -105,6 +111,7 @@ def resolve_config(
     if problems:
         raise ConfigError(_redact(problems, merged, interpolated))
     cfg.__dict__["_interpolations"] = interpolated
+    cfg.__dict__["_hyperparams"] = (record, hp_note)
     return spec, cfg
 
 
@@ -126,6 +133,33 @@ def _redact(problems: list[str], merged: Mapping[str, Any], interpolated: Mappin
     return out
 
 
+def _hyperparams(
+    spec: Algorithm, over: dict[str, Any], tree: dict[str, Any], merged: Mapping[str, Any]
+) -> tuple[Any, str, Any]:
+    """The tuned-hyperparameters entry for the run's env id (:mod:`advantage.hyperparams`), the line that
+    says what was chosen, and what ``config.yaml`` records. ``hyperparams`` is a top-level key, like
+    ``preset``: an explicit key wins over the file's; a file's recorded entry (a mapping) applies nothing,
+    since the saved file already holds every value."""
+    from advantage.hyperparams import NONE, choose
+
+    choice = over.pop("hyperparams", None)
+    saved = tree.pop("hyperparams", None)
+    if choice is None and isinstance(saved, Mapping):
+        return None, "", dict(saved)
+    if choice is None:
+        choice = saved
+    if not spec.uses_env:
+        if choice not in (None, "auto", NONE):
+            raise ConfigError(f"{spec.name} trains on data, not an env: hyperparams takes no file")
+        return None, "", None
+    env = merged.get("env")
+    env_id = env.get("id") if isinstance(env, Mapping) else None
+    entry, note = choose(spec.name, spec.config, choice, env_id if isinstance(env_id, str) else None)
+    if entry is not None:
+        return entry, note, entry.record()
+    return None, note, NONE if str(choice) == NONE else None
+
+
 def config_yaml(spec: Algorithm, cfg: Any) -> str:
     """The saved ``config.yaml``. ``trainer.run_dir`` is left out (null): the file lives in the run folder,
     and feeding it back with ``--config`` should start a new run, not collide with this one."""
@@ -133,7 +167,9 @@ def config_yaml(spec: Algorithm, cfg: Any) -> str:
     tree["trainer"]["run_dir"] = None
     for key, raw in cfg.__dict__.get("_interpolations", {}).items():
         set_dotted(tree, key, raw)  # ${oc.env:VAR} stays unresolved: secrets are not written to disk
-    return dump_yaml({"algo": spec.name, **tree})
+    record = cfg.__dict__.get("_hyperparams", (None, ""))[0]
+    head = {"algo": spec.name, **({"hyperparams": record} if record is not None else {})}
+    return dump_yaml({**head, **tree})
 
 
 def run_subject(spec: Algorithm, cfg: Any) -> str:
@@ -231,6 +267,9 @@ def train(
             )
         cfg.trainer.run_dir = str(run_dir)
         atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
+        hp_note = cfg.__dict__.get("_hyperparams", (None, ""))[1]
+        if not quiet and hp_note:
+            print(hp_note, flush=True)
         if not quiet:
             print(f"run folder: {run_dir}", flush=True)
         ctx = RunContext(spec, cfg, run_dir, quiet=quiet or not progress)

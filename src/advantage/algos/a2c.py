@@ -62,6 +62,8 @@ from advantage.torch_state import load_module, load_optimizer, module_tensors, o
 
 @dataclass
 class A2CAlgorithm:
+    # General defaults: Stable-Baselines3's A2C, after Mnih et al. 2016 (5-step rollouts, RMSprop lr 7e-4,
+    # α 0.99, vf 0.5, gradient-norm clip 0.5, no entropy bonus, no advantage normalisation).
     gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
     gae_lambda: float = option(1.0, "GAE λ (1: n-step returns)", lo=0, hi=1)
     n_steps: int = option(5, "steps per environment per rollout (one update each)", lo=1)
@@ -297,6 +299,8 @@ register(
         policy=_policy,
         check_env=partial(_check_env, name="a2c"),
         presets=PRESETS,
-        defaults=dict(PRESETS["cartpole"].overrides),
+        # General defaults: the dataclass's (SB3's A2C, Mnih et al. 2016's RMSprop); CartPole-v1's
+        # values are its entry in advantage/hyperparams/a2c.yml.
+        defaults={"env.id": "CartPole-v1"},
     )
 )

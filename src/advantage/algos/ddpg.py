@@ -54,7 +54,11 @@ from advantage.registry import Algorithm, register
 @dataclass
 class DDPGAlgorithm:
     gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
-    learning_rate: float = option(1e-3, "Adam learning rate (actor and critic)", lo=0, lo_open=True)
+    # General defaults: the "our DDPG" of Fujimoto et al. 2018 (lr 1e-3, 400-300, τ 0.005, Gaussian
+    # exploration σ 0.1), the same as Stable-Baselines3's DDPG defaults (batch 256).
+    learning_rate: float = option(
+        1e-3, "Adam learning rate (actor and critic; Fujimoto et al. 2018, SB3)", lo=0, lo_open=True
+    )
     buffer_size: int = option(1_000_000, "replay capacity (transitions)", lo=1)
     learning_starts: int = option(1000, "environment steps of uniform random actions before learning", lo=1)
     batch_size: int = option(256, "transitions per gradient step", lo=1)
@@ -275,6 +279,8 @@ register(
         policy=_policy,
         check_env=check_env,
         presets=PRESETS,
-        defaults=dict(PRESETS["pendulum"].overrides),
+        # General defaults: the dataclass's, one env; Pendulum-v1's values are its entry in
+        # advantage/hyperparams/ddpg.yml.
+        defaults={"env.id": "Pendulum-v1", "env.num_envs": 1},
     )
 )

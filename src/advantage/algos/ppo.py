@@ -51,12 +51,14 @@ from advantage.torch_state import load_module, load_optimizer, module_tensors, o
 
 @dataclass
 class PPOAlgorithm:
-    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
-    gae_lambda: float = option(0.95, "GAE λ", lo=0, hi=1)
-    n_steps: int = option(128, "steps per environment per rollout", lo=1)
-    n_epochs: int = option(10, "passes over each rollout", lo=1)
-    minibatch_size: int = option(64, "transitions per minibatch", lo=1)
-    learning_rate: float = option(3e-4, "Adam learning rate", lo=0, lo_open=True)
+    # General defaults: Schulman et al. 2017 (Table 3, MuJoCo: γ, λ, epochs, minibatch, lr; Table 5, Atari:
+    # 8 actors × 128 steps), the same as Stable-Baselines3's and CleanRL's.
+    gamma: float = option(0.99, "discount factor γ (PPO paper, SB3)", lo=0, hi=1)
+    gae_lambda: float = option(0.95, "GAE λ (PPO paper, SB3)", lo=0, hi=1)
+    n_steps: int = option(128, "steps per environment per rollout (PPO paper's Atari: 128 × 8 envs)", lo=1)
+    n_epochs: int = option(10, "passes over each rollout (PPO paper, SB3)", lo=1)
+    minibatch_size: int = option(64, "transitions per minibatch (PPO paper, SB3)", lo=1)
+    learning_rate: float = option(3e-4, "Adam learning rate (PPO paper, SB3)", lo=0, lo_open=True)
     lr_schedule: str = option("constant", "learning-rate schedule", choices=("constant", "linear"))
     objective: str = option(
         "clip", "clip: PPO-Clip; penalty: PPO-Penalty with adaptive β", choices=("clip", "penalty")
@@ -76,11 +78,11 @@ class PPOAlgorithm:
     target_kl: float | None = option(
         None, "stop the epochs early when approx KL > 1.5·target_kl", lo=0, lo_open=True
     )
-    vf_coef: float = option(0.5, "value-loss coefficient", lo=0)
+    vf_coef: float = option(0.5, "value-loss coefficient (SB3)", lo=0)
     value_loss: str = option("mse", "value loss", choices=("mse", "clipped", "huber"))
     value_clip: float = option(0.2, "clipped value loss: clip range", lo=0, lo_open=True)
     ent_coef: float = option(0.0, "entropy bonus coefficient", lo=0)
-    max_grad_norm: float = option(0.5, "global gradient-norm clip (0: none)", lo=0)
+    max_grad_norm: float = option(0.5, "global gradient-norm clip (0: none; SB3: 0.5)", lo=0)
     normalize_advantage: bool = option(True, "normalise advantages per minibatch")
     normalize_obs: bool = option(False, "normalise observations by running mean/std")
     normalize_reward: bool = option(False, "scale rewards by the running std of the discounted return")
@@ -355,6 +357,8 @@ register(
         check_env=check_env,
         presets=PRESETS,
         workers=True,
-        defaults={k: v for k, v in PRESETS["cartpole"].overrides.items()},
+        # General defaults (the dataclass's); CartPole-v1's tuned values are its entry in
+        # advantage/hyperparams/ppo.yml, applied because env.id has one.
+        defaults={"env.id": "CartPole-v1"},
     )
 )

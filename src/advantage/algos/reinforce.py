@@ -102,6 +102,8 @@ MAX_BATCH_STEPS = 1_000_000  # a batch waits for whole episodes; an env that nev
 
 @dataclass
 class ReinforceAlgorithm:
+    # General defaults: Williams 1992 with reward-to-go and a learned value baseline (Sutton & Barto 2018
+    # §13.4), Adam 1e-3 for both networks (Spinning Up's VPG value rate), 8 episodes per update.
     gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
     episodes_per_update: int = option(8, "complete episodes per batch (one gradient step)", lo=1)
     return_type: str = option(

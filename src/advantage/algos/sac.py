@@ -65,8 +65,14 @@ from advantage.registry import Algorithm, register
 @dataclass
 class SACAlgorithm:
     gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
+    # General defaults: Haarnoja et al. 2018 (Table 1: lr 3e-4, batch 256, τ 0.005, γ 0.99, 256-256
+    # networks, one gradient step per env step, learned temperature), as Stable-Baselines3; the warm-up
+    # of uniform actions is 1000 steps (SB3: 100, CleanRL: 5000).
     learning_rate: float = option(
-        1e-3, "Adam learning rate (actor, critics, temperature)", lo=0, lo_open=True
+        3e-4,
+        "Adam learning rate (actor, critics, temperature; Haarnoja et al. 2018, SB3)",
+        lo=0,
+        lo_open=True,
     )
     buffer_size: int = option(1_000_000, "replay capacity (transitions)", lo=1)
     learning_starts: int = option(1000, "environment steps of uniform random actions before learning", lo=1)
@@ -303,6 +309,8 @@ register(
         policy=_policy,
         check_env=check_env,
         presets=PRESETS,
-        defaults=dict(PRESETS["pendulum"].overrides),
+        # General defaults: the dataclass's, one env; Pendulum-v1's values are its entry in
+        # advantage/hyperparams/sac.yml.
+        defaults={"env.id": "Pendulum-v1", "env.num_envs": 1},
     )
 )

@@ -55,7 +55,11 @@ from advantage.registry import Algorithm, register
 @dataclass
 class TD3Algorithm:
     gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
-    learning_rate: float = option(1e-3, "Adam learning rate (actor and critics)", lo=0, lo_open=True)
+    # General defaults: Fujimoto et al. 2018 and their reference code (lr 1e-3, 400-300 networks, τ 0.005,
+    # exploration σ 0.1, target noise 0.2 clipped at 0.5, delay 2; batch 256 as their code and SB3).
+    learning_rate: float = option(
+        1e-3, "Adam learning rate (actor and critics; Fujimoto et al. 2018, SB3)", lo=0, lo_open=True
+    )
     buffer_size: int = option(1_000_000, "replay capacity (transitions)", lo=1)
     learning_starts: int = option(1000, "environment steps of uniform random actions before learning", lo=1)
     batch_size: int = option(256, "transitions per gradient step", lo=1)
@@ -294,6 +298,8 @@ register(
         policy=_policy,
         check_env=check_env,
         presets=PRESETS,
-        defaults=dict(PRESETS["pendulum"].overrides),
+        # General defaults: the dataclass's, one env; Pendulum-v1's values are its entry in
+        # advantage/hyperparams/td3.yml.
+        defaults={"env.id": "Pendulum-v1", "env.num_envs": 1},
     )
 )

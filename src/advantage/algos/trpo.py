@@ -64,6 +64,8 @@ from advantage.torch_state import load_module, load_optimizer, module_tensors, o
 
 @dataclass
 class TRPOAlgorithm:
+    # General defaults: sb3-contrib's TRPO (n_steps 2048, critic lr 1e-3 with 10 passes of minibatches of
+    # 128, CG 15 iterations with damping 0.1, line search 0.8 × 10) with Schulman et al. 2015's δ = 0.01.
     gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
     gae_lambda: float = option(0.95, "GAE λ", lo=0, hi=1)
     n_steps: int = option(2048, "steps per environment per rollout", lo=1)
@@ -321,6 +323,8 @@ register(
         check_env=partial(ppo.check_env, algo="trpo"),
         presets=PRESETS,
         workers=True,
-        defaults={k: v for k, v in PRESETS["cartpole"].overrides.items()},
+        # General defaults: the dataclass's (sb3-contrib's TRPO, one env); CartPole-v1's values are its
+        # entry in advantage/hyperparams/trpo.yml.
+        defaults={"env.id": "CartPole-v1", "env.num_envs": 1},
     )
 )

@@ -1,0 +1,203 @@
+"""Tuned hyperparameters per environment (advantage/hyperparams/*.yml): shipped entries are valid, the
+CartPole entries hold the tuned values, precedence, bad files, the record in config.yaml."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from advantage.cli import main
+from advantage.config import build, flatten, merge, nest, to_dict
+from advantage.errors import ConfigError
+from advantage.hyperparams import DIR, load_table, shipped_file
+from advantage.registry import get_algorithm
+from advantage.runs import config_yaml, resolve_config
+
+CLASSIC = ("ppo", "a2c", "trpo", "dqn", "ddpg", "td3", "sac")
+
+
+@pytest.mark.parametrize("algo", CLASSIC)
+def test_every_shipped_entry_is_valid_and_cited(algo):
+    spec = get_algorithm(algo)
+    path = shipped_file(algo)
+    assert path is not None and path.parent == DIR
+    table = load_table(path, spec.config)
+    assert table, algo
+    for env_id, entry in table.items():
+        assert "rl-baselines3-zoo" in entry.source or "our own tuning" in entry.source, env_id
+        # the entry on top of the general defaults passes every check, cross-field ones included
+        _, problems = build(spec.config, merge(nest(dict(spec.defaults)), nest(dict(entry.overrides))))
+        assert problems == [], (algo, env_id, problems)
+
+
+def test_required_envs_have_entries():
+    def ids(algo):
+        return set(load_table(shipped_file(algo), get_algorithm(algo).config))
+
+    common = {"MountainCar-v0", "LunarLander-v3", "Acrobot-v1", "CartPole-v1"}
+    assert common <= ids("ppo") and common <= ids("dqn")
+    cont = {"Pendulum-v1", "MountainCarContinuous-v0", "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"}
+    assert cont <= ids("ppo") and cont <= ids("sac") and cont <= ids("td3")
+    assert {"ALE/Pong-v5", "ALE/Breakout-v5"} <= ids("dqn")
+
+
+def test_cartpole_entries_hold_the_tuned_values_and_none_gives_general_defaults():
+    _, ppo = resolve_config("ppo")
+    a = ppo.algorithm
+    assert (ppo.env.num_envs, a.n_steps, a.minibatch_size, a.gamma, a.gae_lambda, a.learning_rate) == (
+        8,
+        32,
+        256,
+        0.98,
+        0.8,
+        2e-3,
+    )
+    assert (ppo.model.activation, ppo.model.shared_trunk, ppo.trainer.total_steps) == ("relu", True, 100_000)
+    _, gen = resolve_config("ppo", None, {"hyperparams": "none"})
+    assert (gen.algorithm.gamma, gen.algorithm.gae_lambda, gen.algorithm.n_steps) == (0.99, 0.95, 128)
+
+    _, dqn = resolve_config("dqn")
+    d = dqn.algorithm
+    assert (d.learning_rate, d.target_update_interval, d.train_freq, d.gradient_steps, d.batch_size) == (
+        4e-3,
+        10,
+        256,
+        64,
+        128,
+    )
+    assert (dqn.env.num_envs, d.n_step, d.exploration_fraction, dqn.model.hidden_sizes) == (
+        16,
+        3,
+        0.08,
+        [128, 128],
+    )
+    _, gen = resolve_config("dqn", None, {"hyperparams": "none"})
+    assert (gen.algorithm.learning_rate, gen.algorithm.train_freq, gen.algorithm.gradient_steps) == (
+        1e-4,
+        4,
+        1,
+    )
+    assert (gen.algorithm.target_update_interval, gen.env.num_envs) == (10_000, 1)
+
+
+def _user_file(tmp_path: Path, entries: dict) -> Path:
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(entries))
+    return path
+
+
+def test_precedence_entry_below_preset_file_and_keys(tmp_path):
+    f = _user_file(
+        tmp_path,
+        {
+            "CartPole-v1": {
+                "source": "a test",
+                "algorithm.gamma": 0.5,  # the preset sets it: the preset wins
+                "algorithm.ent_coef": 0.3,  # nobody else sets it: the entry's value holds
+                "algorithm.vf_coef": 0.9,  # the --config file sets it
+                "algorithm.max_grad_norm": 2.0,  # an explicit key sets it
+            }
+        },
+    )
+    over = {"hyperparams": str(f), "preset": "cartpole", "algorithm.max_grad_norm": 1.0}
+    _, cfg = resolve_config("ppo", {"algorithm": {"vf_coef": 0.1}}, over)
+    a = cfg.algorithm
+    assert (a.gamma, a.ent_coef, a.vf_coef, a.max_grad_norm) == (0.98, 0.3, 0.1, 1.0)
+    # the shipped entry for the env picked by a key
+    _, cfg = resolve_config("ppo", None, {"env.id": "Acrobot-v1"})
+    assert (cfg.env.num_envs, cfg.algorithm.n_steps, cfg.algorithm.normalize_obs) == (16, 256, True)
+    _, cfg = resolve_config("ppo", None, {"env.id": "Acrobot-v1", "algorithm.n_steps": 64})
+    assert cfg.algorithm.n_steps == 64
+
+
+@pytest.mark.parametrize(
+    ("entry", "key"),
+    [
+        ({"source": "x", "algorithm.gama": 0.9}, "algorithm.gama"),
+        ({"source": "x", "algorithm.n_steps": "many"}, "algorithm.n_steps"),
+        ({"source": "x", "model": {"hidden_sizes": "big"}}, "model.hidden_sizes"),
+        ({"algorithm.gamma": 0.9}, "source"),
+    ],
+)
+def test_bad_entry_names_file_env_and_key(tmp_path, entry, key):
+    f = _user_file(tmp_path, {"Acrobot-v1": entry})
+    with pytest.raises(ConfigError) as e:
+        resolve_config("ppo", None, {"hyperparams": str(f), "env.id": "Acrobot-v1"})
+    msg = str(e.value)
+    assert str(f) in msg and "Acrobot-v1" in msg and key in msg, msg
+
+
+def test_missing_file_and_env_without_entry(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        resolve_config("ppo", None, {"hyperparams": str(tmp_path / "nope.yaml")})
+    _, cfg = resolve_config("ppo", None, {"env.id": "CartPole-v0"})
+    note = cfg.__dict__["_hyperparams"][1]
+    assert "no entry for CartPole-v0" in note and "general defaults" in note
+    assert cfg.algorithm.n_steps == 128
+
+
+@pytest.mark.parametrize("over", [{"env.id": "Acrobot-v1"}, {"env.id": "Acrobot-v1", "hyperparams": "none"}])
+def test_saved_config_records_the_entry_and_reproduces_the_run(tmp_path, over):
+    spec, cfg = resolve_config("ppo", None, dict(over))
+    text = config_yaml(spec, cfg)
+    saved = yaml.safe_load(text)
+    if "hyperparams" in over:
+        assert saved["hyperparams"] == "none"
+    else:
+        assert saved["hyperparams"]["env_id"] == "Acrobot-v1"
+        assert saved["hyperparams"]["file"] == "advantage/hyperparams/ppo.yml"
+        assert "rl-baselines3-zoo" in saved["hyperparams"]["source"]
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    spec2, again = resolve_config(None, path)
+    assert flatten(to_dict(again)) == flatten(to_dict(cfg))
+    assert config_yaml(spec2, again) == text
+
+
+def test_list_shows_env_ids_with_entries(capsys):
+    assert main(["list", "ppo"]) == 0
+    out = capsys.readouterr().out
+    assert "Acrobot-v1" in out and "HalfCheetah-v5" in out
+
+
+def test_train_prints_the_entry(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "trainer.total_steps=256",
+        "trainer.eval_episodes=1",
+        "trainer.progress=none",
+        "trainer.tensorboard=false",
+        "trainer.run_dir=r",
+    ]
+    assert main(["train", "ppo", *args]) == 0
+    out = capsys.readouterr().out
+    assert "hyperparams: CartPole-v1 from advantage/hyperparams/ppo.yml (source: our own tuning" in out
+    assert yaml.safe_load(Path("r/config.yaml").read_text())["hyperparams"]["env_id"] == "CartPole-v1"
+
+
+def test_docs_list_every_shipped_entry():
+    from advantage.hyperparams import shipped_env_ids
+
+    text = (Path(__file__).parents[1] / "docs" / "hyperparams.md").read_text()
+    rows = {line.split("|")[1].strip(" `"): line.split("|")[2] for line in text.splitlines() if "| `" in line}
+    for algo in CLASSIC:
+        assert [e.strip() for e in rows[algo].split(",")] == list(shipped_env_ids(algo)), algo
+
+
+@pytest.mark.slow
+def test_zoo_suite_quick_on_one_row(tmp_path):
+    # The suite's smoke run on its cheapest row and one variant: two worker processes (SB3, advantage).
+    import subprocess
+    import sys
+
+    pytest.importorskip("stable_baselines3")
+    script = Path(__file__).parents[1] / "benchmarks" / "zoo_suite.py"
+    args = ["--quick", "--rows", "dqn-CartPole-v1", "--variants", "zoo", "--out", str(tmp_path)]
+    out = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = json.loads((tmp_path / "zoo_suite_quick.json").read_text())
+    assert {(r["lib"], r["variant"]) for r in data["results"]} == {("sb3", "zoo"), ("advantage", "zoo")}
+    assert all("score" in r for r in data["results"]), data["results"]
+    md = (tmp_path / "zoo_suite_quick.md").read_text()
+    assert "SMOKE RUN" in md and "dqn-CartPole-v1" in md and (tmp_path / "zoo_suite_quick.png").exists()
