@@ -455,7 +455,7 @@ def build(cls: type, data: Mapping[str, Any], *, cross_checks: bool = True) -> t
     ``problems(self) -> list[str]`` method; ``cross_checks=False`` skips them (to check a partial config,
     such as a tuned-hyperparameters entry, key by key)."""
     problems: list[str] = []
-    return _build(cls, data, "", problems, cross_checks), problems
+    return _build(cls, data, "", problems, cross=cross_checks), problems
 
 
 def validate(cls: type, data: Mapping[str, Any]) -> Any:

@@ -268,10 +268,10 @@ def train(
         cfg.trainer.run_dir = str(run_dir)
         atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
         hp_note = cfg.__dict__.get("_hyperparams", (None, ""))[1]
+        if not quiet:
+            print(f"run folder: {run_dir}", flush=True)  # first: scripts read where the run went
         if not quiet and hp_note:
             print(hp_note, flush=True)
-        if not quiet:
-            print(f"run folder: {run_dir}", flush=True)
         ctx = RunContext(spec, cfg, run_dir, quiet=quiet or not progress)
         try:
             spec.train(cfg, ctx)

@@ -146,8 +146,8 @@ def choose(algo: str, config_cls: type, choice: Any, env_id: str | None) -> tupl
     if env_id is None:
         return None, ""
     path = shipped_file(algo) if str(choice) == AUTO else Path(choice)
-    if path is None:
-        return None, f"hyperparams: {algo} has no tuned entries; the general defaults are used"
+    if path is None:  # an algorithm without a table (tabular, REINFORCE): nothing to say on every run
+        return None, ""
     table = load_table(path, config_cls)
     entry = table.get(env_id)
     if entry is None:
