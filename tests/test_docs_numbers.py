@@ -7,7 +7,8 @@ value each number is, with HTML comments (the rendered page does not show them):
 * ``<!-- results: benchmarks/results/NAME.json -->`` opens a *checked region*, up to the next heading, the
   next ``results`` or ``unsourced`` marker or ``<!-- /results -->``.
 * In it, a number followed directly by ``<!-- =PATH -->`` quotes the value at PATH in that file, rounded to
-  the digits shown: ``**0.872**<!-- =dpo.hidden_score -->`` (``6.98e11``: to the digits of its mantissa).
+  the digits shown: ``**0.872**<!-- =dpo.hidden_score -->`` (``6.98e11``: to the digits of its mantissa;
+  ``10,156``: to the unit).
   A unit may sit between the number and the comment (``0.45×``, ``17 %``). PATH is dotted keys and list
   indices (``runs[0].accuracy``); ``[key=value]`` keeps the list items whose ``key`` is ``value``; a key
   applied to a list maps over it; ``median(PATH)``, ``mean``, ``min``, ``max`` reduce a list; a trailing
@@ -41,7 +42,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 MARKER = re.compile(r"<!--\s*(results|unsourced)\s*:(.*?)-->|<!--\s*/results\s*-->", re.S)
 HEADING = re.compile(r"^#{1,6} ", re.M)
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
-NUMBER = r"[−+-]?\d+(?:\.\d+)?(?:e[−+-]?\d+)?"
+NUMBER = r"[−+-]?\d+(?:,\d{3})*(?:\.\d+)?(?:e[−+-]?\d+)?"
 # A number, an optional unit, an optional closing **, then the reference comment.
 REF = re.compile(
     rf"(?P<num>{NUMBER})(?P<unit>[ \u00a0]?(?:×|%|ms|s|min|x))?(?P<bold>\*\*)?[ \t]*<!--\s*=(?P<path>.*?)-->",
@@ -128,6 +129,7 @@ def lookup(data: Any, expr: str) -> float:
 
 def matches(shown: str, value: float) -> bool:
     """Whether ``shown`` is ``value`` rounded to the digits shown (either way of rounding a half)."""
+    shown = shown.replace(",", "")  # 10,156 is 10156
     mantissa, _, exponent = shown.replace("−", "-").partition("e")
     digits = len(mantissa.split(".")[1]) if "." in mantissa else 0
     number = float(shown.replace("−", "-"))
@@ -231,13 +233,15 @@ def test_the_checker_finds_wrong_missing_and_unreferenced_numbers(tmp_path: Path
             {
                 "dpo": {"win_rate": 0.5994},
                 "norm": 6.98137e11,
+                "steps": 10156,
                 "runs": [{"lib": "a", "s": 0.0057}, {"lib": "b", "s": 0.0126}],
             }
         ),
     )
     good = (
         "# Page\n\n<!-- results: benchmarks/results/demo.json -->\n"
-        "win rate **0.599**<!-- =dpo.win_rate --> and 5.7 ms<!-- =median(runs[lib=a].s) * 1000 -->, "
+        "win rate **0.599**<!-- =dpo.win_rate --> after 10,156<!-- =steps --> steps and "
+        "5.7 ms<!-- =median(runs[lib=a].s) * 1000 -->, "
         "max 12.6<!-- =max(runs.s)*1000 -->, over 3 seeds ‖w‖ **6.98e11**<!-- =norm -->;\n"
         "β = 0.1 and `lr = 0.003` are settings, not quotes.\n"
         "\n## Elsewhere\n\n<!-- unsourced: measured by hand once -->\n0.123 is not checked.\n"
@@ -246,7 +250,12 @@ def test_the_checker_finds_wrong_missing_and_unreferenced_numbers(tmp_path: Path
     assert check_page(good, tmp_path) == []
     for old, new, problem in [
         ("**0.599**", "**0.872**", "says 0.872"),  # a wrong number
-        ("**6.98e11**", "**6.97e11**", "says 6.97e11"),  # scientific notation, rounded as shown
+        ("**6.98e11**", "**6.97e11**", "says 6.97e11"),
+        (
+            "10,156<",
+            "10,157<",
+            "says 10,157",
+        ),  # thousands separators  # scientific notation, rounded as shown
         ("<!-- =dpo.win_rate -->", "", "'**0.599**'"),  # a number without its source
         ("win rate", "accuracy 0.69 and win rate", "'0.69'"),  # a loose number in a checked region
         ("=dpo.win_rate", "=dpo.winrate", "no key 'winrate'"),  # a typo in the key
