@@ -7,11 +7,12 @@ value each number is, with HTML comments (the rendered page does not show them):
 * ``<!-- results: benchmarks/results/NAME.json -->`` opens a *checked region*, up to the next heading, the
   next ``results`` or ``unsourced`` marker or ``<!-- /results -->``.
 * In it, a number followed directly by ``<!-- =PATH -->`` quotes the value at PATH in that file, rounded to
-  the digits shown: ``**0.872**<!-- =dpo.hidden_score -->``. A unit may sit between the number and the
-  comment (``0.45×``, ``17 %``). PATH is dotted keys and list indices (``runs[0].accuracy``); ``[key=value]``
-  keeps the list items whose ``key`` is ``value``; a key applied to a list maps over it; ``median(PATH)``,
-  ``mean``, ``min``, ``max`` reduce a list; a trailing ``* K`` scales (``* 1000`` for milliseconds,
-  ``* 100`` for percent).
+  the digits shown: ``**0.872**<!-- =dpo.hidden_score -->`` (``6.98e11``: to the digits of its mantissa;
+  ``10,156``: to the unit).
+  A unit may sit between the number and the comment (``0.45×``, ``17 %``). PATH is dotted keys and list
+  indices (``runs[0].accuracy``); ``[key=value]`` keeps the list items whose ``key`` is ``value``; a key
+  applied to a list maps over it; ``median(PATH)``, ``mean``, ``min``, ``max`` reduce a list; a trailing
+  ``* K`` scales (``* 1000`` for milliseconds, ``* 100`` for percent).
 * Every number with two or more decimals and every bold number in a checked region needs such a reference
   (numbers in math, code, link targets and comments are not quotes).
 * ``--8<-- "benchmarks/results/NAME.md"`` includes a results table as the script wrote it.
@@ -41,7 +42,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 MARKER = re.compile(r"<!--\s*(results|unsourced)\s*:(.*?)-->|<!--\s*/results\s*-->", re.S)
 HEADING = re.compile(r"^#{1,6} ", re.M)
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
-NUMBER = r"[−+-]?\d+(?:\.\d+)?"
+NUMBER = r"[−+-]?\d+(?:,\d{3})*(?:\.\d+)?(?:e[−+-]?\d+)?"
 # A number, an optional unit, an optional closing **, then the reference comment.
 REF = re.compile(
     rf"(?P<num>{NUMBER})(?P<unit>[ \u00a0]?(?:×|%|ms|s|min|x))?(?P<bold>\*\*)?[ \t]*<!--\s*=(?P<path>.*?)-->",
@@ -128,9 +129,12 @@ def lookup(data: Any, expr: str) -> float:
 
 def matches(shown: str, value: float) -> bool:
     """Whether ``shown`` is ``value`` rounded to the digits shown (either way of rounding a half)."""
-    digits = len(shown.split(".")[1]) if "." in shown else 0
+    shown = shown.replace(",", "")  # 10,156 is 10156
+    mantissa, _, exponent = shown.replace("−", "-").partition("e")
+    digits = len(mantissa.split(".")[1]) if "." in mantissa else 0
     number = float(shown.replace("−", "-"))
-    return math.isfinite(value) and abs(value - number) <= 0.5 * 10**-digits + 1e-9
+    step = 10.0 ** (int(exponent or 0) - digits)  # 6.98e11 is rounded to 1e9
+    return math.isfinite(value) and abs(value - number) <= 0.5 * step * (1 + 1e-9) + 1e-9
 
 
 def writer_of(path: Path) -> Path | None:
@@ -195,7 +199,9 @@ def check_page(text: str, root: Path = ROOT) -> list[str]:
                     f"{m.group('path').strip()} = {value:.6g}"
                 )
         if r.kind == "results":
-            prose = REF.sub(lambda m: "**" if m.group("bold") else "", body)
+            # A referenced bold number leaves an empty ****, not the end of one bold span and the start
+            # of the next.
+            prose = REF.sub(lambda m: "**" if m.group("bold") else "", body).replace("****", "")
             for pattern in NOT_PROSE:
                 prose = pattern.sub(" ", prose)
             for m in UNREFERENCED.finditer(prose):
@@ -224,19 +230,32 @@ def test_the_checker_finds_wrong_missing_and_unreferenced_numbers(tmp_path: Path
     res.mkdir(parents=True)
     (res / "demo.json").write_text(
         json.dumps(
-            {"dpo": {"win_rate": 0.5994}, "runs": [{"lib": "a", "s": 0.0057}, {"lib": "b", "s": 0.0126}]}
+            {
+                "dpo": {"win_rate": 0.5994},
+                "norm": 6.98137e11,
+                "steps": 10156,
+                "runs": [{"lib": "a", "s": 0.0057}, {"lib": "b", "s": 0.0126}],
+            }
         ),
     )
     good = (
         "# Page\n\n<!-- results: benchmarks/results/demo.json -->\n"
-        "win rate **0.599**<!-- =dpo.win_rate --> and 5.7 ms<!-- =median(runs[lib=a].s) * 1000 -->, "
-        "max 12.6<!-- =max(runs.s)*1000 -->; β = 0.1 and `lr = 0.003` are settings, not quotes.\n"
+        "win rate **0.599**<!-- =dpo.win_rate --> after 10,156<!-- =steps --> steps and "
+        "5.7 ms<!-- =median(runs[lib=a].s) * 1000 -->, "
+        "max 12.6<!-- =max(runs.s)*1000 -->, over 3 seeds ‖w‖ **6.98e11**<!-- =norm -->;\n"
+        "β = 0.1 and `lr = 0.003` are settings, not quotes.\n"
         "\n## Elsewhere\n\n<!-- unsourced: measured by hand once -->\n0.123 is not checked.\n"
         "\n## Syntax\n\n`<!-- results: benchmarks/results/nope.json -->` and `0.5<!-- =x -->` are code.\n"
     )
     assert check_page(good, tmp_path) == []
     for old, new, problem in [
         ("**0.599**", "**0.872**", "says 0.872"),  # a wrong number
+        ("**6.98e11**", "**6.97e11**", "says 6.97e11"),
+        (
+            "10,156<",
+            "10,157<",
+            "says 10,157",
+        ),  # thousands separators  # scientific notation, rounded as shown
         ("<!-- =dpo.win_rate -->", "", "'**0.599**'"),  # a number without its source
         ("win rate", "accuracy 0.69 and win rate", "'0.69'"),  # a loose number in a checked region
         ("=dpo.win_rate", "=dpo.winrate", "no key 'winrate'"),  # a typo in the key
