@@ -192,18 +192,27 @@ def _what(key: str) -> str:
     return f"key {key!r}" if "." in key else f"column {key!r}"
 
 
-def _text(path: Path, i: int, row: Mapping[str, Any], key: str, numbers_ok: bool) -> str:
-    """``row[key]`` (dotted keys reach nested objects) as a string; ints/floats become strings when
-    ``numbers_ok``. Over :data:`MAX_ROW_BYTES` characters is an error (before any tokenizer sees it)."""
-    value = _lookup(path, i, row, key)
+def _check_length(path: Path, i: int, key: str, n: int) -> None:
+    """A text field over :data:`MAX_ROW_BYTES` characters is an error (before any tokenizer sees it)."""
+    if n > MAX_ROW_BYTES:
+        raise ConfigError(f"{path}: row {i} {_what(key)} is over {MAX_ROW_BYTES} characters")
+
+
+def _as_text(path: Path, i: int, key: str, value: Any, numbers_ok: bool) -> str:
+    """``value`` (the row's ``key``) as a string; ints/floats become strings when ``numbers_ok``."""
     if isinstance(value, str):
-        if len(value) > MAX_ROW_BYTES:
-            raise ConfigError(f"{path}: row {i} {_what(key)} is over {MAX_ROW_BYTES} characters")
+        _check_length(path, i, key, len(value))
         return value
     if numbers_ok and isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     allowed = "a string or a number" if numbers_ok else "a string"
     raise ConfigError(f"{path}: row {i} {_what(key)} must be {allowed}, got {_short(value)}")
+
+
+def _text(path: Path, i: int, row: Mapping[str, Any], key: str, numbers_ok: bool) -> str:
+    """``row[key]`` (dotted keys reach nested objects) as a string; ints/floats become strings when
+    ``numbers_ok``. Over :data:`MAX_ROW_BYTES` characters is an error (before any tokenizer sees it)."""
+    return _as_text(path, i, key, _lookup(path, i, row, key), numbers_ok)
 
 
 def _response(path: Path, i: int, row: Mapping[str, Any], key: str, numbers_ok: bool) -> str:
@@ -212,26 +221,27 @@ def _response(path: Path, i: int, row: Mapping[str, Any], key: str, numbers_ok: 
     value = _lookup(path, i, row, key)
     messages = chat_messages(value)
     if messages is None:
-        return _text(path, i, row, key, numbers_ok)
+        return _as_text(path, i, key, value, numbers_ok)
     turns = [m["content"] for m in messages if m["role"] == "assistant"]
     if not turns:
         raise ConfigError(f"{path}: row {i} {_what(key)} is a list of messages with no assistant message")
-    return "\n\n".join(turns)
+    response = "\n\n".join(turns)
+    _check_length(path, i, key, len(response))
+    return response
 
 
 def _prompt(path: Path, i: int, row: Mapping[str, Any], key: str) -> str:
     """The prompt of a row: a string, or a list of chat messages (a :class:`ChatPrompt`)."""
     value = _lookup(path, i, row, key)
     if isinstance(value, str):
-        return _text(path, i, row, key, numbers_ok=False)
+        return _as_text(path, i, key, value, numbers_ok=False)
     messages = chat_messages(value)
-    if messages is not None and sum(len(m["content"]) for m in messages) > MAX_ROW_BYTES:
-        raise ConfigError(f"{path}: row {i} {_what(key)} is over {MAX_ROW_BYTES} characters")
     if messages is None:
         raise ConfigError(
             f"{path}: row {i} {_what(key)} must be a string or a list of chat messages "
             f'[{{"role": ..., "content": ...}}], got {_short(value)}'
         )
+    _check_length(path, i, key, sum(len(m["content"]) for m in messages))
     return ChatPrompt(messages)
 
 
