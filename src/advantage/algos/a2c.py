@@ -55,7 +55,7 @@ from advantage.context import RunContext, Snapshot
 from advantage.envs import env_state, make_vec_env, set_env_state
 from advantage.errors import NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, gae, masked_whiten, reward_to_go
-from advantage.nn import ActorCritic, ActorCriticModel, ActorCriticPolicy, ObsNormalizer
+from advantage.nn import ActorCritic, ActorCriticModel, ActorCriticPolicy, ObsNormalizer, eager
 from advantage.registry import Algorithm, register
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
@@ -256,7 +256,7 @@ def train(cfg: A2CConfig, ctx: RunContext) -> None:
         loss.backward()
         if a.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.max_grad_norm)
-        opt.step()
+        eager.step(opt)
         for k, v in m.items():
             stats.setdefault(k, []).append(float(v.detach()))
         if step >= next_log:  # one row per trainer.log_every steps: an update is only N·T steps

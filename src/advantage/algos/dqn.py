@@ -59,7 +59,7 @@ from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
 from advantage.envs import describe_space, env_state, make_env, make_vec_env, set_env_state
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import double_q_target, dueling_combine, polyak_update, td_target
-from advantage.nn import mlp
+from advantage.nn import eager, mlp
 from advantage.nn.lean import clip_grad_norm
 from advantage.registry import Algorithm, register
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
@@ -629,7 +629,7 @@ def gradient_step(
     loss.backward()
     if a.max_grad_norm > 0:
         clip_grad_norm(opt.params, a.max_grad_norm)
-    opt.step()
+    eager.step(opt)
     return value, None if weights is None else (pred.detach() - target).abs()
 
 

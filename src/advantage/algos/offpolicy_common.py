@@ -34,6 +34,7 @@ from advantage.data import ReplayBuffer
 from advantage.data.replay import replay_problems
 from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
 from advantage.errors import ConfigError, EnvError, NonFiniteError
+from advantage.nn import eager  # noqa: F401  (installed before LeanAdam builds its torch.optim.Adam)
 from advantage.nn.continuous import to_env_action
 from advantage.nn.policy import ObsNormalizer
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state

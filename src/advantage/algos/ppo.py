@@ -43,7 +43,7 @@ from advantage.context import RunContext, Snapshot
 from advantage.envs import describe_space, make_vec_env
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, masked_whiten
-from advantage.nn import ActorCritic, ActorCriticModel, ActorCriticPolicy
+from advantage.nn import ActorCritic, ActorCriticModel, ActorCriticPolicy, eager
 from advantage.registry import Algorithm, register
 from advantage.rollout.onpolicy import make_collector
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
@@ -232,7 +232,7 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
                     torch.nn.utils.clip_grads_with_norm_(
                         params, a.max_grad_norm, torch.nn.utils.get_total_norm(grads)
                     )
-                opt.step()
+                eager.step(opt)
                 if not measure:
                     continue
                 for k, v in {

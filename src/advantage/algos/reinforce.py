@@ -90,7 +90,7 @@ from advantage.math import (
     outer_weights,
     reward_to_go,
 )
-from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer
+from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer, eager
 from advantage.registry import Algorithm, register
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
@@ -380,7 +380,7 @@ def _step(opt: torch.optim.Optimizer, model: ActorCritic, loss: Tensor, max_grad
     loss.backward()
     if max_grad_norm > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    opt.step()
+    eager.step(opt)
 
 
 def check_env(cfg: Any, env: gym.Env, name: str = "reinforce") -> None:

@@ -55,7 +55,7 @@ from advantage.math import (
     masked_whiten,
     natural_step,
 )
-from advantage.nn import ActorCritic, ActorCriticModel, ActorCriticPolicy
+from advantage.nn import ActorCritic, ActorCriticModel, ActorCriticPolicy, eager
 from advantage.nn.actor_critic import CategoricalHead
 from advantage.registry import Algorithm, register
 from advantage.rollout.onpolicy import make_collector
@@ -269,7 +269,7 @@ def value_step(
                 )
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            opt.step()
+            eager.step(opt)
             losses.append(float(loss.detach()))
     var_y = float(returns.var()) if n > 1 else 0.0
     explained = float("nan") if var_y == 0 else 1 - float((returns - old_values).var()) / var_y

@@ -47,6 +47,8 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 from torch.optim import optimizer as _optimizer_module
 
+from advantage.nn import eager
+
 __all__ = [
     "DecodeWeights",
     "KVCache",
@@ -856,13 +858,13 @@ def adamw_step(opt: torch.optim.Optimizer) -> None:
         or getattr(opt, "grad_scale", None) is not None
         or getattr(opt, "found_inf", None) is not None
     ):
-        opt.step()
+        eager.step(opt)
         return
     params = [p for p in group["params"] if p.grad is not None]
     if not params:
         return
     if len({(p.device, p.dtype) for p in params}) > 1 or params[0].is_complex():
-        opt.step()
+        eager.step(opt)
         return
     state = opt.state
     for p in params:

@@ -1,0 +1,84 @@
+"""Start-up cost: what a run, ``advantage list``, ``--help`` and a config error import (issue: the time a
+user waits). Each check runs in a fresh interpreter, since ``sys.modules`` is what is measured."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _python(code: str, cwd: Path | None = None) -> dict:
+    """Run ``code`` in a fresh interpreter; it prints one JSON object as its last line."""
+    env = {"PYTHONPATH": SRC, "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_eager_step_matches_torch_and_skips_dynamo() -> None:
+    """``eager.step`` gives the parameters and optimizer state of ``opt.step()`` bit for bit, for each
+    optimizer the algorithms use, without importing ``torch._dynamo`` (the plain steps run after)."""
+    res = _python(
+        """
+        import json, sys, torch
+        from advantage.nn import eager
+
+        CASES = [
+            (torch.optim.Adam, dict(lr=1e-2, eps=1e-5, fused=True)),
+            (torch.optim.Adam, dict(lr=1e-2)),
+            (torch.optim.RMSprop, dict(lr=1e-2, alpha=0.99, eps=1e-5)),
+            (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1, fused=True)),
+        ]
+
+        def run(use_eager, cls, kw):
+            torch.manual_seed(0)
+            m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+            opt = cls(m.parameters(), **kw)
+            for _ in range(4):
+                opt.zero_grad(set_to_none=True)
+                m(torch.randn(16, 4)).pow(2).mean().backward()
+                eager.step(opt) if use_eager else opt.step()
+            sd = opt.state_dict()
+            opt.load_state_dict(sd)
+            state = [t for s in sd["state"].values() for t in s.values() if torch.is_tensor(t)]
+            return [p.detach().clone() for p in m.parameters()] + state
+
+        mine = [run(True, cls, kw) for cls, kw in CASES]
+        dynamo_before = "torch._dynamo" in sys.modules
+        plain = [run(False, cls, kw) for cls, kw in CASES]
+        same = [all(torch.equal(a, b) for a, b in zip(x, y)) for x, y in zip(mine, plain)]
+        print(json.dumps({"dynamo_before": dynamo_before, "same": same,
+                          "dynamo_after": "torch._dynamo" in sys.modules}))
+        """
+    )
+    assert res["same"] == [True] * 4
+    assert res["dynamo_before"] is False
+    assert res["dynamo_after"] is True  # the plain path imports it: the check above can fail
+
+
+def test_classic_run_imports_no_compiler(tmp_path: Path) -> None:
+    """A short PPO and DQN run in one process: no ``torch._dynamo``."""
+    res = _python(
+        """
+        import json, sys
+        from advantage.cli import main
+        for algo in ("ppo", "dqn"):
+            assert main(["train", algo, "trainer.total_steps=600", "trainer.eval_episodes=1",
+                         "trainer.tensorboard=false", "--quiet", f"trainer.run_dir=r-{algo}"]) == 0
+        print(json.dumps({"dynamo": "torch._dynamo" in sys.modules}))
+        """,
+        cwd=tmp_path,
+    )
+    assert res == {"dynamo": False}
