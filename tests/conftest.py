@@ -86,3 +86,12 @@ def assert_resume_exact(tmp_path, monkeypatch):
         return a
 
     return check
+
+
+@pytest.fixture(autouse=True)
+def _foreground_outputs(monkeypatch):
+    """``main([...])`` in tests waits for its plot and TensorBoard events like the Python API (the command
+    line leaves them to the run's sidecar process; tests/test_startup.py covers that path)."""
+    import advantage.cli
+
+    monkeypatch.setattr(advantage.cli, "BACKGROUND", False)

@@ -31,15 +31,14 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from safetensors import SafetensorError
-from safetensors.torch import load as st_load
-from safetensors.torch import save as st_save
 
 from advantage.errors import CheckpointError
+
+if TYPE_CHECKING:
+    import torch
 
 FORMAT = 1
 TENSORS, STATE, MANIFEST, LATEST = "tensors.safetensors", "state.json", "manifest.json", "latest"
@@ -85,6 +84,8 @@ class Checkpoint:
 
 
 def _to_tensor(name: str, value: Any) -> torch.Tensor:
+    import torch  # here, not at the top: reading configs and listing runs need no torch
+
     if isinstance(value, np.ndarray):
         value = torch.from_numpy(np.ascontiguousarray(value))
     if not isinstance(value, torch.Tensor):
@@ -106,6 +107,8 @@ def save_checkpoint(
     ``keep``. ``files`` are extra plain files (name -> bytes) written, hashed and verified with the rest.
     Returns the checkpoint folder. An OSError (disk full, file-size limit) leaves the previous
     checkpoint and ``latest`` untouched."""
+    from safetensors.torch import save as st_save
+
     root = Path(root)
     for fname in files or {}:
         if fname in (TENSORS, STATE, MANIFEST) or "/" in fname or "\\" in fname or fname.startswith("."):
@@ -293,6 +296,9 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         _verify_streamed(folder / fname, files[fname])
     raw_tensors = _read_verified(folder, TENSORS, files[TENSORS])
     raw_state = _read_verified(folder, STATE, files[STATE])
+    from safetensors import SafetensorError
+    from safetensors.torch import load as st_load
+
     try:
         tensors = st_load(raw_tensors)
     except (SafetensorError, ValueError, RuntimeError) as e:

@@ -38,6 +38,10 @@ def _split_algo(args: Sequence[str]) -> tuple[str | None, list[str]]:
     return None, args
 
 
+# The command returns when the run's checkpoint is saved; the learning-curve plot and the last TensorBoard
+# events are finished by the run's sidecar process (advantage.sidecar) a moment later.
+BACKGROUND = True
+
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report it
 
 
@@ -63,7 +67,7 @@ def cmd_train(ns: argparse.Namespace) -> int:
     if stray:
         raise AdvantageError(f"expected key=value overrides after the algorithm, got {' '.join(stray)!r}")
     overrides = parse_overrides(rest)
-    return _ended(train(algo, ns.config, progress=not ns.quiet, **overrides))
+    return _ended(train(algo, ns.config, progress=not ns.quiet, background=BACKGROUND, **overrides))
 
 
 def _ended(run) -> int:
@@ -114,7 +118,9 @@ def cmd_resume(ns: argparse.Namespace) -> int:
     from advantage.config import parse_overrides
     from advantage.runs import resume
 
-    return _ended(resume(ns.run_dir, progress=not ns.quiet, **parse_overrides(ns.overrides)))
+    return _ended(
+        resume(ns.run_dir, progress=not ns.quiet, background=BACKGROUND, **parse_overrides(ns.overrides))
+    )
 
 
 def cmd_eval(ns: argparse.Namespace) -> int:

@@ -100,7 +100,12 @@ class TrainerConfig:
     log_every: int = option(1000, "log training metrics every N environment steps", lo=1)
     run_dir: str | None = option(None, "run folder (default runs/<algo>-<env>-<YYYYmmdd-HHMMSS>)")
     progress: str = option("auto", "progress display", choices=("auto", "bar", "lines", "none"))
-    tensorboard: bool = option(True, "write TensorBoard event files")
+    tensorboard: bool = option(
+        True, "write TensorBoard event files (by a separate process that follows metrics.jsonl)"
+    )
+    plot: bool = option(
+        True, "draw plots/learning_curve.png when the run ends (by that separate process; `advantage plot`)"
+    )
     torch_threads: int = option(
         1, "torch CPU threads (small networks are fastest on one)", lo=1, hi=4 * (os.cpu_count() or 1)
     )

@@ -8,7 +8,8 @@ An algorithm's ``train(cfg, ctx)`` keeps its loop visible and calls into the con
 * ``ctx.log(step, metrics)`` — algorithm metrics (losses, ε, ...);
 * ``ctx.tick(step, snapshot)`` — evaluate / checkpoint when due; returns True when the run must stop
   (SIGTERM or SIGINT: the loop breaks and ``finish`` checkpoints at that step boundary);
-* ``ctx.finish(step, snapshot)`` — final evaluation, checkpoint and learning-curve plot.
+* ``ctx.finish(step, snapshot)`` — final evaluation and checkpoint (the learning-curve plot and the
+  TensorBoard events are written by :mod:`advantage.sidecar`).
 
 ``snapshot`` is a zero-argument function returning a :class:`Snapshot`, so nothing is copied unless an
 evaluation or checkpoint is actually due.
@@ -34,6 +35,7 @@ from advantage.envs import make_env
 from advantage.errors import CheckpointError, NonFiniteError
 from advantage.evaluation import EVAL_SEED_OFFSET, evaluate_policy
 from advantage.metrics import MetricsWriter
+from advantage.plotting import DEFAULT_METRICS
 from advantage.progress import ENV_FIELDS, LM_FIELDS, Progress
 from advantage.registry import Algorithm, Policy
 
@@ -98,6 +100,7 @@ class RunContext:
         run_dir: Path,
         restored: Checkpoint | None = None,
         quiet: bool = False,
+        background: bool = False,
     ):
         self.algo, self.cfg, self.run_dir, self.restored = algo, cfg, Path(run_dir), restored
         t = cfg.trainer
@@ -120,6 +123,8 @@ class RunContext:
             tensorboard=t.tensorboard,
             elapsed=run_state.get("elapsed", 0.0),
             purge_step=start + 1 if restored else None,
+            plot_metrics=(algo.plot_metrics or DEFAULT_METRICS) if t.plot else None,
+            background=background,
         )
         self.progress = Progress(
             t.total_steps,
@@ -267,7 +272,7 @@ class RunContext:
         return self._stop_signal is not None
 
     def finish(self, step: int, snap: Snapshot) -> dict[str, Any] | None:
-        """End of training (or a stop signal): evaluate (unless stopped), checkpoint, plot, close."""
+        """End of training (or a stop signal): evaluate (unless stopped), checkpoint, close."""
         result = None
         try:
             # stopped by a signal between log steps: no extra training row; the window goes into the
@@ -285,14 +290,14 @@ class RunContext:
                 self.save(step, snap)
         finally:
             self.close()
-        try:
-            from advantage.plotting import DEFAULT_METRICS, plot_runs
-
-            metrics = self.algo.plot_metrics or DEFAULT_METRICS
-            plot_runs([self.run_dir], self.run_dir / "plots" / "learning_curve.png", metrics=metrics)
-        except Exception as e:  # a plot must never cost the user a finished run
-            self.progress.stream.write(f"warning: could not plot learning curves: {e}\n")
         return result
+
+    def wait_outputs(self) -> None:
+        """Complete the TensorBoard events and the learning-curve plot (drawn here, or by the sidecar
+        when the run is in the background); a warning goes to the progress stream."""
+        warning = self.writer.wait()
+        if warning:
+            self.progress.stream.write(warning.rstrip("\n") + "\n")
 
     def close(self) -> None:
         self.progress.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,13 @@ def _clean(value: Any) -> Any:
 
 
 class MetricsWriter:
-    """Appends rows to ``metrics.jsonl`` and mirrors scalars to TensorBoard.
+    """Appends rows to ``metrics.jsonl``, mirrors their numbers to TensorBoard and draws the learning curve
+    when the run is over.
+
+    With ``background=True`` (the command line) TensorBoard and the plot are the work of a sidecar process
+    (:mod:`advantage.sidecar`) that follows the file, so the training process neither imports their
+    libraries nor waits for the plot. Otherwise (the Python API) they are written in this process and
+    :meth:`wait` draws the plot.
 
     Args:
         run_dir: the run folder.
@@ -56,6 +62,8 @@ class MetricsWriter:
             lists every run by name).
         elapsed: seconds already spent by earlier sessions of this run (resume).
         purge_step: on resume, TensorBoard drops events after this step.
+        plot_metrics: draw ``plots/learning_curve.png`` of these metrics at the end (None: no plot).
+        background: hand TensorBoard and the plot to a sidecar process.
     """
 
     def __init__(
@@ -64,15 +72,26 @@ class MetricsWriter:
         tensorboard: bool = True,
         elapsed: float = 0.0,
         purge_step: int | None = None,
+        plot_metrics: Sequence[str] | None = None,
+        background: bool = False,
     ):
         self.run_dir = Path(run_dir)
         self._start = time.perf_counter() - elapsed
-        self._file = open(self.run_dir / METRICS_FILE, "a")  # noqa: SIM115  (closed in close())
-        self._tb = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
+        path = self.run_dir / METRICS_FILE
+        self._file = open(path, "a")  # noqa: SIM115  (closed in close())
+        self._plot_metrics = plot_metrics
+        self._tb: Any = None
+        self.sidecar: Any = None
+        if background and (tensorboard or plot_metrics):
+            from advantage.sidecar import Sidecar
 
-            self._tb = SummaryWriter(log_dir=str(self.run_dir), purge_step=purge_step)
+            self.sidecar = Sidecar(
+                self.run_dir, path, self._file.tell(), tensorboard, purge_step, plot_metrics
+            )
+        elif tensorboard:
+            from advantage.sidecar import TensorBoardWriter
+
+            self._tb = TensorBoardWriter(self.run_dir, purge_step)
 
     @property
     def elapsed(self) -> float:
@@ -84,12 +103,41 @@ class MetricsWriter:
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
         if self._tb is not None:
-            for k, v in metrics.items():
-                if isinstance(v, int | float) and not isinstance(v, bool):
-                    self._tb.add_scalar(k, v, global_step=int(step))
+            self._tb.add(int(step), time.time(), scalars(metrics))
         return row
 
     def close(self) -> None:
-        self._file.close()
+        """Close the file (and this process's TensorBoard writer), or tell the sidecar that this session's
+        rows are complete."""
+        if not self._file.closed:
+            self._file.close()
         if self._tb is not None:
             self._tb.close()
+            self._tb = None
+        if self.sidecar is not None:
+            self.sidecar.close()
+
+    def wait(self) -> str | None:
+        """The end-of-run outputs, complete: the sidecar finished, or the plot drawn here. Returns a
+        warning (a plot that could not be drawn never costs the user a finished run), or None."""
+        self.close()
+        if self.sidecar is not None:
+            return self.sidecar.wait()
+        if not self._plot_metrics:
+            return None
+        from advantage.plotting import plot_runs
+
+        try:
+            plot_runs([self.run_dir], self.run_dir / "plots" / "learning_curve.png", self._plot_metrics)
+        except Exception as e:  # a plot must never cost the user a finished run
+            return f"warning: could not plot learning curves: {e}"
+        return None
+
+
+def scalars(row: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """The TensorBoard scalars of a metrics row: its numbers except ``step`` and ``time``."""
+    return [
+        (k, float(v))
+        for k, v in row.items()
+        if k not in ("step", "time") and isinstance(v, int | float) and not isinstance(v, bool)
+    ]

@@ -1,13 +1,18 @@
 """The algorithm registry: the one place where a config picks code by name (``advantage train NAME``).
 
-Each algorithm module builds an :class:`Algorithm` and calls :func:`register`; ``advantage.algos`` imports
-the modules. Everything a run needs is on the record: the config dataclass, the training function, and the
-function that rebuilds the trained policy from checkpoint tensors (for ``eval`` and ``Run.act``).
+Each algorithm's config module (``advantage.configs.*``: its config dataclasses, presets and this record)
+builds an :class:`Algorithm` and calls :func:`register`; :mod:`advantage.configs` imports them all. The
+training code is named, not imported: :class:`Entry` (``"advantage.algos.ppo:train"``) imports its module
+on the first call, so listing algorithms, reading and validating a config, and reporting a config error
+import neither torch nor the algorithms (the layering is in ``docs/architecture.md``). Everything a run
+needs is on the record: the config dataclass, the training function, and the function that rebuilds the
+trained policy from checkpoint tensors (for ``eval`` and ``Run.act``).
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,6 +25,38 @@ if TYPE_CHECKING:
 
     from advantage.checkpoint import Checkpoint
     from advantage.context import RunContext
+
+
+class Entry:
+    """A function named ``"package.module:attribute"``, imported on its first call, with keyword
+    arguments bound as by :func:`functools.partial` (``Entry("advantage.algos.tabular.td:train",
+    method="sarsa")``). Picklable (it holds only the name and the arguments), so Ray workers rebuild it."""
+
+    def __init__(self, target: str, /, **kwargs: Any):
+        module, sep, attr = target.partition(":")
+        if not sep or not module or not attr:
+            raise ValueError(f"Entry target must be 'module:attribute', got {target!r}")
+        self.target, self.kwargs = target, kwargs
+        self._fn: Callable[..., Any] | None = None
+
+    def resolve(self) -> Callable[..., Any]:
+        if self._fn is None:
+            module, _, attr = self.target.partition(":")
+            self._fn = getattr(importlib.import_module(module), attr)
+        return self._fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.resolve()(*args, **self.kwargs, **kwargs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"target": self.target, "kwargs": self.kwargs}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.target, self.kwargs, self._fn = state["target"], state["kwargs"], None
+
+    def __repr__(self) -> str:
+        args = "".join(f", {k}={v!r}" for k, v in self.kwargs.items())
+        return f"Entry({self.target!r}{args})"
 
 
 class Policy(Protocol):
@@ -36,7 +73,8 @@ class Algorithm:
         name: the CLI name, e.g. ``q_learning``.
         summary: one line for ``advantage list``.
         config: the config dataclass (sections env/algorithm/model/trainer).
-        train: ``train(cfg, ctx)`` runs the loop; it reads ``ctx.restored`` to resume.
+        train: ``train(cfg, ctx)`` runs the loop; it reads ``ctx.restored`` to resume. This and the other
+            functions below are usually :class:`Entry` objects, so the record imports no training code.
         policy: ``policy(cfg, env, tensors) -> Policy`` rebuilds the trained policy from a checkpoint.
         check_env: ``check_env(cfg, env)`` raises :class:`~advantage.errors.EnvError` for spaces the
             algorithm cannot handle (called before the run folder is created).
@@ -89,7 +127,7 @@ def register(algo: Algorithm) -> Algorithm:
 
 def get_algorithm(name: str) -> Algorithm:
     """The registered algorithm ``name``; an unknown name is a :class:`ConfigError` with suggestions."""
-    import advantage.algos  # noqa: F401  (registers every algorithm)
+    import advantage.configs  # noqa: F401  (registers every algorithm; imports no training code)
 
     if name not in ALGORITHMS:
         close = difflib.get_close_matches(name, list(ALGORITHMS), n=3, cutoff=0.5)
@@ -102,6 +140,6 @@ def get_algorithm(name: str) -> Algorithm:
 
 
 def all_algorithms() -> dict[str, Algorithm]:
-    import advantage.algos  # noqa: F401
+    import advantage.configs  # noqa: F401
 
     return dict(ALGORITHMS)

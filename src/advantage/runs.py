@@ -239,6 +239,7 @@ def train(
     *,
     quiet: bool = False,
     progress: bool = True,
+    background: bool = False,
     **overrides: Any,
 ) -> Run:
     """Train ``algo`` and return the :class:`Run`, finished or stopped by a signal (then
@@ -249,6 +250,8 @@ def train(
         config: a YAML file or a nested mapping.
         quiet: no progress display and no "run folder" line.
         progress: False: no progress display, but the "run folder" line is still printed (``--quiet``).
+        background: return without waiting for the learning-curve plot and the last TensorBoard events,
+            which a separate process finishes (:mod:`advantage.sidecar`; what the command line does).
         **overrides: dotted keys, e.g. ``train("q_learning", **{"algorithm.gamma": 0.9})``, or
             ``preset="frozenlake"``.
 
@@ -272,17 +275,19 @@ def train(
             print(f"run folder: {run_dir}", flush=True)  # first: scripts read where the run went
         if not quiet and hp_note:
             print(hp_note, flush=True)
-        ctx = RunContext(spec, cfg, run_dir, quiet=quiet or not progress)
+        ctx = RunContext(spec, cfg, run_dir, quiet=quiet or not progress, background=background)
         try:
             spec.train(cfg, ctx)
         finally:
             ctx.close()
     finally:
         lock.release()
-    return _ended(run_dir, ctx)
+    return _ended(run_dir, ctx, background)
 
 
-def _ended(run_dir: Path, ctx: RunContext) -> Run:
+def _ended(run_dir: Path, ctx: RunContext, background: bool) -> Run:
+    if not background:
+        ctx.wait_outputs()
     run = Run(run_dir)
     signal = ctx.stop_requested
     run.stopped_by = signal if signal in STOP_SIGNALS else None
@@ -290,22 +295,36 @@ def _ended(run_dir: Path, ctx: RunContext) -> Run:
     return run
 
 
-def resume(run_dir: str | Path, *, quiet: bool = False, progress: bool = True, **overrides: Any) -> Run:
+def resume(
+    run_dir: str | Path,
+    *,
+    quiet: bool = False,
+    progress: bool = True,
+    background: bool = False,
+    **overrides: Any,
+) -> Run:
     """Continue a run from its latest checkpoint, in the same folder. Typically
     ``resume(run, **{"trainer.total_steps": 200_000})``. Changing a non-``trainer`` value prints a
     warning with the old and new value (the run then mixes two settings); the values the checkpoint's
-    tensors depend on (:func:`fixed_on_resume`) cannot change. ``quiet`` and ``progress`` as in
-    :func:`train`."""
+    tensors depend on (:func:`fixed_on_resume`) cannot change. ``quiet``, ``progress`` and
+    ``background`` as in :func:`train`."""
     run_dir = Path(run_dir)
     old = Run(run_dir)
     lock = RunLock(run_dir)
     try:
-        return _resume(run_dir, old, quiet, progress, overrides)
+        return _resume(run_dir, old, quiet, progress, background, overrides)
     finally:
         lock.release()
 
 
-def _resume(run_dir: Path, old: Run, quiet: bool, progress: bool, overrides: Mapping[str, Any]) -> Run:
+def _resume(
+    run_dir: Path,
+    old: Run,
+    quiet: bool,
+    progress: bool,
+    background: bool,
+    overrides: Mapping[str, Any],
+) -> Run:
     spec, cfg = resolve_config(old.algo.name, run_dir / CONFIG_FILE, overrides)
     before, after = flatten(to_dict(old.config)), flatten(to_dict(cfg))
     fixed = [
@@ -333,12 +352,12 @@ def _resume(run_dir: Path, old: Run, quiet: bool, progress: bool, overrides: Map
         if not quiet:
             print(f"run folder: {run_dir} (no checkpoint yet: starting from step 0)", flush=True)
         atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
-        ctx = RunContext(spec, cfg, run_dir, quiet=quiet or not progress)
+        ctx = RunContext(spec, cfg, run_dir, quiet=quiet or not progress, background=background)
         try:
             spec.train(cfg, ctx)
         finally:
             ctx.close()
-        return _ended(run_dir, ctx)
+        return _ended(run_dir, ctx, background)
     ckpt = load_checkpoint(run_dir / "checkpoints")
     if ckpt.step >= cfg.trainer.total_steps:
         if not quiet:
@@ -353,7 +372,7 @@ def _resume(run_dir: Path, old: Run, quiet: bool, progress: bool, overrides: Map
         print(f"run folder: {run_dir} (resuming at step {ckpt.step})", flush=True)
     previous = (run_dir / CONFIG_FILE).read_text()
     atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
-    ctx = RunContext(spec, cfg, run_dir, restored=ckpt, quiet=quiet or not progress)
+    ctx = RunContext(spec, cfg, run_dir, restored=ckpt, quiet=quiet or not progress, background=background)
     try:
         spec.train(cfg, ctx)
     except BaseException as e:
@@ -368,7 +387,7 @@ def _resume(run_dir: Path, old: Run, quiet: bool, progress: bool, overrides: Map
         raise
     finally:
         ctx.close()
-    return _ended(run_dir, ctx)
+    return _ended(run_dir, ctx, background)
 
 
 def fixed_on_resume(key: str) -> bool:

@@ -1,0 +1,9 @@
+"""Every algorithm's config: its dataclasses, presets and registry record, without its training code.
+
+Importing this package registers every algorithm (:mod:`advantage.registry`) and imports neither torch
+nor :mod:`advantage.algos`: ``advantage list``, ``advantage --help`` and config errors answer in a
+fraction of a second. The training functions are :class:`~advantage.registry.Entry` names, imported when
+a run starts.
+"""
+
+import advantage.algos  # noqa: F401  (the algorithms not yet split into config and code)
