@@ -33,7 +33,7 @@ import gymnasium as gym
 from advantage.checkpoint import Checkpoint, save_checkpoint
 from advantage.envs import make_env
 from advantage.errors import CheckpointError, NonFiniteError
-from advantage.evaluation import EVAL_SEED_OFFSET, evaluate_policy
+from advantage.evaluation import EVAL_SEED_OFFSET, envs_for, evaluate_policy
 from advantage.metrics import MetricsWriter
 from advantage.plotting import DEFAULT_METRICS
 from advantage.progress import ENV_FIELDS, LM_FIELDS, Progress
@@ -133,7 +133,7 @@ class RunContext:
             description=algo.name,
             fields=_progress_fields(algo),
         )
-        self._eval_env: gym.Env | None = None
+        self._eval_envs: list[gym.Env] = []  # made when first needed: a run may never evaluate
         self._last_eval: tuple[int, dict[str, Any]] | None = None
         self._last_saved: int | None = None
         self._install_signal_handlers()
@@ -210,13 +210,15 @@ class RunContext:
         if self.algo.evaluate is not None:  # a language model: accuracy, pass@K, maj@K on prompts
             res = dict(self.algo.evaluate(self.cfg, policy))
         else:
-            if self._eval_env is None:
-                self._eval_env = make_env(self.cfg.env)
+            n = envs_for(policy, self.cfg.trainer.eval_episodes)
+            while len(self._eval_envs) < n:
+                self._eval_envs.append(make_env(self.cfg.env))
             res = evaluate_policy(
                 policy,
-                self._eval_env,
+                self._eval_envs[0],
                 self.cfg.trainer.eval_episodes,
                 seed=self.cfg.trainer.seed + EVAL_SEED_OFFSET,
+                more_envs=self._eval_envs[1:n],
             )
         res["seconds"] = time.perf_counter() - start
         self.log(step, {f"eval/{k}": v for k, v in res.items() if isinstance(v, int | float | bool)})
@@ -302,8 +304,9 @@ class RunContext:
     def close(self) -> None:
         self.progress.close()
         self.writer.close()
-        if self._eval_env is not None:
-            self._eval_env.close()
+        for env in self._eval_envs:
+            env.close()
+        self._eval_envs.clear()
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)
         self._old_handlers.clear()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -12,6 +13,15 @@ from advantage.errors import NonFiniteError
 from advantage.registry import Policy
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training episodes
+SIDE_BY_SIDE = 16  # at most this many evaluation episodes run at once (one env copy each)
+
+
+def envs_for(policy: Policy, episodes: int, deterministic: bool = True) -> int:
+    """How many env copies :func:`evaluate_policy` can use for ``policy``: one per episode up to
+    :data:`SIDE_BY_SIDE` for a deterministic policy with ``act_batch``, otherwise one."""
+    if deterministic and hasattr(policy, "act_batch"):
+        return max(1, min(episodes, SIDE_BY_SIDE))
+    return 1
 
 
 def evaluate_policy(
@@ -21,10 +31,16 @@ def evaluate_policy(
     seed: int,
     deterministic: bool = True,
     max_steps: int = 10_000,
+    more_envs: Sequence[gym.Env] = (),
 ) -> dict[str, Any]:
     """Run ``episodes`` episodes; episode ``i`` starts from ``env.reset(seed=seed + i)``, so a result
     depends only on the policy and the seed. An episode is cut after ``max_steps`` steps (environments
     without a time limit, such as CliffWalking, would otherwise let a looping policy run forever).
+
+    With ``more_envs`` (copies of ``env``), a deterministic policy that has ``act_batch`` plays
+    ``1 + len(more_envs)`` episodes side by side, one batched forward pass per step instead of one per
+    episode and step; each episode still starts from its own seed in its own env, so the returns are those
+    of the one-at-a-time loop (up to the float rounding of a batched matrix product).
 
     Returns:
         ``return_mean``, ``return_std`` (population std), ``length_mean``, ``episodes``, and
@@ -32,30 +48,48 @@ def evaluate_policy(
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
-    returns, lengths, successes = [], [], []
-    for i in range(episodes):
-        obs, _ = env.reset(seed=seed + i)
-        total, n = 0.0, 0
-        while True:
-            obs, reward, terminated, truncated, info = env.step(policy.act(obs, deterministic=deterministic))
+    envs = [env, *more_envs]
+    if not (deterministic and len(envs) > 1 and episodes > 1 and hasattr(policy, "act_batch")):
+        envs = [env]
+    returns, lengths = [0.0] * episodes, [0] * episodes
+    success: dict[int, float] = {}
+    obs: dict[int, Any] = {}  # slot -> observation of its running episode
+    running: dict[int, int] = {}  # slot -> episode index
+    upcoming = iter(range(episodes))
+    for slot in range(min(len(envs), episodes)):
+        i = next(upcoming)
+        obs[slot], _ = envs[slot].reset(seed=seed + i)
+        running[slot] = i
+    while running:
+        slots = list(running)
+        if len(envs) == 1:
+            actions = [policy.act(obs[slots[0]], deterministic=deterministic)]
+        else:
+            actions = policy.act_batch(np.stack([obs[k] for k in slots]))  # type: ignore[attr-defined]
+        for slot, action in zip(slots, actions, strict=True):
+            i = running[slot]
+            obs[slot], reward, terminated, truncated, info = envs[slot].step(action)
             if not math.isfinite(float(reward)):
-                raise NonFiniteError(f"evaluation episode {i}, step {n}: reward is {reward}")
-            total += float(reward)
-            n += 1
-            if terminated or truncated or n >= max_steps:
-                break
-        returns.append(total)
-        lengths.append(n)
-        if "is_success" in info:
-            successes.append(float(info["is_success"]))
+                raise NonFiniteError(f"evaluation episode {i}, step {lengths[i]}: reward is {reward}")
+            returns[i] += float(reward)
+            lengths[i] += 1
+            if terminated or truncated or lengths[i] >= max_steps:
+                if "is_success" in info:
+                    success[i] = float(info["is_success"])
+                nxt = next(upcoming, None)
+                if nxt is None:
+                    del running[slot]
+                else:
+                    obs[slot], _ = envs[slot].reset(seed=seed + nxt)
+                    running[slot] = nxt
     out: dict[str, Any] = {
         "return_mean": float(np.mean(returns)),
         "return_std": float(np.std(returns)),
         "length_mean": float(np.mean(lengths)),
         "episodes": episodes,
     }
-    if successes:
-        out["success_rate"] = float(np.mean(successes))
+    if success:
+        out["success_rate"] = float(np.mean(list(success.values())))
     return out
 
 

@@ -37,7 +37,7 @@ from advantage.context import RunContext
 from advantage.envs import check_env_config, make_env
 from advantage.envs.make import check_env_api
 from advantage.errors import AdvantageError, CheckpointError, ConfigError, RunDirError
-from advantage.evaluation import EVAL_SEED_OFFSET, evaluate_policy
+from advantage.evaluation import EVAL_SEED_OFFSET, envs_for, evaluate_policy
 from advantage.metrics import read_metrics, truncate_metrics
 from advantage.registry import ALGORITHMS, Algorithm, Policy, get_algorithm
 
@@ -499,17 +499,20 @@ class Run:
             return self.algo.evaluate(self.config, self.policy, **options)
         if options:
             raise ConfigError(f"{self.algo.name} evaluation takes no options {sorted(options)}")
-        env = make_env(self.config.env)
+        episodes = episodes or t.eval_episodes
+        envs = [make_env(self.config.env) for _ in range(envs_for(self.policy, episodes, deterministic))]
         try:
             return evaluate_policy(
                 self.policy,
-                env,
-                episodes or t.eval_episodes,
+                envs[0],
+                episodes,
                 seed=t.seed + EVAL_SEED_OFFSET if seed is None else seed,
                 deterministic=deterministic,
+                more_envs=envs[1:],
             )
         finally:
-            env.close()
+            for env in envs:
+                env.close()
 
     def video(
         self, path: str | Path | None = None, seed: int | None = None, deterministic: bool = True

@@ -203,6 +203,11 @@ class DQNPolicy:
     def act(self, obs: Any, deterministic: bool = True) -> int:
         return int(self.q(torch.as_tensor(np.asarray(obs)[None], dtype=torch.float32)).argmax(-1))
 
+    @torch.inference_mode()
+    def act_batch(self, obs: np.ndarray) -> list[int]:
+        """Greedy actions for a batch of observations ``[N, ...]`` (side-by-side evaluation)."""
+        return self.q(torch.as_tensor(np.asarray(obs), dtype=torch.float32)).argmax(-1).tolist()
+
 
 def check_env(cfg: DQNConfig, env: gym.Env) -> None:
     if not isinstance(env.action_space, gym.spaces.Discrete):

@@ -108,6 +108,17 @@ class ContinuousPolicy:
             .astype(np.float32)
         )
 
+    @torch.inference_mode()
+    def act_batch(self, obs: np.ndarray) -> list[np.ndarray]:
+        """Deterministic actions for a batch of observations ``[N, ...]`` (side-by-side evaluation)."""
+        x = torch.as_tensor(self.obs_norm(np.asarray(obs, np.float64)), dtype=torch.float32)
+        a = self.actor.mode(x.flatten(1)) if hasattr(self.actor, "mode") else self.actor(x.flatten(1))
+        low, high = self.low.ravel(), self.high.ravel()
+        return [
+            to_env_action(row.numpy().astype(np.float64), low, high).reshape(self.shape).astype(np.float32)
+            for row in a
+        ]
+
 
 def load_policy(
     actor: nn.Module, normalize_obs: bool, clip_obs: float, env: gym.Env, tensors: Any

@@ -37,6 +37,12 @@ class ActorCriticPolicy:
         a = self.model.head.to_env(action)[0]
         return a.item() if a.ndim == 0 else a
 
+    def act_batch(self, obs: np.ndarray) -> list[Any]:
+        """Deterministic actions for a batch of observations ``[N, ...]`` (side-by-side evaluation)."""
+        x = self.obs_norm(np.asarray(obs, dtype=np.float64))
+        action, _, _ = self.model.act(torch.as_tensor(x, dtype=torch.float32), True)
+        return [a.item() if a.ndim == 0 else a for a in self.model.head.to_env(action)]
+
     @classmethod
     def from_checkpoint(
         cls, model: ActorCritic, normalize_obs: bool, clip_obs: float, tensors: dict[str, torch.Tensor]
