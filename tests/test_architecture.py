@@ -96,14 +96,17 @@ def imports(known: dict[str, Path], name: str, path: Path) -> list[tuple[str, bo
 
 
 @functools.cache
-def graph(*, module_level_only: bool) -> dict[str, set[str]]:
+def _package_imports() -> dict[str, list[tuple[str, bool]]]:
     known = modules()
-    g: dict[str, set[str]] = {name: set() for name in known}
-    for name, path in known.items():
-        for target, at_top in imports(known, name, path):
-            if (at_top or not module_level_only) and target != name:
-                g[name].add(target)
-    return g
+    return {name: imports(known, name, path) for name, path in known.items()}
+
+
+def graph(*, module_level_only: bool) -> dict[str, set[str]]:
+    """Module → the package modules it imports (only those that run at import time, or all)."""
+    return {
+        name: {target for target, at_top in found if (at_top or not module_level_only) and target != name}
+        for name, found in _package_imports().items()
+    }
 
 
 def cycles(g: dict[str, set[str]]) -> list[list[str]]:
