@@ -3,7 +3,9 @@
 ``trainer.num_workers=N`` (N ≥ 1) makes PPO and TRPO collect with :class:`RemoteCollector` instead of
 :class:`~advantage.rollout.onpolicy.OnPolicyCollector`. It has the same interface (``reset``,
 ``collect``, ``tensors``, ``state``, ``load``, ``obs_norm``), so the trainers do not change. With
-``num_workers=0`` (the default) nothing here is imported and Ray never is.
+``num_workers=0`` (the default) nothing here is imported and Ray never is. GRPO's workers, which
+generate and score language-model samples, are :mod:`advantage.algos.llm.workers`; they use the
+:class:`WorkerPool` of this module.
 
 What crosses the network, per rollout:
 
@@ -354,98 +356,6 @@ class RemoteCollector:
         self.disc_ret = tensors["disc_ret"].numpy().copy()
         self._restarts = int(tensors["worker_restarts"])
         self.reset(seed + 1)  # fresh envs: a resumed distributed run is not bit-identical
-
-
-# ----------------------------------------------------------------------------------------------------
-# Language models: generation and scoring in workers (GRPO)
-
-
-class LMWorker:
-    """One Ray actor for GRPO: the run's task, a copy of the policy (built like the learner's, then given
-    the learner's weights every step) and, when the run has one, the reward model. :meth:`generate` samples
-    ``G`` responses to each prompt it is given and scores them, so a slow verifier (the sandboxed ``code``
-    task) or a reward model runs beside generation instead of after it."""
-
-    def __init__(self, cfg: Any):
-        from advantage.algos.llm import common, grpo
-
-        torch.set_num_threads(cfg.trainer.torch_threads)
-        task = grpo.make_task(cfg.data)
-        model, tok = common.build_model(cfg, task)
-        self.policy = common.LMPolicy(model.to(cfg.trainer.device), tok, task, cfg)
-        if cfg.worker.reward.model:
-            from advantage.algos.llm.ppo_rlhf import load_reward
-
-            self.policy.reward_model = load_reward(cfg, tok)
-        self.examples = self.policy.examples("train")  # the learner's list: same task, seed and split
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def generate(
-        self, version: int, weights: dict[str, Tensor], idx: list[int], G: int, seed: int, sampling: dict
-    ) -> dict[str, Any]:
-        """``G`` samples for each training prompt in ``idx`` with ``weights``; rewards and correctness."""
-        from advantage.algos.llm import grpo
-
-        self.policy.model.load_state_dict(weights)
-        exs = [self.examples[i] for i in idx]
-        g = torch.Generator(device=self.policy.device).manual_seed(seed)
-        gen, texts = self.policy.complete([e.prompt for e in exs], samples=G, generator=g, **sampling)
-        rewards, correct = grpo.score(self.policy, exs, texts, G)
-        return {
-            "gen": gen.to("cpu"),
-            "texts": texts,
-            "rewards": rewards,
-            "correct": correct,
-            "version": version,
-        }
-
-
-class RemoteGenerator:
-    """The learner's side for GRPO: ``trainer.num_workers`` :class:`LMWorker` actors; :meth:`generate`
-    splits the prompts of one round across them (contiguous chunks, in order) and joins the results, so
-    the rows are in the same prompt-major order as :meth:`~advantage.algos.llm.common.LMPolicy.complete`
-    gives."""
-
-    def __init__(self, cfg: Any, model: Any, pad_id: int):
-        self.ray = import_ray(cfg.trainer.ray_address, cfg.trainer.num_workers)
-        self.W, self.model, self.pad_id, self.seed = cfg.trainer.num_workers, model, pad_id, cfg.trainer.seed
-        self.version, self.calls = 0, 0
-        self.pool = WorkerPool(self.ray, LMWorker, lambda i, restarts: (cfg,), self.W, cfg.trainer)
-
-    @property
-    def restarts(self) -> int:
-        return self.pool.restarts
-
-    def push(self) -> Any:
-        """Broadcast the current weights (once per optimizer step); returns the object-store reference."""
-        self.version += 1
-        return self.ray.put({k: v.detach().cpu() for k, v in self.model.state_dict().items()})
-
-    def generate(
-        self, weights_ref: Any, idx: list[int], G: int, sampling: dict
-    ) -> tuple[Any, list[str], Any, Any]:
-        """``(Generation, texts, rewards [B], correct [B])`` for prompts ``idx``, G samples each."""
-        from advantage.rollout.generate import concat_generations
-
-        self.calls += 1
-        n = min(self.W, len(idx))  # fewer prompts than workers (a last dynamic-sampling round): some rest
-        chunks = np.array_split(np.asarray(idx, dtype=np.int64), n)
-        args = [
-            (self.version, weights_ref, c.tolist(), G, self.seed * 1_000_003 + self.calls * 97 + w, sampling)
-            for w, c in enumerate(chunks)
-        ]
-        parts = self.pool.call("generate", args)
-        for p in parts:
-            if p["version"] != self.version:
-                raise WorkerError(f"a worker used weights version {p['version']}, expected {self.version}")
-        gen = concat_generations([p["gen"] for p in parts], self.pad_id)
-        texts = [t for p in parts for t in p["texts"]]
-        return gen, texts, torch.cat([p["rewards"] for p in parts]), torch.cat([p["correct"] for p in parts])
-
-    def close(self) -> None:
-        self.pool.close()
 
 
 def _cause(e: BaseException) -> str:

@@ -77,8 +77,8 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -99,6 +99,17 @@ from advantage.algos.llm.grpo_config import (  # noqa: F401  (re-exported: the c
     RolloutConfig,
     WorkerConfig,
 )
+from advantage.algos.llm.shared import (  # noqa: F401  (step_normalizer, trimmed: part of the API here)
+    PREFERENCE_TASKS,
+    evaluate_preference,
+    load_reward,
+    reward_model_problems,
+    score,
+    scored_task,
+    step_normalizer,
+    trimmed,
+)
+from advantage.checkpoint import Checkpoint
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import KL_ESTIMATORS, POLICY_LOSSES, aggregate, masked_mean
@@ -124,25 +135,13 @@ class Rollout:
     raw_rewards: Tensor | None = None  # [B] rewards before shaping
 
 
-# Tasks with no verifier: prompts from the synthetic preference task, rewards from a reward model.
-PREFERENCE_TASKS = ("synthetic",)
-
-
-def make_task(d: Any) -> Any:
-    """A text task with a verifier (:func:`advantage.algos.llm.common.make_task`), or ``synthetic``: the
-    prompts of the synthetic preference task, scored by ``worker.reward.model``."""
-    if d.task in PREFERENCE_TASKS:
-        from advantage.algos.llm.ppo_rlhf_config import make_task as make_preference
-
-        return make_preference(d)
-    return common.make_task(d)
+# A task with a verifier, or a preference task (no verifier) scored by worker.reward.model.
+make_task = scored_task
 
 
 def check(cfg: GRPOConfig) -> list[str]:
     """:func:`advantage.algos.llm.common.check`, plus the reward model when one is set (it exists, is a
     reward model and shares the policy's tokenizer) or required (a task without a verifier)."""
-    from advantage.algos.llm import ppo_rlhf_config as rl
-
     problems = common.check(cfg, make_task)
     if cfg.algorithm.supervision == "process" and not cfg.worker.reward.model:
         try:
@@ -166,22 +165,13 @@ def check(cfg: GRPOConfig) -> list[str]:
         problems.append(
             "trainer.num_workers > 0 with LoRA (worker.actor.model.lora.rank > 0) is not supported"
         )
-    path = cfg.worker.reward.model
-    if not path:
+    if not cfg.worker.reward.model:
         if cfg.data.task in PREFERENCE_TASKS:
             problems.append(
                 f"data.task={cfg.data.task} has no verifier: set worker.reward.model to a reward_model run"
             )
         return problems
-    try:
-        from advantage.nn.lm import load_tokenizer
-
-        folder = rl.reward_folder(cfg)
-        policy_tok, src = rl._policy_tokenizer(cfg, make_task(cfg.data))
-        rl.check_tokenizers(policy_tok, load_tokenizer(folder), src, str(path))
-    except ConfigError as e:
-        problems.extend(e.problems)
-    return problems
+    return problems + reward_model_problems(cfg, make_task)
 
 
 def load_policy(cfg: GRPOConfig, ckpt: Any) -> LMPolicy:
@@ -194,47 +184,11 @@ def load_policy(cfg: GRPOConfig, ckpt: Any) -> LMPolicy:
 
 def evaluate(cfg: GRPOConfig, policy: LMPolicy, **options: Any) -> dict[str, Any]:
     """Verifier tasks: :func:`advantage.algos.llm.common.evaluate` (accuracy, pass@K, maj@K). A task scored
-    by a reward model: :func:`advantage.algos.llm.ppo_rlhf.evaluate` (greedy reward-model and hidden
+    by a reward model: :func:`advantage.algos.llm.shared.evaluate_preference` (greedy reward-model and hidden
     scores, win rate against the starting policy)."""
     if hasattr(policy.task, "verify"):
         return common.evaluate(cfg, policy, **options)
-    from advantage.algos.llm import ppo_rlhf
-
-    return ppo_rlhf.evaluate(cfg, policy, **options)
-
-
-def score(policy: LMPolicy, examples: list[Any], texts: list[str], G: int) -> tuple[Tensor, Tensor]:
-    """Verifier rewards ``[B]`` and correctness for completions grouped G per example. A reward that is
-    not a finite number stops the run, naming the prompt and completion. A task that verifies by running
-    code (``code``: one sandboxed process per completion) scores the batch in parallel, one sandbox per
-    CPU core, through its ``verify_many``."""
-    rewards, correct = [], []
-    per_text = [examples[i // G] for i in range(len(texts))]
-    rm = getattr(policy, "reward_model", None)
-    if rm is not None:  # rewards from the reward model; correctness from the verifier, if the task has one
-        scores = rm.score([e.prompt for e in per_text], texts, batch_size=policy.cfg.worker.reward.batch_size)
-        for text, ex, value in zip(texts, per_text, scores.tolist(), strict=True):
-            if not math.isfinite(value):
-                raise NonFiniteError(
-                    f"the reward model's score of completion {text!r} for prompt {ex.prompt!r} is {value}"
-                )
-        verify = getattr(policy.task, "verify", None)
-        ok = [bool(verify(x, e).correct) if verify else False for x, e in zip(texts, per_text, strict=True)]
-        return scores.float().cpu(), torch.tensor(ok)
-    if hasattr(policy.task, "verify_many"):
-        results = policy.task.verify_many(texts, per_text, max_workers=os.cpu_count() or 1)
-    else:
-        results = [policy.task.verify(text, ex) for text, ex in zip(texts, per_text, strict=True)]
-    for text, ex, r in zip(texts, per_text, results, strict=True):
-        value = r.score
-        if value is None or not isinstance(value, int | float) or not math.isfinite(value):
-            raise NonFiniteError(
-                f"the reward of completion {text!r} for prompt {ex.prompt!r} is {value!r}; rewards must be "
-                "finite numbers"
-            )
-        rewards.append(float(value))
-        correct.append(bool(r.correct))
-    return torch.tensor(rewards), torch.tensor(correct)
+    return evaluate_preference(cfg, policy, **options)
 
 
 def token_char_ends(tokenizer: Any, ids: list[int], text: str) -> list[int]:
@@ -447,16 +401,6 @@ def grpo_loss(
     return loss, metrics
 
 
-def step_normalizer(mask: Tensor, mode: str) -> float:
-    """The denominator of one optimizer step for ``mode``: valid tokens, sequences with a valid token,
-    or all sequences (see :func:`advantage.math.aggregate`)."""
-    if mode == "token_mean":
-        return float(mask.sum())
-    if mode == "seq_mean_token_mean":
-        return float((mask.sum(-1) > 0).sum())
-    return float(mask.shape[0])
-
-
 def micro_batches(rows: Tensor, lengths: Tensor, micro: int, auto: bool) -> list[Tensor]:
     """The rows of one optimizer step in micro-batches. With ``auto`` (``micro_batch_size=0``) and at least
     8 rows, the rows are sorted by response length and cut in two halves, each then padded only to its
@@ -467,21 +411,6 @@ def micro_batches(rows: Tensor, lengths: Tensor, micro: int, auto: bool) -> list
         half = (len(order) + 1) // 2
         return [order[:half], order[half:]]
     return [rows[j : j + micro] for j in range(0, len(rows), micro)]
-
-
-def trimmed(gen: Any, rows: Tensor) -> tuple[Tensor, Tensor, int, int]:
-    """``(input_ids, attention_mask, P_r, T_r)`` of ``rows`` without the columns that are padding in
-    every one of them: prompts cut to their longest (``P_r``), responses to their longest (``T_r``, EOS
-    included). Log-probs are unchanged (positions come from the mask; padding is masked out)."""
-    P = gen.prompt_ids.shape[1]
-    p_len = max(int(gen.prompt_mask[rows].sum(-1).max()), 1)
-    t_len = max(int(gen.lengths[rows].max()), 1)
-    ids = torch.cat([gen.prompt_ids[rows, P - p_len :], gen.response_ids[rows, :t_len]], dim=1)
-    attn = torch.cat(
-        [gen.prompt_mask[rows, P - p_len :].to(gen.response_mask.dtype), gen.response_mask[rows, :t_len]],
-        dim=1,
-    )
-    return ids, attn, p_len, t_len
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -509,123 +438,138 @@ def _logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, micro: int, temper
     return torch.cat(out)
 
 
-def train(cfg: GRPOConfig, ctx: RunContext) -> None:
-    from advantage.math.advantages import GROUP_ADVANTAGES, constant_groups, process_advantages
-    from advantage.nn.packing import packable
-    from advantage.rollout.generate import concat_generations
+def reference_logprobs(
+    cfg: GRPOConfig, model: torch.nn.Module, ref_model: torch.nn.Module | None, gen: Any, rows: Tensor
+) -> Tensor:
+    """``[len(rows), T]`` log-probs of the reference without grad, ``worker.ref.micro_batch_size`` rows per
+    forward pass: the frozen copy of the starting policy, or with LoRA the base model (adapters off)."""
+    micro = cfg.worker.ref.micro_batch_size or len(rows)
+    temperature = cfg.worker.rollout.temperature
+    if ref_model is not None:
+        return _logprobs(ref_model, gen, rows, micro, temperature)
+    with model.disable_adapter():  # LoRA: the base model is the reference
+        return _logprobs(model, gen, rows, micro, temperature)
 
-    a, t, d = cfg.algorithm, cfg.trainer, cfg.data
-    actor, roll = cfg.worker.actor, cfg.worker.rollout
-    G = roll.n
-    process = a.supervision == "process"
-    torch.set_num_threads(t.torch_threads)
-    torch.manual_seed(t.seed)
-    task = make_task(d)
-    restored = ctx.restored
-    model, tok = common.policy_model(cfg, task, restored)
-    lora = actor.model.lora.rank > 0
-    needs_ref = actor.kl_coef > 0 or a.kl_reward_coef > 0
-    ref_model = None
-    if needs_ref and not lora:  # the starting policy, frozen
-        ref_model = (
-            common.build_model(cfg, task)[0].to(t.device) if restored is not None else copy.deepcopy(model)
+
+class GRPORollout:
+    """The sampling side of GRPO and its state in the checkpoint: the prompt cursor (``epoch``, ``pos``),
+    the curriculum's pass counts (``passes``, ``tries``), adaptive difficulty's thresholds
+    (``difficulty_thresholds``), and the generators of sampling (``gen_rng``) and of prompt and row picks
+    (``pick_rng``). :meth:`collect` fills one batch: generate, score, shape rewards, advantages, with
+    dynamic sampling's refill rounds and adaptive difficulty's split; with ``trainer.num_workers > 0``
+    Ray workers generate and score (:class:`~advantage.algos.llm.workers.RemoteGenerator`).
+
+    ``ref_logprobs(gen, rows)`` gives the reference's log-probs (the KL-in-reward term)."""
+
+    def __init__(
+        self,
+        cfg: GRPOConfig,
+        policy: LMPolicy,
+        examples: list[Any],
+        ref_logprobs: Callable[[Any, Tensor], Tensor],
+        restored: Checkpoint | None,
+    ):
+        a, t, roll = cfg.algorithm, cfg.trainer, cfg.worker.rollout
+        self.cfg, self.a, self.policy, self.examples, self.ref_logprobs = (
+            cfg,
+            a,
+            policy,
+            examples,
+            ref_logprobs,
         )
-        ref_model.eval().requires_grad_(False)
-    policy = LMPolicy(model, tok, task, cfg)
-    if cfg.worker.reward.model:
-        from advantage.algos.llm.ppo_rlhf import load_reward
+        self.G, self.process = roll.n, a.supervision == "process"
+        self.easy_k, self.hard_n = cfg.difficulty_samples()
+        self.sampling = {"temperature": roll.temperature, "top_p": roll.top_p, "top_k": roll.top_k}
+        self.gen_rng = torch.Generator(device=policy.device).manual_seed(t.seed)
+        self.pick_rng = torch.Generator().manual_seed(t.seed + 1)
+        self.passes = torch.zeros(len(examples))  # curriculum: correct samples per prompt
+        self.tries = torch.zeros(len(examples))
+        # adaptive difficulty: (τ_hard, τ_easy), NaN until the first step sets them
+        self.thresholds = torch.full((2,), math.nan, dtype=torch.float64)
+        epoch, pos = 0, 0
+        if restored is not None:
+            tensors = restored.tensors
+            self.gen_rng.set_state(tensors["gen_rng"])
+            self.pick_rng.set_state(tensors["pick_rng"])
+            self.passes, self.tries = tensors["passes"].clone(), tensors["tries"].clone()
+            if "difficulty_thresholds" in tensors:
+                self.thresholds = tensors["difficulty_thresholds"].clone()
+            epoch, pos = restored.state["algo"]["epoch"], restored.state["algo"]["pos"]
+        self.cursor = common.DataCursor(len(examples), t.seed, epoch, pos)
+        self.remote: Any = None  # trainer.num_workers > 0: generation and scoring in Ray workers
+        self.weights_ref: Any = None
+        if t.num_workers > 0:
+            from advantage.algos.llm.workers import RemoteGenerator
 
-        policy.reward_model = load_reward(cfg, tok)
-    examples = policy.examples("train")
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(
-        params, lr=actor.learning_rate, weight_decay=actor.weight_decay, fused=common.fused_adamw(params)
-    )
-    packed = packable(model)  # rows of one prompt share one forward of it: no need to sort by length
-    gen_rng = torch.Generator(device=policy.device).manual_seed(t.seed)
-    pick_rng = torch.Generator().manual_seed(t.seed + 1)
-    step, epoch, pos = 0, 0, 0
-    passes = torch.zeros(len(examples))  # curriculum: correct samples per prompt
-    tries = torch.zeros(len(examples))
-    # adaptive difficulty: (τ_hard, τ_easy), NaN until the first step sets them
-    thresholds = torch.full((2,), math.nan, dtype=torch.float64)
-    easy_k, hard_n = cfg.difficulty_samples()
-    if restored is not None:
-        s = restored.state["algo"]
-        load_optimizer("optim", opt, restored.tensors, s["optim"])
-        torch.set_rng_state(restored.tensors["torch_rng"])
-        gen_rng.set_state(restored.tensors["gen_rng"])
-        pick_rng.set_state(restored.tensors["pick_rng"])
-        passes, tries = restored.tensors["passes"].clone(), restored.tensors["tries"].clone()
-        if "difficulty_thresholds" in restored.tensors:
-            thresholds = restored.tensors["difficulty_thresholds"].clone()
-        step, epoch, pos = restored.step, s["epoch"], s["pos"]
-    cursor = common.DataCursor(len(examples), t.seed, epoch, pos)
+            self.remote = RemoteGenerator(cfg, policy.model, policy.tokenizer.pad_token_id)
 
-    def snapshot() -> Snapshot:
-        opt_tensors, opt_meta = optimizer_state("optim", opt)
+    # ---- checkpoint state -----------------------------------------------------------------------------
+
+    def tensors(self) -> dict[str, Tensor]:
         tensors = {
-            **opt_tensors,
-            "torch_rng": torch.get_rng_state(),
-            "gen_rng": gen_rng.get_state(),
-            "pick_rng": pick_rng.get_state(),
-            "passes": passes,
-            "tries": tries,
+            "gen_rng": self.gen_rng.get_state(),
+            "pick_rng": self.pick_rng.get_state(),
+            "passes": self.passes,
+            "tries": self.tries,
         }
-        if a.adaptive_difficulty:  # only then: checkpoints of runs without it stay as they were
-            tensors["difficulty_thresholds"] = thresholds
-        if lora:
-            tensors.update(common.adapter_tensors(model))
-        state = {"optim": opt_meta, **cursor.state()}
-        return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
+        if self.a.adaptive_difficulty:  # only then: checkpoints of runs without it stay as they were
+            tensors["difficulty_thresholds"] = self.thresholds
+        return tensors
 
-    def next_prompts(n: int) -> list[int]:
-        if a.curriculum == "hard":  # hard-example mining: weight 1 - pass rate (+ floor)
-            return sample_hard_prompts(passes, tries, n, a.curriculum_floor, pick_rng)
-        return cursor.next(n)
+    def state(self) -> dict[str, int]:
+        return self.cursor.state()
 
-    def ref_logprobs(gen: Any, rows: Tensor) -> Tensor:
-        micro = cfg.worker.ref.micro_batch_size or len(rows)
-        if ref_model is not None:
-            return _logprobs(ref_model, gen, rows, micro, roll.temperature)
-        with model.disable_adapter():  # LoRA: the base model is the reference
-            return _logprobs(model, gen, rows, micro, roll.temperature)
+    def close(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
 
-    remote = None  # trainer.num_workers > 0: generation and scoring in Ray workers
-    if t.num_workers > 0:
-        from advantage.rollout.remote import RemoteGenerator
+    # ---- sampling --------------------------------------------------------------------------------------
 
-        remote = RemoteGenerator(cfg, model, tok.pad_token_id)
-    sampling = {"temperature": roll.temperature, "top_p": roll.top_p, "top_k": roll.top_k}
+    def next_prompts(self, n: int) -> list[int]:
+        if self.a.curriculum == "hard":  # hard-example mining: weight 1 - pass rate (+ floor)
+            return sample_hard_prompts(self.passes, self.tries, n, self.a.curriculum_floor, self.pick_rng)
+        return self.cursor.next(n)
 
-    def sample(idx: list[int], n: int) -> tuple[Any, list[str], Tensor, Tensor, float]:
+    def count_passes(self, idx: list[int], correct: Tensor, n: int) -> None:
+        """Add to the curriculum's pass counts: ``n`` samples of each prompt in ``idx``, their verdicts
+        ``correct`` ``[len(idx)·n]`` prompt by prompt."""
+        for j, i in enumerate(idx):
+            self.passes[i] += float(correct[j * n : (j + 1) * n].sum())
+            self.tries[i] += n
+
+    def sample(self, idx: list[int], n: int) -> tuple[Any, list[str], Tensor, Tensor, float]:
         """``n`` completions of each training prompt in ``idx``, prompt by prompt: ``(Generation, texts,
         rewards [len(idx)·n] (unshaped), correct [len(idx)·n], t1)``, ``t1`` the ``perf_counter`` time
         when generation ended (scoring is timed from it)."""
-        if remote is not None:  # workers generate and score (time/generate covers both)
-            gen, texts, rewards, correct = remote.generate(weights_ref, idx, n, sampling)
-            return gen.to(policy.device), texts, rewards, correct, time.perf_counter()
-        exs = [examples[i] for i in idx]
-        gen, texts = policy.complete([e.prompt for e in exs], samples=n, generator=gen_rng, **sampling)
+        if self.remote is not None:  # workers generate and score (time/generate covers both)
+            gen, texts, rewards, correct = self.remote.generate(self.weights_ref, idx, n, self.sampling)
+            return gen.to(self.policy.device), texts, rewards, correct, time.perf_counter()
+        exs = [self.examples[i] for i in idx]
+        prompts = [e.prompt for e in exs]
+        gen, texts = self.policy.complete(prompts, samples=n, generator=self.gen_rng, **self.sampling)
         t1 = time.perf_counter()
-        rewards, correct = score(policy, exs, texts, n)
+        rewards, correct = score(self.policy, exs, texts, n)
         return gen, texts, rewards, correct, t1
 
     def group_advantages(
-        gen: Any, idx: list[int], texts: list[str], raw: Tensor, n: int
+        self, gen: Any, idx: list[int], texts: list[str], raw: Tensor, n: int
     ) -> tuple[Tensor, Tensor, dict[str, float]]:
         """Shaped rewards ``[b]`` and advantages (``[b]``, or ``[b, T]`` with process supervision) of rows
         in consecutive groups of ``n`` samples of the prompts ``idx``, and the shaping metrics."""
+        from advantage.math.advantages import GROUP_ADVANTAGES, process_advantages
+
+        a, cfg = self.a, self.cfg
         kl_seq = None
         if a.kl_reward_coef > 0:
             rows = torch.arange(len(texts))
-            lp = _logprobs(model, gen, rows, actor.micro_batch_size or len(rows), roll.temperature)
-            kl_seq = ((lp - ref_logprobs(gen, rows)) * gen.response_mask).sum(-1)
+            micro = cfg.worker.actor.micro_batch_size or len(rows)
+            lp = _logprobs(self.policy.model, gen, rows, micro, cfg.worker.rollout.temperature)
+            kl_seq = ((lp - self.ref_logprobs(gen, rows)) * gen.response_mask).sum(-1)
         rewards, shaped = shape_rewards(raw, gen, cfg, kl_seq, n)
         metrics = {f"reward/{k}": v for k, v in shaped.items()}
-        if process:  # [b, T]: each token, the normalised rewards of the steps from its own on
-            exs = [examples[i] for i in idx]
-            steps = step_tensors(task, exs, texts, gen, tok, n, rewards - raw)
+        if self.process:  # [b, T]: each token, the normalised rewards of the steps from its own on
+            exs = [self.examples[i] for i in idx]
+            steps = step_tensors(self.policy.task, exs, texts, gen, self.policy.tokenizer, n, rewards - raw)
             T = gen.response_ids.shape[1]
             adv = process_advantages(*steps, T, n, a.std_eps, scale=PROCESS_SCALE[a.advantage])
             adv = adv.to(gen.response_mask.dtype) * gen.response_mask.cpu()  # rollout bookkeeping: CPU
@@ -635,83 +579,24 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
                 metrics["advantage/group_std_mean"] = float(am["reward_std_mean"])
         return rewards, adv, metrics
 
-    def adapt(ro: Rollout, m: dict[str, float]) -> Rollout:
-        """Adaptive difficulty on a batch of P prompts × G rows (prompt by prompt): update the thresholds
-        with the prompts' difficulties (:func:`difficulty_thresholds`), split the prompts
-        (:func:`split_by_difficulty`), keep ``easy_samples`` random rows of each easy prompt (advantages
-        from its whole group of G) and give each hard prompt ``hard_samples - G`` more samples, its
-        advantages then computed over all ``hard_samples`` of them. Rows stay prompt by prompt."""
-        nonlocal thresholds
-        P = len(ro.prompt_idx)
-        difficulty = ro.rewards.view(P, G).mean(-1)  # [P] mean shaped reward of each prompt's G samples
-        thresholds = difficulty_thresholds(thresholds, difficulty, a)
-        easy, hard = split_by_difficulty(difficulty, thresholds)
-        gens, adv, rewards, correct = [ro.gen], [ro.advantages], [ro.rewards], [ro.correct]
-        hard_p = hard.nonzero().squeeze(-1).tolist() if hard_n > G else []  # hard_samples = G: none more
-        E = hard_n - G
-        if hard_p:
-            assert ro.raw_rewards is not None
-            idx = [ro.prompt_idx[j] for j in hard_p]
-            t0 = time.perf_counter()
-            x_gen, x_texts, x_raw, x_correct, t1 = sample(idx, E)
-            for p, i in enumerate(idx):  # pass rates count every sample
-                passes[i] += float(x_correct[p * E : (p + 1) * E].sum())
-                tries[i] += E
-            # Each hard prompt's hard_samples rows consecutive (its G, then its E new ones): the group
-            # advantages, the length preference and process supervision take consecutive equal groups.
-            own = (torch.tensor(hard_p)[:, None] * G + torch.arange(G)).reshape(-1)  # [n·G] batch rows
-            order = grouped_order(len(hard_p), G, E)
-            h_gen = concat_generations([ro.gen.select(own), x_gen], tok.pad_token_id).select(order)
-            h_texts = [ro.texts[r] for r in own.tolist()] + x_texts
-            h_texts = [h_texts[r] for r in order.tolist()]
-            h_raw = torch.cat([ro.raw_rewards[own], x_raw])[order]
-            h_rewards, h_adv, _ = group_advantages(h_gen, idx, h_texts, h_raw, hard_n)
-            gens.append(h_gen)
-            adv.append(h_adv)
-            rewards.append(h_rewards)
-            correct.append(torch.cat([ro.correct[own], x_correct])[order])
-            m["time/score"] += time.perf_counter() - t1
-            m["time/generate"] += t1 - t0
-        gen = concat_generations(gens, tok.pad_token_id)
-        if process:  # pad each part's [b, T_part] advantages to the joined width
-            adv = [torch.nn.functional.pad(x, (0, gen.response_ids.shape[1] - x.shape[1])) for x in adv]
-        # The rows of the loss, prompt by prompt: easy_samples random rows of an easy prompt's G (drawn
-        # with the trainer's generator: reproducible, resumable), a hard prompt's hard_samples (after the
-        # P·G rows of the batch), a medium prompt's G.
-        picks = torch.rand(int(easy.sum()), G, generator=pick_rng).argsort(-1)[:, :easy_k].sort(-1).values
-        rows: list[int] = []
-        hard_at = {j: P * G + n * hard_n for n, j in enumerate(hard_p)}
-        n_easy = 0
-        for j in range(P):
-            if j in hard_at:
-                rows.extend(range(hard_at[j], hard_at[j] + hard_n))
-            elif easy[j]:
-                rows.extend((j * G + picks[n_easy]).tolist())
-                n_easy += 1
-            else:
-                rows.extend(range(j * G, (j + 1) * G))
-        keep = torch.tensor(rows)
-        m.update(
-            {
-                "curriculum/easy_frac": float(easy.float().mean()),
-                "curriculum/hard_frac": float(hard.float().mean()),
-                "curriculum/easy_threshold": float(thresholds[1]),
-                "curriculum/hard_threshold": float(thresholds[0]),
-                "curriculum/rows": len(rows),
-                "curriculum/extra_samples": len(hard_p) * E,
-            }
-        )
-        return Rollout(
-            gen=gen.select(keep),
-            prompt_idx=ro.prompt_idx,
-            rewards=torch.cat(rewards)[keep],
-            correct=torch.cat(correct)[keep],
-            advantages=torch.cat(adv)[keep],
-        )
+    # ---- one batch --------------------------------------------------------------------------------------
 
-    def collect() -> tuple[Rollout, dict[str, float]]:
+    def collect(self) -> tuple[Rollout | None, dict[str, float]]:
+        """One batch (None: every group was dropped, even after ``max_sampling_rounds``) and its metrics;
+        with Ray workers, the current weights are sent to them first."""
+        if self.remote is not None:
+            self.weights_ref = self.remote.push()
+        ro, m = self._collect()
+        if self.remote is not None:
+            m.update({"worker_restarts": self.remote.restarts, "weights_version": self.remote.version})
+        return ro, m
+
+    def _collect(self) -> tuple[Rollout | None, dict[str, float]]:
         """Generate and score until the batch is full (one round unless dynamic sampling)."""
-        B = d.rollout_batch_size
+        from advantage.math.advantages import constant_groups
+        from advantage.rollout.generate import concat_generations
+
+        a, G, B = self.a, self.G, self.cfg.data.rollout_batch_size
         kept_gens, kept_idx, kept_r, kept_c, kept_adv = [], [], [], [], []
         kept_texts: list[str] = []
         kept_raw: list[Tensor] = []
@@ -727,24 +612,24 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
                 # DAPO does: late in a run most groups are all correct, and asking only for the missing
                 # prompts took one round per few kept prompts. Any surplus is trimmed below.
                 rate = max((groups - dropped) / groups, 0.25)
-                n_ask = min(math.ceil(missing / rate), len(examples))
-            idx = next_prompts(n_ask if a.dynamic_sampling else B)
+                n_ask = min(math.ceil(missing / rate), len(self.examples))
+            idx = self.next_prompts(n_ask if a.dynamic_sampling else B)
             t0 = time.perf_counter()
-            gen, texts, raw, correct, t1 = sample(idx, G)
-            rewards, adv, shaped = group_advantages(gen, idx, texts, raw, G)
+            gen, texts, raw, correct, t1 = self.sample(idx, G)
+            rewards, adv, shaped = self.group_advantages(gen, idx, texts, raw, G)
             m["time/score"] += time.perf_counter() - t1
             m["time/generate"] += t1 - t0
             m.update(shaped)
-            for j, i in enumerate(idx):  # curriculum statistics
-                passes[i] += float(correct[j * G : (j + 1) * G].sum())
-                tries[i] += G
+            self.count_passes(idx, correct, G)
             all_r.append(rewards)
             all_c.append(correct)
             all_len.append(gen.lengths.float())
             all_trunc.append(gen.truncated.float())
             # No signal (train/advantage/zero_std_frac): the shaped rewards of the group all equal, or
             # with process supervision every token's advantage in the group 0.
-            std0 = adv.reshape(len(idx), -1).abs().amax(-1) == 0 if process else constant_groups(rewards, G)
+            std0 = (
+                adv.reshape(len(idx), -1).abs().amax(-1) == 0 if self.process else constant_groups(rewards, G)
+            )
             # DAPO's filter (algorithm.dynamic_sampling_on): by default the groups all correct or all
             # wrong, by the verifier before shaping; an all-correct group where the soft overlong
             # punishment hit one answer, (1, 1, 1, 0.25), is dropped although its rewards differ.
@@ -765,9 +650,11 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
             if not a.dynamic_sampling:
                 break
         if not kept_gens:
-            return None, m  # type: ignore[return-value]
-        gen = concat_generations([g.select(rows) for g, rows in kept_gens], tok.pad_token_id)
-        if process:  # rounds differ in response width: pad each round's [b, T_round] to the batch's
+            return None, m
+        gen = concat_generations(
+            [g.select(rows) for g, rows in kept_gens], self.policy.tokenizer.pad_token_id
+        )
+        if self.process:  # rounds differ in response width: pad each round's [b, T_round] to the batch's
             width = gen.response_ids.shape[1]
             kept_adv = [torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in kept_adv]
         n_prompts = sum(len(i) for i in kept_idx)
@@ -797,20 +684,210 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
             raw_rewards=torch.cat(kept_raw)[:keep_rows],
         )
         if a.adaptive_difficulty:
-            ro = adapt(ro, m)
+            ro = self.adapt(ro, m)
         return ro, m
 
+    def adapt(self, ro: Rollout, m: dict[str, float]) -> Rollout:
+        """Adaptive difficulty on a batch of P prompts × G rows (prompt by prompt): update the thresholds
+        with the prompts' difficulties (:func:`difficulty_thresholds`), split the prompts
+        (:func:`split_by_difficulty`), keep ``easy_samples`` random rows of each easy prompt (advantages
+        from its whole group of G) and give each hard prompt ``hard_samples - G`` more samples, its
+        advantages then computed over all ``hard_samples`` of them. Rows stay prompt by prompt."""
+        from advantage.rollout.generate import concat_generations
+
+        G, hard_n, pad_id = self.G, self.hard_n, self.policy.tokenizer.pad_token_id
+        P = len(ro.prompt_idx)
+        difficulty = ro.rewards.view(P, G).mean(-1)  # [P] mean shaped reward of each prompt's G samples
+        self.thresholds = difficulty_thresholds(self.thresholds, difficulty, self.a)
+        easy, hard = split_by_difficulty(difficulty, self.thresholds)
+        gens, adv, rewards, correct = [ro.gen], [ro.advantages], [ro.rewards], [ro.correct]
+        hard_p = hard.nonzero().squeeze(-1).tolist() if hard_n > G else []  # hard_samples = G: none more
+        E = hard_n - G
+        if hard_p:
+            assert ro.raw_rewards is not None
+            idx = [ro.prompt_idx[j] for j in hard_p]
+            t0 = time.perf_counter()
+            x_gen, x_texts, x_raw, x_correct, t1 = self.sample(idx, E)
+            self.count_passes(idx, x_correct, E)  # pass rates count every sample
+            # Each hard prompt's hard_samples rows consecutive (its G, then its E new ones): the group
+            # advantages, the length preference and process supervision take consecutive equal groups.
+            own = (torch.tensor(hard_p)[:, None] * G + torch.arange(G)).reshape(-1)  # [n·G] batch rows
+            order = grouped_order(len(hard_p), G, E)
+            h_gen = concat_generations([ro.gen.select(own), x_gen], pad_id).select(order)
+            h_texts = [ro.texts[r] for r in own.tolist()] + x_texts
+            h_texts = [h_texts[r] for r in order.tolist()]
+            h_raw = torch.cat([ro.raw_rewards[own], x_raw])[order]
+            h_rewards, h_adv, _ = self.group_advantages(h_gen, idx, h_texts, h_raw, hard_n)
+            gens.append(h_gen)
+            adv.append(h_adv)
+            rewards.append(h_rewards)
+            correct.append(torch.cat([ro.correct[own], x_correct])[order])
+            m["time/score"] += time.perf_counter() - t1
+            m["time/generate"] += t1 - t0
+        gen = concat_generations(gens, pad_id)
+        if self.process:  # pad each part's [b, T_part] advantages to the joined width
+            adv = [torch.nn.functional.pad(x, (0, gen.response_ids.shape[1] - x.shape[1])) for x in adv]
+        # The rows of the loss, prompt by prompt: easy_samples random rows of an easy prompt's G (drawn
+        # with the trainer's generator: reproducible, resumable), a hard prompt's hard_samples (after the
+        # P·G rows of the batch), a medium prompt's G.
+        picks = torch.rand(int(easy.sum()), G, generator=self.pick_rng).argsort(-1)[:, : self.easy_k]
+        picks = picks.sort(-1).values
+        rows: list[int] = []
+        hard_at = {j: P * G + n * hard_n for n, j in enumerate(hard_p)}
+        n_easy = 0
+        for j in range(P):
+            if j in hard_at:
+                rows.extend(range(hard_at[j], hard_at[j] + hard_n))
+            elif easy[j]:
+                rows.extend((j * G + picks[n_easy]).tolist())
+                n_easy += 1
+            else:
+                rows.extend(range(j * G, (j + 1) * G))
+        keep = torch.tensor(rows)
+        m.update(
+            {
+                "curriculum/easy_frac": float(easy.float().mean()),
+                "curriculum/hard_frac": float(hard.float().mean()),
+                "curriculum/easy_threshold": float(self.thresholds[1]),
+                "curriculum/hard_threshold": float(self.thresholds[0]),
+                "curriculum/rows": len(rows),
+                "curriculum/extra_samples": len(hard_p) * E,
+            }
+        )
+        return Rollout(
+            gen=gen.select(keep),
+            prompt_idx=ro.prompt_idx,
+            rewards=torch.cat(rewards)[keep],
+            correct=torch.cat(correct)[keep],
+            advantages=torch.cat(adv)[keep],
+        )
+
+
+def learn(
+    cfg: GRPOConfig,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    ro: Rollout,
+    ref_logprobs: Callable[[Any, Tensor], Tensor],
+    step: int,
+) -> dict[str, list[float]]:
+    """``worker.actor.ppo_epochs`` passes over the batch in mini-batches (one optimizer step each) and
+    micro-batches (one forward each); returns every micro-batch's loss metrics and every optimizer step's
+    loss and gradient norm. ``step`` (done so far) names the step in errors."""
+    from advantage.nn.packing import packable
+
+    a, d, actor, roll = cfg.algorithm, cfg.data, cfg.worker.actor, cfg.worker.rollout
+    params = opt.param_groups[0]["params"]
+    packed = packable(model)  # rows of one prompt share one forward of it: no need to sort by length
+    gen = ro.gen
+    n_rows = gen.response_ids.shape[0]
+    mask = gen.response_mask.clone()
+    if a.overlong_filter:
+        mask = mask * (~gen.truncated).float()[:, None]
+    # mini_batch_size counts prompts. With adaptive difficulty prompts have different row counts: a
+    # mini-batch holds mini_batch_size prompts' worth of rows on average (exactly mini_batch_size × G
+    # rows without it), and 0 still means the whole rollout.
+    mb = actor.mini_batch_size
+    mini_rows = -(-n_rows * mb // len(ro.prompt_idx)) if mb else n_rows
+    micro = actor.micro_batch_size or mini_rows
+    all_rows = torch.arange(n_rows)
+    n_minis = math.ceil(n_rows / mini_rows)
+    on_policy = actor.ppo_epochs == 1 and n_minis == 1
+    old_logp = None if on_policy else _logprobs(model, gen, all_rows, micro, roll.temperature)
+    ref_logp = ref_logprobs(gen, all_rows) if actor.kl_coef > 0 else None
+    adv_all = ro.advantages.to(mask.device)  # computed on the CPU with the rewards
+    stats: dict[str, list[float]] = {}
+    for _ in range(actor.ppo_epochs):
+        perm = all_rows if on_policy else torch.randperm(n_rows)
+        for start in range(0, n_rows, mini_rows):
+            mini = perm[start : start + mini_rows]
+            Z = step_normalizer(mask[mini], actor.loss_agg)
+            opt.zero_grad(set_to_none=True)
+            total = 0.0
+            for r in micro_batches(mini, gen.lengths, micro, actor.micro_batch_size == 0 and not packed):
+                logp = rows_logprobs(model, gen, r, roll.temperature)  # [b, t_len]
+                t_len = logp.shape[1]
+                m_r = mask[r, :t_len]
+                loss, lm = grpo_loss(
+                    logp,
+                    None if old_logp is None else old_logp[r, :t_len],
+                    None if ref_logp is None else ref_logp[r, :t_len],
+                    adv_all[r] if adv_all.dim() == 1 else adv_all[r, :t_len],
+                    m_r,
+                    actor,
+                    max(Z, 1.0),
+                    d.max_response_length,  # Dr.GRPO's fixed length constant, not this batch's width
+                )
+                loss.backward()
+                total += float(loss.detach())
+                lm["entropy"] = masked_mean(-logp.detach(), m_r)
+                for k, v in lm.items():
+                    stats.setdefault(k, []).append(float(v))
+            if not math.isfinite(total):
+                raise NonFiniteError(f"step {step + 1}: GRPO loss is {total}; stopping")
+            stats.setdefault("loss", []).append(total)
+            if actor.max_grad_norm > 0:
+                gn = torch.nn.utils.clip_grad_norm_(params, actor.max_grad_norm)
+                stats.setdefault("grad_norm", []).append(float(gn))
+            opt.step()
+    return stats
+
+
+def build(
+    cfg: GRPOConfig, restored: Checkpoint | None
+) -> tuple[LMPolicy, torch.nn.Module | None, torch.optim.Optimizer]:
+    """The policy (with the reward model of ``worker.reward.model`` when set), the frozen reference (None
+    when no KL term uses it, or with LoRA: then the base model is the reference) and the optimizer,
+    restored from ``restored``. Built in this order on purpose: scratch models draw their initial weights
+    from the global generator, which a resumed run then sets back."""
+    a, t, actor = cfg.algorithm, cfg.trainer, cfg.worker.actor
+    task = make_task(cfg.data)
+    model, tok = common.policy_model(cfg, task, restored)
+    ref_model = None
+    if (actor.kl_coef > 0 or a.kl_reward_coef > 0) and actor.model.lora.rank == 0:  # the starting policy
+        ref_model = (
+            common.build_model(cfg, task)[0].to(t.device) if restored is not None else copy.deepcopy(model)
+        )
+        ref_model.eval().requires_grad_(False)
+    policy = LMPolicy(model, tok, task, cfg)
+    if cfg.worker.reward.model:
+        policy.reward_model = load_reward(cfg, tok)
+    policy.examples("train")  # the training prompts, read once here (cached for the rollout)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(
+        params, lr=actor.learning_rate, weight_decay=actor.weight_decay, fused=common.fused_adamw(params)
+    )
+    if restored is not None:
+        load_optimizer("optim", opt, restored.tensors, restored.state["algo"]["optim"])
+        torch.set_rng_state(restored.tensors["torch_rng"])
+    return policy, ref_model, opt
+
+
+def train(cfg: GRPOConfig, ctx: RunContext) -> None:
+    t, actor = cfg.trainer, cfg.worker.actor
+    torch.set_num_threads(t.torch_threads)
+    torch.manual_seed(t.seed)
+    restored = ctx.restored
+    policy, ref_model, opt = build(cfg, restored)
+    model, tok = policy.model, policy.tokenizer
+    ref_logprobs = partial(reference_logprobs, cfg, model, ref_model)
+    rollout = GRPORollout(cfg, policy, policy.examples("train"), ref_logprobs, restored)
+    step = 0 if restored is None else restored.step
+
+    def snapshot() -> Snapshot:
+        opt_tensors, opt_meta = optimizer_state("optim", opt)
+        tensors = {**opt_tensors, "torch_rng": torch.get_rng_state(), **rollout.tensors()}
+        if actor.model.lora.rank > 0:
+            tensors.update(common.adapter_tensors(model))
+        state = {"optim": opt_meta, **rollout.state()}
+        return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
+
     model.train()
-    weights_ref = None
     while step < t.total_steps:
         lr = common.learning_rate(actor, step, t.total_steps)
         for g in opt.param_groups:
             g["lr"] = lr
-        if remote is not None:
-            weights_ref = remote.push()
-        ro, m = collect()
-        if remote is not None:
-            m.update({"worker_restarts": remote.restarts, "weights_version": remote.version})
+        ro, m = rollout.collect()
         if ro is None:  # every group had equal rewards, even after max_sampling_rounds: nothing to learn
             step += 1
             ctx.log(step, {**{f"train/{k}": v for k, v in m.items()}, "train/skipped": 1.0})
@@ -818,70 +895,19 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
                 break
             continue
         t_learn = time.perf_counter()
-        gen = ro.gen
-        n_rows = gen.response_ids.shape[0]
-        mask = gen.response_mask.clone()
-        if a.overlong_filter:
-            mask = mask * (~gen.truncated).float()[:, None]
-        # mini_batch_size counts prompts. With adaptive difficulty prompts have different row counts: a
-        # mini-batch holds mini_batch_size prompts' worth of rows on average (exactly mini_batch_size × G
-        # rows without it), and 0 still means the whole rollout.
-        mb = actor.mini_batch_size
-        mini_rows = -(-n_rows * mb // len(ro.prompt_idx)) if mb else n_rows
-        micro = actor.micro_batch_size or mini_rows
-        all_rows = torch.arange(n_rows)
-        n_minis = math.ceil(n_rows / mini_rows)
-        on_policy = actor.ppo_epochs == 1 and n_minis == 1
-        old_logp = None if on_policy else _logprobs(model, gen, all_rows, micro, roll.temperature)
-        ref_logp = ref_logprobs(gen, all_rows) if actor.kl_coef > 0 else None
-        adv_all = ro.advantages.to(mask.device)  # computed on the CPU with the rewards
-        stats: dict[str, list[float]] = {}
-        for _ in range(actor.ppo_epochs):
-            perm = all_rows if on_policy else torch.randperm(n_rows)
-            for start in range(0, n_rows, mini_rows):
-                mini = perm[start : start + mini_rows]
-                Z = step_normalizer(mask[mini], actor.loss_agg)
-                opt.zero_grad(set_to_none=True)
-                total = 0.0
-                for r in micro_batches(mini, gen.lengths, micro, actor.micro_batch_size == 0 and not packed):
-                    logp = rows_logprobs(model, gen, r, roll.temperature)  # [b, t_len]
-                    t_len = logp.shape[1]
-                    m_r = mask[r, :t_len]
-                    loss, lm = grpo_loss(
-                        logp,
-                        None if old_logp is None else old_logp[r, :t_len],
-                        None if ref_logp is None else ref_logp[r, :t_len],
-                        adv_all[r] if adv_all.dim() == 1 else adv_all[r, :t_len],
-                        m_r,
-                        actor,
-                        max(Z, 1.0),
-                        d.max_response_length,  # Dr.GRPO's fixed length constant, not this batch's width
-                    )
-                    loss.backward()
-                    total += float(loss.detach())
-                    lm["entropy"] = masked_mean(-logp.detach(), m_r)
-                    for k, v in lm.items():
-                        stats.setdefault(k, []).append(float(v))
-                if not math.isfinite(total):
-                    raise NonFiniteError(f"step {step + 1}: GRPO loss is {total}; stopping")
-                stats.setdefault("loss", []).append(total)
-                if actor.max_grad_norm > 0:
-                    gn = torch.nn.utils.clip_grad_norm_(params, actor.max_grad_norm)
-                    stats.setdefault("grad_norm", []).append(float(gn))
-                opt.step()
+        stats = learn(cfg, model, opt, ro, ref_logprobs, step)
         step += 1
         m["time/learn"] = time.perf_counter() - t_learn
         spent = m["time/generate"] + m["time/score"] + m["time/learn"]
         row = {f"train/{k}": v for k, v in m.items()}
         row.update({f"train/{k}": sum(v) / len(v) for k, v in stats.items()})
         row["train/learning_rate"] = lr
-        row["train/tokens_per_second"] = float(gen.lengths.sum()) / max(spent, 1e-9)
+        row["train/tokens_per_second"] = float(ro.gen.lengths.sum()) / max(spent, 1e-9)
         ctx.log(step, row)
         if ctx.tick(step, snapshot):
             break
     ctx.finish(step, snapshot())
-    if remote is not None:
-        remote.close()
+    rollout.close()
 
 
 register(

@@ -66,6 +66,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -74,7 +75,6 @@ from torch import Tensor, nn
 
 from advantage.algos.llm import common
 from advantage.algos.llm.common import LMPolicy
-from advantage.algos.llm.grpo import step_normalizer, trimmed
 from advantage.algos.llm.ppo_rlhf_config import (  # noqa: F401  (re-exported: the config is part of the API)
     DEFAULTS,
     PRESETS,
@@ -84,12 +84,18 @@ from advantage.algos.llm.ppo_rlhf_config import (  # noqa: F401  (re-exported: t
     PPOData,
     PPORLHFConfig,
     check,
-    check_tokenizers,
     make_task,
-    reward_folder,
 )
+from advantage.algos.llm.shared import (
+    evaluate_preference,
+    frozen_reference,
+    load_reward,
+    step_normalizer,
+    trimmed,
+)
+from advantage.checkpoint import Checkpoint
 from advantage.context import RunContext, Snapshot
-from advantage.errors import ConfigError, NonFiniteError
+from advantage.errors import NonFiniteError
 from advantage.math import KL_ESTIMATORS, VALUE_LOSSES, AdaptiveKLController, aggregate, gae, ppo_clip
 from advantage.math.masked import masked_mean, masked_var, masked_whiten
 from advantage.registry import Algorithm, register
@@ -241,28 +247,7 @@ def ppo_rlhf_loss(
 
 
 # ----------------------------------------------------------------------------------------------------
-# The reward model and the reference
-
-
-def load_reward(cfg: PPORLHFConfig, policy_tok: Any) -> Any:
-    """The reward model of ``worker.reward.model``, checked against the policy's tokenizer, frozen."""
-    from advantage.algos.llm.reward_model import load_reward_model
-
-    folder = reward_folder(cfg)
-    src = cfg.model.path or "scratch model"
-    rm = load_reward_model(folder, device=cfg.trainer.device)
-    check_tokenizers(policy_tok, rm.tokenizer, src, cfg.worker.reward.model)
-    return rm.requires_grad_(False)
-
-
-def _reference(cfg: PPORLHFConfig, task: Any, model: nn.Module | None) -> nn.Module:
-    """The frozen reference: a copy of the starting policy, or rebuilt as it was at the start."""
-    ref = copy.deepcopy(model) if model is not None else common.build_model(cfg, task)[0]
-    return ref.eval().requires_grad_(False)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Training
+# Rollout: sample, score, per-token rewards, advantages
 
 
 def _no_grad_forward(
@@ -289,71 +274,70 @@ def _no_grad_forward(
     return torch.cat(old_logp), torch.cat(old_values), torch.cat(ref_logp)
 
 
-def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
-    a, t, d = cfg.algorithm, cfg.trainer, cfg.data
-    actor, critic, roll = cfg.worker.actor, cfg.worker.critic, cfg.worker.rollout
-    torch.set_num_threads(t.torch_threads)
-    torch.manual_seed(t.seed)
-    task = make_task(d)
-    restored = ctx.restored
-    model, tok = common.policy_model(cfg, task, restored)
-    ref = _reference(cfg, task, None if restored is not None else model)
-    rm = load_reward(cfg, tok)
-    hidden = model.config.hidden_size
-    # The critic starts as a copy of the starting policy (seed 002: actor and critic may share a trunk).
-    trunk = None if critic.shared else copy.deepcopy(ref).requires_grad_(True).train()
-    models = Models(model, trunk, ValueHead(hidden, seed=t.seed).to(t.device), roll.temperature)
-    policy = LMPolicy(model, tok, task, cfg)
-    policy.reference, policy.reward_model = ref, rm  # evaluation uses them
-    examples = policy.examples("train")
-    actor_params = [p for p in model.parameters() if p.requires_grad]
-    critic_params = models.critic_parameters()
-    opt = torch.optim.AdamW(
-        [{"params": actor_params}, {"params": critic_params}],
-        lr=actor.learning_rate,
-        weight_decay=actor.weight_decay,
-    )
-    gen_rng = torch.Generator(device=policy.device).manual_seed(t.seed)
-    kl_ctl = AdaptiveKLController(a.kl_coef, a.kl_target) if a.adaptive_kl else None
-    beta = a.kl_coef
-    step, epoch, pos = 0, 0, 0
-    if restored is not None:
-        s = restored.state["algo"]
-        load_module("value_head", models.head, restored.tensors)
-        if trunk is not None:
-            load_module("critic", trunk, restored.tensors)
-        load_optimizer("optim", opt, restored.tensors, s["optim"])
-        torch.set_rng_state(restored.tensors["torch_rng"])
-        gen_rng.set_state(restored.tensors["gen_rng"])
-        step, epoch, pos, beta = restored.step, s["epoch"], s["pos"], s["beta"]
-        if kl_ctl is not None:
-            kl_ctl.beta = beta
-    cursor = common.DataCursor(len(examples), t.seed, epoch, pos)
+@dataclass
+class Batch:
+    """One rollout, ready to learn from: ``B`` = ``data.rollout_batch_size`` responses, all ``[B, T]``."""
 
-    def snapshot() -> Snapshot:
-        opt_tensors, opt_meta = optimizer_state("optim", opt)
-        tensors = {**opt_tensors, "torch_rng": torch.get_rng_state(), "gen_rng": gen_rng.get_state()}
-        tensors.update(module_tensors("value_head", models.head))
-        if trunk is not None:
-            tensors.update(module_tensors("critic", trunk))
-        state = {"optim": opt_meta, "beta": beta, **cursor.state()}
-        return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
+    gen: Any  # advantage.rollout.generate.Generation
+    old_logp: Tensor  # log π_old of the sampled tokens
+    old_values: Tensor  # V_old of the states they were chosen in
+    advantages: Tensor  # GAE over tokens (whitened when algorithm.whiten_advantages)
+    returns: Tensor  # the critic's targets, advantages (before whitening) + values
+    started: float  # perf_counter() when the rollout began (tokens/s covers the whole step)
+    times: dict[str, float] = field(default_factory=dict)  # seconds per phase: generate, score, prepare
 
-    hidden_score = getattr(task, "hidden_score", None)
-    model.train()
-    while step < t.total_steps:
-        lr = common.learning_rate(actor, step, t.total_steps)
-        opt.param_groups[0]["lr"] = lr
-        opt.param_groups[1]["lr"] = lr * critic.learning_rate / actor.learning_rate  # the actor's schedule
-        m: dict[str, float] = {}
-        # -- rollout: generate, score, per-token rewards, advantages --------------------------------
+
+class PPORollout:
+    """The sampling side of PPO-RLHF and its state in the checkpoint: the prompt cursor (``epoch``,
+    ``pos``), the sampling generator (``gen_rng``) and the KL coefficient β (``beta``, moved by the
+    adaptive controller when ``algorithm.adaptive_kl``). :meth:`collect` samples one response per prompt,
+    scores it with the reward model and turns the scores into per-token rewards and advantages."""
+
+    def __init__(
+        self,
+        cfg: PPORLHFConfig,
+        policy: LMPolicy,
+        models: Models,
+        examples: list[Any],
+        restored: Checkpoint | None,
+    ):
+        a, t = cfg.algorithm, cfg.trainer
+        self.cfg, self.policy, self.models, self.examples = cfg, policy, models, examples
+        self.gen_rng = torch.Generator(device=policy.device).manual_seed(t.seed)
+        self.kl_ctl = AdaptiveKLController(a.kl_coef, a.kl_target) if a.adaptive_kl else None
+        self.beta = a.kl_coef
+        epoch, pos = 0, 0
+        if restored is not None:
+            s = restored.state["algo"]
+            self.gen_rng.set_state(restored.tensors["gen_rng"])
+            epoch, pos, self.beta = s["epoch"], s["pos"], s["beta"]
+            if self.kl_ctl is not None:
+                self.kl_ctl.beta = self.beta
+        self.cursor = common.DataCursor(len(examples), t.seed, epoch, pos)
+
+    def tensors(self) -> dict[str, Tensor]:
+        return {"gen_rng": self.gen_rng.get_state()}
+
+    def state(self) -> dict[str, Any]:
+        return {"beta": self.beta, **self.cursor.state()}
+
+    def update_beta(self, kl_ref: float) -> None:
+        """Ziegler et al. adapt β to the KL of the rollout just collected (with ``algorithm.adaptive_kl``)."""
+        if self.kl_ctl is not None:
+            self.beta = self.kl_ctl.update(kl_ref)
+
+    def collect(self, step: int) -> tuple[Batch, dict[str, float]]:
+        """One rollout of ``data.rollout_batch_size`` prompts and its metrics; ``step`` (done so far) names
+        the step in errors."""
+        cfg, policy, a, roll = self.cfg, self.policy, self.cfg.algorithm, self.cfg.worker.rollout
         t0 = time.perf_counter()
-        exs = [examples[i] for i in cursor.next(d.rollout_batch_size)]
+        exs = [self.examples[i] for i in self.cursor.next(cfg.data.rollout_batch_size)]
         prompts = [e.prompt for e in exs]
         gen, texts = policy.complete(
-            prompts, temperature=roll.temperature, generator=gen_rng, top_p=roll.top_p, top_k=roll.top_k
+            prompts, temperature=roll.temperature, generator=self.gen_rng, top_p=roll.top_p, top_k=roll.top_k
         )
         t1 = time.perf_counter()
+        rm = policy.reward_model
         scores = rm.score(prompts, texts, batch_size=cfg.worker.reward.batch_size).float().cpu()  # [B]
         if not bool(torch.isfinite(scores).all()):
             bad = int((~torch.isfinite(scores)).nonzero()[0])
@@ -364,94 +348,169 @@ def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
         t2 = time.perf_counter()
         mask = gen.response_mask  # [B, T]
         n_rows = len(texts)
-        micro = actor.micro_batch_size or n_rows
+        micro = cfg.worker.actor.micro_batch_size or n_rows
         old_logp, old_values, ref_logp = _no_grad_forward(
-            models, ref, gen, micro, cfg.worker.ref.micro_batch_size or n_rows
+            self.models, policy.reference, gen, micro, cfg.worker.ref.micro_batch_size or n_rows
         )
         kl = KL_ESTIMATORS[a.kl_estimator](old_logp, ref_logp)  # [B, T]
-        rewards = token_rewards(scores, kl, mask, beta)  # [B, T]
+        rewards = token_rewards(scores, kl, mask, self.beta)  # [B, T]
         advantages = token_gae(rewards, old_values, mask, a.gamma, a.lam)  # [B, T]
         returns = advantages + old_values * mask  # [B, T], the critic's targets
         if a.whiten_advantages:
             advantages = masked_whiten(advantages, mask)
         kl_seq = (kl * mask).sum(-1)  # [B] KL to the reference per response
-        m.update(
-            {
-                "score/mean": float(scores.mean()),
-                "score/std": float(scores.std()) if n_rows > 1 else 0.0,
-                "kl_ref": float(kl_seq.mean()),
-                "beta": beta,
-                "reward/total_mean": float((rewards * mask).sum(-1).mean()),
-                "response/length_mean": float(gen.lengths.float().mean()),
-                "response/truncated_frac": float(gen.truncated.float().mean()),
-                "explained_variance": explained_variance(old_values, returns, mask),
-                "value/mean": float(masked_mean(old_values, mask)),
-                "return/mean": float(masked_mean(returns, mask)),
-            }
-        )
+        m = {
+            "score/mean": float(scores.mean()),
+            "score/std": float(scores.std()) if n_rows > 1 else 0.0,
+            "kl_ref": float(kl_seq.mean()),
+            "beta": self.beta,
+            "reward/total_mean": float((rewards * mask).sum(-1).mean()),
+            "response/length_mean": float(gen.lengths.float().mean()),
+            "response/truncated_frac": float(gen.truncated.float().mean()),
+            "explained_variance": explained_variance(old_values, returns, mask),
+            "value/mean": float(masked_mean(old_values, mask)),
+            "return/mean": float(masked_mean(returns, mask)),
+        }
         if a.kl_target is not None:
             m["kl_target"] = a.kl_target
+        hidden_score = getattr(policy.task, "hidden_score", None)
         if hidden_score is not None:
             m["hidden_score/mean"] = sum(map(hidden_score, prompts, texts)) / n_rows
-        # -- learn: epochs × mini-batches × micro-batches -------------------------------------------
-        t3 = time.perf_counter()
-        mini = actor.mini_batch_size or n_rows
-        stats: dict[str, list[float]] = {}
-        for _ in range(actor.ppo_epochs):
-            perm = torch.randperm(n_rows)
-            for start in range(0, n_rows, mini):
-                rows_mb = perm[start : start + mini]
-                Z = max(step_normalizer(mask[rows_mb], actor.loss_agg), 1.0)
-                tokens = max(float(mask[rows_mb].sum()), 1.0)
-                opt.zero_grad(set_to_none=True)
-                totals = [0.0, 0.0]
-                for j in range(0, len(rows_mb), micro):
-                    r = rows_mb[j : j + micro]
-                    ids, attn, p_len, t_len = trimmed(gen, r)
-                    logp, values = models.forward(ids, attn, p_len)  # [b, t_len] each
-                    sl = (r, slice(0, t_len))
-                    pg, vf, lm = ppo_rlhf_loss(
-                        logp,
-                        old_logp[sl],
-                        advantages[sl],
-                        values,
-                        old_values[sl],
-                        returns[sl],
-                        mask[sl],
-                        actor,
-                        critic,
-                        Z,
-                        tokens,
-                    )
-                    # A separate critic's graph is disjoint from the actor's: the sum backpropagates each
-                    # loss into its own model; a shared trunk weighs the value loss by vf_coef.
-                    (pg + (critic.vf_coef if critic.shared else 1.0) * vf).backward()
-                    totals[0] += float(pg.detach())
-                    totals[1] += float(vf.detach())
-                    for k, v in lm.items():
-                        stats.setdefault(k, []).append(float(v))
-                if not all(map(math.isfinite, totals)):
-                    raise NonFiniteError(f"step {step + 1}: PPO-RLHF losses are {totals}; stopping")
-                stats.setdefault("policy_loss", []).append(totals[0])
-                stats.setdefault("value_loss", []).append(totals[1])
-                for name, params, clip in (
-                    ("grad_norm", actor_params, actor.max_grad_norm),
-                    ("critic_grad_norm", critic_params, critic.max_grad_norm),
-                ):
-                    if clip > 0:
-                        stats.setdefault(name, []).append(float(torch.nn.utils.clip_grad_norm_(params, clip)))
-                opt.step()
-        if kl_ctl is not None:  # Ziegler et al. adapt β to the KL of the rollout just collected
-            beta = kl_ctl.update(m["kl_ref"])
+        times = {"time/generate": t1 - t0, "time/score": t2 - t1, "time/prepare": time.perf_counter() - t2}
+        return Batch(gen, old_logp, old_values, advantages, returns, t0, times), m
+
+
+# ----------------------------------------------------------------------------------------------------
+# Learning and the training loop
+
+
+def learn(
+    cfg: PPORLHFConfig, models: Models, opt: torch.optim.Optimizer, b: Batch, step: int
+) -> dict[str, list[float]]:
+    """``worker.actor.ppo_epochs`` passes over the rollout in mini-batches of ``mini_batch_size`` rows
+    (one optimizer step each) and micro-batches of ``micro_batch_size`` rows (one forward each); returns
+    every micro-batch's metrics and every optimizer step's losses and gradient norms."""
+    actor, critic = cfg.worker.actor, cfg.worker.critic
+    actor_params, critic_params = opt.param_groups[0]["params"], opt.param_groups[1]["params"]
+    mask = b.gen.response_mask  # [B, T]
+    n_rows = mask.shape[0]
+    mini, micro = actor.mini_batch_size or n_rows, actor.micro_batch_size or n_rows
+    stats: dict[str, list[float]] = {}
+    for _ in range(actor.ppo_epochs):
+        perm = torch.randperm(n_rows)
+        for start in range(0, n_rows, mini):
+            rows_mb = perm[start : start + mini]
+            Z = max(step_normalizer(mask[rows_mb], actor.loss_agg), 1.0)
+            tokens = max(float(mask[rows_mb].sum()), 1.0)
+            opt.zero_grad(set_to_none=True)
+            totals = [0.0, 0.0]
+            for j in range(0, len(rows_mb), micro):
+                r = rows_mb[j : j + micro]
+                ids, attn, p_len, t_len = trimmed(b.gen, r)
+                logp, values = models.forward(ids, attn, p_len)  # [b, t_len] each
+                sl = (r, slice(0, t_len))
+                pg, vf, lm = ppo_rlhf_loss(
+                    logp,
+                    b.old_logp[sl],
+                    b.advantages[sl],
+                    values,
+                    b.old_values[sl],
+                    b.returns[sl],
+                    mask[sl],
+                    actor,
+                    critic,
+                    Z,
+                    tokens,
+                )
+                # A separate critic's graph is disjoint from the actor's: the sum backpropagates each
+                # loss into its own model; a shared trunk weighs the value loss by vf_coef.
+                (pg + (critic.vf_coef if critic.shared else 1.0) * vf).backward()
+                totals[0] += float(pg.detach())
+                totals[1] += float(vf.detach())
+                for k, v in lm.items():
+                    stats.setdefault(k, []).append(float(v))
+            if not all(map(math.isfinite, totals)):
+                raise NonFiniteError(f"step {step + 1}: PPO-RLHF losses are {totals}; stopping")
+            stats.setdefault("policy_loss", []).append(totals[0])
+            stats.setdefault("value_loss", []).append(totals[1])
+            for name, params, clip in (
+                ("grad_norm", actor_params, actor.max_grad_norm),
+                ("critic_grad_norm", critic_params, critic.max_grad_norm),
+            ):
+                if clip > 0:
+                    stats.setdefault(name, []).append(float(torch.nn.utils.clip_grad_norm_(params, clip)))
+            opt.step()
+    return stats
+
+
+def build(cfg: PPORLHFConfig, restored: Checkpoint | None) -> tuple[LMPolicy, Models, torch.optim.Optimizer]:
+    """The policy (with its frozen reference and reward model), the trained models and their optimizer,
+    restored from ``restored``. Built in this order on purpose: the scratch models draw their initial
+    weights from the global generator."""
+    t, critic = cfg.trainer, cfg.worker.critic
+    task = make_task(cfg.data)
+    model, tok = common.policy_model(cfg, task, restored)
+    ref = frozen_reference(cfg, task, None if restored is not None else model)
+    rm = load_reward(cfg, tok)
+    # The critic starts as a copy of the starting policy (seed 002: actor and critic may share a trunk).
+    trunk = None if critic.shared else copy.deepcopy(ref).requires_grad_(True).train()
+    head = ValueHead(model.config.hidden_size, seed=t.seed).to(t.device)
+    models = Models(model, trunk, head, cfg.worker.rollout.temperature)
+    policy = LMPolicy(model, tok, task, cfg)
+    policy.reference, policy.reward_model = ref, rm  # the rollout and evaluation use them
+    policy.examples("train")  # the training prompts, read once here (cached for the rollout)
+    actor_params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(
+        [{"params": actor_params}, {"params": models.critic_parameters()}],
+        lr=cfg.worker.actor.learning_rate,
+        weight_decay=cfg.worker.actor.weight_decay,
+    )
+    if restored is not None:
+        load_module("value_head", head, restored.tensors)
+        if trunk is not None:
+            load_module("critic", trunk, restored.tensors)
+        load_optimizer("optim", opt, restored.tensors, restored.state["algo"]["optim"])
+        torch.set_rng_state(restored.tensors["torch_rng"])
+    return policy, models, opt
+
+
+def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
+    t, actor, critic = cfg.trainer, cfg.worker.actor, cfg.worker.critic
+    torch.set_num_threads(t.torch_threads)
+    torch.manual_seed(t.seed)
+    restored = ctx.restored
+    policy, models, opt = build(cfg, restored)
+    rollout = PPORollout(cfg, policy, models, policy.examples("train"), restored)
+    step = 0 if restored is None else restored.step
+
+    def snapshot() -> Snapshot:
+        opt_tensors, opt_meta = optimizer_state("optim", opt)
+        tensors = {**opt_tensors, "torch_rng": torch.get_rng_state(), **rollout.tensors()}
+        tensors.update(module_tensors("value_head", models.head))
+        if models.critic_trunk is not None:
+            tensors.update(module_tensors("critic", models.critic_trunk))
+        state = {"optim": opt_meta, **rollout.state()}
+        return Snapshot(policy, tensors, state, files=lambda: common.hf_files(policy.model, policy.tokenizer))
+
+    policy.model.train()
+    while step < t.total_steps:
+        lr = common.learning_rate(actor, step, t.total_steps)
+        opt.param_groups[0]["lr"] = lr
+        opt.param_groups[1]["lr"] = lr * critic.learning_rate / actor.learning_rate  # the actor's schedule
+        batch, m = rollout.collect(step)
+        t_learn = time.perf_counter()
+        stats = learn(cfg, models, opt, batch, step)
+        rollout.update_beta(m["kl_ref"])
         step += 1
-        m.update({"time/generate": t1 - t0, "time/score": t2 - t1, "time/prepare": t3 - t2})
-        m["time/learn"] = time.perf_counter() - t3
+        m.update({**batch.times, "time/learn": time.perf_counter() - t_learn})
         # Generated tokens over the whole step (generate, score, learn), as grpo reports it.
-        m["tokens_per_second"] = float(gen.lengths.sum()) / max(time.perf_counter() - t0, 1e-9)
+        m["tokens_per_second"] = float(batch.gen.lengths.sum()) / max(
+            time.perf_counter() - batch.started, 1e-9
+        )
         row = {f"train/{k}": v for k, v in m.items()}
         row.update({f"train/{k}": sum(v) / len(v) for k, v in stats.items()})
         row["train/learning_rate"] = lr
-        row["train/epoch"] = cursor.progress
+        row["train/epoch"] = rollout.cursor.progress
         ctx.log(step, row)
         if ctx.tick(step, snapshot):
             break
@@ -461,85 +520,8 @@ def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
 # ----------------------------------------------------------------------------------------------------
 # Evaluation and loading
 
-
-def evaluate(
-    cfg: PPORLHFConfig,
-    policy: LMPolicy,
-    *,
-    split: str = "validation",
-    samples: int | None = None,
-    limit: int | None = None,
-    seed: int | None = None,
-    temperature: float | None = None,
-) -> dict[str, Any]:
-    """On the first ``limit`` prompts of ``split`` (default ``trainer.eval_episodes`` for validation, the
-    whole split otherwise):
-
-    * ``hidden_score`` (synthetic task) and ``rm_score``: mean scores of the policy's greedy responses, and
-      ``reference_hidden_score`` / ``reference_rm_score`` of the reference's;
-    * ``win_rate``: policy vs reference greedy responses, compared by the hidden score when the task has
-      one, else by the reward model (``win_rate_by``); ties count half
-      (:func:`advantage.algos.llm.preference_eval.win_rate`);
-    * ``kl_ref``: the KL to the reference of responses sampled at ``worker.rollout.temperature`` (mean per
-      response of :math:`\\sum_t \\log\\pi - \\log\\pi_\\text{ref}`, an unbiased estimate), seeded;
-    * ``return_mean``: ``hidden_score`` when there is one, else ``rm_score``.
-    """
-    from advantage.algos.llm.preference_eval import greedy_responses, win_rate
-    from advantage.nn.lm import sequence_logprobs
-
-    if limit is not None and limit < 1:
-        raise ConfigError(f"limit must be >= 1, got {limit}")
-    if samples not in (None, 1):
-        raise ConfigError(f"ppo_rlhf evaluates greedy responses; --samples must be 1, got {samples}")
-    d, t = cfg.data, cfg.trainer
-    examples = policy.examples(split, limit or (t.eval_episodes if split == "validation" else None))
-    prompts = [e.prompt for e in examples]
-    ref = getattr(policy, "reference", None) or _reference(cfg, policy.task, None).to(policy.device)
-    rm = getattr(policy, "reward_model", None) or load_reward(cfg, policy.tokenizer)
-    policy.reference, policy.reward_model = ref, rm
-    opts = {
-        "max_prompt_length": d.max_prompt_length,
-        "max_response_length": d.max_response_length,
-        "chat_template": d.chat_template,
-        "batch_size": t.eval_batch_size,
-    }
-    texts, lengths = greedy_responses(policy.model, policy.tokenizer, prompts, **opts)
-    ref_texts, _ = greedy_responses(ref, policy.tokenizer, prompts, **opts)
-    bs = cfg.worker.reward.batch_size
-    rm_scores = rm.score(prompts, texts, batch_size=bs).tolist()
-    ref_rm = rm.score(prompts, ref_texts, batch_size=bs).tolist()
-    res: dict[str, Any] = {
-        "split": split,
-        "n": len(prompts),
-        "rm_score": sum(rm_scores) / len(rm_scores),
-        "reference_rm_score": sum(ref_rm) / len(ref_rm),
-        "response_length": sum(lengths) / len(lengths),
-    }
-    rule = getattr(policy.task, "hidden_score", None)
-    if rule is not None:
-        hs = [rule(p, y) for p, y in zip(prompts, texts, strict=True)]
-        ref_hs = [rule(p, y) for p, y in zip(prompts, ref_texts, strict=True)]
-        res.update({"hidden_score": sum(hs) / len(hs), "reference_hidden_score": sum(ref_hs) / len(ref_hs)})
-        res.update({k: v for k, v in win_rate(hs, ref_hs).items()})
-        res["win_rate_by"] = "hidden_score"
-    else:
-        res.update(win_rate(rm_scores, ref_rm))
-        res["win_rate_by"] = "reward_model"
-    # KL of sampled responses (the quantity the penalty controls), with a seeded generator.
-    g = torch.Generator(device=policy.device).manual_seed(t.seed if seed is None else seed)
-    tau = cfg.worker.rollout.temperature
-    kl_sum = 0.0
-    for i in range(0, len(prompts), t.eval_batch_size):
-        gen, _ = policy.complete(prompts[i : i + t.eval_batch_size], temperature=tau, generator=g)
-        ids, attn = gen.sequences()
-        P = gen.prompt_ids.shape[1]
-        with torch.no_grad():
-            lp = sequence_logprobs(policy.model, ids, attn, response_start=P, temperature=tau)
-            rp = sequence_logprobs(ref, ids, attn, response_start=P, temperature=tau)
-        kl_sum += float(((lp - rp) * gen.response_mask).sum())
-    res["kl_ref"] = kl_sum / len(prompts)
-    res["return_mean"] = res.get("hidden_score", res["rm_score"])
-    return res
+# Greedy hidden and reward-model scores, win rate against the reference, KL of samples to it.
+evaluate = evaluate_preference
 
 
 def load_policy(cfg: PPORLHFConfig, ckpt: Any) -> LMPolicy:

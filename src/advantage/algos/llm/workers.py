@@ -1,0 +1,102 @@
+"""GRPO on Ray: generation and scoring in worker processes (``trainer.num_workers > 0``).
+
+Each :class:`LMWorker` holds the run's task, a copy of the policy and, when the run has one, the reward
+model; :class:`RemoteGenerator` is the learner's side, which sends the weights once per optimizer step and
+splits each round's prompts across the workers. The pool of workers, its fault tolerance (a failed or hung
+worker is replaced and asked again) and Ray's start-up are the environments' ones
+(:mod:`advantage.rollout.remote`). Nothing here is imported, and Ray never is, with ``num_workers=0``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from advantage.algos.llm import common
+from advantage.algos.llm.shared import load_reward, score, scored_task
+from advantage.rollout.generate import concat_generations
+from advantage.rollout.remote import WorkerError, WorkerPool, import_ray
+
+
+class LMWorker:
+    """One Ray actor for GRPO: the run's task, a copy of the policy (built like the learner's, then given
+    the learner's weights every step) and, when the run has one, the reward model. :meth:`generate` samples
+    ``G`` responses to each prompt it is given and scores them, so a slow verifier (the sandboxed ``code``
+    task) or a reward model runs beside generation instead of after it."""
+
+    def __init__(self, cfg: Any):
+        torch.set_num_threads(cfg.trainer.torch_threads)
+        task = scored_task(cfg.data)
+        model, tok = common.build_model(cfg, task)
+        self.policy = common.LMPolicy(model.to(cfg.trainer.device), tok, task, cfg)
+        if cfg.worker.reward.model:
+            self.policy.reward_model = load_reward(cfg, tok)
+        self.examples = self.policy.examples("train")  # the learner's list: same task, seed and split
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def generate(
+        self, version: int, weights: dict[str, Tensor], idx: list[int], G: int, seed: int, sampling: dict
+    ) -> dict[str, Any]:
+        """``G`` samples for each training prompt in ``idx`` with ``weights``; rewards and correctness."""
+        self.policy.model.load_state_dict(weights)
+        exs = [self.examples[i] for i in idx]
+        g = torch.Generator(device=self.policy.device).manual_seed(seed)
+        gen, texts = self.policy.complete([e.prompt for e in exs], samples=G, generator=g, **sampling)
+        rewards, correct = score(self.policy, exs, texts, G)
+        return {
+            "gen": gen.to("cpu"),
+            "texts": texts,
+            "rewards": rewards,
+            "correct": correct,
+            "version": version,
+        }
+
+
+class RemoteGenerator:
+    """The learner's side for GRPO: ``trainer.num_workers`` :class:`LMWorker` actors; :meth:`generate`
+    splits the prompts of one round across them (contiguous chunks, in order) and joins the results, so
+    the rows are in the same prompt-major order as :meth:`~advantage.algos.llm.common.LMPolicy.complete`
+    gives."""
+
+    def __init__(self, cfg: Any, model: Any, pad_id: int):
+        self.ray = import_ray(cfg.trainer.ray_address, cfg.trainer.num_workers)
+        self.W, self.model, self.pad_id, self.seed = cfg.trainer.num_workers, model, pad_id, cfg.trainer.seed
+        self.version, self.calls = 0, 0
+        self.pool = WorkerPool(self.ray, LMWorker, lambda i, restarts: (cfg,), self.W, cfg.trainer)
+
+    @property
+    def restarts(self) -> int:
+        return self.pool.restarts
+
+    def push(self) -> Any:
+        """Broadcast the current weights (once per optimizer step); returns the object-store reference."""
+        self.version += 1
+        return self.ray.put({k: v.detach().cpu() for k, v in self.model.state_dict().items()})
+
+    def generate(
+        self, weights_ref: Any, idx: list[int], G: int, sampling: dict
+    ) -> tuple[Any, list[str], Any, Any]:
+        """``(Generation, texts, rewards [B], correct [B])`` for prompts ``idx``, G samples each."""
+        self.calls += 1
+        n = min(self.W, len(idx))  # fewer prompts than workers (a last dynamic-sampling round): some rest
+        chunks = np.array_split(np.asarray(idx, dtype=np.int64), n)
+        args = [
+            (self.version, weights_ref, c.tolist(), G, self.seed * 1_000_003 + self.calls * 97 + w, sampling)
+            for w, c in enumerate(chunks)
+        ]
+        parts = self.pool.call("generate", args)
+        for p in parts:
+            if p["version"] != self.version:
+                raise WorkerError(f"a worker used weights version {p['version']}, expected {self.version}")
+        gen = concat_generations([p["gen"] for p in parts], self.pad_id)
+        texts = [t for p in parts for t in p["texts"]]
+        return gen, texts, torch.cat([p["rewards"] for p in parts]), torch.cat([p["correct"] for p in parts])
+
+    def close(self) -> None:
+        self.pool.close()

@@ -1,0 +1,181 @@
+"""The shape of the package: imports point down only.
+
+The import graph is read from the source with :mod:`ast` (nothing is imported). A module depends on the
+module it names: ``import advantage.a.b`` and ``from advantage.a.b import x`` on ``advantage.a.b``;
+``from advantage.a import b`` on ``advantage.a.b`` when ``b`` is a module, else on the package
+``advantage.a``. Two rules:
+
+* no cycle among **module-level** imports, those that run when the module is imported (an import
+  inside a function runs late, when every module is loaded, and is the usual way to keep start-up fast;
+  one under ``if TYPE_CHECKING:`` never runs: it only names a type);
+* the layers below the algorithms never import them, at module level or inside a function:
+  :data:`BELOW_ALGOS` lists those packages and modules.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = "advantage"
+ALGOS = "advantage.algos"
+
+# Packages and modules that sit below the algorithms: nothing in them may import ``advantage.algos``.
+BELOW_ALGOS = (
+    "advantage.math",
+    "advantage.nn",
+    "advantage.envs",
+    "advantage.data",
+    "advantage.rollout",
+)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package by dotted name."""
+    return {module_name(p): p for p in sorted((SRC / PACKAGE).rglob("*.py"))}
+
+
+def _resolve(importer: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from ... import`` names (relative imports resolved against ``importer``)."""
+    if not node.level:
+        return node.module or ""
+    base = importer.split(".")
+    if not is_package:
+        base.pop()
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports(known: dict[str, Path], name: str, path: Path) -> list[tuple[str, bool]]:
+    """``(imported module, runs at import time)`` for every import of a package module in ``name``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    top = set()  # the import statements that run at import time (also in module-level if/try blocks)
+    stack: list[ast.AST] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            top.add(id(node))
+        elif isinstance(node, ast.If) and _type_checking(node):
+            stack.extend(node.orelse)
+        elif isinstance(node, ast.If | ast.Try):
+            stack.extend(ast.iter_child_nodes(node))
+        elif isinstance(node, ast.ExceptHandler):
+            stack.extend(node.body)
+    out = []
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mod = _resolve(name, path.name == "__init__.py", node)
+            for alias in node.names:
+                sub = f"{mod}.{alias.name}"
+                targets.append(sub if sub in known else mod)
+        for target in targets:
+            if target == PACKAGE or target.startswith(PACKAGE + "."):
+                out.append((target, id(node) in top))
+    return out
+
+
+@functools.cache
+def _package_imports() -> dict[str, list[tuple[str, bool]]]:
+    known = modules()
+    return {name: imports(known, name, path) for name, path in known.items()}
+
+
+def graph(*, module_level_only: bool) -> dict[str, set[str]]:
+    """Module → the package modules it imports (only those that run at import time, or all)."""
+    return {
+        name: {target for target, at_top in found if (at_top or not module_level_only) and target != name}
+        for name, found in _package_imports().items()
+    }
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    counter = 0
+
+    def visit(v: str) -> None:
+        nonlocal counter
+        index[v] = low[v] = counter
+        counter += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(g.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_import_walk_sees_the_package():
+    """The walk can fail: it finds the modules and the imports it is meant to judge."""
+    g = graph(module_level_only=False)
+    assert "advantage.algos.llm.grpo" in g and "advantage.math" in g
+    assert "advantage.algos.llm.common" in g["advantage.algos.llm.grpo"]
+    # registry names RunContext under TYPE_CHECKING only: an import for the layers, none for cycles
+    assert "advantage.context" in g["advantage.registry"]
+    assert "advantage.context" not in graph(module_level_only=True)["advantage.registry"]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles_at_module_level():
+    found = cycles(graph(module_level_only=True))
+    assert not found, "import cycles among module-level imports:\n" + "\n".join(map(" -> ".join, found))
+
+
+@pytest.mark.parametrize("below", BELOW_ALGOS)
+def test_the_layers_below_the_algorithms_do_not_import_them(below):
+    g = graph(module_level_only=False)
+    bad = sorted(
+        f"{src} imports {dst}"
+        for src, targets in g.items()
+        if _in(src, below)
+        for dst in targets
+        if _in(dst, ALGOS)
+    )
+    assert not bad, "\n".join(bad)
