@@ -79,8 +79,8 @@ def sb3_script(kind: str, seed: int) -> str:
     elif kind == "to475_dqn":
         model = (
             "DQN('MlpPolicy', 'CartPole-v1', learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,"
-            " learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,"
-            " exploration_fraction=0.16, exploration_final_eps=0.04, policy_kwargs={'net_arch': [256, 256]},"
+            " learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,"
+            " gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04, policy_kwargs={'net_arch': [256, 256]},"
             " seed=SEED, device='cpu', verbose=0)"
         )
     else:  # steps500_ppo: the same zoo settings as advantage's CartPole entry
@@ -131,19 +131,21 @@ def whole_runs(seeds: int, kinds: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
+COMMANDS = {
+    "help": ["--help"],
+    "list": ["list"],
+    "list_ppo": ["list", "ppo"],
+    "config_error": ["train", "ppo", "trainer.total_stepz=5"],
+}
+
+
 def commands(repeats: int) -> dict[str, float]:
-    cmds = {
-        "advantage --help": ["--help"],
-        "advantage list": ["list"],
-        "advantage list ppo": ["list", "ppo"],
-        "config error (train ppo trainer.total_stepz=5)": ["train", "ppo", "trainer.total_stepz=5"],
-    }
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, args in cmds.items():
+        for name, args in COMMANDS.items():
             times = [_timed([sys.executable, "-m", "advantage", *args], tmp)[0] for _ in range(repeats)]
             out[name] = statistics.median(times)
-            print(f"{name}: {out[name]:.3f} s", flush=True)
+            print(f"advantage {' '.join(args)}: {out[name]:.3f} s", flush=True)
     return out
 
 
@@ -253,7 +255,7 @@ def phase_worker_sb3(algo: str, launched: float) -> dict[str, float]:
 
 
 def phase_worker_trl(launched: float) -> dict[str, float]:
-    """TRL's SFTTrainer on the same tiny Llama, character tokenizer and addition texts as advantage's sft row."""
+    """TRL's SFTTrainer on the tiny Llama, character tokenizer and addition texts of advantage's sft row."""
     marks = {"start": time.time()}
     import torch
 
@@ -332,7 +334,7 @@ def report(result: dict[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     lines = ["### Start-up and whole-process times", "", result["machine"], ""]
     lines += ["| command | median s |", "|---|---|"]
-    lines += [f"| `{k}` | {v:.3f} |" for k, v in result["commands"].items()]
+    lines += [f"| `advantage {' '.join(COMMANDS[k])}` | {v:.3f} |" for k, v in result["commands"].items()]
     lines += ["", "| run | SB3 median s | advantage median s | ratio |", "|---|---|---|---|"]
     for kind, s in result["whole"].items():
         lines.append(f"| {kind} | {s['sb3']:.2f} | {s['advantage']:.2f} | {s['ratio']:.2f} |")
