@@ -80,8 +80,8 @@ def sb3_script(kind: str, seed: int) -> str:
         model = (
             "DQN('MlpPolicy', 'CartPole-v1', learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,"
             " learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,"
-            " gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04, policy_kwargs={'net_arch': [256, 256]},"
-            " seed=SEED, device='cpu', verbose=0)"
+            " gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,"
+            " policy_kwargs={'net_arch': [256, 256]}, seed=SEED, device='cpu', verbose=0)"
         )
     else:  # steps500_ppo: the same zoo settings as advantage's CartPole entry
         model = (
