@@ -6,4 +6,5 @@ fraction of a second. The training functions are :class:`~advantage.registry.Ent
 a run starts.
 """
 
-import advantage.algos  # noqa: F401  (the algorithms not yet split into config and code)
+from advantage.algos.llm import dpo, grpo, ppo_rlhf, reward_model, sft  # noqa: F401
+from advantage.configs import a2c, ddpg, dqn, linear, ppo, reinforce, sac, tabular, td3, trpo  # noqa: F401  # noqa: F401
