@@ -6,5 +6,20 @@ fraction of a second. The training functions are :class:`~advantage.registry.Ent
 a run starts.
 """
 
-from advantage.algos.llm import dpo, grpo, ppo_rlhf, reward_model, sft  # noqa: F401
-from advantage.configs import a2c, ddpg, dqn, linear, ppo, reinforce, sac, tabular, td3, trpo  # noqa: F401  # noqa: F401
+from advantage.configs import (  # noqa: F401
+    a2c,
+    ddpg,
+    dpo,
+    dqn,
+    grpo,
+    linear,
+    ppo,
+    ppo_rlhf,
+    reinforce,
+    reward_model,
+    sac,
+    sft,
+    tabular,
+    td3,
+    trpo,
+)

@@ -88,7 +88,8 @@ from torch import Tensor
 
 from advantage.algos.llm import common
 from advantage.algos.llm.common import LMPolicy
-from advantage.algos.llm.grpo_config import (  # noqa: F401  (re-exported: the config is part of the API)
+from advantage.configs.grpo import (  # noqa: F401  (re-exported: the config is part of the API)
+    PREFERENCE_TASKS,
     PRESETS,
     ActorConfig,
     GRPOAlgorithm,
@@ -102,7 +103,6 @@ from advantage.algos.llm.grpo_config import (  # noqa: F401  (re-exported: the c
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import KL_ESTIMATORS, POLICY_LOSSES, aggregate, masked_mean
-from advantage.registry import Algorithm, register
 from advantage.torch_state import load_optimizer, optimizer_state
 
 # ----------------------------------------------------------------------------------------------------
@@ -122,10 +122,6 @@ class Rollout:
     metrics: dict[str, float] = field(default_factory=dict)
     texts: list[str] = field(default_factory=list)  # [B] decoded completions
     raw_rewards: Tensor | None = None  # [B] rewards before shaping
-
-
-# Tasks with no verifier: prompts from the synthetic preference task, rewards from a reward model.
-PREFERENCE_TASKS = ("synthetic",)
 
 
 def make_task(d: Any) -> Any:
@@ -882,22 +878,3 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
     ctx.finish(step, snapshot())
     if remote is not None:
         remote.close()
-
-
-register(
-    Algorithm(
-        name="grpo",
-        summary="GRPO and its family (DAPO, GSPO, Dr.GRPO, Lite PPO) on verifiable rewards (seed 003)",
-        config=GRPOConfig,
-        train=train,
-        load_policy=load_policy,
-        evaluate=evaluate,
-        check=check,
-        presets=PRESETS,
-        workers=True,
-        defaults={"trainer.eval_every": 10, "trainer.log_every": 1, "trainer.total_steps": 100},
-        task_options=lambda name: common.task_rows(
-            name, text=name not in PREFERENCE_TASKS, preference=name in PREFERENCE_TASKS
-        ),
-    )
-)
