@@ -82,3 +82,40 @@ def test_classic_run_imports_no_compiler(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert res == {"dynamo": False}
+
+
+HEAVY = ("torch", "transformers", "advantage.algos.ppo")
+
+
+def test_list_and_config_error_import_no_training_code() -> None:
+    """``advantage list``, ``advantage list ALGO`` and a config error read only the configs
+    (:mod:`advantage.configs`): no torch, no transformers, no algorithm module (the records name their
+    training functions, imported when a run starts)."""
+    res = _python(
+        f"""
+        import contextlib, io, json, sys
+        from advantage.cli import main
+        heavy = {HEAVY!r}
+        out = {{}}
+        for argv in (["list"], ["list", "ppo"], ["list", "dqn"], ["list", "sft"],
+                     ["train", "ppo", "trainer.total_stepz=5"]):
+            err = io.StringIO()
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+                rc = main(argv)
+            out[" ".join(argv)] = [rc, [m for m in heavy if m in sys.modules], err.getvalue()]
+        print(json.dumps(out))
+        """
+    )
+    for argv in ("list", "list ppo", "list dqn", "list sft"):
+        assert res[argv][:2] == [0, []], (argv, res[argv])
+    rc, imported, err = res["train ppo trainer.total_stepz=5"]
+    assert (rc, imported) == (2, [])
+    assert "unknown key trainer.total_stepz; did you mean trainer.total_steps?" in err
+
+
+def test_preference_task_names_match_the_tasks() -> None:
+    """The config's copy of the preference tasks' names (kept out of the task modules' import) is theirs."""
+    from advantage.configs.llm import PREFERENCE_TASK_NAMES
+    from advantage.envs.text.preference import PREFERENCE_TASKS
+
+    assert tuple(PREFERENCE_TASKS) == PREFERENCE_TASK_NAMES

@@ -11,6 +11,10 @@ from typing import Any, ClassVar
 from advantage.config import TrainerConfig, device_problem, option, section
 from advantage.errors import ConfigError
 
+# The preference tasks' names: the keys of advantage.envs.text.preference.PREFERENCE_TASKS, written out so
+# that listing and validating configs does not import the tasks (tests/test_startup.py compares them).
+PREFERENCE_TASK_NAMES = ("synthetic", "dataset")
+
 
 @dataclass
 class DataConfig:

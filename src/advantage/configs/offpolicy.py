@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from advantage.data.replay import replay_problems
-
 
 def config_problems(cfg: Any) -> list[str]:
     """Cross-field checks shared by the ddpg, td3 and sac configs: the batch fits in the buffer, the first
     update has a full batch, and both network size lists are non-empty and positive."""
+    from advantage.data.replay import replay_problems  # numpy: not for `advantage list`
+
     out = replay_problems(cfg.algorithm)
     for name in ("actor_hidden", "critic_hidden"):
         sizes = getattr(cfg.model, name)

@@ -7,8 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from advantage.config import Preset, option, section
-from advantage.configs.llm import LMModelConfig, LMTrainerConfig, optimizer_problems, preference_task_options
-from advantage.envs.text.preference import PREFERENCE_TASKS
+from advantage.configs.llm import (
+    PREFERENCE_TASK_NAMES,
+    LMModelConfig,
+    LMTrainerConfig,
+    optimizer_problems,
+    preference_task_options,
+)
 from advantage.registry import Algorithm, Entry, register
 
 
@@ -20,7 +25,7 @@ class RMDataConfig:
     task: str = option(
         "synthetic",
         "preference task: synthetic (a hidden scoring rule) or dataset (read from data.path)",
-        choices=tuple(PREFERENCE_TASKS),
+        choices=PREFERENCE_TASK_NAMES,
     )
     seed: int = option(0, "seed of the generated comparisons (fixed across training seeds)", lo=0)
     train_size: int | None = option(
