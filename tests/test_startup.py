@@ -85,17 +85,20 @@ def test_classic_run_imports_no_compiler(tmp_path: Path) -> None:
 
 
 HEAVY = ("torch", "transformers", "advantage.algos.ppo")
+# Not needed to list an environment algorithm's options either: arrays, environments, the config parser.
+LISTING = ("numpy", "gymnasium", "omegaconf")
 
 
 def test_list_and_config_error_import_no_training_code() -> None:
     """``advantage list``, ``advantage list ALGO`` and a config error read only the configs
     (:mod:`advantage.configs`): no torch, no transformers, no algorithm module (the records name their
-    training functions, imported when a run starts)."""
+    training functions, imported when a run starts); listing an environment algorithm imports no numpy,
+    gymnasium or omegaconf either."""
     res = _python(
         f"""
         import contextlib, io, json, sys
         from advantage.cli import main
-        heavy = {HEAVY!r}
+        heavy = {HEAVY + LISTING!r}
         out = {{}}
         for argv in (["list"], ["list", "ppo"], ["list", "dqn"], ["list", "sft"],
                      ["train", "ppo", "trainer.total_stepz=5"]):
@@ -106,10 +109,12 @@ def test_list_and_config_error_import_no_training_code() -> None:
         print(json.dumps(out))
         """
     )
-    for argv in ("list", "list ppo", "list dqn", "list sft"):
+    for argv in ("list", "list ppo", "list dqn"):
         assert res[argv][:2] == [0, []], (argv, res[argv])
+    rc, imported, _ = res["list sft"]  # reads its task's options: numpy and the parser, no torch
+    assert rc == 0 and not set(imported) & set(HEAVY), imported
     rc, imported, err = res["train ppo trainer.total_stepz=5"]
-    assert (rc, imported) == (2, [])
+    assert rc == 2 and not set(imported) & set(HEAVY), imported
     assert "unknown key trainer.total_stepz; did you mean trainer.total_steps?" in err
 
 
