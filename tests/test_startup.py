@@ -114,3 +114,45 @@ def test_side_by_side_evaluation_matches_one_at_a_time(tmp_path: Path) -> None:
             assert many["length_mean"] == one["length_mean"]
         # a different seed gives different episodes: the comparison above can fail
         assert evaluate_policy(policy, envs[0], 9, seed=4, more_envs=envs[1:]) != many
+
+
+HEAVY = ("torch", "transformers", "advantage.algos.ppo")
+# Not needed to list an environment algorithm's options either: arrays, environments, the config parser.
+LISTING = ("numpy", "gymnasium", "omegaconf")
+
+
+def test_list_and_config_error_import_no_training_code() -> None:
+    """``advantage list``, ``advantage list ALGO`` and a config error read only the configs
+    (:mod:`advantage.configs`): no torch, no transformers, no algorithm module (the records name their
+    training functions, imported when a run starts); listing an environment algorithm imports no numpy,
+    gymnasium or omegaconf either."""
+    res = _python(
+        f"""
+        import contextlib, io, json, sys
+        from advantage.cli import main
+        heavy = {HEAVY + LISTING!r}
+        out = {{}}
+        for argv in (["list"], ["list", "ppo"], ["list", "dqn"], ["list", "sft"],
+                     ["train", "ppo", "trainer.total_stepz=5"]):
+            err = io.StringIO()
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+                rc = main(argv)
+            out[" ".join(argv)] = [rc, [m for m in heavy if m in sys.modules], err.getvalue()]
+        print(json.dumps(out))
+        """
+    )
+    for argv in ("list", "list ppo", "list dqn"):
+        assert res[argv][:2] == [0, []], (argv, res[argv])
+    rc, imported, _ = res["list sft"]  # reads its task's options: numpy and the parser, no torch
+    assert rc == 0 and not set(imported) & set(HEAVY), imported
+    rc, imported, err = res["train ppo trainer.total_stepz=5"]
+    assert rc == 2 and not set(imported) & set(HEAVY), imported
+    assert "unknown key trainer.total_stepz; did you mean trainer.total_steps?" in err
+
+
+def test_preference_task_names_match_the_tasks() -> None:
+    """The config's copy of the preference tasks' names (kept out of the task modules' import) is theirs."""
+    from advantage.configs.llm import PREFERENCE_TASK_NAMES
+    from advantage.envs.text.preference import PREFERENCE_TASKS
+
+    assert tuple(PREFERENCE_TASKS) == PREFERENCE_TASK_NAMES

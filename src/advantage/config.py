@@ -25,8 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from advantage.errors import ConfigError
 
@@ -218,6 +216,9 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
     bad = [s for s in items if "=" not in s or s.startswith("=")]
     if bad:
         raise ConfigError([f"override {s!r} must look like key=value, e.g. algorithm.gamma=0.9" for s in bad])
+    from omegaconf import OmegaConf  # here, not at the top: `advantage list` needs no parser
+    from omegaconf.errors import OmegaConfBaseException
+
     try:
         parsed = OmegaConf.to_container(OmegaConf.from_dotlist(items), resolve=False)
     except OmegaConfBaseException as e:
@@ -489,6 +490,8 @@ def dump_yaml(data: Mapping[str, Any]) -> str:
 def interpolations(*trees: Mapping[str, Any]) -> dict[str, str]:
     """Dotted keys whose merged value is a ``${...}`` interpolation, with its unresolved text (saved as is,
     so a secret read with ``${oc.env:VAR}`` stays in the environment)."""
+    from omegaconf import OmegaConf
+
     merged = OmegaConf.merge(*[OmegaConf.create(dict(t)) for t in trees])
     raw = flatten(typing.cast(dict[str, Any], OmegaConf.to_container(merged, resolve=False)))
     return {k: v for k, v in raw.items() if isinstance(v, str) and "${" in v}
@@ -496,6 +499,9 @@ def interpolations(*trees: Mapping[str, Any]) -> dict[str, str]:
 
 def merge(*trees: Mapping[str, Any]) -> dict[str, Any]:
     """Deep-merge nested dicts (later wins) and resolve ``${...}`` interpolations."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     try:
         merged = OmegaConf.merge(*[OmegaConf.create(dict(t)) for t in trees])
         return typing.cast(dict[str, Any], OmegaConf.to_container(merged, resolve=True))

@@ -1,4 +1,3 @@
-"""Algorithms. Importing this package registers every algorithm (see :mod:`advantage.registry`)."""
-
-from advantage.algos import a2c, ddpg, dqn, llm, ppo, reinforce, sac, td3, trpo  # noqa: F401
-from advantage.algos.tabular import linear_control, linear_td, monte_carlo, planning, td  # noqa: F401
+"""Algorithms: one module of training code per algorithm. Importing this package imports none of them:
+their configs, presets and registry records live in :mod:`advantage.configs`, whose records name the
+training functions here (:class:`~advantage.registry.Entry`), imported when a run starts."""

@@ -40,8 +40,6 @@ Implementation details (those of Stable-Baselines3's A2C unless stated):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import gymnasium as gym
@@ -49,46 +47,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from advantage.algos.reinforce import check_env as _check_env
-from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
+from advantage.configs.a2c import PRESETS, A2CAlgorithm, A2CConfig  # noqa: F401  (their old place)
 from advantage.context import RunContext, Snapshot
 from advantage.envs import env_state, make_vec_env, set_env_state
 from advantage.errors import NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, gae, masked_whiten, reward_to_go
-from advantage.nn import ActorCritic, ActorCriticModel, ActorCriticPolicy, ObsNormalizer, eager
-from advantage.registry import Algorithm, register
+from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer, eager
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
-
-
-@dataclass
-class A2CAlgorithm:
-    # General defaults: Stable-Baselines3's A2C, after Mnih et al. 2016 (5-step rollouts, RMSprop lr 7e-4,
-    # α 0.99, vf 0.5, gradient-norm clip 0.5, no entropy bonus, no advantage normalisation).
-    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
-    gae_lambda: float = option(1.0, "GAE λ (1: n-step returns)", lo=0, hi=1)
-    n_steps: int = option(5, "steps per environment per rollout (one update each)", lo=1)
-    critic_target: str = option(
-        "td", "td: bootstrapped λ-return; mc: reward-to-go to the rollout end", choices=("td", "mc")
-    )
-    optimizer: str = option("rmsprop", "rmsprop (SB3's default) or adam", choices=("rmsprop", "adam"))
-    learning_rate: float = option(7e-4, "learning rate", lo=0, lo_open=True)
-    lr_schedule: str = option("constant", "learning-rate schedule", choices=("constant", "linear"))
-    rmsprop_alpha: float = option(0.99, "RMSprop smoothing constant", lo=0, hi=1, hi_open=True)
-    optimizer_eps: float = option(1e-5, "ε of RMSprop / Adam", lo=0, lo_open=True)
-    vf_coef: float = option(0.5, "value-loss coefficient", lo=0)
-    ent_coef: float = option(0.0, "entropy bonus coefficient", lo=0)
-    max_grad_norm: float = option(0.5, "global gradient-norm clip (0: none)", lo=0)
-    normalize_advantage: bool = option(False, "normalise advantages over each rollout")
-    normalize_obs: bool = option(False, "normalise observations by running mean/std")
-    clip_obs: float = option(10.0, "clip normalised observations to ±clip_obs", lo=0, lo_open=True)
-
-
-@dataclass
-class A2CConfig:
-    env: VecEnvConfig = section(VecEnvConfig)
-    algorithm: A2CAlgorithm = section(A2CAlgorithm)
-    model: ActorCriticModel = section(ActorCriticModel)
-    trainer: TrainerConfig = section(TrainerConfig)
 
 
 def make_model(cfg: A2CConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
@@ -276,31 +241,3 @@ def _policy(cfg: A2CConfig, env: gym.Env, tensors: Any) -> ActorCriticPolicy:
     return ActorCriticPolicy.from_checkpoint(
         model, cfg.algorithm.normalize_obs, cfg.algorithm.clip_obs, tensors
     )
-
-
-PRESETS = {
-    "cartpole": Preset(
-        "CartPole-v1 (rl-baselines3-zoo: 8 envs, n_steps 5, RMSprop 7e-4)",
-        {
-            "env.id": "CartPole-v1",
-            "env.num_envs": 8,
-            "algorithm.n_steps": 5,
-            "trainer.total_steps": 500_000,
-        },
-    ),
-}
-
-register(
-    Algorithm(
-        name="a2c",
-        summary="synchronous advantage actor-critic: n-step rollouts, GAE, TD or MC critic target (seed 003)",
-        config=A2CConfig,
-        train=train,
-        policy=_policy,
-        check_env=partial(_check_env, name="a2c"),
-        presets=PRESETS,
-        # General defaults: the dataclass's (SB3's A2C, Mnih et al. 2016's RMSprop); CartPole-v1's
-        # values are its entry in advantage/hyperparams/a2c.yml.
-        defaults={"env.id": "CartPole-v1"},
-    )
-)

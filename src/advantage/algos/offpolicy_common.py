@@ -29,26 +29,15 @@ import torch
 from torch import nn
 
 from advantage.config import VecEnvConfig
+from advantage.configs.offpolicy import config_problems  # noqa: F401  (its old place)
 from advantage.context import RunContext
 from advantage.data import ReplayBuffer
-from advantage.data.replay import replay_problems
 from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
 from advantage.errors import ConfigError, EnvError, NonFiniteError
 from advantage.nn import eager  # noqa: F401  (installed before LeanAdam builds its torch.optim.Adam)
 from advantage.nn.continuous import to_env_action
 from advantage.nn.policy import ObsNormalizer
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
-
-
-def config_problems(cfg: Any) -> list[str]:
-    """Cross-field checks shared by the ddpg, td3 and sac configs: the batch fits in the buffer, the first
-    update has a full batch, and both network size lists are non-empty and positive."""
-    out = replay_problems(cfg.algorithm)
-    for name in ("actor_hidden", "critic_hidden"):
-        sizes = getattr(cfg.model, name)
-        if not sizes or min(sizes) < 1:
-            out.append(f"model.{name} must be a non-empty list of positive sizes, got {sizes}")
-    return out
 
 
 def check_continuous_env(algo: str, cfg: Any, env: gym.Env) -> None:

@@ -6,4 +6,20 @@ fraction of a second. The training functions are :class:`~advantage.registry.Ent
 a run starts.
 """
 
-import advantage.algos  # noqa: F401  (the algorithms not yet split into config and code)
+from advantage.configs import (  # noqa: F401
+    a2c,
+    ddpg,
+    dpo,
+    dqn,
+    grpo,
+    linear,
+    ppo,
+    ppo_rlhf,
+    reinforce,
+    reward_model,
+    sac,
+    sft,
+    tabular,
+    td3,
+    trpo,
+)

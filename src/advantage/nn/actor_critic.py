@@ -14,14 +14,13 @@ need ``atanh`` of a saturated action.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from advantage.config import option
+from advantage.configs.models import ActorCriticModel  # noqa: F401  (its old place)
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
@@ -156,25 +155,3 @@ class ActorCritic(nn.Module):
         logp, entropy = self.head.log_prob_entropy(h, action)
         v = self.value_head(h if self.shared else self.v_body(obs)).squeeze(-1)
         return logp, entropy, v
-
-
-@dataclass
-class ActorCriticModel:
-    """The ``model`` section of the actor-critic trainers (PPO, A2C)."""
-
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "MLP hidden sizes"})
-    activation: str = option("tanh", "hidden activation", choices=("tanh", "relu"))
-    shared_trunk: bool = option(False, "actor and critic share one trunk")
-    log_std_init: float = option(0.0, "Box actions: initial log σ")
-    squash: bool = option(False, "Box actions: tanh-squash to the bounds (with log-det correction)")
-
-    def build(self, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
-        return ActorCritic(
-            obs_space,
-            action_space,
-            list(self.hidden_sizes),
-            self.activation,
-            self.shared_trunk,
-            self.log_std_init,
-            self.squash,
-        )

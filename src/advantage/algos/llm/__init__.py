@@ -1,3 +1,3 @@
-"""Language-model post-training: SFT (and, building on it, reward models, PPO-RLHF, DPO and GRPO)."""
-
-from advantage.algos.llm import dpo, grpo, ppo_rlhf, reward_model, sft  # noqa: F401
+"""Language-model post-training: SFT (and, building on it, reward models, PPO-RLHF, DPO and GRPO). Their
+configs and registry records are in :mod:`advantage.configs`; importing this package imports none of
+the training modules."""

@@ -40,7 +40,6 @@ import copy
 import itertools
 import math
 import time
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -48,46 +47,15 @@ import torch
 from torch import Tensor
 
 from advantage.algos.llm import common
-from advantage.algos.llm.common import DataConfig, LMModelConfig, LMPolicy, LMTrainerConfig
+from advantage.algos.llm.common import DataConfig, LMPolicy
 from advantage.algos.llm.sft import collate
-from advantage.config import option, section
+from advantage.configs.dpo import DPOAlgorithm, DPOConfig, DPOData  # noqa: F401  (their old place)
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import DPO_LOSSES, dpo_metrics
 from advantage.nn.lean import adamw_step, clip_grad_norm, zero_grad
 from advantage.nn.packing import PACK_ROW_LENGTH, pack_prompts, packable, packed_logprobs
-from advantage.registry import Algorithm, register
 from advantage.torch_state import load_optimizer, optimizer_state
-
-
-@dataclass
-class DPOData(DataConfig):
-    task: str = option("synthetic", "preference task: synthetic (built in), or dataset with data.path")
-
-
-@dataclass
-class DPOAlgorithm:
-    beta: float = option(0.1, "β: strength of the implicit KL to the reference", lo=0, lo_open=True)
-    loss_type: str = option("sigmoid", "sigmoid (DPO), ipo or hinge", choices=("sigmoid", "ipo", "hinge"))
-    label_smoothing: float = option(0.0, "sigmoid: assumed label-flip probability (cDPO)", lo=0, hi=0.5)
-    learning_rate: float = option(5e-4, "peak learning rate", lo=0, lo_open=True)
-    lr_schedule: str = option("constant", "decay after warm-up", choices=("constant", "cosine", "linear"))
-    warmup_steps: int = option(0, "linear warm-up steps", lo=0)
-    min_lr_ratio: float = option(0.0, "final learning rate / peak (cosine and linear)", lo=0, hi=1)
-    batch_size: int = option(32, "preference pairs per optimizer step", lo=1)
-    micro_batch_size: int = option(0, "pairs per forward pass (0: the whole batch)", lo=0)
-    weight_decay: float = option(0.0, "AdamW weight decay", lo=0)
-    max_grad_norm: float = option(1.0, "global gradient-norm clip (0: none)", lo=0)
-    precompute_ref: bool = option(True, "reference log-probs once for the whole training set")
-
-
-@dataclass
-class DPOConfig:
-    data: DPOData = section(DPOData)
-    algorithm: DPOAlgorithm = section(DPOAlgorithm)
-    model: LMModelConfig = section(LMModelConfig)
-    trainer: LMTrainerConfig = section(LMTrainerConfig)
-
 
 # ----------------------------------------------------------------------------------------------------
 # Data: preference pairs as token ids
@@ -386,18 +354,3 @@ def check(cfg: DPOConfig) -> list[str]:
     from advantage.algos.llm.reward_model import preference_responses
 
     return common.check(cfg, make_task, preference_responses)
-
-
-register(
-    Algorithm(
-        name="dpo",
-        summary="direct preference optimization (sigmoid, IPO, hinge) against a frozen reference (seed 003)",
-        config=DPOConfig,
-        train=train,
-        load_policy=load_policy,
-        evaluate=evaluate,
-        check=check,
-        defaults={"trainer.total_steps": 200, "trainer.eval_every": 50},
-        task_options=lambda name: common.task_rows(name, text=False, preference=True),
-    )
-)

@@ -88,7 +88,18 @@ from torch import Tensor
 
 from advantage.algos.llm import common
 from advantage.algos.llm.common import LMPolicy
-from advantage.algos.llm.grpo_config import (  # noqa: F401  (re-exported: the config is part of the API)
+from advantage.algos.llm.shared import (  # noqa: F401  (step_normalizer, trimmed: part of the API here)
+    evaluate_preference,
+    load_reward,
+    reward_model_problems,
+    score,
+    scored_task,
+    step_normalizer,
+    trimmed,
+)
+from advantage.checkpoint import Checkpoint
+from advantage.configs.grpo import (  # noqa: F401  (re-exported: the config is part of the API)
+    PREFERENCE_TASKS,
     PRESETS,
     ActorConfig,
     GRPOAlgorithm,
@@ -99,21 +110,9 @@ from advantage.algos.llm.grpo_config import (  # noqa: F401  (re-exported: the c
     RolloutConfig,
     WorkerConfig,
 )
-from advantage.algos.llm.shared import (  # noqa: F401  (step_normalizer, trimmed: part of the API here)
-    PREFERENCE_TASKS,
-    evaluate_preference,
-    load_reward,
-    reward_model_problems,
-    score,
-    scored_task,
-    step_normalizer,
-    trimmed,
-)
-from advantage.checkpoint import Checkpoint
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import KL_ESTIMATORS, POLICY_LOSSES, aggregate, masked_mean
-from advantage.registry import Algorithm, register
 from advantage.torch_state import load_optimizer, optimizer_state
 
 # ----------------------------------------------------------------------------------------------------
@@ -908,22 +907,3 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
             break
     ctx.finish(step, snapshot())
     rollout.close()
-
-
-register(
-    Algorithm(
-        name="grpo",
-        summary="GRPO and its family (DAPO, GSPO, Dr.GRPO, Lite PPO) on verifiable rewards (seed 003)",
-        config=GRPOConfig,
-        train=train,
-        load_policy=load_policy,
-        evaluate=evaluate,
-        check=check,
-        presets=PRESETS,
-        workers=True,
-        defaults={"trainer.eval_every": 10, "trainer.log_every": 1, "trainer.total_steps": 100},
-        task_options=lambda name: common.task_rows(
-            name, text=name not in PREFERENCE_TASKS, preference=name in PREFERENCE_TASKS
-        ),
-    )
-)

@@ -98,7 +98,6 @@ from advantage.context import RunContext, Snapshot
 from advantage.errors import NonFiniteError
 from advantage.math import KL_ESTIMATORS, VALUE_LOSSES, AdaptiveKLController, aggregate, gae, ppo_clip
 from advantage.math.masked import masked_mean, masked_var, masked_whiten
-from advantage.registry import Algorithm, register
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
 # ----------------------------------------------------------------------------------------------------
@@ -530,19 +529,3 @@ def load_policy(cfg: PPORLHFConfig, ckpt: Any) -> LMPolicy:
 
     model, tok = load_pretrained(ckpt.path, dtype=getattr(torch, cfg.model.dtype))
     return LMPolicy(model.to(cfg.trainer.device), tok, make_task(cfg.data), cfg)
-
-
-register(
-    Algorithm(
-        name="ppo_rlhf",
-        summary="PPO from a reward model: actor, critic, frozen reference, per-token KL reward, GAE (RLHF)",
-        config=PPORLHFConfig,
-        train=train,
-        load_policy=load_policy,
-        evaluate=evaluate,
-        check=check,
-        presets=PRESETS,
-        defaults=DEFAULTS,
-        task_options=lambda name: common.task_rows(name, text=False, preference=True),
-    )
-)

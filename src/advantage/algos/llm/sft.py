@@ -42,76 +42,27 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
 
 from advantage.algos.llm import common
-from advantage.algos.llm.common import DataConfig, LMModelConfig, LMPolicy, LMTrainerConfig
-from advantage.config import Preset, option, section
+from advantage.algos.llm.common import DataConfig, LMPolicy
+from advantage.configs.sft import (  # noqa: F401  (their old place)
+    DEFAULTS,
+    PRESETS,
+    SFTAlgorithm,
+    SFTConfig,
+    SFTData,
+    task_options,
+)
+from advantage.configs.sft import (
+    PREFERENCE_ONLY as _PREFERENCE_ONLY,
+)
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import aggregate
-from advantage.registry import Algorithm, register
 from advantage.torch_state import load_optimizer, optimizer_state
-
-
-@dataclass
-class SFTAlgorithm:
-    learning_rate: float = option(1e-3, "peak learning rate", lo=0, lo_open=True)
-    lr_schedule: str = option("cosine", "decay after warm-up", choices=("cosine", "linear", "constant"))
-    warmup_steps: int = option(50, "linear warm-up steps", lo=0)
-    min_lr_ratio: float = option(0.1, "final learning rate / peak (cosine and linear)", lo=0, hi=1)
-    batch_size: int = option(64, "sequences per optimizer step", lo=1)
-    micro_batch_size: int = option(0, "sequences per forward pass (0: the whole batch)", lo=0)
-    weight_decay: float = option(0.0, "AdamW weight decay", lo=0)
-    betas: list[float] = option([0.9, 0.98], "AdamW (β1, β2)")
-    max_grad_norm: float = option(1.0, "global gradient-norm clip (0: none)", lo=0)
-    packing: bool = option(False, "pack several sequences into each row (no padding compute)")
-    pack_length: int = option(256, "tokens per packed row", lo=8)
-
-    def problems(self) -> list[str]:
-        return common.optimizer_problems(self)
-
-
-@dataclass
-class SFTData(DataConfig):
-    targets: str = option(
-        "auto",
-        "what to imitate: target (a text task's reference answer), chosen (a preference task's best "
-        "response), all (every ranked response of a preference task); auto: all for data.task=synthetic, "
-        "else target",
-        choices=("auto", "target", "chosen", "all"),
-    )
-
-    def problems(self) -> list[str]:
-        from advantage.envs.text.preference import PREFERENCE_TASKS
-
-        if self.targets in ("chosen", "all") and self.task not in PREFERENCE_TASKS:
-            return [
-                f"data.targets={self.targets} needs a preference task ({', '.join(PREFERENCE_TASKS)}), "
-                f"got data.task={self.task!r}"
-            ]
-        if self.targets == "target" and self.task in _PREFERENCE_ONLY:
-            return [
-                f"data.task={self.task!r} is a preference task without reference answers: set "
-                "data.targets=all (every ranked response) or chosen (the best one)"
-            ]
-        return []
-
-
-@dataclass
-class SFTConfig:
-    data: SFTData = section(SFTData)
-    algorithm: SFTAlgorithm = section(SFTAlgorithm)
-    model: LMModelConfig = section(LMModelConfig)
-    trainer: LMTrainerConfig = section(LMTrainerConfig)
-
-
-# Preference tasks that are not also text tasks ("dataset" is both: a text dataset unless data.targets asks
-# for a preference file).
-_PREFERENCE_ONLY = ("synthetic",)
 
 
 class Demonstration(NamedTuple):
@@ -418,66 +369,3 @@ def check(cfg: SFTConfig) -> list[str]:
     return common.check(
         cfg, make_task, lambda exs: [(e, x.target) for e in exs for x in demonstrations([e], cfg.data)]
     )
-
-
-def task_options(name: str) -> list[tuple[str, Any, str]]:
-    """A text task's options; ``synthetic`` (and ``dataset`` with ``data.targets=chosen|all``) are
-    preference tasks."""
-    if name in _PREFERENCE_ONLY:
-        return common.task_rows(name, text=False, preference=True)
-    return common.task_rows(name)
-
-
-# The defaults train a scratch model on 3-digit addition in about 2 minutes on 2 CPU cores, to a held-out
-# greedy accuracy part-way up the curve (0.625 for seed 0): a starting point that RL can improve. Where the
-# jump in accuracy falls is chaotic: other seeds end anywhere from 0.01 to 0.7 (docs/algorithms/grpo.md).
-DEFAULTS = {
-    "data.task": "addition",
-    "model.hidden_size": 256,
-    "model.heads": 8,
-    "algorithm.learning_rate": 2e-3,
-    "trainer.total_steps": 600,
-}
-
-PRESETS = {
-    "addition": Preset(
-        "3-digit addition from scratch on CPU: a starting point for RL (greedy accuracy part-way up)",
-        dict(DEFAULTS),
-    ),
-    "addition_long": Preset(
-        "the same, trained 1500 steps: a model that is mostly right (about 0.9)",
-        {**DEFAULTS, "trainer.total_steps": 1500},
-    ),
-    "preference": Preset(
-        "the start of the RLHF pipeline: every ranked response of the synthetic preference task, a small "
-        "scratch model (about 30 s on CPU; a policy with varied answers of middling hidden score)",
-        {
-            "data.task": "synthetic",
-            "data.targets": "all",
-            "data.response_length": 4,
-            "data.train_size": 4000,
-            "data.max_response_length": 8,
-            "model.hidden_size": 64,
-            "model.heads": 4,
-            "algorithm.learning_rate": 2e-3,
-            "algorithm.warmup_steps": 20,
-            "trainer.total_steps": 300,
-            "trainer.eval_every": 100,
-        },
-    ),
-}
-
-register(
-    Algorithm(
-        name="sft",
-        summary="supervised fine-tuning of a causal LM on response tokens (the start of RLHF / RLVR)",
-        config=SFTConfig,
-        train=train,
-        load_policy=load_policy,
-        evaluate=evaluate,
-        check=check,
-        presets=PRESETS,
-        defaults=DEFAULTS,
-        task_options=task_options,
-    )
-)

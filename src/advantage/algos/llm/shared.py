@@ -25,13 +25,11 @@ from torch import Tensor, nn
 
 from advantage.algos.llm import common
 from advantage.algos.llm.common import LMPolicy
+from advantage.configs.grpo import PREFERENCE_TASKS  # tasks scored by a reward model (one definition)
 from advantage.errors import ConfigError, NonFiniteError
 
 # ----------------------------------------------------------------------------------------------------
 # Tasks and rewards
-
-# Tasks with no verifier: prompts from the synthetic preference task, rewards from a reward model.
-PREFERENCE_TASKS = ("synthetic",)
 
 
 def preference_task(data: Any) -> Any:

@@ -1,41 +1,15 @@
-"""Pieces shared by the tabular algorithms: the config sections, ε-greedy, the table policy, checks."""
+"""Pieces shared by the tabular algorithms: ε-greedy, the table policy, checks (their config sections
+are in :mod:`advantage.configs.tabular`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from advantage.config import option
+from advantage.configs.tabular import EpsilonSchedule, TableModel  # noqa: F401  (their old place)
 from advantage.envs import env_state, require_space, set_env_state
-
-
-@dataclass
-class TableModel:
-    """The ``model`` section of tabular methods: the table itself."""
-
-    init_value: float = option(0.0, "initial value of every table entry (optimistic if > 0)")
-
-
-@dataclass
-class EpsilonSchedule:
-    """The ε fields of the algorithm sections that explore ε-greedily (a base of those sections)."""
-
-    epsilon_start: float = option(1.0, "ε at step 0", lo=0, hi=1)
-    epsilon_end: float = option(0.05, "ε after the decay", lo=0, hi=1)
-    epsilon_decay_fraction: float = option(
-        0.5, "fraction of trainer.total_steps over which ε decays linearly", lo=0, hi=1, lo_open=True
-    )
-
-    def problems(self) -> list[str]:
-        if self.epsilon_end > self.epsilon_start:
-            return [
-                f"algorithm.epsilon_end ({self.epsilon_end}) must be <= algorithm.epsilon_start "
-                f"({self.epsilon_start})"
-            ]
-        return []
 
 
 def linear_schedule(start: float, end: float, fraction: float, step: int, total: int) -> float:
@@ -83,14 +57,10 @@ class TablePolicy:
         return epsilon_greedy(row, 0.0, self.rng)
 
 
-def check_discrete(algo: str):
-    """``check_env`` for the registry: tabular methods need Discrete observations and actions."""
-
-    def check(cfg: Any, env: gym.Env) -> None:
-        require_space(algo, cfg.env.id, "observation", env.observation_space, gym.spaces.Discrete)
-        require_space(algo, cfg.env.id, "action", env.action_space, gym.spaces.Discrete)
-
-    return check
+def check_discrete(cfg: Any, env: gym.Env, name: str) -> None:
+    """``check_env`` of the tabular methods (``name``: the algorithm): Discrete observations and actions."""
+    require_space(name, cfg.env.id, "observation", env.observation_space, gym.spaces.Discrete)
+    require_space(name, cfg.env.id, "action", env.action_space, gym.spaces.Discrete)
 
 
 def table_shape(env: gym.Env) -> tuple[int, int]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -28,73 +27,21 @@ import numpy as np
 import torch
 
 from advantage.algos.tabular.common import check_discrete
-from advantage.config import option
+from advantage.configs.linear import (  # noqa: F401  (their old place)
+    BEHAVIOR_HELP,
+    DEFAULTS,
+    FEATURES_HELP,
+    PLOT_METRICS,
+    UPDATE_HELP,
+    LinearAlgorithm,
+    LinearModel,
+    check_features,
+)
 from advantage.context import RunContext
 from advantage.envs import TabularModel, baird_features, tabular_model
 from advantage.envs.baird import INITIAL_WEIGHTS
 from advantage.errors import ConfigError, EnvError
 from advantage.math.linear_td import state_distribution, value_error
-
-FEATURES_HELP = (
-    "feature map x(s): onehot (tabular), baird (Sutton & Barto §11.2, Baird-v0 only), or a function "
-    "'module:function' mapping a state index to a list of floats"
-)
-BEHAVIOR_HELP = (
-    "behaviour policy μ: env (the env's own: Baird's dashed 6/7, solid 1/7), uniform, or target "
-    "(follow the target policy: on-policy, which removes the off-policy leg)"
-)
-UPDATE_HELP = (
-    "sampled: one update per environment step (importance-weighted); expected: one expected (DP) "
-    "update per step, over the behaviour policy's state distribution and the known model"
-)
-
-PLOT_METRICS = ("train/weight_norm", "train/value_error")
-
-DEFAULTS = {
-    "env.id": "Baird-v0",
-    "trainer.total_steps": 10_000,
-    "trainer.log_every": 100,
-    "trainer.eval_every": 0,
-    "trainer.eval_episodes": 10,
-}
-
-
-@dataclass
-class LinearAlgorithm:
-    """The options every linear method has (each adds its own after them)."""
-
-    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1, hi_open=True)
-    alpha: float = option(0.01, "step size α of w", lo=0, lo_open=True)
-    features: str = option("baird", FEATURES_HELP)
-    behavior: str = option("env", BEHAVIOR_HELP, choices=("env", "uniform", "target"))
-
-    def problems(self) -> list[str]:
-        return check_features(self.features)
-
-
-@dataclass
-class LinearModel:
-    """The ``model`` section: the initial weights."""
-
-    init_weights: list[float] | None = option(
-        None,
-        "initial w (null: Baird's (1,1,1,1,1,1,10,1) with features=baird, repeated per action for "
-        "action values; zeros otherwise)",
-    )
-
-
-def check_features(spec: str) -> list[str]:
-    """Problems with the *form* of ``algorithm.features`` (the function itself is checked against the
-    environment by :func:`feature_matrix`)."""
-    if spec in ("onehot", "baird"):
-        return []
-    module, sep, name = spec.partition(":")
-    if not sep or not module or not name:
-        return [
-            f"algorithm.features must be onehot, baird or 'module:function', got {spec!r}"
-            f"{'; did you mean onehot?' if spec.lower().startswith('one') else ''}"
-        ]
-    return []
 
 
 def feature_matrix(spec: str, n_states: int) -> np.ndarray:
@@ -224,24 +171,20 @@ def time_limit(env: gym.Env) -> int | None:
     return getattr(spec, "max_episode_steps", None)
 
 
-def check_linear(name: str, control: bool = False):
-    """``check_env`` for the registry: Discrete spaces, a known model, features and weights that fit, and
-    the env's own policies when the config asks for them. ``control``: weights per action."""
-    discrete = check_discrete(name)
-
-    def check(cfg: Any, env: gym.Env) -> None:
-        discrete(cfg, env)
-        try:
-            tabular_model(env, cfg.env.id)
-        except EnvError as e:
-            raise EnvError(f"{name}: {e}") from None
-        n_states, n_actions = int(env.observation_space.n), int(env.action_space.n)
-        phi = feature_matrix(cfg.algorithm.features, n_states)
-        blocks = n_actions if control else 1
-        initial_weights(cfg, phi.shape[1] * blocks, blocks)
-        if cfg.algorithm.behavior == "env":
-            env_policy(env, "behavior", cfg.env.id)
-        if not control and cfg.algorithm.target == "env":
-            env_policy(env, "target", cfg.env.id)
-
-    return check
+def check_linear(cfg: Any, env: gym.Env, name: str, control: bool = False) -> None:
+    """``check_env`` of the linear methods (``name``: the algorithm): Discrete spaces, a known model,
+    features and weights that fit, and the env's own policies when the config asks for them.
+    ``control``: weights per action."""
+    check_discrete(cfg, env, name)
+    try:
+        tabular_model(env, cfg.env.id)
+    except EnvError as e:
+        raise EnvError(f"{name}: {e}") from None
+    n_states, n_actions = int(env.observation_space.n), int(env.action_space.n)
+    phi = feature_matrix(cfg.algorithm.features, n_states)
+    blocks = n_actions if control else 1
+    initial_weights(cfg, phi.shape[1] * blocks, blocks)
+    if cfg.algorithm.behavior == "env":
+        env_policy(env, "behavior", cfg.env.id)
+    if not control and cfg.algorithm.target == "env":
+        env_policy(env, "target", cfg.env.id)

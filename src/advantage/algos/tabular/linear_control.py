@@ -26,8 +26,6 @@ current ε-greedy target policy for SARSA, both exact on the known model) and ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -35,33 +33,12 @@ import torch
 
 from advantage.algos.tabular import linear_common
 from advantage.algos.tabular.common import TablePolicy, epsilon_greedy_probs, restore_sampler, sampler_state
-from advantage.algos.tabular.linear_common import UPDATE_HELP, LinearAlgorithm, LinearModel
 from advantage.algos.tabular.planning import policy_evaluation, q_from_v, value_iteration
-from advantage.config import EnvConfig, Preset, TrainerConfig, option, section
+from advantage.configs.linear import LinearControlAlgorithm, LinearControlConfig  # noqa: F401  (their old place)
 from advantage.context import RunContext, Snapshot
 from advantage.envs import tabular_model
 from advantage.errors import ConfigError
 from advantage.math.linear_td import expected_semi_gradient_update
-from advantage.registry import Algorithm, register
-
-
-@dataclass
-class LinearControlAlgorithm(LinearAlgorithm):
-    epsilon: float = option(
-        0.1,
-        "ε of the ε-greedy policy in the current estimate (SARSA's target; behavior=target's)",
-        lo=0,
-        hi=1,
-    )
-    update: str = option("sampled", UPDATE_HELP, choices=("sampled", "expected"))
-
-
-@dataclass
-class LinearControlConfig:
-    env: EnvConfig = section(EnvConfig)
-    algorithm: LinearControlAlgorithm = section(LinearControlAlgorithm)
-    model: LinearModel = section(LinearModel)
-    trainer: TrainerConfig = section(TrainerConfig)
 
 
 def _greedy_probs(q: np.ndarray, epsilon: float) -> np.ndarray:
@@ -196,35 +173,3 @@ def _policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
         linear_common.feature_matrix(cfg.algorithm.features, n_states), n_actions
     )
     return TablePolicy(x @ tensors["w"].numpy())
-
-
-_PRESETS = {
-    "on_policy": Preset(
-        "remove the off-policy leg: behave ε-greedily in the current estimate",
-        {"algorithm.behavior": "target"},
-    ),
-    "tabular": Preset(
-        "remove the function-approximation leg: one-hot features, started from the values Baird's initial "
-        "weights give (3 in the upper states, 12 in the lower, for both actions)",
-        {"algorithm.features": "onehot", "model.init_weights": ([3.0] * 6 + [12.0]) * 2},
-    ),
-    "expected": Preset("the expected (DP) update instead of samples", {"algorithm.update": "expected"}),
-}
-
-for _name, _summary in {
-    "semi_gradient_q_learning": "semi-gradient Q-learning with linear features (control; the max target)",
-    "semi_gradient_sarsa": "semi-gradient SARSA with linear features, off-policy by per-decision weights",
-}.items():
-    register(
-        Algorithm(
-            name=_name,
-            summary=_summary,
-            config=LinearControlConfig,
-            train=partial(train, method=_name),
-            policy=_policy,
-            check_env=linear_common.check_linear(_name, control=True),
-            defaults=linear_common.DEFAULTS,
-            presets=_PRESETS,
-            plot_metrics=linear_common.PLOT_METRICS,
-        )
-    )

@@ -39,8 +39,6 @@ Implementation details:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -48,9 +46,14 @@ import torch
 
 from advantage.algos.tabular import linear_common
 from advantage.algos.tabular.common import TablePolicy, restore_sampler, sampler_state
-from advantage.algos.tabular.linear_common import UPDATE_HELP, LinearAlgorithm, LinearModel
 from advantage.algos.tabular.planning import policy_evaluation
-from advantage.config import EnvConfig, Preset, TrainerConfig, option, section
+from advantage.configs.linear import (  # noqa: F401  (their old place)
+    GradientTDAlgorithm,
+    GradientTDConfig,
+    LinearPredictionAlgorithm,
+    SemiGradientTDAlgorithm,
+    SemiGradientTDConfig,
+)
 from advantage.context import RunContext, Snapshot
 from advantage.envs import tabular_model
 from advantage.errors import ConfigError
@@ -65,46 +68,6 @@ from advantage.math.linear_td import (
     projected_bellman_error,
     semi_gradient_td_step,
 )
-from advantage.registry import Algorithm, register
-
-
-@dataclass
-class LinearPredictionAlgorithm(LinearAlgorithm):
-    target: str = option(
-        "env",
-        "target policy π: env (the env's own: Baird's always solid) or uniform",
-        choices=("env", "uniform"),
-    )
-    update: str = option("sampled", UPDATE_HELP, choices=("sampled", "expected"))
-
-
-@dataclass
-class SemiGradientTDAlgorithm(LinearPredictionAlgorithm):
-    bootstrap: bool = option(
-        True, "true: TD(0) targets r + γ w·x'; false: Monte Carlo returns (removes the bootstrapping leg)"
-    )
-
-
-@dataclass
-class GradientTDAlgorithm(LinearPredictionAlgorithm):
-    alpha: float = option(0.005, "step size α of w (Sutton & Barto, Figure 11.6)", lo=0, lo_open=True)
-    beta: float = option(0.05, "step size β of the secondary weights h", lo=0, lo_open=True)
-
-
-@dataclass
-class SemiGradientTDConfig:
-    env: EnvConfig = section(EnvConfig)
-    algorithm: SemiGradientTDAlgorithm = section(SemiGradientTDAlgorithm)
-    model: LinearModel = section(LinearModel)
-    trainer: TrainerConfig = section(TrainerConfig)
-
-
-@dataclass
-class GradientTDConfig:
-    env: EnvConfig = section(EnvConfig)
-    algorithm: GradientTDAlgorithm = section(GradientTDAlgorithm)
-    model: LinearModel = section(LinearModel)
-    trainer: TrainerConfig = section(TrainerConfig)
 
 
 class _Problem:
@@ -243,54 +206,3 @@ def _policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
     """The evaluated policy is the target policy π (prediction does not change it)."""
     pi = linear_common.policy_table(env, "target", cfg.algorithm.target, cfg.env.id)
     return TablePolicy(pi, kind="probs", seed=cfg.trainer.seed)
-
-
-_LEGS = {
-    "on_policy": Preset(
-        "remove the off-policy leg: behave with the target policy", {"algorithm.behavior": "target"}
-    ),
-    "tabular": Preset(
-        "remove the function-approximation leg: one-hot features, started from the same values as "
-        "Baird's initial weights (3 in the upper states, 12 in the lower)",
-        {"algorithm.features": "onehot", "model.init_weights": [3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 12.0]},
-    ),
-    "expected": Preset("the expected (DP) update instead of samples", {"algorithm.update": "expected"}),
-}
-
-register(
-    Algorithm(
-        name="semi_gradient_td",
-        summary="semi-gradient TD(0), linear features, off-policy by importance weights (diverges on Baird)",
-        config=SemiGradientTDConfig,
-        train=partial(train, method="semi_gradient_td"),
-        policy=_policy,
-        check_env=linear_common.check_linear("semi_gradient_td"),
-        defaults=linear_common.DEFAULTS,
-        presets={
-            **_LEGS,
-            "monte_carlo": Preset(
-                "remove the bootstrapping leg: per-decision importance-sampled Monte Carlo returns",
-                {"algorithm.bootstrap": False},
-            ),
-        },
-        plot_metrics=linear_common.PLOT_METRICS,
-    )
-)
-
-for _name, _summary in {
-    "tdc": "TDC (TD with gradient correction): linear gradient-TD that converges off-policy",
-    "gtd2": "GTD2: linear gradient-TD on the projected Bellman error, converges off-policy",
-}.items():
-    register(
-        Algorithm(
-            name=_name,
-            summary=_summary,
-            config=GradientTDConfig,
-            train=partial(train, method=_name),
-            policy=_policy,
-            check_env=linear_common.check_linear(_name),
-            defaults=linear_common.DEFAULTS,
-            presets=_LEGS,
-            plot_metrics=linear_common.PLOT_METRICS,
-        )
-    )

@@ -21,18 +21,13 @@ Implementation details:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from advantage.algos.tabular.common import (
-    EpsilonSchedule,
-    TableModel,
     TablePolicy,
-    check_discrete,
     epsilon_greedy,
     epsilon_greedy_probs,
     linear_schedule,
@@ -40,50 +35,15 @@ from advantage.algos.tabular.common import (
     sampler_state,
     table_shape,
 )
-from advantage.config import EnvConfig, Preset, TrainerConfig, option, section
+from advantage.configs.tabular import (  # noqa: F401  (their old place)
+    MCControlAlgorithm,
+    MCControlConfig,
+    MCPredictionAlgorithm,
+    MCPredictionConfig,
+)
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError
 from advantage.math import mc_update, reward_to_go
-from advantage.registry import Algorithm, register
-
-
-@dataclass
-class MCControlAlgorithm(EpsilonSchedule):
-    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
-    visit: str = option(
-        "first", "which visits of a state-action pair in an episode count", choices=("first", "every")
-    )
-
-
-@dataclass
-class MCPredictionAlgorithm:
-    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
-    visit: str = option("first", "which visits of a state in an episode count", choices=("first", "every"))
-    policy: str = option("random", "policy to evaluate: 'random' (uniform) or the folder of a tabular run")
-
-    def problems(self) -> list[str]:
-        if self.policy != "random" and not (Path(self.policy) / "config.yaml").is_file():
-            return [
-                f"algorithm.policy must be 'random' or a run folder, got {self.policy!r} "
-                "(no config.yaml there)"
-            ]
-        return []
-
-
-@dataclass
-class MCControlConfig:
-    env: EnvConfig = section(EnvConfig)
-    algorithm: MCControlAlgorithm = section(MCControlAlgorithm)
-    model: TableModel = section(TableModel)
-    trainer: TrainerConfig = section(TrainerConfig)
-
-
-@dataclass
-class MCPredictionConfig:
-    env: EnvConfig = section(EnvConfig)
-    algorithm: MCPredictionAlgorithm = section(MCPredictionAlgorithm)
-    model: TableModel = section(TableModel)
-    trainer: TrainerConfig = section(TrainerConfig)
 
 
 def fixed_policy_table(spec: str, n_states: int, n_actions: int) -> np.ndarray:
@@ -199,41 +159,3 @@ def _prediction_policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
     return TablePolicy(
         fixed_policy_table(cfg.algorithm.policy, n_states, n_actions), kind="probs", seed=cfg.trainer.seed
     )
-
-
-def _train_control(cfg: MCControlConfig, ctx: RunContext) -> None:
-    train(cfg, ctx, control=True)
-
-
-def _train_prediction(cfg: MCPredictionConfig, ctx: RunContext) -> None:
-    train(cfg, ctx, control=False)
-
-
-register(
-    Algorithm(
-        name="mc_control",
-        summary="Monte Carlo control: first-/every-visit returns, incremental mean, ε-soft policy (seed 002)",
-        config=MCControlConfig,
-        train=_train_control,
-        policy=_control_policy,
-        check_env=check_discrete("mc_control"),
-        presets={
-            "frozenlake": Preset(
-                "deterministic FrozenLake 4x4", {"env.is_slippery": False, "trainer.total_steps": 50_000}
-            ),
-            "every_visit": Preset("every-visit instead of first-visit", {"algorithm.visit": "every"}),
-        },
-    )
-)
-
-register(
-    Algorithm(
-        name="mc_prediction",
-        summary="Monte Carlo prediction of V^π for a fixed policy (uniform random, or a run's)",
-        config=MCPredictionConfig,
-        train=_train_prediction,
-        policy=_prediction_policy,
-        check_env=check_discrete("mc_prediction"),
-        presets={"every_visit": Preset("every-visit instead of first-visit", {"algorithm.visit": "every"})},
-    )
-)

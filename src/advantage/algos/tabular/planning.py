@@ -20,18 +20,15 @@ with ``advantage eval`` like any other run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
 
 from advantage.algos.tabular.common import TablePolicy, check_discrete, table_shape
-from advantage.config import EnvConfig, TrainerConfig, option, section
+from advantage.configs.tabular import PlanningAlgorithm, PlanningConfig  # noqa: F401  (their old place)
 from advantage.context import RunContext, Snapshot
 from advantage.envs import TabularModel, tabular_model
 from advantage.errors import ConfigError
-from advantage.registry import Algorithm, register
 
 
 def q_from_v(model: TabularModel, v: np.ndarray, gamma: float) -> np.ndarray:
@@ -105,23 +102,6 @@ def policy_iteration(
 # The runs
 
 
-@dataclass
-class PlanningAlgorithm:
-    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
-    theta: float = option(
-        1e-10, "value iteration stops when the largest value change is below θ", lo=0, lo_open=True
-    )
-    max_iterations: int = option(100_000, "iteration limit", lo=1)
-    policy: str = option("random", "policy_evaluation only: 'random' (uniform) or a tabular run folder")
-
-
-@dataclass
-class PlanningConfig:
-    env: EnvConfig = section(EnvConfig)
-    algorithm: PlanningAlgorithm = section(PlanningAlgorithm)
-    trainer: TrainerConfig = section(TrainerConfig)
-
-
 def train(cfg: PlanningConfig, ctx: RunContext, method: str) -> None:
     a = cfg.algorithm
     env = ctx.make_env()
@@ -150,37 +130,12 @@ def train(cfg: PlanningConfig, ctx: RunContext, method: str) -> None:
     ctx.finish(0, Snapshot(policy, tensors, {}))
 
 
-def _check_env(name: str):
-    discrete = check_discrete(name)
-
-    def check(cfg: Any, env: Any) -> None:
-        discrete(cfg, env)
-        tabular_model(env, cfg.env.id)  # raises EnvError if the model is not known
-
-    return check
+def check_env(cfg: Any, env: Any, name: str) -> None:
+    check_discrete(cfg, env, name)
+    tabular_model(env, cfg.env.id)  # raises EnvError if the model is not known
 
 
 def _policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
     if "pi" in tensors:
         return TablePolicy(tensors["pi"].numpy(), kind="probs", seed=cfg.trainer.seed)
     return TablePolicy(tensors["q"].numpy())
-
-
-_SUMMARIES = {
-    "value_iteration": "value iteration on the known model of a toy-text env: Q*, V*, the optimal policy",
-    "policy_iteration": "policy iteration (exact evaluation + greedy improvement) on a known model",
-    "policy_evaluation": "exact V^π of a fixed policy by a linear solve on the known model",
-}
-
-for _name, _summary in _SUMMARIES.items():
-    register(
-        Algorithm(
-            name=_name,
-            summary=_summary,
-            config=PlanningConfig,
-            train=partial(train, method=_name),
-            policy=_policy,
-            check_env=_check_env(_name),
-            defaults={"trainer.total_steps": 0, "trainer.eval_every": 0},
-        )
-    )

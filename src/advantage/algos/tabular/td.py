@@ -23,17 +23,12 @@ Implementation details:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
 
 from advantage.algos.tabular.common import (
-    EpsilonSchedule,
-    TableModel,
     TablePolicy,
-    check_discrete,
     epsilon_greedy,
     epsilon_greedy_probs,
     linear_schedule,
@@ -41,32 +36,8 @@ from advantage.algos.tabular.common import (
     sampler_state,
     table_shape,
 )
-from advantage.config import EnvConfig, Preset, TrainerConfig, option, section
+from advantage.configs.tabular import TDAlgorithm, TDConfig  # noqa: F401  (their old place)
 from advantage.context import RunContext, Snapshot
-from advantage.registry import Algorithm, register
-
-
-@dataclass
-class TDAlgorithm(EpsilonSchedule):
-    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
-    alpha: float = option(0.1, "step size α", lo=0, hi=1, lo_open=True)
-    alpha_end: float | None = option(
-        0.01, "α decays linearly to this over the run (null: constant α)", lo=0, hi=1
-    )
-
-    def problems(self) -> list[str]:
-        out = super().problems()
-        if self.alpha_end is not None and self.alpha_end > self.alpha:
-            out.append(f"algorithm.alpha_end ({self.alpha_end}) must be <= algorithm.alpha ({self.alpha})")
-        return out
-
-
-@dataclass
-class TDConfig:
-    env: EnvConfig = section(EnvConfig)
-    algorithm: TDAlgorithm = section(TDAlgorithm)
-    model: TableModel = section(TableModel)
-    trainer: TrainerConfig = section(TrainerConfig)
 
 
 def bootstrap_value(method: str, q_next: np.ndarray, next_action: int, epsilon: float) -> float:
@@ -147,65 +118,3 @@ def train(cfg: TDConfig, ctx: RunContext, method: str) -> None:
 
 def _policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
     return TablePolicy(tensors["q"].numpy())
-
-
-_PRESETS = {
-    "frozenlake": Preset(
-        "deterministic FrozenLake 4x4",
-        {"env.id": "FrozenLake-v1", "env.is_slippery": False, "trainer.total_steps": 20_000},
-    ),
-    "frozenlake_slippery": Preset(
-        "slippery FrozenLake 4x4, tuned to match value iteration's success rate",
-        {
-            "env.id": "FrozenLake-v1",
-            "env.is_slippery": True,
-            "trainer.total_steps": 150_000,
-            "algorithm.alpha": 0.1,
-            "algorithm.alpha_end": 0.01,
-            "trainer.eval_episodes": 1000,
-        },
-    ),
-    "frozenlake8x8": Preset(
-        "deterministic FrozenLake 8x8",
-        {
-            "env.id": "FrozenLake-v1",
-            "env.map_name": "8x8",
-            "env.is_slippery": False,
-            "trainer.total_steps": 100_000,
-        },
-    ),
-    "cliffwalking": Preset(
-        "CliffWalking (γ=1: the classic Q-learning vs SARSA comparison)",
-        {
-            "env.id": "CliffWalking-v1",
-            "algorithm.gamma": 1.0,
-            "algorithm.alpha": 0.5,
-            "algorithm.epsilon_start": 0.1,
-            "algorithm.epsilon_end": 0.1,
-            "trainer.total_steps": 50_000,
-            "trainer.eval_episodes": 1,
-        },
-    ),
-    "taxi": Preset("Taxi", {"env.id": "Taxi-v4", "trainer.total_steps": 300_000, "algorithm.alpha": 0.2}),
-}
-
-_SUMMARIES = {
-    "q_learning": "Q-learning: off-policy TD control with the max over next actions (seed 000)",
-    "sarsa": "SARSA: on-policy TD control with the next action actually taken",
-    "expected_sarsa": "Expected SARSA: TD control with the expectation over the ε-greedy next action",
-}
-
-for _name, _summary in _SUMMARIES.items():
-    register(
-        Algorithm(
-            name=_name,
-            summary=_summary,
-            config=TDConfig,
-            train=partial(train, method=_name),
-            policy=_policy,
-            check_env=check_discrete(_name),
-            presets=_PRESETS,
-            # The defaults learn slippery FrozenLake-v1 (the default env) to value iteration's success rate.
-            defaults={"trainer.total_steps": 150_000},
-        )
-    )

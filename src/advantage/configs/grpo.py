@@ -1,13 +1,18 @@
 """The ``grpo`` config: EasyR1 / verl-style sections ``data``, ``algorithm``, ``worker`` (``actor``,
-``rollout``, ``ref``, ``reward``) and ``trainer``, and the presets of the GRPO family (see
-:mod:`advantage.algos.llm.grpo` for what each option does)."""
+``rollout``, ``ref``, ``reward``) and ``trainer``, the presets of the GRPO family and its registry record
+(see :mod:`advantage.algos.llm.grpo` for what each option does)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from advantage.algos.llm.common import DataConfig, LMModelConfig, LMTrainerConfig
 from advantage.config import Preset, option, section
+from advantage.configs.llm import DataConfig, LMModelConfig, LMTrainerConfig, task_rows
+from advantage.registry import Algorithm, Entry, register
+
+# Tasks with no verifier: prompts from the synthetic preference task, rewards from a reward model.
+PREFERENCE_TASKS = ("synthetic",)
 
 # ----------------------------------------------------------------------------------------------------
 # Config: EasyR1-style sections data / algorithm / worker (actor, rollout, ref, reward) / trainer
@@ -289,3 +294,26 @@ PRESETS = {
         },
     ),
 }
+
+
+def task_options(name: str) -> list[tuple[str, Any, str]]:
+    """The options of task ``name``: a text task with a verifier, or a preference task (scored by a reward
+    model)."""
+    return task_rows(name, text=name not in PREFERENCE_TASKS, preference=name in PREFERENCE_TASKS)
+
+
+register(
+    Algorithm(
+        name="grpo",
+        summary="GRPO and its family (DAPO, GSPO, Dr.GRPO, Lite PPO) on verifiable rewards (seed 003)",
+        config=GRPOConfig,
+        train=Entry("advantage.algos.llm.grpo:train"),
+        load_policy=Entry("advantage.algos.llm.grpo:load_policy"),
+        evaluate=Entry("advantage.algos.llm.grpo:evaluate"),
+        check=Entry("advantage.algos.llm.grpo:check"),
+        presets=PRESETS,
+        workers=True,
+        defaults={"trainer.eval_every": 10, "trainer.log_every": 1, "trainer.total_steps": 100},
+        task_options=task_options,
+    )
+)

@@ -1,0 +1,53 @@
+"""DPO's config and registry record (the training loop is :mod:`advantage.algos.llm.dpo`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advantage.config import option, section
+from advantage.configs.llm import DataConfig, LMModelConfig, LMTrainerConfig, preference_task_options
+from advantage.registry import Algorithm, Entry, register
+
+
+@dataclass
+class DPOData(DataConfig):
+    task: str = option("synthetic", "preference task: synthetic (built in), or dataset with data.path")
+
+
+@dataclass
+class DPOAlgorithm:
+    beta: float = option(0.1, "β: strength of the implicit KL to the reference", lo=0, lo_open=True)
+    loss_type: str = option("sigmoid", "sigmoid (DPO), ipo or hinge", choices=("sigmoid", "ipo", "hinge"))
+    label_smoothing: float = option(0.0, "sigmoid: assumed label-flip probability (cDPO)", lo=0, hi=0.5)
+    learning_rate: float = option(5e-4, "peak learning rate", lo=0, lo_open=True)
+    lr_schedule: str = option("constant", "decay after warm-up", choices=("constant", "cosine", "linear"))
+    warmup_steps: int = option(0, "linear warm-up steps", lo=0)
+    min_lr_ratio: float = option(0.0, "final learning rate / peak (cosine and linear)", lo=0, hi=1)
+    batch_size: int = option(32, "preference pairs per optimizer step", lo=1)
+    micro_batch_size: int = option(0, "pairs per forward pass (0: the whole batch)", lo=0)
+    weight_decay: float = option(0.0, "AdamW weight decay", lo=0)
+    max_grad_norm: float = option(1.0, "global gradient-norm clip (0: none)", lo=0)
+    precompute_ref: bool = option(True, "reference log-probs once for the whole training set")
+
+
+@dataclass
+class DPOConfig:
+    data: DPOData = section(DPOData)
+    algorithm: DPOAlgorithm = section(DPOAlgorithm)
+    model: LMModelConfig = section(LMModelConfig)
+    trainer: LMTrainerConfig = section(LMTrainerConfig)
+
+
+register(
+    Algorithm(
+        name="dpo",
+        summary="direct preference optimization (sigmoid, IPO, hinge) against a frozen reference (seed 003)",
+        config=DPOConfig,
+        train=Entry("advantage.algos.llm.dpo:train"),
+        load_policy=Entry("advantage.algos.llm.dpo:load_policy"),
+        evaluate=Entry("advantage.algos.llm.dpo:evaluate"),
+        check=Entry("advantage.algos.llm.dpo:check"),
+        defaults={"trainer.total_steps": 200, "trainer.eval_every": 50},
+        task_options=preference_task_options,
+    )
+)

@@ -1,0 +1,220 @@
+"""The linear-function-approximation methods' configs, presets and registry records (SPEC T4): semi-gradient
+TD, TDC and GTD2 (:mod:`advantage.algos.tabular.linear_td`) and semi-gradient Q-learning and SARSA
+(:mod:`advantage.algos.tabular.linear_control`), with the options they share
+(:mod:`advantage.algos.tabular.linear_common` explains the features)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advantage.config import EnvConfig, Preset, TrainerConfig, option, section
+from advantage.registry import Algorithm, Entry, register
+
+FEATURES_HELP = (
+    "feature map x(s): onehot (tabular), baird (Sutton & Barto §11.2, Baird-v0 only), or a function "
+    "'module:function' mapping a state index to a list of floats"
+)
+BEHAVIOR_HELP = (
+    "behaviour policy μ: env (the env's own: Baird's dashed 6/7, solid 1/7), uniform, or target "
+    "(follow the target policy: on-policy, which removes the off-policy leg)"
+)
+UPDATE_HELP = (
+    "sampled: one update per environment step (importance-weighted); expected: one expected (DP) "
+    "update per step, over the behaviour policy's state distribution and the known model"
+)
+
+PLOT_METRICS = ("train/weight_norm", "train/value_error")
+
+DEFAULTS = {
+    "env.id": "Baird-v0",
+    "trainer.total_steps": 10_000,
+    "trainer.log_every": 100,
+    "trainer.eval_every": 0,
+    "trainer.eval_episodes": 10,
+}
+
+
+@dataclass
+class LinearAlgorithm:
+    """The options every linear method has (each adds its own after them)."""
+
+    gamma: float = option(0.99, "discount factor γ", lo=0, hi=1, hi_open=True)
+    alpha: float = option(0.01, "step size α of w", lo=0, lo_open=True)
+    features: str = option("baird", FEATURES_HELP)
+    behavior: str = option("env", BEHAVIOR_HELP, choices=("env", "uniform", "target"))
+
+    def problems(self) -> list[str]:
+        return check_features(self.features)
+
+
+@dataclass
+class LinearModel:
+    """The ``model`` section: the initial weights."""
+
+    init_weights: list[float] | None = option(
+        None,
+        "initial w (null: Baird's (1,1,1,1,1,1,10,1) with features=baird, repeated per action for "
+        "action values; zeros otherwise)",
+    )
+
+
+def check_features(spec: str) -> list[str]:
+    """Problems with the *form* of ``algorithm.features`` (the function itself is checked against the
+    environment by :func:`feature_matrix`)."""
+    if spec in ("onehot", "baird"):
+        return []
+    module, sep, name = spec.partition(":")
+    if not sep or not module or not name:
+        return [
+            f"algorithm.features must be onehot, baird or 'module:function', got {spec!r}"
+            f"{'; did you mean onehot?' if spec.lower().startswith('one') else ''}"
+        ]
+    return []
+
+
+# ----------------------------------------------------------------------------------------------------
+# Prediction: semi-gradient TD, TDC, GTD2
+
+
+@dataclass
+class LinearPredictionAlgorithm(LinearAlgorithm):
+    target: str = option(
+        "env",
+        "target policy π: env (the env's own: Baird's always solid) or uniform",
+        choices=("env", "uniform"),
+    )
+    update: str = option("sampled", UPDATE_HELP, choices=("sampled", "expected"))
+
+
+@dataclass
+class SemiGradientTDAlgorithm(LinearPredictionAlgorithm):
+    bootstrap: bool = option(
+        True, "true: TD(0) targets r + γ w·x'; false: Monte Carlo returns (removes the bootstrapping leg)"
+    )
+
+
+@dataclass
+class GradientTDAlgorithm(LinearPredictionAlgorithm):
+    alpha: float = option(0.005, "step size α of w (Sutton & Barto, Figure 11.6)", lo=0, lo_open=True)
+    beta: float = option(0.05, "step size β of the secondary weights h", lo=0, lo_open=True)
+
+
+@dataclass
+class SemiGradientTDConfig:
+    env: EnvConfig = section(EnvConfig)
+    algorithm: SemiGradientTDAlgorithm = section(SemiGradientTDAlgorithm)
+    model: LinearModel = section(LinearModel)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+
+@dataclass
+class GradientTDConfig:
+    env: EnvConfig = section(EnvConfig)
+    algorithm: GradientTDAlgorithm = section(GradientTDAlgorithm)
+    model: LinearModel = section(LinearModel)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+
+_LEGS = {
+    "on_policy": Preset(
+        "remove the off-policy leg: behave with the target policy", {"algorithm.behavior": "target"}
+    ),
+    "tabular": Preset(
+        "remove the function-approximation leg: one-hot features, started from the same values as "
+        "Baird's initial weights (3 in the upper states, 12 in the lower)",
+        {"algorithm.features": "onehot", "model.init_weights": [3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 12.0]},
+    ),
+    "expected": Preset("the expected (DP) update instead of samples", {"algorithm.update": "expected"}),
+}
+
+register(
+    Algorithm(
+        name="semi_gradient_td",
+        summary="semi-gradient TD(0), linear features, off-policy by importance weights (diverges on Baird)",
+        config=SemiGradientTDConfig,
+        train=Entry("advantage.algos.tabular.linear_td:train", method="semi_gradient_td"),
+        policy=Entry("advantage.algos.tabular.linear_td:_policy"),
+        check_env=Entry("advantage.algos.tabular.linear_common:check_linear", name="semi_gradient_td"),
+        defaults=DEFAULTS,
+        presets={
+            **_LEGS,
+            "monte_carlo": Preset(
+                "remove the bootstrapping leg: per-decision importance-sampled Monte Carlo returns",
+                {"algorithm.bootstrap": False},
+            ),
+        },
+        plot_metrics=PLOT_METRICS,
+    )
+)
+
+for _name, _summary in {
+    "tdc": "TDC (TD with gradient correction): linear gradient-TD that converges off-policy",
+    "gtd2": "GTD2: linear gradient-TD on the projected Bellman error, converges off-policy",
+}.items():
+    register(
+        Algorithm(
+            name=_name,
+            summary=_summary,
+            config=GradientTDConfig,
+            train=Entry("advantage.algos.tabular.linear_td:train", method=_name),
+            policy=Entry("advantage.algos.tabular.linear_td:_policy"),
+            check_env=Entry("advantage.algos.tabular.linear_common:check_linear", name=_name),
+            defaults=DEFAULTS,
+            presets=_LEGS,
+            plot_metrics=PLOT_METRICS,
+        )
+    )
+
+# ----------------------------------------------------------------------------------------------------
+# Control: semi-gradient Q-learning and SARSA
+
+
+@dataclass
+class LinearControlAlgorithm(LinearAlgorithm):
+    epsilon: float = option(
+        0.1,
+        "ε of the ε-greedy policy in the current estimate (SARSA's target; behavior=target's)",
+        lo=0,
+        hi=1,
+    )
+    update: str = option("sampled", UPDATE_HELP, choices=("sampled", "expected"))
+
+
+@dataclass
+class LinearControlConfig:
+    env: EnvConfig = section(EnvConfig)
+    algorithm: LinearControlAlgorithm = section(LinearControlAlgorithm)
+    model: LinearModel = section(LinearModel)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+
+_CONTROL_PRESETS = {
+    "on_policy": Preset(
+        "remove the off-policy leg: behave ε-greedily in the current estimate",
+        {"algorithm.behavior": "target"},
+    ),
+    "tabular": Preset(
+        "remove the function-approximation leg: one-hot features, started from the values Baird's initial "
+        "weights give (3 in the upper states, 12 in the lower, for both actions)",
+        {"algorithm.features": "onehot", "model.init_weights": ([3.0] * 6 + [12.0]) * 2},
+    ),
+    "expected": Preset("the expected (DP) update instead of samples", {"algorithm.update": "expected"}),
+}
+
+for _name, _summary in {
+    "semi_gradient_q_learning": "semi-gradient Q-learning with linear features (control; the max target)",
+    "semi_gradient_sarsa": "semi-gradient SARSA with linear features, off-policy by per-decision weights",
+}.items():
+    register(
+        Algorithm(
+            name=_name,
+            summary=_summary,
+            config=LinearControlConfig,
+            train=Entry("advantage.algos.tabular.linear_control:train", method=_name),
+            policy=Entry("advantage.algos.tabular.linear_control:_policy"),
+            check_env=Entry("advantage.algos.tabular.linear_common:check_linear", name=_name, control=True),
+            defaults=DEFAULTS,
+            presets=_CONTROL_PRESETS,
+            plot_metrics=PLOT_METRICS,
+        )
+    )

@@ -1,0 +1,38 @@
+"""Config sections of the networks (the ``model`` sections shared by several algorithms), without torch:
+:mod:`advantage.configs` imports them to list and validate configs; ``build`` imports the network."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from advantage.config import option
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+
+    from advantage.nn.actor_critic import ActorCritic
+
+
+@dataclass
+class ActorCriticModel:
+    """The ``model`` section of the actor-critic trainers (PPO, A2C)."""
+
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "MLP hidden sizes"})
+    activation: str = option("tanh", "hidden activation", choices=("tanh", "relu"))
+    shared_trunk: bool = option(False, "actor and critic share one trunk")
+    log_std_init: float = option(0.0, "Box actions: initial log σ")
+    squash: bool = option(False, "Box actions: tanh-squash to the bounds (with log-det correction)")
+
+    def build(self, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
+        from advantage.nn.actor_critic import ActorCritic
+
+        return ActorCritic(
+            obs_space,
+            action_space,
+            list(self.hidden_sizes),
+            self.activation,
+            self.shared_trunk,
+            self.log_std_init,
+            self.squash,
+        )
