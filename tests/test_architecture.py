@@ -31,6 +31,10 @@ BELOW_ALGOS = (
     "advantage.envs",
     "advantage.data",
     "advantage.rollout",
+    "advantage.registry",
+    "advantage.config",
+    "advantage.configs",
+    "advantage.checkpoint",
 )
 
 
