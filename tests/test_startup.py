@@ -156,3 +156,23 @@ def test_preference_task_names_match_the_tasks() -> None:
     from advantage.envs.text.preference import PREFERENCE_TASKS
 
     assert tuple(PREFERENCE_TASKS) == PREFERENCE_TASK_NAMES
+
+
+def test_config_modules_map_names_to_the_modules_that_register_them() -> None:
+    """``advantage.configs.MODULES`` (used to load one config module per run) names, for every
+    registered algorithm, the module whose import registers it; checked module by module in a fresh
+    interpreter, where nothing is registered yet."""
+    res = _python(
+        """
+        import importlib, json
+        from advantage import registry
+        from advantage.configs import MODULES
+        found = {}
+        for module in sorted(set(MODULES.values())):
+            before = set(registry.ALGORITHMS)
+            importlib.import_module(f"advantage.configs.{module}")
+            found.update(dict.fromkeys(set(registry.ALGORITHMS) - before, module))
+        print(json.dumps({"found": found, "mapped": MODULES}))
+        """
+    )
+    assert res["found"] == res["mapped"]

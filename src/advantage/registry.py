@@ -1,7 +1,8 @@
 """The algorithm registry: the one place where a config picks code by name (``advantage train NAME``).
 
 Each algorithm's config module (``advantage.configs.*``: its config dataclasses, presets and this record)
-builds an :class:`Algorithm` and calls :func:`register`; :mod:`advantage.configs` imports them all. The
+builds an :class:`Algorithm` and calls :func:`register`; :func:`get_algorithm` imports the one it needs
+and :func:`all_algorithms` all of them (:mod:`advantage.configs`). The
 training code is named, not imported: :class:`Entry` (``"advantage.algos.ppo:train"``) imports its module
 on the first call, so listing algorithms, reading and validating a config, and reporting a config error
 import neither torch nor the algorithms (the layering is in ``docs/architecture.md``). Everything a run
@@ -127,9 +128,11 @@ def register(algo: Algorithm) -> Algorithm:
 
 def get_algorithm(name: str) -> Algorithm:
     """The registered algorithm ``name``; an unknown name is a :class:`ConfigError` with suggestions."""
-    import advantage.configs  # noqa: F401  (registers every algorithm; imports no training code)
+    from advantage.configs import load, load_all
 
+    load(name)  # its config module only (imports no training code)
     if name not in ALGORITHMS:
+        load_all()  # every name, for the suggestions
         close = difflib.get_close_matches(name, list(ALGORITHMS), n=3, cutoff=0.5)
         hint = f"; did you mean {' or '.join(close)}?" if close else ""
         raise ConfigError(
@@ -140,6 +143,7 @@ def get_algorithm(name: str) -> Algorithm:
 
 
 def all_algorithms() -> dict[str, Algorithm]:
-    import advantage.configs  # noqa: F401
+    from advantage.configs import load_all
 
+    load_all()
     return dict(ALGORITHMS)

@@ -39,7 +39,7 @@ from advantage.envs.make import check_env_api
 from advantage.errors import AdvantageError, CheckpointError, ConfigError, RunDirError
 from advantage.evaluation import EVAL_SEED_OFFSET, envs_for, evaluate_policy
 from advantage.metrics import read_metrics, truncate_metrics
-from advantage.registry import ALGORITHMS, Algorithm, Policy, get_algorithm
+from advantage.registry import Algorithm, Policy, all_algorithms, get_algorithm
 
 DEFAULT_ALGO = "ppo"
 STOP_SIGNALS = ("SIGINT", "SIGTERM")  # a run stopped by one of these ends with a checkpoint, unfinished
@@ -403,7 +403,7 @@ def _worker_problems(spec: Algorithm, cfg: Any) -> list[str]:
     if not n:
         return []
     if not spec.workers:
-        able = ", ".join(sorted(a.name for a in ALGORITHMS.values() if a.workers))
+        able = ", ".join(sorted(a.name for a in all_algorithms().values() if a.workers))
         return [
             f"trainer.num_workers={n}: {spec.name} runs in one process; Ray workers are available for {able}"
         ]

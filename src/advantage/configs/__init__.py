@@ -1,25 +1,47 @@
 """Every algorithm's config: its dataclasses, presets and registry record, without its training code.
 
-Importing this package registers every algorithm (:mod:`advantage.registry`) and imports neither torch
-nor :mod:`advantage.algos`: ``advantage list``, ``advantage --help`` and config errors answer in a
-fraction of a second. The training functions are :class:`~advantage.registry.Entry` names, imported when
-a run starts.
+Each module here registers its algorithms (:mod:`advantage.registry`) and imports neither torch nor
+:mod:`advantage.algos`; the training functions are :class:`~advantage.registry.Entry` names, imported when
+a run starts. :data:`MODULES` says which module registers which algorithm, so a run or a config error
+loads one config module (``load("ppo")``) and ``advantage list`` loads them all (:func:`load_all`): both
+answer in a fraction of a second.
 """
 
-from advantage.configs import (  # noqa: F401
-    a2c,
-    ddpg,
-    dpo,
-    dqn,
-    grpo,
-    linear,
-    ppo,
-    ppo_rlhf,
-    reinforce,
-    reward_model,
-    sac,
-    sft,
-    tabular,
-    td3,
-    trpo,
-)
+from __future__ import annotations
+
+import importlib
+
+# algorithm name -> the module that registers it (tests/test_startup.py checks this against the modules)
+MODULES: dict[str, str] = {
+    "a2c": "a2c",
+    "ddpg": "ddpg",
+    "dpo": "dpo",
+    "dqn": "dqn",
+    "grpo": "grpo",
+    "ppo": "ppo",
+    "ppo_rlhf": "ppo_rlhf",
+    "reinforce": "reinforce",
+    "reinforce_is": "reinforce",
+    "reward_model": "reward_model",
+    "sac": "sac",
+    "sft": "sft",
+    "td3": "td3",
+    "trpo": "trpo",
+    **dict.fromkeys(("semi_gradient_td", "tdc", "gtd2", "semi_gradient_q_learning"), "linear"),
+    "semi_gradient_sarsa": "linear",
+    **dict.fromkeys(("q_learning", "sarsa", "expected_sarsa", "mc_control", "mc_prediction"), "tabular"),
+    **dict.fromkeys(("value_iteration", "policy_iteration", "policy_evaluation"), "tabular"),
+}
+
+
+def load(name: str) -> None:
+    """Register algorithm ``name`` by importing its config module (nothing for an unknown name)."""
+    module = MODULES.get(name)
+    if module is not None:
+        importlib.import_module(f"{__name__}.{module}")
+
+
+def load_all() -> None:
+    """Register every algorithm."""
+    for module in sorted(set(MODULES.values())):
+        importlib.import_module(f"{__name__}.{module}")
