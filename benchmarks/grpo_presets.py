@@ -1,6 +1,6 @@
 """GRPO on 3-digit addition from the SFT checkpoint, once with the example and once per preset.
 
-    python benchmarks/grpo_presets.py   # -> benchmarks/results/grpo_presets.{md,json}, about 70 minutes
+    python benchmarks/grpo_presets.py   # -> benchmarks/results/grpo_presets.{md,json}, an hour or more on CPU
     python benchmarks/grpo_presets.py --steps 300   # a shorter budget for every GRPO run
 
 The commands of docs/algorithms/grpo.md, each in a fresh process with one torch thread (the trainer's
