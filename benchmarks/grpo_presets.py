@@ -44,9 +44,9 @@ def metrics(run: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def curve(run: Path) -> list[list[float]]:
-    """``[step, eval/accuracy]`` of each evaluation of a run."""
-    return [[r["step"], r["eval/accuracy"]] for r in metrics(run) if "eval/accuracy" in r]
+def curve(run: Path) -> dict[str, float]:
+    """``{step: eval/accuracy}`` of each evaluation of a run (JSON keys: the steps as strings)."""
+    return {str(r["step"]): r["eval/accuracy"] for r in metrics(run) if "eval/accuracy" in r}
 
 
 def test_accuracy(run: Path, work: Path) -> tuple[float, int]:
@@ -101,8 +101,8 @@ def grpo(work: Path, sft_run: str, preset: str, steps: int | None) -> dict[str, 
     c = curve(run)
     return {
         "preset": preset,
-        "steps": c[-1][0],
-        "validation": c[-1][1],
+        "steps": int(list(c)[-1]),
+        "validation": list(c.values())[-1],
         "test": acc,
         "test_prompts": n,
         "curve": c,
