@@ -1,6 +1,11 @@
 """Held-out greedy accuracy and pass@16 of addition runs, split by operand length.
 
     python benchmarks/addition_breakdown.py runs/sft_addition runs/grpo_addition [...]
+    python benchmarks/addition_breakdown.py RUN ... --name addition_breakdown   # also write the results
+
+``--name NAME`` writes ``benchmarks/results/NAME.{json,md}`` (the runs are labelled by ``--labels``);
+docs/algorithms/grpo.md quotes ``addition_breakdown`` for the SFT run and the example's GRPO run of
+``benchmarks/grpo_presets.py --out-dir DIR`` (``DIR/sft_addition`` and ``DIR/grpo_none``).
 
 For each run folder (an ``sft`` or ``grpo`` run on ``data.task=addition``): the first ``--prompts``
 validation prompts (the ones ``eval/accuracy`` uses), split into those whose operands both have the full
@@ -12,8 +17,14 @@ answer is already among the samples) and which it has to learn (docs/algorithms/
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+from typing import Any
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from harness import ROOT, write_results
 
 
 def breakdown(
@@ -61,15 +72,45 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=200, help="validation prompts (eval/accuracy's 200)")
     p.add_argument("--samples", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--name", help="write benchmarks/results/NAME.{json,md} (default: print only)")
+    p.add_argument("--labels", nargs="+", help="a label per run for the results file (default: the folders)")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = p.parse_args()
     torch.set_num_threads(1)
-    print(f"| run | operands | T | n | greedy | pass@{args.samples} | mean sample accuracy |")
-    print("|---|---|---|---|---|---|---|")
-    for run in args.runs:
-        for name, temperature, n, greedy, passk, mean in breakdown(
-            run, args.prompts, args.samples, args.seed
-        ):
-            print(f"| {run} | {name} | {temperature} | {n} | {greedy:.3f} | {passk:.3f} | {mean:.3f} |")
+    labels = args.labels or args.runs
+    if len(labels) != len(args.runs):
+        p.error(f"--labels has {len(labels)} labels for {len(args.runs)} runs")
+    res: dict[str, Any] = {"prompts": args.prompts, "samples": args.samples, "seed": args.seed, "runs": {}}
+    for label, run in zip(labels, args.runs, strict=True):
+        rows = breakdown(run, args.prompts, args.samples, args.seed)
+        res["runs"][label] = {
+            "rows": [
+                {"operands": g, "temperature": t, "n": n, "greedy": gr, "pass_at_k": pk, "mean_accuracy": m}
+                for g, t, n, gr, pk, m in rows
+            ],
+            # greedy accuracy over all the prompts (the run's eval/accuracy)
+            "greedy_all": sum(r[2] * r[3] for r in rows if r[1] == 0.6)
+            / max(sum(r[2] for r in rows if r[1] == 0.6), 1),
+        }
+    if args.name:
+        write_results(Path(args.out), args.name, res, table)
+    else:
+        print("\n".join(table(res)))
+
+
+def table(res: dict[str, Any]) -> list[str]:
+    k = res["samples"]
+    lines = [
+        f"| run | operands | T | n | greedy | pass@{k} | mean sample accuracy |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, r in res["runs"].items():
+        for x in r["rows"]:
+            lines.append(
+                f"| {label} | {x['operands']} | {x['temperature']} | {x['n']} | {x['greedy']:.3f} "
+                f"| {x['pass_at_k']:.3f} | {x['mean_accuracy']:.3f} |"
+            )
+    return lines
 
 
 if __name__ == "__main__":

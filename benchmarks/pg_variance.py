@@ -1,6 +1,8 @@
 """How much variance does each REINFORCE estimator have? Measured on the exact-gradient tests' small MDP.
 
-    python benchmarks/pg_variance.py   # -> docs/img/pg_variance.{png,md}, about 30 seconds on CPU
+    python benchmarks/pg_variance.py   # about 30 seconds on CPU
+
+writes benchmarks/results/pg_variance.{json,md} and the figure docs/img/pg_variance.png.
 
 The MDP, the sampler, the per-episode gradients and the estimators are those of
 ``tests/test_policy_gradient_exact.py`` (imported from the test module, not copied): 4 states, 2 actions,
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import time
 from pathlib import Path
 
@@ -24,7 +27,8 @@ import torch
 from advantage.math import cumulative_weights, outer_weights, reward_to_go
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "docs" / "img"
+OUT = ROOT / "benchmarks" / "results"
+FIGURE = ROOT / "docs" / "img" / "pg_variance.png"
 
 # key in the tests' on-policy dict (or "is", "is_value" below) -> (label, Ψ_t, family)
 ESTIMATORS = {
@@ -126,11 +130,35 @@ def table(res: dict[str, dict[str, float]], t) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=OUT, help="folder for the .png and .md")
+    p.add_argument("--out", type=Path, default=OUT, help="folder for pg_variance.json and pg_variance.md")
+    p.add_argument("--figure", type=Path, default=FIGURE, help="the bar chart's path")
     args = p.parse_args()
     start = time.perf_counter()
     res, t = measure()
-    plot(res, args.out / "pg_variance.png")
+    plot(res, args.figure)
+    args.out.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "episodes": t.N_EPISODES,
+        "batch": t.K,
+        "gamma": t.GAMMA,
+        # "var": total variance per episode; "z": largest |z| against the exact gradient; "ratio": var over
+        # the whole-return estimator's
+        "estimators": {k: {**r, "ratio": r["var"] / res["whole"]["var"]} for k, r in res.items()},
+        "max_z_unbiased": max(r["z"] for k, r in res.items() if ESTIMATORS[k][2] != "biased"),
+        # "A_over_B": how many times A's variance is B's (the page quotes these factors)
+        "factors": {
+            f"{a}_over_{b}": res[a]["var"] / res[b]["var"]
+            for a, b in [
+                ("whole", "rtg"),
+                ("rtg", "rtg_mean"),
+                ("rtg", "rtg_value"),
+                ("rtg", "rtg_optimal"),
+                ("whole", "whole_mean"),
+                ("whole", "whole_optimal"),
+            ]
+        },
+    }
+    (args.out / "pg_variance.json").write_text(json.dumps(payload, indent=1) + "\n")
     md = table(res, t)
     (args.out / "pg_variance.md").write_text(md)
     print(md)

@@ -5,7 +5,7 @@ Every measured number in a docs page (or the README) comes from a results file u
 value each number is, with HTML comments (the rendered page does not show them):
 
 * ``<!-- results: benchmarks/results/NAME.json -->`` opens a *checked region*, up to the next heading, the
-  next ``results`` or ``unsourced`` marker or ``<!-- /results -->``.
+  next ``results`` marker or ``<!-- /results -->``.
 * In it, a number followed directly by ``<!-- =PATH -->`` quotes the value at PATH in that file, rounded to
   the digits shown: ``**0.872**<!-- =dpo.hidden_score -->`` (``6.98e11``: to the digits of its mantissa;
   ``10,156``: to the unit).
@@ -16,8 +16,9 @@ value each number is, with HTML comments (the rendered page does not show them):
 * Every number with two or more decimals and every bold number in a checked region needs such a reference
   (numbers in math, code, link targets and comments are not quotes).
 * ``--8<-- "benchmarks/results/NAME.md"`` includes a results table as the script wrote it.
-* ``<!-- unsourced: REASON -->`` marks a passage whose numbers no results file holds (measured by hand,
-  too slow to rerun with every change); the reason is required and says how they were measured.
+* There is no way to quote a number measured by hand: a passage whose numbers no script writes says what
+  was found without them (and the command that shows it). An ``<!-- unsourced: … -->`` marker, which
+  earlier versions of the pages used for such passages, is an error.
 
 Each cited results file must exist and be written by a committed script: a ``benchmarks/*.py`` names it.
 Nothing here trains anything; the whole module runs in well under a second.
@@ -39,7 +40,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
-MARKER = re.compile(r"<!--\s*(results|unsourced)\s*:(.*?)-->|<!--\s*/results\s*-->", re.S)
+MARKER = re.compile(r"<!--\s*(results)\s*:(.*?)-->|<!--\s*/results\s*-->", re.S)
+UNSOURCED = re.compile(r"<!--\s*unsourced\b", re.I)
 HEADING = re.compile(r"^#{1,6} ", re.M)
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
 NUMBER = r"[−+-]?\d+(?:,\d{3})*(?:\.\d+)?(?:e[−+-]?\d+)?"
@@ -70,8 +72,8 @@ UNREFERENCED = re.compile(r"(?<![\w.])\d+\.\d{2,}(?![\w.])|\*\*[^*\n]*\d[^*\n]*\
 
 @dataclass
 class Region:
-    kind: str  # "results", "unsourced" or "" (outside any marker)
-    arg: str  # the results file, or the reason
+    kind: str  # "results" or "" (outside any marker)
+    arg: str  # the results file
     start: int
     end: int
 
@@ -176,10 +178,13 @@ def check_page(text: str, root: Path = ROOT) -> list[str]:
     for m in SNIPPET.finditer(text):
         if m.group("path").startswith("benchmarks/results/"):
             results_file(m.group("path"), m.start(), parse=False)
+    for m in UNSOURCED.finditer(text):
+        problems.append(
+            f"line {line(m.start())}: an unsourced passage: quote numbers from a results file that a "
+            "committed script writes, or say what was found without them"
+        )
     for r in regions(text):
         body = text[r.start : r.end]
-        if r.kind == "unsourced" and not r.arg:
-            problems.append(f"line {line(r.start)}: an unsourced marker needs a reason")
         data = results_file(r.arg, r.start) if r.kind == "results" else None
         for m in REF.finditer(body):
             at = line(r.start + m.start())
@@ -218,6 +223,17 @@ def test_quoted_numbers_match_their_results_files(page: Path) -> None:
     assert not problems, f"{page.relative_to(ROOT)}:\n" + "\n".join(problems)
 
 
+def test_no_page_quotes_numbers_measured_by_hand() -> None:
+    """No page or README passage is marked ``unsourced``: every quoted measurement has a results file."""
+    found = [
+        f"{page.relative_to(ROOT)}:{code_masked(text).count(chr(10), 0, m.start()) + 1}"
+        for page in PAGES
+        for text in [page.read_text()]
+        for m in UNSOURCED.finditer(code_masked(text))
+    ]
+    assert not found, "unsourced passages left: " + ", ".join(found)
+
+
 def test_the_language_model_pages_cite_their_results() -> None:
     """The pages of the LM trainers quote measurements; each says where they come from."""
     for name in ("dpo", "reward_models", "ppo_rlhf", "grpo", "language_models"):
@@ -244,7 +260,7 @@ def test_the_checker_finds_wrong_missing_and_unreferenced_numbers(tmp_path: Path
         "5.7 ms<!-- =median(runs[lib=a].s) * 1000 -->, "
         "max 12.6<!-- =max(runs.s)*1000 -->, over 3 seeds ‖w‖ **6.98e11**<!-- =norm -->;\n"
         "β = 0.1 and `lr = 0.003` are settings, not quotes.\n"
-        "\n## Elsewhere\n\n<!-- unsourced: measured by hand once -->\n0.123 is not checked.\n"
+        "\n## Elsewhere\n\nOutside a region 0.123 is not checked.\n"
         "\n## Syntax\n\n`<!-- results: benchmarks/results/nope.json -->` and `0.5<!-- =x -->` are code.\n"
     )
     assert check_page(good, tmp_path) == []
@@ -261,7 +277,12 @@ def test_the_checker_finds_wrong_missing_and_unreferenced_numbers(tmp_path: Path
         ("=dpo.win_rate", "=dpo.winrate", "no key 'winrate'"),  # a typo in the key
         ("demo.json", "nope.json", "is not a file"),  # a missing results file
         ("<!-- results: benchmarks/results/demo.json -->", "", "has no <!-- results"),  # no results file
-        ("measured by hand once", "", "needs a reason"),  # an unsourced region without its reason
+        (
+            "Outside a region",
+            "<!-- unsourced: measured by hand -->",
+            "an unsourced passage",
+        ),  # no longer allowed
+        ("Outside a region", "<!--unsourced-->", "an unsourced passage"),
     ]:
         assert old in good
         problems = check_page(good.replace(old, new), tmp_path)

@@ -218,8 +218,8 @@ def test_sigkill_at_20_random_moments_never_loses_a_checkpoint(tmp_path, capsys)
             f"survived, {lost} bytes lost ({saves} saves completed, {temp_left} kills left a "
             "half-written temp folder)"
         )
-    # Where a kill lands depends on the machine's speed (3 and 5 of 20 inside a write, locally); the next
-    # test kills a save at every one of its file operations, so no moment is left to chance.
+    # Where a kill lands depends on the machine's speed (benchmarks/fault_injection.py records one run); the
+    # next test kills a save at every one of its file operations, so no moment is left to chance.
     assert cases == 20 and survived == 20 and lost == 0
 
 

@@ -170,24 +170,26 @@ def test_center_rewards_term_and_gradient_accumulation():
 # ---- training ------------------------------------------------------------------------------------
 
 
+# The learning test's settings (over TINY); benchmarks/reward_model_test_seeds.py runs them over seeds for
+# docs/algorithms/reward_models.md.
+LEARNS = {
+    "data.train_size": 8000,
+    "data.validation_size": 200,
+    "data.response_length": 4,  # coarser scores than the default 6: fewer near-ties
+    "model.hidden_size": 64,
+    "model.layers": 2,
+    "model.heads": 4,
+    "algorithm.batch_size": 32,
+    "algorithm.warmup_steps": 10,
+    "trainer.total_steps": 200,
+    "trainer.eval_episodes": 200,
+    "trainer.log_every": 50,
+}
+
+
 def test_a_tiny_reward_model_learns_the_synthetic_task(tmp_path):
     start = time.perf_counter()
-    run = _train(
-        tmp_path,
-        **{
-            "data.train_size": 8000,
-            "data.validation_size": 200,
-            "data.response_length": 4,  # coarser scores than the default 6: fewer near-ties
-            "model.hidden_size": 64,
-            "model.layers": 2,
-            "model.heads": 4,
-            "algorithm.batch_size": 32,
-            "algorithm.warmup_steps": 10,
-            "trainer.total_steps": 200,
-            "trainer.eval_episodes": 200,
-            "trainer.log_every": 50,
-        },
-    )
+    run = _train(tmp_path, **LEARNS)
     seconds = time.perf_counter() - start
     final = [r for r in run.metrics if "eval/accuracy" in r][-1]
     assert final["eval/accuracy"] >= 0.75, (final, seconds)
