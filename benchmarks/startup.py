@@ -43,11 +43,12 @@ CHILD_ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 # -- whole processes -----------------------------------------------------------------------------------
 def _timed(cmd: list[str], cwd: str) -> tuple[float, int, str]:
     """Seconds from launch to exit of ``cmd`` (its output captured: a child left running with the pipe
-    open would be counted too), its exit code and its last output line."""
+    open would be counted too), its exit code and its last line of output (stdout's; stderr's when the
+    command failed)."""
     t0 = time.perf_counter()
     out = subprocess.run(cmd, cwd=cwd, env=CHILD_ENV, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    text = (out.stdout + out.stderr).strip().splitlines()
+    text = (out.stdout if out.returncode == 0 else out.stdout + out.stderr).strip().splitlines()
     return wall, out.returncode, text[-1] if text else ""
 
 
@@ -171,9 +172,24 @@ PHASE_ARGS = {
 def phase_worker_advantage(algo: str, launched: float) -> dict[str, float]:
     """Run ``advantage train`` through the command line's own entry point, stamping its phases."""
     marks = {"start": time.time()}
-    from advantage import cli, context, runs  # the command line's imports
+    from advantage import cli, context, registry, runs  # the command line's imports
 
     marks["imports"] = time.time()
+    # The algorithm's module (and with it torch) is imported when its first function is called: counted
+    # as imports, not as set-up.
+    marks["import_in_config_s"] = marks["import_in_set_up_s"] = 0.0
+    orig_resolve_entry = registry.Entry.resolve
+
+    def resolve_entry(self: Any) -> Any:
+        if self._fn is not None:
+            return self._fn
+        start = time.time()
+        fn = orig_resolve_entry(self)
+        phase = "import_in_set_up_s" if "config" in marks else "import_in_config_s"
+        marks[phase] += time.time() - start
+        return fn
+
+    registry.Entry.resolve = resolve_entry
     orig_init, orig_tick = context.RunContext.__init__, context.RunContext.tick
     orig_eval, orig_save = context.RunContext.evaluate, context.RunContext.save
     orig_resolve, orig_finish = runs.resolve_config, context.RunContext.finish
@@ -309,9 +325,12 @@ def phases(rows: list[tuple[str, str]]) -> list[dict[str, Any]]:
             "lib": lib,
             "algo": algo,
             "interpreter": m["start"] - m["launched"],
-            "imports": m["imports"] - m["start"],
-            "config": m["config"] - m["imports"],
-            "set_up": m["run_context"] - m["config"],
+            "imports": m["imports"]
+            - m["start"]
+            + m.get("import_in_config_s", 0.0)
+            + m.get("import_in_set_up_s", 0.0),
+            "config": m["config"] - m["imports"] - m.get("import_in_config_s", 0.0),
+            "set_up": m["run_context"] - m["config"] - m.get("import_in_set_up_s", 0.0),
             "first_step": (m["first_step"] - m["run_context"]) if "first_step" in m else None,
             "training": m["training"] - m.get("first_step", m["run_context"]),
             "final_eval": m.get("final_eval_s"),
@@ -362,6 +381,11 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="one seed, PPO only, 2 repeats per command")
     p.add_argument("--out", default=str(HERE / "results"))
+    p.add_argument(
+        "--parts",
+        default="commands,whole,phases",
+        help="which measurements to (re)run; the others are kept from the existing results file",
+    )
     p.add_argument("--phase", nargs=3, metavar=("LIB", "ALGO", "LAUNCHED"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.phase:
@@ -387,21 +411,30 @@ def main() -> None:
             ("advantage", "sft"),
             ("trl", "sft"),
         ]
-    result: dict[str, Any] = {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.2f} at start",
-        "commands": commands(2 if args.quick else 5),
-    }
-    rows = whole_runs(seeds, kinds)
-    whole = {}
-    for kind in kinds:
-        med = {
-            lib: statistics.median(r["seconds"] for r in rows if r["kind"] == kind and r["lib"] == lib)
-            for lib in ("sb3", "advantage")
-        }
-        whole[kind] = {**med, "ratio": med["advantage"] / med["sb3"]}
-    result.update(whole=whole, runs=rows, phases=phases(phase_rows))
-    result["machine"] += f", {os.getloadavg()[0]:.2f} at the end"
+    parts = set(args.parts.split(","))
+    previous = Path(args.out) / "startup.json"
+    result: dict[str, Any] = (
+        json.loads(previous.read_text()) if parts != {"commands", "whole", "phases"} else {}
+    )
+    load = f"load average {os.getloadavg()[0]:.2f} at start"
+    if "commands" in parts:
+        result["commands"] = commands(2 if args.quick else 5)
+    if "whole" in parts:
+        rows = whole_runs(seeds, kinds)
+        whole = {}
+        for kind in kinds:
+            med = {
+                lib: statistics.median(r["seconds"] for r in rows if r["kind"] == kind and r["lib"] == lib)
+                for lib in ("sb3", "advantage")
+            }
+            whole[kind] = {**med, "ratio": med["advantage"] / med["sb3"]}
+        result.update(whole=whole, runs=rows)
+    if "phases" in parts:
+        result["phases"] = phases(phase_rows)
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
+    machine += f"{platform.python_version()}"
+    result.setdefault("load", {})[args.parts] = f"{load}, {os.getloadavg()[0]:.2f} at the end"
+    result["machine"] = machine + "; " + "; ".join(f"{k}: {v}" for k, v in result["load"].items())
     report(result, Path(args.out))
     print((Path(args.out) / "startup.md").read_text())
 

@@ -154,3 +154,39 @@ def test_example_configs_are_valid(monkeypatch):
             continue
         spec, cfg = resolve_config(None, path, over)
         assert spec.name and (cfg.env.id if spec.uses_env else cfg.data.task)
+
+
+def test_plain_merge_is_omegaconf_merge() -> None:
+    """Config layers without interpolations merge without OmegaConf (a config error answers faster); on
+    random trees of dicts, lists and scalars the result equals OmegaConf's, value and type, and anything
+    else (an interpolation, OmegaConf's ``???``, a value changing kind) is left to OmegaConf."""
+    import random
+
+    from omegaconf import OmegaConf
+
+    from advantage.config import _merge_plain, merge
+
+    rng = random.Random(0)
+
+    def tree(depth: int) -> object:
+        r = rng.random()
+        if depth < 3 and r < 0.35:
+            return {rng.choice("abcde"): tree(depth + 1) for _ in range(rng.randint(0, 3))}
+        if depth < 3 and r < 0.45:
+            return [tree(depth + 1) for _ in range(rng.randint(0, 2))]
+        return rng.choice([None, True, False, 0, 3, 2.5, "x", "y"])
+
+    compared = 0
+    for _ in range(3000):
+        trees = tuple({rng.choice("abc"): tree(1) for _ in range(3)} for _ in range(rng.randint(2, 4)))
+        mine = _merge_plain(trees)
+        if mine is None:
+            continue
+        ref = OmegaConf.to_container(OmegaConf.merge(*[OmegaConf.create(t) for t in trees]), resolve=True)
+        assert repr(mine) == repr(ref), trees
+        compared += 1
+    assert compared > 500
+    assert _merge_plain(({"a": 1}, {"a": "${b}"})) is None
+    assert _merge_plain(({"a": 1}, {"a": "???"})) is None
+    assert _merge_plain(({"a": {"b": 1}}, {"a": 2})) is None
+    assert merge({"a": 1, "b": 2}, {"a": "${b}"}) == {"a": 2, "b": 2}  # through OmegaConf
