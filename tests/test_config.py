@@ -190,3 +190,31 @@ def test_plain_merge_is_omegaconf_merge() -> None:
     assert _merge_plain(({"a": 1}, {"a": "???"})) is None
     assert _merge_plain(({"a": {"b": 1}}, {"a": 2})) is None
     assert merge({"a": 1, "b": 2}, {"a": "${b}"}) == {"a": 2, "b": 2}  # through OmegaConf
+
+
+def test_simple_overrides_parse_as_omegaconf_does() -> None:
+    """``key=value`` items of plain numbers, booleans and words are parsed without OmegaConf, to what its
+    dotlist parser gives (value and type); YAML's other spellings (``yes``, ``0x1F``, ``1_000``, ``.inf``,
+    ``~``, lists, quotes, interpolations) and a key that is also a prefix go to OmegaConf."""
+    from omegaconf import OmegaConf
+
+    from advantage.config import _simple_overrides, parse_overrides
+
+    values = [
+        *("5", "0", "-3", "-0", "1.5", "-2.25", "1e-3", "1E5", "1.0e-4", "1.5e+3", "3.0"),
+        *("true", "True", "false", "False", "CartPole-v1", "runs/a", "examples/a.yaml", "a-b_c", "_x"),
+        *("007", "1_000", "0x1F", ".5", "1.", "TRUE", "yes", "no", "on", "off", "y", "N", "null", "Null"),
+        *("~", "", "x:y", "12:30", "'q'", "[1,2]", "{a: 1}", "${x}", ".inf", "nan", "-inf", "a b", "+5"),
+    ]
+    fast = 0
+    for v in values:
+        items = [f"algorithm.x={v}", "trainer.seed=3"]
+        mine = _simple_overrides(items)
+        if mine is None:
+            continue
+        fast += 1
+        ref = OmegaConf.to_container(OmegaConf.from_dotlist(items), resolve=False)
+        assert repr(mine) == repr(ref), v
+    assert fast == 20
+    assert _simple_overrides(["a.b=1", "a=2"]) is None
+    assert parse_overrides(["a=[1, 2]", "b=yes"]) == {"a": [1, 2], "b": True}  # through OmegaConf

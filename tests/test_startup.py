@@ -132,8 +132,8 @@ def test_list_and_config_error_import_no_training_code() -> None:
         from advantage.cli import main
         heavy = {HEAVY + LISTING!r}
         out = {{}}
-        for argv in (["list"], ["list", "ppo"], ["list", "dqn"], ["list", "sft"],
-                     ["train", "ppo", "trainer.total_stepz=5"]):
+        for argv in (["train", "ppo", "trainer.total_stepz=5"], ["list"], ["list", "ppo"],
+                     ["list", "dqn"], ["list", "sft"]):
             err = io.StringIO()
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
                 rc = main(argv)
@@ -146,8 +146,32 @@ def test_list_and_config_error_import_no_training_code() -> None:
     rc, imported, _ = res["list sft"]  # reads its task's options: numpy and the parser, no torch
     assert rc == 0 and not set(imported) & set(HEAVY), imported
     rc, imported, err = res["train ppo trainer.total_stepz=5"]
-    assert rc == 2 and not set(imported) & set(HEAVY), imported
+    assert rc == 2 and imported == [], imported  # no numpy, gymnasium or OmegaConf either
     assert "unknown key trainer.total_stepz; did you mean trainer.total_steps?" in err
+
+
+def test_env_ids_a_config_error_skips_are_checked_here() -> None:
+    """A config whose env id is its algorithm's own default is not checked against Gymnasium (a config
+    error in another section answers without importing it); every such default is checked here. An id
+    the user sets is checked, together with every other problem."""
+    import pytest
+
+    from advantage.envs import check_env_config
+    from advantage.errors import ConfigError
+    from advantage.registry import all_algorithms
+    from advantage.runs import resolve_config
+
+    checked = 0
+    for name, algo in sorted(all_algorithms().items()):
+        if not algo.uses_env:
+            continue
+        _, cfg = resolve_config(name, check_device=False)
+        assert check_env_config(cfg.env) == [], (name, cfg.env.id)
+        checked += 1
+    assert checked > 20
+    with pytest.raises(ConfigError) as e:
+        resolve_config("ppo", None, {"env.id": "CartPol-v1", "trainer.total_stepz": 5})
+    assert len(e.value.problems) == 2 and "CartPole-v1" in str(e.value)
 
 
 def test_preference_task_names_match_the_tasks() -> None:

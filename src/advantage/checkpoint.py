@@ -33,8 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from advantage.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -84,7 +82,8 @@ class Checkpoint:
 
 
 def _to_tensor(name: str, value: Any) -> torch.Tensor:
-    import torch  # here, not at the top: reading configs and listing runs need no torch
+    import numpy as np  # here, not at the top: reading configs and listing runs need neither
+    import torch
 
     if isinstance(value, np.ndarray):
         value = torch.from_numpy(np.ascontiguousarray(value))

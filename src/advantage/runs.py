@@ -16,9 +16,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from advantage.checkpoint import LATEST, Checkpoint, atomic_write, load_checkpoint
 from advantage.config import (
@@ -33,13 +31,15 @@ from advantage.config import (
     set_dotted,
     to_dict,
 )
-from advantage.context import RunContext
-from advantage.envs import check_env_config, make_env
-from advantage.envs.make import check_env_api
 from advantage.errors import AdvantageError, CheckpointError, ConfigError, RunDirError
-from advantage.evaluation import EVAL_SEED_OFFSET, envs_for, evaluate_policy
 from advantage.metrics import read_metrics, truncate_metrics
 from advantage.registry import Algorithm, Policy, all_algorithms, get_algorithm
+
+if TYPE_CHECKING:
+    from advantage.context import RunContext
+
+# Gymnasium, numpy, the run context and evaluation are imported by the functions that use them: a config
+# error or `advantage list` answers without them (docs/startup.md).
 
 DEFAULT_ALGO = "ppo"
 STOP_SIGNALS = ("SIGINT", "SIGTERM")  # a run stopped by one of these ends with a checkpoint, unfinished
@@ -97,7 +97,9 @@ def resolve_config(
     interpolated = interpolations(nest(dict(spec.defaults)), tuned, preset, tree, over)
     try:
         cfg, problems = build(spec.config, merged)
-        if spec.uses_env:
+        if spec.uses_env and _env_chosen(cfg, preset, tree, over):
+            from advantage.envs import check_env_config
+
             problems.extend(check_env_config(cfg.env))
         if spec.check is not None and not problems:
             problems.extend(spec.check(cfg))
@@ -113,6 +115,15 @@ def resolve_config(
     cfg.__dict__["_interpolations"] = interpolated
     cfg.__dict__["_hyperparams"] = (record, hp_note)
     return spec, cfg
+
+
+def _env_chosen(cfg: Any, *layers: Mapping[str, Any]) -> bool:
+    """Whether the env section needs checking against Gymnasium: an id set by a preset, a file or a key,
+    or keyword arguments. The algorithms' own default ids are checked once, by the tests
+    (tests/test_startup.py), so a config error in another section answers without importing Gymnasium."""
+    return bool(getattr(cfg.env, "kwargs", None)) or any(
+        isinstance(layer.get("env"), Mapping) and "id" in layer["env"] for layer in layers
+    )
 
 
 def _redact(problems: list[str], merged: Mapping[str, Any], interpolated: Mapping[str, str]) -> list[str]:
@@ -225,6 +236,9 @@ class RunLock:
 def _check_spaces(spec: Algorithm, cfg: Any) -> None:
     if spec.check_env is None:
         return
+    from advantage.envs import make_env
+    from advantage.envs.make import check_env_api
+
     env = make_env(cfg.env)
     try:
         spec.check_env(cfg, env)
@@ -258,6 +272,8 @@ def train(
     Everything is validated before the run folder is created, so a bad input leaves nothing behind.
     """
     spec, cfg = resolve_config(algo, config, overrides)
+    from advantage.context import RunContext
+
     _check_spaces(spec, cfg)
     run_dir = Path(cfg.trainer.run_dir) if cfg.trainer.run_dir else _default_run_dir(spec, cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -326,6 +342,8 @@ def _resume(
     overrides: Mapping[str, Any],
 ) -> Run:
     spec, cfg = resolve_config(old.algo.name, run_dir / CONFIG_FILE, overrides)
+    from advantage.context import RunContext
+
     before, after = flatten(to_dict(old.config)), flatten(to_dict(cfg))
     fixed = [
         f"{key} cannot change on resume: the checkpoint was trained with {before.get(key)!r}, got "
@@ -466,6 +484,8 @@ class Run:
             self._policy = self.algo.load_policy(self.config, self.checkpoint)
         if self._policy is None:
             assert self.algo.policy is not None
+            from advantage.envs import make_env
+
             env = make_env(self.config.env)
             try:
                 self._policy = self.algo.policy(self.config, env, self.checkpoint.tensors)
@@ -476,6 +496,8 @@ class Run:
     def act(self, obs: Any, deterministic: bool = True) -> Any:
         """The trained policy's action for one observation (for a language model: the greedy completion
         of one prompt)."""
+        import numpy as np
+
         action = self.policy.act(obs, deterministic=deterministic)
         return action.item() if isinstance(action, np.generic) else action
 
@@ -499,6 +521,9 @@ class Run:
             return self.algo.evaluate(self.config, self.policy, **options)
         if options:
             raise ConfigError(f"{self.algo.name} evaluation takes no options {sorted(options)}")
+        from advantage.envs import make_env
+        from advantage.evaluation import EVAL_SEED_OFFSET, envs_for, evaluate_policy
+
         episodes = episodes or t.eval_episodes
         envs = [make_env(self.config.env) for _ in range(envs_for(self.policy, episodes, deterministic))]
         try:
@@ -518,7 +543,8 @@ class Run:
         self, path: str | Path | None = None, seed: int | None = None, deterministic: bool = True
     ) -> Path:
         """Record one evaluation episode as an mp4 (default ``RUN/videos/step_<N>.mp4``)."""
-        from advantage.evaluation import record_video
+        from advantage.envs import make_env
+        from advantage.evaluation import EVAL_SEED_OFFSET, record_video
 
         if not self.algo.uses_env:
             raise ConfigError(f"{self.algo.name} trains a language model: there is no episode to film")
