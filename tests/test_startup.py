@@ -200,3 +200,21 @@ def test_config_modules_map_names_to_the_modules_that_register_them() -> None:
         """
     )
     assert res["found"] == res["mapped"]
+
+
+def test_tabular_run_imports_no_torch(tmp_path: Path) -> None:
+    """A Q-table run saves its checkpoint with safetensors' numpy writer (the same bytes as the torch
+    writer) and so never imports torch; its checkpoint loads and evaluates as before."""
+    res = _python(
+        """
+        import json, sys
+        from advantage.cli import main
+        rc = main(["train", "q_learning", "env.id=FrozenLake-v1", "trainer.total_steps=1000",
+                   "trainer.tensorboard=false", "--quiet", "trainer.run_dir=q"])
+        torch_loaded = "torch" in sys.modules
+        rc_eval = main(["eval", "q", "--episodes", "3", "--json"])
+        print(json.dumps({"rc": [rc, rc_eval], "torch": torch_loaded}))
+        """,
+        cwd=tmp_path,
+    )
+    assert res == {"rc": [0, 0], "torch": False}

@@ -94,6 +94,21 @@ def _to_tensor(name: str, value: Any) -> torch.Tensor:
     return value.detach().cpu().contiguous().clone()
 
 
+def _safetensors(tensors: Mapping[str, Any], step: int) -> bytes:
+    """The safetensors bytes of ``tensors``. All numpy arrays (a Q-table run): written by safetensors'
+    numpy writer, the same format, so a tabular run never imports torch (2 s of its few seconds)."""
+    import numpy as np
+
+    meta = {"step": str(step)}
+    if all(isinstance(v, np.ndarray) for v in tensors.values()):
+        from safetensors.numpy import save as np_save
+
+        return np_save({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata=meta)
+    from safetensors.torch import save as st_save
+
+    return st_save({k: _to_tensor(k, v) for k, v in tensors.items()}, metadata=meta)
+
+
 def save_checkpoint(
     root: str | Path,
     step: int,
@@ -106,8 +121,6 @@ def save_checkpoint(
     ``keep``. ``files`` are extra plain files (name -> bytes) written, hashed and verified with the rest.
     Returns the checkpoint folder. An OSError (disk full, file-size limit) leaves the previous
     checkpoint and ``latest`` untouched."""
-    from safetensors.torch import save as st_save
-
     root = Path(root)
     for fname in files or {}:
         if fname in (TENSORS, STATE, MANIFEST) or "/" in fname or "\\" in fname or fname.startswith("."):
@@ -125,7 +138,7 @@ def save_checkpoint(
         name = f"step_{step:012d}-{n}"
     final = root / name
     blobs = {
-        TENSORS: st_save({k: _to_tensor(k, v) for k, v in tensors.items()}, metadata={"step": str(step)}),
+        TENSORS: _safetensors(tensors, step),
         STATE: json.dumps(dict(state), sort_keys=True).encode(),
         **dict(files or {}),
     }
