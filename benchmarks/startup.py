@@ -71,24 +71,18 @@ def advantage_cmd(kind: str, seed: int) -> list[str]:
 
 def sb3_script(kind: str, seed: int) -> str:
     """A whole SB3 program: imports, model, learn (with the target callback), save."""
-    if kind == "to475_ppo":
+    if kind in ("to475_ppo", "steps500_ppo"):  # the zoo's settings, as advantage's CartPole entry
         model = (
             "PPO('MlpPolicy', make_vec_env('CartPole-v1', n_envs=8, seed=SEED), n_steps=32, batch_size=256,"
             " n_epochs=20, gamma=0.98, gae_lambda=0.8, learning_rate=lin(1e-3), clip_range=lin(0.2),"
             " ent_coef=0.0, seed=SEED, device='cpu', verbose=0)"
         )
-    elif kind == "to475_dqn":
+    else:  # to475_dqn
         model = (
             "DQN('MlpPolicy', 'CartPole-v1', learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,"
             " learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,"
             " gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,"
             " policy_kwargs={'net_arch': [256, 256]}, seed=SEED, device='cpu', verbose=0)"
-        )
-    else:  # steps500_ppo: the same zoo settings as advantage's CartPole entry
-        model = (
-            "PPO('MlpPolicy', make_vec_env('CartPole-v1', n_envs=8, seed=SEED), n_steps=32, batch_size=256,"
-            " n_epochs=20, gamma=0.98, gae_lambda=0.8, learning_rate=lin(1e-3), clip_range=lin(0.2),"
-            " ent_coef=0.0, seed=SEED, device='cpu', verbose=0)"
         )
     learn = (
         f"model.learn({MAX_STEPS}, callback=sb3_callback(PROTO, time.perf_counter()))"

@@ -125,13 +125,9 @@ class MetricsWriter:
             return self.sidecar.wait()
         if not self._plot_metrics:
             return None
-        from advantage.plotting import plot_runs
+        from advantage.sidecar import draw_learning_curve
 
-        try:
-            plot_runs([self.run_dir], self.run_dir / "plots" / "learning_curve.png", self._plot_metrics)
-        except Exception as e:  # a plot must never cost the user a finished run
-            return f"warning: could not plot learning curves: {e}"
-        return None
+        return draw_learning_curve(self.run_dir, self._plot_metrics)
 
 
 def scalars(row: Mapping[str, Any]) -> list[tuple[str, float]]:

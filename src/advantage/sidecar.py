@@ -31,6 +31,18 @@ PLOT_FILE = Path("plots") / "learning_curve.png"
 POLL_SECONDS = 0.5  # how often the sidecar looks for new rows (TensorBoard's own flush is every 120 s)
 
 
+def draw_learning_curve(run_dir: Path, metrics: Sequence[str]) -> str | None:
+    """Draw ``RUN/plots/learning_curve.png`` of ``metrics``; returns a warning instead of raising (a plot
+    must never cost the user a finished run), or None. Used by the sidecar and by in-process runs."""
+    from advantage.plotting import plot_runs
+
+    try:
+        plot_runs([run_dir], run_dir / PLOT_FILE, metrics=metrics)
+    except Exception as e:  # e.g. no metric logged yet: say so, no traceback
+        return f"warning: could not plot learning curves: {e}"
+    return None
+
+
 class Sidecar:
     """The training process's handle: start the sidecar, close its pipe, optionally wait for it."""
 
@@ -168,23 +180,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if tb is not None:
             tb.close()
-    status = 0
-    if ns.plot:
-        from advantage.errors import AdvantageError
-        from advantage.plotting import plot_runs
-
-        try:
-            plot_runs([ns.run_dir], ns.run_dir / PLOT_FILE, metrics=ns.plot)
-        except (AdvantageError, OSError, ValueError) as e:  # e.g. no metric logged yet: say so, no traceback
-            print(f"warning: could not plot learning curves: {e}", file=sys.stderr)
-            status = 1
+    warning = draw_learning_curve(ns.run_dir, ns.plot) if ns.plot else None
+    if warning:
+        print(warning, file=sys.stderr)
     log = ns.run_dir / LOG_FILE
     try:
         if log.stat().st_size == 0:
             log.unlink()
     except OSError:
         pass
-    return status
+    return 1 if warning else 0
 
 
 if __name__ == "__main__":
