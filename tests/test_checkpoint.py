@@ -147,3 +147,35 @@ def test_killed_while_writing_leaves_previous_loadable(tmp_path):
         assert ck.step in (1, 2)
         expected = good[1] if ck.step == 1 else torch.full((3_000_000,), 2.0)
         assert torch.equal(ck.tensors["w"], expected)
+
+
+def test_learner_state_round_trip_keeps_key_names_and_restores_everything():
+    """LearnerState writes the key names trainers have always written (``model.*``, ``optim.<i>.*``,
+    ``torch_rng``, JSON under the optimizer's name) and loads them back exactly."""
+    import torch
+
+    from advantage.errors import CheckpointError
+    from advantage.torch_state import LearnerState, module_tensors, optimizer_state
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    tensors, meta = LearnerState({"model": model}, {"optim": opt}).save()
+    opt_tensors, opt_meta = optimizer_state("optim", opt)
+    assert set(tensors) == set(module_tensors("model", model)) | set(opt_tensors) | {"torch_rng"}
+    assert meta == {"optim": opt_meta}
+
+    torch.manual_seed(1)
+    other = torch.nn.Linear(3, 2)
+    other_opt = torch.optim.Adam(other.parameters(), lr=5.0)
+    torch.rand(3)  # move the RNG on
+    LearnerState({"model": other}, {"optim": other_opt}).load(tensors, {**meta, "env": {}})
+    assert torch.equal(other.weight, model.weight) and torch.equal(other.bias, model.bias)
+    assert other_opt.param_groups[0]["lr"] == 1e-2
+    for a, b in zip(other_opt.state_dict()["state"].values(), opt.state_dict()["state"].values()):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    assert torch.equal(torch.get_rng_state(), tensors["torch_rng"])
+    with pytest.raises(CheckpointError, match="optimizer 'optim'"):
+        LearnerState({"model": other}, {"optim": other_opt}).load(tensors, {})

@@ -74,6 +74,73 @@ def load_optimizer(
     opt.load_state_dict({"state": state, "param_groups": groups})
 
 
+class LearnerState:
+    """What every trainer's learner puts into a checkpoint: named modules, named optimizers and the torch
+    RNG (which dropout, sampling and target noise draw from), saved and loaded in one place.
+
+    Key names are those the trainers have always written: a module ``name`` gives tensors ``name.<param>``;
+    an optimizer ``name`` gives tensors ``name.<index>.<moment>`` and a JSON entry ``name`` (its param
+    groups and scalar state); the RNG is the tensor ``torch_rng``. :meth:`meta` returns
+    ``{optimizer name: JSON}``; a trainer stores it flat in its algorithm state (``{**learner.meta(), ...}``)
+    or under one key (``{"learner": learner.meta()}``) and hands the same mapping back to :meth:`load`.
+
+    An optimizer may be a ``torch.optim.Optimizer`` or a wrapper that holds one as ``.opt`` (the lean
+    steppers of :mod:`advantage.nn.lean` and ``LeanAdam``); the wrapped optimizer's state is what is saved.
+    Language-model trainers pass no modules: their weights travel as a model folder, not as tensors here.
+    """
+
+    def __init__(
+        self,
+        modules: dict[str, nn.Module] | None = None,
+        optimizers: dict[str, Any] | None = None,
+        *,
+        rng: bool = True,
+    ):
+        self.modules = dict(modules or {})
+        self.optimizers = {k: getattr(o, "opt", o) for k, o in (optimizers or {}).items()}
+        self.rng = rng
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Module weights, optimizer moments and (``rng=True``) the torch RNG state as named tensors."""
+        out: dict[str, torch.Tensor] = {}
+        for name, module in self.modules.items():
+            out.update(module_tensors(name, module))
+        for name, opt in self.optimizers.items():
+            out.update(optimizer_state(name, opt)[0])
+        if self.rng:
+            out["torch_rng"] = torch.get_rng_state()
+        return out
+
+    def meta(self) -> dict[str, Any]:
+        """``{optimizer name: param groups and scalar state}``, JSON-serialisable."""
+        return {name: optimizer_state(name, opt)[1] for name, opt in self.optimizers.items()}
+
+    def save(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """``(tensors(), meta())``, reading each optimizer's state once."""
+        tensors: dict[str, torch.Tensor] = {}
+        meta: dict[str, Any] = {}
+        for name, module in self.modules.items():
+            tensors.update(module_tensors(name, module))
+        for name, opt in self.optimizers.items():
+            opt_tensors, meta[name] = optimizer_state(name, opt)
+            tensors.update(opt_tensors)
+        if self.rng:
+            tensors["torch_rng"] = torch.get_rng_state()
+        return tensors, meta
+
+    def load(self, tensors: Any, meta: dict[str, Any], where: str = "checkpoint") -> None:
+        """Restore modules (strictly: every key, every shape), optimizers and the RNG from what
+        :meth:`save` wrote; ``meta`` is the mapping that holds the optimizer entries."""
+        for name, module in self.modules.items():
+            load_module(name, module, tensors, where)
+        for name, opt in self.optimizers.items():
+            if name not in meta:
+                raise CheckpointError(f"{where}: the checkpoint has no state for optimizer {name!r}")
+            load_optimizer(name, opt, tensors, meta[name])
+        if self.rng:
+            torch.set_rng_state(tensors["torch_rng"])
+
+
 class RunningMeanStd:
     """Running mean and variance of a stream of batches (Chan et al. parallel update), float64.
 
