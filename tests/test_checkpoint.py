@@ -174,7 +174,9 @@ def test_learner_state_round_trip_keeps_key_names_and_restores_everything():
     LearnerState({"model": other}, {"optim": other_opt}).load(tensors, {**meta, "env": {}})
     assert torch.equal(other.weight, model.weight) and torch.equal(other.bias, model.bias)
     assert other_opt.param_groups[0]["lr"] == 1e-2
-    for a, b in zip(other_opt.state_dict()["state"].values(), opt.state_dict()["state"].values()):
+    for a, b in zip(
+        other_opt.state_dict()["state"].values(), opt.state_dict()["state"].values(), strict=True
+    ):
         assert all(torch.equal(a[k], b[k]) for k in a)
     assert torch.equal(torch.get_rng_state(), tensors["torch_rng"])
     with pytest.raises(CheckpointError, match="optimizer 'optim'"):
