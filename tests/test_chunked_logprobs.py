@@ -82,3 +82,28 @@ def test_chunk_rows_and_bad_shapes():
         chunked_logprobs(
             torch.zeros(2, 4), torch.zeros(5, 4), torch.zeros(2, dtype=torch.long), temperature=0
         )
+
+
+@pytest.mark.parametrize("lean", ["1", "0"])
+def test_sequence_logprobs_chunked_path_equals_the_full_path(lean, monkeypatch):
+    """Forced into chunks (tiny ``chunk_elements``), ``sequence_logprobs`` gives the full path's
+    log-probs and parameter gradients, through the lean decoder and through transformers' forward."""
+    from advantage.nn.lm import build_char_tokenizer, build_scratch_model, sequence_logprobs
+
+    monkeypatch.setenv("ADVANTAGE_LEAN", lean)
+    tok = build_char_tokenizer("0123456789+=")
+    model = build_scratch_model("qwen2", tok, hidden_size=32, layers=2, heads=4, seed=0)
+    model.train()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, len(tok), (3, 9), generator=g)
+    attn = torch.ones_like(ids)
+    attn[0, :2] = 0  # a left-padded prompt
+    out = {}
+    for name, chunk in (("full", 10**9), ("chunked", 2 * len(tok))):
+        model.zero_grad()
+        logp = sequence_logprobs(model, ids, attn, response_start=4, temperature=0.8, chunk_elements=chunk)
+        (logp * torch.linspace(-1, 1, logp.numel()).view_as(logp)).sum().backward()
+        out[name] = (logp.detach(), [p.grad.clone() for p in model.parameters()])
+    torch.testing.assert_close(out["chunked"][0], out["full"][0], atol=1e-6, rtol=1e-6)
+    for a, b in zip(out["chunked"][1], out["full"][1], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from advantage.errors import ConfigError
 
@@ -317,6 +317,7 @@ def sequence_logprobs(
     response_start: int,
     temperature: float = 1.0,
     return_hidden: bool = False,
+    chunk_elements: int | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     r"""Per-token log-probabilities of the response tokens, one forward pass, fp32.
 
@@ -334,6 +335,10 @@ def sequence_logprobs(
         temperature: ``τ > 0``; use the sampling temperature so the ratio is against the sampling policy.
         return_hidden: also return the final (post-norm) hidden states ``[B, T, H]`` at the same positions,
             ``h_{P-1+t}``: the state in which ``y_t`` is chosen, i.e. what a value head reads for ``V(s_t)``.
+        chunk_elements: when ``B·T·V`` exceeds it (default 8M numbers, 32 MiB in fp32), the output layer
+            and log-softmax run in chunks of ``chunk_elements // V`` tokens with their own backward
+            (:func:`advantage.nn.chunked.chunked_logprobs`): equal values and gradients, memory
+            ``O(chunk × V)`` instead of ``O(B·T·V)``.
 
     Returns:
         ``logp`` ``[B, T]`` fp32, or ``(logp, hidden)``. Values at masked response positions are garbage
@@ -351,24 +356,45 @@ def sequence_logprobs(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     keep = torch.arange(response_start - 1, length - 1, device=input_ids.device)  # [T]
     targets = input_ids[:, response_start:]  # [B, T]
+    from advantage.nn.chunked import DEFAULT_CHUNK_ELEMENTS, chunked_logprobs
     from advantage.nn.lean import lean_decoder, padded_causal_mask
 
+    # Past one [T·B, V] buffer of chunk_elements numbers the vocabulary projection and log-softmax run a
+    # chunk of tokens at a time (advantage.nn.chunked): memory O(chunk × V) instead of O(B × T × V).
+    head = model.get_output_embeddings()
+    limit = DEFAULT_CHUNK_ELEMENTS if chunk_elements is None else chunk_elements
+    chunked = isinstance(head, nn.Linear) and targets.numel() * head.out_features > limit
     lean = lean_decoder(model)
     if lean is not None:  # the same function with less framework work per call (advantage.nn.lean)
         dtype = model.get_input_embeddings().weight.dtype
         mask = padded_causal_mask(attention_mask, dtype)
         hidden = lean.hidden(input_ids, position_ids_from_mask(attention_mask), mask)[:, keep]  # [B, T, H]
-        logp = token_logprobs(lean.logits(hidden), targets, temperature)
+        if chunked:
+            logp = chunked_logprobs(
+                hidden, head.weight, targets, bias=head.bias, temperature=temperature, chunk_elements=limit
+            )[0]
+        else:
+            logp = token_logprobs(lean.logits(hidden), targets, temperature)
         return (logp, hidden) if return_hidden else logp
-    kwargs: dict[str, Any] = {"use_cache": False, "output_hidden_states": return_hidden}
+    kwargs: dict[str, Any] = {"use_cache": False, "output_hidden_states": return_hidden or chunked}
     if forward_accepts(model, "logits_to_keep"):
-        kwargs["logits_to_keep"] = keep
+        # chunked: the head runs on one position only; the log-probs come from the hidden states
+        kwargs["logits_to_keep"] = 1 if chunked else keep
+    elif chunked:
+        chunked = False
+        kwargs["output_hidden_states"] = return_hidden
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids_from_mask(attention_mask),
         **kwargs,
     )
+    if chunked:
+        hidden = out.hidden_states[-1][:, keep]  # hidden_states[-1] is after the final norm
+        logp = chunked_logprobs(
+            hidden, head.weight, targets, bias=head.bias, temperature=temperature, chunk_elements=limit
+        )[0]
+        return (logp, hidden) if return_hidden else logp
     logits = out.logits if "logits_to_keep" in kwargs else out.logits[:, keep]  # [B, T, V]
     logp = token_logprobs(logits, targets, temperature)
     if return_hidden:
