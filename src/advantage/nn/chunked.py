@@ -33,8 +33,8 @@ from torch import Tensor
 
 __all__ = ["chunk_rows", "chunked_logprobs"]
 
-# Elements of one [c, V] fp32 buffer: 8M elements = 32 MiB. The backward holds about four such buffers.
-DEFAULT_CHUNK_ELEMENTS = 8 * 1024 * 1024
+# Elements of one [c, V] fp32 buffer: 4M elements = 16 MiB. Forward and backward hold two such buffers.
+DEFAULT_CHUNK_ELEMENTS = 4 * 1024 * 1024
 
 
 def chunk_rows(vocab_size: int, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> int:
@@ -45,7 +45,7 @@ def chunk_rows(vocab_size: int, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) ->
 def _chunk_logits(h: Tensor, weight: Tensor, bias: Tensor | None, temperature: float) -> Tensor:
     z = F.linear(h, weight, bias)  # [c, V]
     z = z if z.dtype == torch.float64 else z.float()  # fp32 at least (fp64 stays, for gradcheck)
-    return z / temperature if temperature != 1.0 else z
+    return z.div_(temperature) if temperature != 1.0 else z  # z is a fresh buffer: divide in place
 
 
 class _ChunkedLogProbs(torch.autograd.Function):
@@ -70,7 +70,7 @@ class _ChunkedLogProbs(torch.autograd.Function):
             lse[i : i + rows] = lse_c
             log_p = z.sub_(lse_c[:, None])  # log p, in place of z
             logp[i : i + rows] = log_p.gather(-1, targets[i : i + rows, None]).squeeze(-1)
-            entropy[i : i + rows] = -(torch.exp(log_p) * log_p).sum(-1)  # H = −Σ p log p
+            entropy[i : i + rows] = -torch.exp(log_p).mul_(log_p).sum(-1)  # H = −Σ p log p
         ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
         ctx.temperature, ctx.rows = temperature, rows
         return logp, entropy
@@ -96,7 +96,7 @@ class _ChunkedLogProbs(torch.autograd.Function):
             if g_entropy is not None:
                 grad = logp_all.add_(entropy[i : i + rows, None]).mul_(p).mul_(-g_entropy[i : i + rows, None])
             else:
-                grad = torch.zeros_like(p)
+                grad = logp_all.zero_()
             if g_logp is not None:
                 g = g_logp[i : i + rows, None]
                 grad.sub_(p.mul_(g))
@@ -107,7 +107,7 @@ class _ChunkedLogProbs(torch.autograd.Function):
             if grad_h is not None:
                 grad_h[i : i + rows] = grad_low @ weight
             if grad_w is not None:
-                grad_w.add_(grad.t() @ h.to(acc))
+                grad_w.addmm_(grad.t(), h.to(acc))  # accumulate in place: no [V, H] temporary
             if grad_b is not None:
                 grad_b.add_(grad.sum(0))
         return (

@@ -335,7 +335,7 @@ def sequence_logprobs(
         temperature: ``τ > 0``; use the sampling temperature so the ratio is against the sampling policy.
         return_hidden: also return the final (post-norm) hidden states ``[B, T, H]`` at the same positions,
             ``h_{P-1+t}``: the state in which ``y_t`` is chosen, i.e. what a value head reads for ``V(s_t)``.
-        chunk_elements: when ``B·T·V`` exceeds it (default 8M numbers, 32 MiB in fp32), the output layer
+        chunk_elements: when ``B·T·V`` exceeds it (default 4M numbers, 16 MiB in fp32), the output layer
             and log-softmax run in chunks of ``chunk_elements // V`` tokens with their own backward
             (:func:`advantage.nn.chunked.chunked_logprobs`): equal values and gradients, memory
             ``O(chunk × V)`` instead of ``O(B·T·V)``.
