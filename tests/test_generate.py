@@ -119,6 +119,8 @@ def test_encode_prompts_errors(tok):
         ({"top_p": 1.5}, "sampling.top_p"),
         ({"top_k": -1}, "sampling.top_k"),
         ({"max_new_tokens": 0}, "sampling.max_new_tokens"),
+        ({"min_new_tokens": -1}, "sampling.min_new_tokens"),
+        ({"min_new_tokens": 33}, "sampling.min_new_tokens"),
     ],
 )
 def test_sampling_params_validation(kwargs, field):
@@ -256,3 +258,30 @@ def test_sample_tokens_filters_and_logprobs():
     sharpened = torch.softmax(probs.log() / 0.5, -1)
     assert abs((tokens == 0).float().mean().item() - sharpened[0].item()) < 0.04
     assert torch.allclose(logp, sharpened.log()[tokens])
+
+
+def test_min_new_tokens_equals_transformers_generate(model, prompts, tok):
+    """The EOS is forbidden for the first ``min_new_tokens`` tokens (transformers' ``min_new_tokens``);
+    log-probs stay those of the unfiltered distribution; ``min = max`` gives fixed-length responses."""
+    ids, mask = prompts
+    eos = greedy_probe(model, prompts, tok)[3][2]  # ends row 3 after 3 tokens without the minimum
+    ours = run(model, prompts, tok, eos_id=eos, temperature=0, max_new_tokens=24, min_new_tokens=6)
+    hf = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        do_sample=False,
+        max_new_tokens=24,
+        min_new_tokens=6,
+        eos_token_id=eos,
+        pad_token_id=tok.pad_token_id,
+    )
+    assert torch.equal(ours.response_ids, hf[:, ids.shape[1] :])
+    assert ours.lengths.min().item() >= 6
+    check_consistent(ours, eos, tok.pad_token_id, 24)
+    fixed = run(model, prompts, tok, eos_id=eos, seed=4, max_new_tokens=9, min_new_tokens=9)
+    assert fixed.response_ids.shape == (6, 9) and fixed.lengths.tolist() == [9] * 6
+    assert not (fixed.response_ids == eos).any()
+    seq_ids, seq_mask = fixed.sequences()
+    with torch.no_grad():
+        logp = sequence_logprobs(model, seq_ids, seq_mask, response_start=ids.shape[1])
+    assert (fixed.logprobs - logp).abs().max() <= 1e-4

@@ -41,12 +41,16 @@ __all__ = [
 @dataclass
 class SamplingParams:
     """How to pick each token. ``temperature`` 0 is greedy (argmax); ``top_k`` 0 and ``top_p`` 1 disable
-    those filters. Log-probs are always those of the unfiltered, temperature-scaled distribution."""
+    those filters; ``min_new_tokens`` > 0 forbids the EOS token for the first that many tokens of a response
+    (``min_new_tokens = max_new_tokens``: every response is exactly ``max_new_tokens`` long, the fixed
+    amount of work of a benchmark). Log-probs are always those of the unfiltered, temperature-scaled
+    distribution, as for the top-k/top-p filters."""
 
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     max_new_tokens: int = 32
+    min_new_tokens: int = 0
 
     def __post_init__(self) -> None:
         problems = []
@@ -58,6 +62,11 @@ class SamplingParams:
             problems.append(f"sampling.top_k must be >= 0 (0 = off), got {self.top_k}")
         if self.max_new_tokens < 1:
             problems.append(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not 0 <= self.min_new_tokens <= max(self.max_new_tokens, 0):
+            problems.append(
+                f"sampling.min_new_tokens must be in [0, max_new_tokens={self.max_new_tokens}], "
+                f"got {self.min_new_tokens}"
+            )
         if problems:
             raise ConfigError(problems)
 
@@ -166,9 +175,13 @@ def encode_prompts(
 
 
 def sample_tokens(
-    logits: Tensor, params: SamplingParams, generator: torch.Generator | None = None
+    logits: Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None = None,
+    banned: int | None = None,
 ) -> tuple[Tensor, Tensor]:
-    r"""One token per row from ``logits`` ``[B, V]``: ``(tokens [B] long, logp [B] fp32)``.
+    r"""One token per row from ``logits`` ``[B, V]``: ``(tokens [B] long, logp [B] fp32)``; token
+    ``banned`` (the EOS while a response is shorter than ``min_new_tokens``) is never picked.
 
     ``logp = log_softmax(z / τ)[y]`` with τ = temperature (τ = 1 when greedy), before top-k / top-p,
     so it is the quantity :func:`~advantage.nn.lm.sequence_logprobs` recomputes at the same τ. Sampling
@@ -181,9 +194,10 @@ def sample_tokens(
     # log_softmax, not z - logsumexp(z): one fused kernel (logsumexp alone costs several times more on CPU)
     logp_all = z.log_softmax(-1)  # [B, V]
     if params.temperature == 0:
-        tokens = z.argmax(-1)
+        tokens = (z if banned is None else _ban(z, banned)).argmax(-1)
     else:
-        filtered = _top_k_top_p(logp_all, params.top_k, params.top_p)  # a shift of z: the same tokens kept
+        pick = logp_all if banned is None else _ban(logp_all, banned)
+        filtered = _top_k_top_p(pick, params.top_k, params.top_p)  # a shift of z: the same tokens kept
         probs = filtered.exp()  # [B, V]; 0 where filtered out
         # clamp: an Exp(1) draw of exactly 0 would give 0/0 = NaN on a filtered token, and argmax picks NaN.
         noise = (
@@ -193,6 +207,13 @@ def sample_tokens(
         )
         tokens = (probs / noise).argmax(-1)
     return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def _ban(z: Tensor, token: int) -> Tensor:
+    """A copy of ``z`` ``[B, V]`` with ``-inf`` at ``token``: that token is never picked."""
+    out = z.clone()
+    out[:, token] = float("-inf")
+    return out
 
 
 def _top_k_top_p(z: Tensor, top_k: int, top_p: float) -> Tensor:
@@ -401,7 +422,8 @@ def generate(
         else:
             logits = stepper.prefill(prompt_ids, prompt_mask)
         for t in range(n_new):
-            tok, lp = sample_tokens(logits, params, generator)  # [A]
+            banned = eos_id if t < params.min_new_tokens else None
+            tok, lp = sample_tokens(logits, params, generator, banned)  # [A]
             done = finished[active]  # [A]
             tok = tok.masked_fill(done, pad_id)
             tokens[active, t] = tok
