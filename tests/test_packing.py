@@ -31,8 +31,10 @@ def sampled_batch() -> tuple[torch.Tensor, ...]:
     return prompt_ids, prompt_mask, response_ids, lengths
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "llama"])
-def test_packed_generation_logprobs_equal_the_padded_batch(tok, arch, monkeypatch):
+@pytest.mark.parametrize(("arch", "chunks"), [("qwen2", False), ("llama", False), ("qwen2", True)])
+def test_packed_generation_logprobs_equal_the_padded_batch(tok, arch, chunks, monkeypatch):
+    if chunks:  # the output layer and log-softmax in chunks of two tokens (advantage.nn.chunked)
+        monkeypatch.setattr("advantage.nn.chunked.DEFAULT_CHUNK_ELEMENTS", 2 * len(tok))
     model = build_scratch_model(arch, tok, hidden_size=32, layers=2, heads=4, kv_heads=2)
     prompt_ids, prompt_mask, response_ids, lengths = sampled_batch()
     T = int(lengths.max())
@@ -48,7 +50,9 @@ def test_packed_generation_logprobs_equal_the_padded_batch(tok, arch, monkeypatc
         (packed * weights).sum().backward()
         results.append((packed.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
     model.zero_grad()
-    padded = sequence_logprobs(model, ids, attn, response_start=3, temperature=0.8) * valid
+    # the reference never chunks
+    padded = sequence_logprobs(model, ids, attn, response_start=3, temperature=0.8, chunk_elements=10**9)
+    padded = padded * valid
     (padded * weights).sum().backward()
     for packed, grads in results:
         assert packed.shape == (6, T)

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
-__all__ = ["chunk_rows", "chunked_logprobs"]
+__all__ = ["chunk_rows", "chunked_logprobs", "head_logprobs", "use_chunks"]
 
 # Elements of one [c, V] fp32 buffer: 4M elements = 16 MiB. Forward and backward hold two such buffers.
 DEFAULT_CHUNK_ELEMENTS = 4 * 1024 * 1024
@@ -163,3 +163,31 @@ def chunked_logprobs(
     rows = chunk_rows(weight.shape[0], chunk_elements)
     logp, entropy = _ChunkedLogProbs.apply(flat_h, weight, bias, flat_t, float(temperature), rows)
     return logp.reshape(lead), entropy.reshape(lead)
+
+
+def use_chunks(head: nn.Module | None, tokens: int, chunk_elements: int | None = None) -> bool:
+    """Whether ``tokens`` rows through ``head`` (an ``nn.Linear`` output layer) should go in chunks: when
+    their ``[tokens, V]`` logits would exceed one buffer of ``chunk_elements`` (default 4M) numbers."""
+    limit = DEFAULT_CHUNK_ELEMENTS if chunk_elements is None else chunk_elements
+    return isinstance(head, nn.Linear) and tokens * head.out_features > limit
+
+
+def head_logprobs(
+    hidden: Tensor,
+    head: nn.Module,
+    targets: Tensor,
+    temperature: float = 1.0,
+    chunk_elements: int | None = None,
+) -> Tensor:
+    """``log π(y)`` ``[...]`` fp32 of ``targets`` ``[...]`` from hidden states ``[..., H]`` through the output
+    layer ``head``: in chunks (:func:`chunked_logprobs`) when :func:`use_chunks` says so, else through the
+    full ``[..., V]`` logits (:func:`advantage.nn.lm.token_logprobs`). Equal values and gradients."""
+    if use_chunks(head, targets.numel(), chunk_elements):
+        assert isinstance(head, nn.Linear)
+        limit = DEFAULT_CHUNK_ELEMENTS if chunk_elements is None else chunk_elements
+        return chunked_logprobs(
+            hidden, head.weight, targets, bias=head.bias, temperature=temperature, chunk_elements=limit
+        )[0]
+    from advantage.nn.lm import token_logprobs
+
+    return token_logprobs(head(hidden), targets, temperature)

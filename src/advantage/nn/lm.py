@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from advantage.errors import ConfigError
 
@@ -356,23 +356,20 @@ def sequence_logprobs(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     keep = torch.arange(response_start - 1, length - 1, device=input_ids.device)  # [T]
     targets = input_ids[:, response_start:]  # [B, T]
-    from advantage.nn.chunked import DEFAULT_CHUNK_ELEMENTS, chunked_logprobs
+    from advantage.nn.chunked import head_logprobs, use_chunks
     from advantage.nn.lean import lean_decoder, padded_causal_mask
 
-    # Past one [T·B, V] buffer of chunk_elements numbers the vocabulary projection and log-softmax run a
+    # Past one [B·T, V] buffer of chunk_elements numbers the vocabulary projection and log-softmax run a
     # chunk of tokens at a time (advantage.nn.chunked): memory O(chunk × V) instead of O(B × T × V).
     head = model.get_output_embeddings()
-    limit = DEFAULT_CHUNK_ELEMENTS if chunk_elements is None else chunk_elements
-    chunked = isinstance(head, nn.Linear) and targets.numel() * head.out_features > limit
+    chunked = use_chunks(head, targets.numel(), chunk_elements)
     lean = lean_decoder(model)
     if lean is not None:  # the same function with less framework work per call (advantage.nn.lean)
         dtype = model.get_input_embeddings().weight.dtype
         mask = padded_causal_mask(attention_mask, dtype)
         hidden = lean.hidden(input_ids, position_ids_from_mask(attention_mask), mask)[:, keep]  # [B, T, H]
         if chunked:
-            logp = chunked_logprobs(
-                hidden, head.weight, targets, bias=head.bias, temperature=temperature, chunk_elements=limit
-            )[0]
+            logp = head_logprobs(hidden, head, targets, temperature, chunk_elements)
         else:
             logp = token_logprobs(lean.logits(hidden), targets, temperature)
         return (logp, hidden) if return_hidden else logp
@@ -391,9 +388,7 @@ def sequence_logprobs(
     )
     if chunked:
         hidden = out.hidden_states[-1][:, keep]  # hidden_states[-1] is after the final norm
-        logp = chunked_logprobs(
-            hidden, head.weight, targets, bias=head.bias, temperature=temperature, chunk_elements=limit
-        )[0]
+        logp = head_logprobs(hidden, head, targets, temperature, chunk_elements)
         return (logp, hidden) if return_hidden else logp
     logits = out.logits if "logits_to_keep" in kwargs else out.logits[:, keep]  # [B, T, V]
     logp = token_logprobs(logits, targets, temperature)

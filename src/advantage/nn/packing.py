@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from advantage.nn.lm import sequence_logprobs, token_logprobs
+from advantage.nn.chunked import head_logprobs
+from advantage.nn.lm import sequence_logprobs
 
 __all__ = [
     "PACK_ROW_LENGTH",
@@ -203,7 +204,8 @@ def packed_logprobs(model: torch.nn.Module, packed: PackedPrompts, temperature: 
     """``log π(y_t | x, y_<t) `` of every packed response token (``packed.targets``), ``[N]`` fp32: the
     vocabulary projection runs on the ``N`` hidden states that predict response tokens only."""
     h = packed_hidden(model.get_decoder(), packed, packed.predictors)  # [N, H]
-    return token_logprobs(model.get_output_embeddings()(h), packed.targets, temperature)
+    # in chunks of tokens once [N, V] is large (advantage.nn.chunked): equal values and gradients
+    return head_logprobs(h, model.get_output_embeddings(), packed.targets, temperature)
 
 
 def generation_logprobs(
