@@ -96,23 +96,28 @@ def learn_step(model: torch.nn.Module, opt: torch.optim.Optimizer, data: tuple[t
     opt.step()
 
 
-def matmul_shapes(size: str, length: int) -> list[tuple[str, int, int, int, int]]:
-    """``(kind, batch, M, K, N)`` of every matrix product of one packed forward + backward."""
-    layers, hidden, heads, vocab, prompts, group = SIZES[size]
-    rows = prompts * group
-    tokens = prompts * PROMPT_LEN + rows * length  # packed: each prompt once
-    predicted = rows * length
-    seg = PROMPT_LEN + group * length  # one prompt's segment: its prompt and its G responses
+def matmul_shapes(size: str, data: tuple[torch.Tensor, ...]) -> list[tuple[str, int, int, int, int]]:
+    """``(kind, batch, M, K, N)`` of every matrix product of one packed forward + backward: the rows of
+    :func:`advantage.nn.packing.pack_prompts` (``R × L`` slots, pads included, as the lean forward
+    computes them), attention over each row, the output layer on the predicting positions."""
+    from advantage.nn.packing import pack_prompts, response_segments
+
+    layers, hidden, heads, vocab, _, _ = SIZES[size]
+    prompt_ids, _, response_ids, lengths, _ = data
+    prompts, responses = prompt_ids.tolist(), response_ids.tolist()
+    segments = response_segments(prompts, responses)
+    packed = pack_prompts([(p, [responses[r] for r in rows]) for p, rows in segments], 0)
+    R, L = packed.input_ids.shape
+    tokens, predicted = R * L, int(lengths.sum())
     d = hidden // heads
     shapes: list[tuple[str, int, int, int, int]] = []
     for _ in range(layers):
         for k, n in ((hidden, 3 * hidden), (hidden, hidden), (hidden, 8 * hidden), (4 * hidden, hidden)):
             # forward y = x W, backward dx = dy Wᵀ and dW = xᵀ dy
             shapes += [("mm", 1, tokens, k, n), ("mm", 1, tokens, n, k), ("mm", 1, k, tokens, n)]
-        # attention within each segment: scores Q Kᵀ and output P V, forward and two backward products each
-        for m, k, n in ((seg, d, seg), (seg, seg, d)):
-            b = prompts * heads
-            shapes += [("bmm", b, m, k, n), ("bmm", b, m, n, k), ("bmm", b, k, m, n)]
+        # attention over each packed row: scores Q Kᵀ and output P V, forward and two backward products each
+        for m, k, n in ((L, d, L), (L, L, d)):
+            shapes += [("bmm", R * heads, m, k, n), ("bmm", R * heads, m, n, k), ("bmm", R * heads, k, m, n)]
     # output layer on the predicting positions only
     shapes += [("mm", 1, predicted, hidden, vocab), ("mm", 1, predicted, vocab, hidden)]
     shapes += [("mm", 1, hidden, predicted, vocab)]
@@ -169,7 +174,7 @@ def measure(size: str, length: int, steps: int) -> dict:
         times.append(time.perf_counter() - t0)
     step_s = statistics.median(times)
     shares = profile_step(model, opt, data)
-    limit_s, flops = time_matmuls(matmul_shapes(size, length))
+    limit_s, flops = time_matmuls(matmul_shapes(size, data))
     rows = data[2].numel()
     return {
         "size": size,

@@ -9,7 +9,7 @@ import torch
 pytest.importorskip("transformers")
 
 from advantage.nn.lm import build_char_tokenizer, build_scratch_model, sequence_logprobs
-from advantage.nn.packing import generation_logprobs
+from advantage.nn.packing import generation_logprobs, response_segments
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +31,12 @@ def sampled_batch() -> tuple[torch.Tensor, ...]:
     return prompt_ids, prompt_mask, response_ids, lengths
 
 
-@pytest.mark.parametrize(("arch", "chunks"), [("qwen2", False), ("llama", False), ("qwen2", True)])
-def test_packed_generation_logprobs_equal_the_padded_batch(tok, arch, chunks, monkeypatch):
+@pytest.mark.parametrize(
+    ("arch", "chunks", "row_length"),
+    [("qwen2", False, 128), ("llama", False, 128), ("qwen2", True, 128), ("llama", False, 7)],
+)
+def test_packed_generation_logprobs_equal_the_padded_batch(tok, arch, chunks, row_length, monkeypatch):
+    """row_length 7: a prompt's responses split over several segments, the prompt repeated in each."""
     if chunks:  # the output layer and log-softmax in chunks of two tokens (advantage.nn.chunked)
         monkeypatch.setattr("advantage.nn.chunked.DEFAULT_CHUNK_ELEMENTS", 2 * len(tok))
     model = build_scratch_model(arch, tok, hidden_size=32, layers=2, heads=4, kv_heads=2)
@@ -46,7 +50,9 @@ def test_packed_generation_logprobs_equal_the_padded_batch(tok, arch, chunks, mo
     for flag in ("1", "0"):  # the lean forward and the transformers forward both pack
         monkeypatch.setenv("ADVANTAGE_LEAN", flag)
         model.zero_grad()
-        packed = generation_logprobs(model, prompt_ids, prompt_mask, response_ids, lengths, temperature=0.8)
+        packed = generation_logprobs(
+            model, prompt_ids, prompt_mask, response_ids, lengths, temperature=0.8, row_length=row_length
+        )
         (packed * weights).sum().backward()
         results.append((packed.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
     model.zero_grad()
@@ -60,6 +66,17 @@ def test_packed_generation_logprobs_equal_the_padded_batch(tok, arch, chunks, mo
         assert (packed[valid == 0] == 0).all() and (packed[valid == 1] < 0).all()
         for n, p in model.named_parameters():
             assert (grads[n] - p.grad).abs().max() <= 1e-5 * max(1.0, p.grad.abs().max().item()), n
+
+
+def test_response_segments_split_long_groups_and_keep_short_ones_together():
+    prompts = [[5, 6], [7], [5, 6], [5, 6], [7]]
+    responses = [[1] * 3, [2] * 4, [], [3] * 5, [4] * 2]
+    # row_length 128: one segment per prompt, in order of first appearance, the empty response left out
+    assert response_segments(prompts, responses, 128) == [([5, 6], [0, 3]), ([7], [1, 4])]
+    # row_length 8: prompt [5, 6] + 3 + 5 tokens = 10 > 8 splits; [7] + 4 + 2 = 7 fits
+    assert response_segments(prompts, responses, 8) == [([5, 6], [0]), ([5, 6], [3]), ([7], [1, 4])]
+    # a single response longer than the row still gets a segment of its own
+    assert response_segments([[1]], [[2] * 20], 8) == [([1], [0])]
 
 
 def test_an_empty_response_gets_no_log_probs(tok):

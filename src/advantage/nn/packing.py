@@ -30,6 +30,7 @@ __all__ = [
     "packable",
     "packed_hidden",
     "packed_logprobs",
+    "response_segments",
 ]
 
 
@@ -208,6 +209,35 @@ def packed_logprobs(model: torch.nn.Module, packed: PackedPrompts, temperature: 
     return head_logprobs(h, model.get_output_embeddings(), packed.targets, temperature)
 
 
+def response_segments(
+    prompts: Sequence[list[int]], responses: Sequence[list[int]], row_length: int = PACK_ROW_LENGTH
+) -> list[tuple[list[int], list[int]]]:
+    """Rows with the same prompt grouped into segments ``(prompt, [row, ...])`` for :func:`pack_prompts`,
+    in order of first appearance; empty responses are left out.
+
+    A segment takes a prompt's responses while it stays within ``row_length`` tokens, then the prompt
+    starts a new segment: attention costs the square of a segment's length, so G long responses in one
+    segment (P + G·T tokens) would cost about G times the attention of G segments of P + T tokens, to
+    spare only the prompt's G − 1 repeats. Short responses (GRPO's usual few-token answers) still share one
+    segment per prompt."""
+    groups: dict[tuple[int, ...], list[int]] = {}  # prompt -> its rows, in order of first appearance
+    for row, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        if r:
+            groups.setdefault(tuple(p), []).append(row)
+    segments: list[tuple[list[int], list[int]]] = []
+    for p, rows in groups.items():
+        seg_rows: list[int] = []
+        size = len(p)
+        for r in rows:
+            if seg_rows and size + len(responses[r]) > row_length:
+                segments.append((list(p), seg_rows))
+                seg_rows, size = [], len(p)
+            seg_rows.append(r)
+            size += len(responses[r])
+        segments.append((list(p), seg_rows))
+    return segments
+
+
 def generation_logprobs(
     model: torch.nn.Module,
     prompt_ids: Tensor,
@@ -245,16 +275,13 @@ def generation_logprobs(
         logp = sequence_logprobs(model, ids, attn, response_start=P, temperature=temperature)
         return logp * valid.to(dev)
     responses = [r[:n] for r, n in zip(response_ids.tolist(), lengths.tolist(), strict=True)]
-    groups: dict[tuple[int, ...], list[int]] = {}  # prompt -> its rows, in order of first appearance
-    for row, (p, r) in enumerate(zip(prompts, responses, strict=True)):
-        if r:
-            groups.setdefault(tuple(p), []).append(row)
-    order = [row for rows in groups.values() for row in rows]  # packed responses, in pack order
+    segments = response_segments(prompts, responses, row_length)
+    order = [row for _, rows in segments for row in rows]  # packed responses, in pack order
     if not order:
         return torch.zeros((B, T), device=dev)
     dtype = model.get_input_embeddings().weight.dtype
     packed = pack_prompts(
-        [(list(p), [responses[r] for r in rows]) for p, rows in groups.items()], 0, dtype, row_length
+        [(p, [responses[r] for r in rows]) for p, rows in segments], 0, dtype, row_length
     ).to(dev)
     logp = packed_logprobs(model, packed, temperature)  # [N]
     out_rows = long_tensor([r for r in order for _ in responses[r]]).to(dev)
