@@ -423,13 +423,14 @@ def plot(results: list[dict[str, Any]], sizes: list[str], path: Path) -> None:
 
 
 def main() -> None:
+    runs = {"trl": run_trl, "advantage": run_advantage}
     harness.step_main(
         __doc__,
         __file__,
-        libs=LIBS,
-        sizes=list(SIZES),
-        runs={"trl": run_trl, "advantage": run_advantage},
-        report=lambda results, args, load: report(results, Path(args.out), args.warmup, args.steps, load),
+        LIBS,
+        list(SIZES),
+        runs,
+        report,
         steps=30,
         warmup=3,
         rereport=False,

@@ -639,18 +639,19 @@ def sb3_main(
 def step_main(
     doc: str,
     script: str,
-    *,
     libs: tuple[str, str],
     sizes: list[str],
     runs: dict[str, Callable[[str, int, int], dict[str, Any]]],
-    report: Report,
+    report: Callable[[list[dict[str, Any]], Path, int, int, list[float]], None],
+    *,
     steps: int = 40,
     warmup: int = 5,
     rereport: bool = True,
     progress: Callable[[dict[str, Any]], str] = _loss_line,
 ) -> None:
     """:func:`main` for a step-time comparison (:func:`run_step_workers`, :func:`step_worker`):
-    ``runs[lib](size, seed, steps)`` is one library's run, after importing the library ``lib``."""
+    ``runs[lib](size, seed, steps)`` is one library's run, after importing the library ``lib``;
+    ``report(results, out, warmup, steps, load)`` writes the results files."""
 
     def work(args: argparse.Namespace) -> None:
         run, lib = runs[args.worker], args.worker
@@ -663,7 +664,7 @@ def step_main(
         collect=lambda args: run_step_workers(
             script, libs, args.sizes.split(","), args.seeds, args.steps, progress
         ),
-        report=report,
+        report=lambda results, args, load: report(results, Path(args.out), args.warmup, args.steps, load),
         sizes=sizes,
         steps=steps,
         warmup=warmup,

@@ -192,14 +192,8 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    harness.step_main(
-        __doc__,
-        __file__,
-        libs=LIBS,
-        sizes=list(SIZES),
-        runs={"trl": run_trl, "advantage": run_advantage},
-        report=lambda results, args, load: report(results, Path(args.out), args.warmup, args.steps, load),
-    )
+    runs = {"trl": run_trl, "advantage": run_advantage}
+    harness.step_main(__doc__, __file__, LIBS, list(SIZES), runs, report)
 
 
 def report(results: list[dict[str, Any]], out: Path, warmup: int, steps: int, load: list[float]) -> None:
