@@ -53,16 +53,8 @@ def run_sb3(seed: int) -> dict:
 
 
 def main() -> None:
-    sb3_main(
-        __doc__,
-        __file__,
-        name="cartpole_dqn",
-        title="DQN on CartPole-v1: advantage vs Stable-Baselines3",
-        proto=PROTO,
-        run_sb3=run_sb3,
-        algo="dqn",
-        overrides={},
-    )
+    title = "DQN on CartPole-v1: advantage vs Stable-Baselines3"
+    sb3_main(__doc__, __file__, "cartpole_dqn", title, PROTO, run_sb3, algo="dqn", overrides={})
 
 
 if __name__ == "__main__":

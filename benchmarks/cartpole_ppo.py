@@ -53,15 +53,9 @@ def run_sb3(seed: int) -> dict:
 
 
 def main() -> None:
+    title = "PPO on CartPole-v1: advantage vs Stable-Baselines3"
     sb3_main(
-        __doc__,
-        __file__,
-        name="cartpole_ppo",
-        title="PPO on CartPole-v1: advantage vs Stable-Baselines3",
-        proto=PROTO,
-        run_sb3=run_sb3,
-        algo="ppo",
-        overrides={"preset": "cartpole"},
+        __doc__, __file__, "cartpole_ppo", title, PROTO, run_sb3, algo="ppo", overrides={"preset": "cartpole"}
     )
 
 

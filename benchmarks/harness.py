@@ -610,11 +610,11 @@ def main(
 def sb3_main(
     doc: str,
     script: str,
-    *,
     name: str,
     title: str,
     proto: Protocol,
     run_sb3: Callable[[int], dict[str, Any]],
+    *,
     algo: str,
     overrides: dict[str, Any],
 ) -> None:
