@@ -143,7 +143,8 @@ PRESETS = {
 register(
     Algorithm(
         name="dqn",
-        summary="DQN; Double, Dueling, prioritized replay, n-step; overestimation logged (Mnih et al. 2015)",
+        summary="DQN; Double, Dueling, prioritized replay, n-step options; overestimation logged "
+        "(Mnih et al. 2015; van Hasselt et al. 2016)",
         config=DQNConfig,
         train=Entry("advantage.algos.dqn:train"),
         policy=Entry("advantage.algos.dqn:_policy"),

@@ -171,7 +171,8 @@ class MCPredictionConfig:
 register(
     Algorithm(
         name="mc_control",
-        summary="Monte Carlo control: first-/every-visit returns, incremental mean, ε-soft (Sutton & Barto)",
+        summary="Monte Carlo control: first-/every-visit returns, incremental mean, ε-soft policy "
+        "(Sutton & Barto 2018, ch. 5)",
         config=MCControlConfig,
         train=Entry("advantage.algos.tabular.monte_carlo:train", control=True),
         policy=Entry("advantage.algos.tabular.monte_carlo:_control_policy"),
