@@ -19,8 +19,8 @@ Implementation details:
    would bias every batch towards short episodes.
 2. A time-limit truncation ends the episode like a termination: the objective is the return of the
    episode as the environment cuts it, so no bootstrap (a Monte Carlo method has no critic to ask).
-3. ``return_type``: ``whole`` weighs every step by :math:`R_t = G_0 = \sum_t \gamma^t r_t` (Williams
-   1992's first estimator); ``reward_to_go`` by :math:`R_t = G_t = \sum_{t' \ge t}\gamma^{t'-t} r_{t'}`
+3. ``return_type``: ``whole`` weighs every step by :math:`R_t = G_0 = \sum_t \gamma^t r_t` (the basic
+   estimator, Williams 1992); ``reward_to_go`` by :math:`R_t = G_t = \sum_{t' \ge t}\gamma^{t'-t} r_{t'}`
    (:func:`advantage.math.reward_to_go`; "don't let the past distract you").
 4. ``discount_weight`` (default **false**): :math:`w_t = \gamma^t`, the outer weight of the
    discounted reward-to-go estimator. Without it the estimator is *biased* for γ < 1: its expectation

@@ -100,7 +100,7 @@ def n_step_returns(
 
     ``k = min(n, steps to the end of the episode or of the row)``: the sum stops at the first step that
     ends an episode (terminated or truncated) or at the end of the rollout, and bootstraps there with the
-    critic unless that step was a true termination (Sutton & Barto 2018 §7.1; Schulman et al. 2016 eq. 11:
+    critic unless that step was a true termination (Sutton & Barto 2018 §7.1; Schulman et al. 2016 §3:
     :math:`\hat A^{(n)}_t = G^{(n)}_t - v_t`).
 
     Args:

@@ -1,7 +1,7 @@
 r"""PPO from a learned reward model (RLHF): the last stage of InstructGPT's pipeline (pretrain → SFT → reward
 model → PPO; Ouyang et al. 2022), after Ziegler et al. 2019 and Stiennon et al. 2020.
 
-InstructGPT: **four models** — the *actor* (the policy being trained), the *reference* (the SFT
+Study notes' walkthrough: **four models** — the *actor* (the policy being trained), the *reference* (the SFT
 model, frozen), the *reward model* (prompt + response → one score) and the *critic* (a value head giving
 :math:`V(s_t)` for every response token; it may share the actor's trunk). One rollout:
 
