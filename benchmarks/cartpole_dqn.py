@@ -15,13 +15,12 @@ first time the mean reaches 475 (see ``harness.py`` for how time is measured).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import Protocol, report, run_advantage, run_all, sb3_callback, sb3_result, worker
+from harness import Protocol, sb3_callback, sb3_main, sb3_result
 
 PROTO = Protocol(env_id="CartPole-v1", target=475.0, eval_every=2_500, eval_episodes=10, max_steps=50_000)
 
@@ -54,25 +53,8 @@ def run_sb3(seed: int) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--out", default=str(Path(__file__).parent / "results"))
-    p.add_argument("--worker", choices=["sb3", "advantage"], help=argparse.SUPPRESS)
-    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.worker == "sb3":
-        worker(run_sb3, "sb3", args.seed)
-    elif args.worker == "advantage":
-        worker(lambda seed: run_advantage("dqn", PROTO, seed, {}), "advantage", args.seed)
-    else:
-        results = run_all(__file__, args.seeds, [])
-        report(
-            results,
-            Path(args.out),
-            "cartpole_dqn",
-            "DQN on CartPole-v1: advantage vs Stable-Baselines3",
-            PROTO,
-        )
+    title = "DQN on CartPole-v1: advantage vs Stable-Baselines3"
+    sb3_main(__doc__, __file__, "cartpole_dqn", title, PROTO, run_sb3, algo="dqn", overrides={})
 
 
 if __name__ == "__main__":

@@ -13,13 +13,12 @@ the first rollout boundary past each multiple (every 256 steps), which can only 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import Protocol, report, run_advantage, run_all, sb3_callback, sb3_result, worker
+from harness import Protocol, sb3_callback, sb3_main, sb3_result
 
 PROTO = Protocol(env_id="CartPole-v1", target=475.0, eval_every=5_000, eval_episodes=10, max_steps=100_000)
 
@@ -54,25 +53,10 @@ def run_sb3(seed: int) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--out", default=str(Path(__file__).parent / "results"))
-    p.add_argument("--worker", choices=["sb3", "advantage"], help=argparse.SUPPRESS)
-    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.worker == "sb3":
-        worker(run_sb3, "sb3", args.seed)
-    elif args.worker == "advantage":
-        worker(lambda seed: run_advantage("ppo", PROTO, seed, {"preset": "cartpole"}), "advantage", args.seed)
-    else:
-        results = run_all(__file__, args.seeds, [])
-        report(
-            results,
-            Path(args.out),
-            "cartpole_ppo",
-            "PPO on CartPole-v1: advantage vs Stable-Baselines3",
-            PROTO,
-        )
+    title = "PPO on CartPole-v1: advantage vs Stable-Baselines3"
+    sb3_main(
+        __doc__, __file__, "cartpole_ppo", title, PROTO, run_sb3, algo="ppo", overrides={"preset": "cartpole"}
+    )
 
 
 if __name__ == "__main__":

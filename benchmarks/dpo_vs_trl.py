@@ -36,8 +36,6 @@ tested in ``tests/test_dpo_trl_parity.py``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import tempfile
@@ -206,31 +204,8 @@ def describe(size: str) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--sizes", default="small,medium")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results"))
-    p.add_argument("--worker", choices=LIBS)
-    p.add_argument("--size", choices=list(SIZES))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--report", metavar="JSON", help="only write the report again from a saved results file")
-    args = p.parse_args()
-    if args.worker:
-        run = run_trl if args.worker == "trl" else run_advantage
-        preload = "trl" if args.worker == "trl" else "advantage"
-        harness.step_worker(
-            lambda: run(args.size, args.seed, args.steps), args.worker, args.size, args.seed, preload
-        )
-        return
-    if args.report:
-        saved = json.loads(Path(args.report).read_text())
-        report(saved["results"], Path(args.out), saved["warmup"], saved["steps"], saved["load_average"])
-        return
-    load = list(os.getloadavg())
-    results = harness.run_step_workers(__file__, LIBS, args.sizes.split(","), args.seeds, args.steps)
-    report(results, Path(args.out), args.warmup, args.steps, load)
+    runs = {"trl": run_trl, "advantage": run_advantage}
+    harness.step_main(__doc__, __file__, LIBS, list(SIZES), runs, report)
 
 
 def report(results: list[dict[str, Any]], out: Path, warmup: int, steps: int, load: list[float]) -> None:

@@ -20,7 +20,7 @@ Generation stops, in both, when every row has emitted EOS or after ``max_new_tok
 tokens generated therefore depends on the policy, and the table reports generated tokens per second
 (response tokens up to and including the EOS, divided by the step's wall time) next to the step time.
 
-Timing: each (library, size, seed) runs in a fresh process (like ``harness.run_all``), the two libraries
+Timing: each (library, size, seed) runs in a fresh process (``harness.run_step_workers``), the two libraries
 interleaved. Step time is the wall time between consecutive step ends (a TrainerCallback's
 ``on_step_end`` for TRL; the ``time`` stamp of advantage's per-step metrics row), so it includes all per-step
 bookkeeping; the first ``--warmup`` steps are excluded. Phases: advantage's own ``train/time/{generate,
@@ -36,19 +36,19 @@ libraries' policies (hence their answer lengths) drift apart within a run.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
 import platform
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+import harness
 
 SIZES: dict[str, dict[str, int]] = {
     # hidden, layers, heads; prompts per step, G, new tokens
@@ -67,16 +67,6 @@ LIBS = ("trl", "advantage")
 
 # ----------------------------------------------------------------------------------------------------
 # Workers (one process each)
-
-
-def _warm_core(seconds: float = 0.5) -> None:
-    """Spin the core before either clock starts (clock ramp-up, first-call kernel init), as the harness."""
-    import torch
-
-    w = torch.randn(256, 256, requires_grad=True)
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        (torch.relu(w @ w).sum()).backward()
 
 
 def advantage_overrides(size: str, seed: int, steps: int, run_dir: str) -> dict[str, Any]:
@@ -264,29 +254,6 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
     }
 
 
-def worker(lib: str, size: str, seed: int, steps: int) -> None:
-    import torch
-    import torch._dynamo  # paid before either clock, as in harness.worker
-
-    torch.set_num_threads(1)
-    if lib == "trl":  # imports are not training: pay them before the clock, for both
-        import trl  # noqa: F401
-    else:
-        import advantage  # noqa: F401
-    _warm_core()
-    t0 = time.perf_counter()
-    out = (run_trl if lib == "trl" else run_advantage)(size, seed, steps)
-    out.update(
-        lib=lib,
-        size=size,
-        seed=seed,
-        total_seconds=time.perf_counter() - t0,
-        threads=torch.get_num_threads(),
-        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    )
-    print(json.dumps(out))
-
-
 # ----------------------------------------------------------------------------------------------------
 # Driver and report
 
@@ -308,35 +275,12 @@ def summarize(r: dict[str, Any], warmup: int) -> dict[str, Any]:
     return out
 
 
-def run_all(sizes: list[str], seeds: int, steps: int) -> list[dict[str, Any]]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    results = []
-    for size in sizes:
-        for seed in range(seeds):
-            libs = LIBS if seed % 2 == 0 else LIBS[::-1]  # interleaved, order flipped every seed
-            for lib in libs:
-                load = os.getloadavg()[0]  # 1-minute load average (other work on the machine)
-                cmd = [sys.executable, __file__, "--worker", lib, "--size", size, "--seed", str(seed)]
-                out = subprocess.run(
-                    [*cmd, "--steps", str(steps)], capture_output=True, text=True, env=env, check=False
-                )
-                if out.returncode != 0:
-                    sys.stderr.write(out.stderr[-4000:])
-                    raise SystemExit(f"worker {lib} {size} seed {seed} failed")
-                results.append({**json.loads(out.stdout.strip().splitlines()[-1]), "load_before": load})
-                r = results[-1]
-                print(
-                    f"{size} seed {seed} {lib}: total {r['total_seconds']:.1f}s, "
-                    f"median step {statistics.median(_steps(r)):.3f}s, reward(last) {r['reward'][-1]:.3f}, "
-                    f"load before {load:.2f}",
-                    flush=True,
-                )
-    return results
-
-
 def _steps(r: dict[str, Any]) -> list[float]:
-    return [b - a for a, b in itertools.pairwise(r["step_end"])]
+    return harness.step_intervals(r["step_end"])
+
+
+def _progress(r: dict[str, Any]) -> str:
+    return f"median step {statistics.median(_steps(r)):.3f}s, reward(last) {r['reward'][-1]:.3f}"
 
 
 def report(results: list[dict[str, Any]], out: Path, warmup: int, steps: int, load: list[float]) -> None:
@@ -479,22 +423,19 @@ def plot(results: list[dict[str, Any]], sizes: list[str], path: Path) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--sizes", default="small,medium")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results"))
-    p.add_argument("--worker", choices=LIBS)
-    p.add_argument("--size", choices=list(SIZES))
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args()
-    if args.worker:
-        worker(args.worker, args.size, args.seed, args.steps)
-        return
-    load = list(os.getloadavg())
-    results = run_all(args.sizes.split(","), args.seeds, args.steps)
-    report(results, Path(args.out), args.warmup, args.steps, load)
+    runs = {"trl": run_trl, "advantage": run_advantage}
+    harness.step_main(
+        __doc__,
+        __file__,
+        LIBS,
+        list(SIZES),
+        runs,
+        report,
+        steps=30,
+        warmup=3,
+        rereport=False,
+        progress=_progress,
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ environments and the model are built; one-time imports are paid before either cl
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import os
@@ -315,12 +316,25 @@ def step_worker(run: Callable[[], dict[str, Any]], lib: str, size: str, seed: in
     print(json.dumps(out))
 
 
+def _loss_line(r: dict[str, Any]) -> str:
+    return (
+        f"median step {statistics.median(step_intervals(r['step_end'])):.4f}s, "
+        f"loss {r['loss'][0]:.4f} → {r['loss'][-1]:.4f}"
+    )
+
+
 def run_step_workers(
-    script: str, libs: tuple[str, str], sizes: list[str], seeds: int, steps: int
+    script: str,
+    libs: tuple[str, str],
+    sizes: list[str],
+    seeds: int,
+    steps: int,
+    progress: Callable[[dict[str, Any]], str] = _loss_line,
 ) -> list[dict[str, Any]]:
     """``script --worker LIB --size S --seed N --steps K`` for every (size, seed, library): a fresh
     process each, the libraries interleaved and their order flipped every seed; the 1-minute load
-    average before each worker is recorded as ``load_before``."""
+    average before each worker is recorded as ``load_before``. ``progress(result)`` is the middle of the
+    line printed after each worker."""
     results = []
     for size in sizes:
         for seed in range(seeds):
@@ -340,9 +354,8 @@ def run_step_workers(
                 r = {**json.loads(out.stdout.strip().splitlines()[-1]), "load_before": load}
                 results.append(r)
                 print(
-                    f"{size} seed {seed} {lib}: total {r['total_seconds']:.1f}s, median step "
-                    f"{statistics.median(step_intervals(r['step_end'])):.4f}s, loss {r['loss'][0]:.4f} → "
-                    f"{r['loss'][-1]:.4f}, load before {load:.2f}",
+                    f"{size} seed {seed} {lib}: total {r['total_seconds']:.1f}s, {progress(r)}, "
+                    f"load before {load:.2f}",
                     flush=True,
                 )
     return results
@@ -537,3 +550,123 @@ def write_results(
     lines = table(payload)
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+# ----------------------------------------------------------------------------------------------------
+# One command line for the side-by-side scripts (ours vs a peer library): each script configures it with
+# what differs (the peer's run, our overrides, the report) and calls it from its ``main``.
+
+Report = Callable[[list[dict[str, Any]], argparse.Namespace, list[float]], None]
+
+
+def main(
+    doc: str,
+    *,
+    libs: tuple[str, ...],
+    work: Callable[[argparse.Namespace], None],
+    collect: Callable[[argparse.Namespace], list[dict[str, Any]]],
+    report: Report,
+    sizes: list[str] | None = None,
+    steps: int = 40,
+    warmup: int = 5,
+    rereport: bool = False,
+    argv: list[str] | None = None,
+) -> None:
+    """The command line of a side-by-side benchmark script whose docstring is ``doc``: ``--seeds``,
+    ``--out`` and the hidden ``--worker LIB --seed N`` a child process is started with; with ``sizes``
+    also ``--steps``, ``--warmup``, ``--sizes`` (default: all) and ``--size``; with ``rereport``,
+    ``--report JSON`` to write the report again from a saved results file.
+
+    A worker runs ``work(args)`` (one process per library and seed); otherwise ``collect(args)`` starts
+    the workers, interleaved, and ``report(results, args, load)`` writes the results files, ``load``
+    being the load averages (1, 5, 15 minutes) before the first worker."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if sizes:
+        p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--seeds", type=int, default=3)
+    if sizes:
+        p.add_argument("--warmup", type=int, default=warmup)
+        p.add_argument("--sizes", default=",".join(sizes))
+    p.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    p.add_argument("--worker", choices=libs, help=argparse.SUPPRESS)
+    if sizes:
+        p.add_argument("--size", choices=sizes, help=argparse.SUPPRESS)
+    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    if rereport:
+        again = "only write the report again from a saved results file"
+        p.add_argument("--report", metavar="JSON", help=again)
+    args = p.parse_args(argv)
+    if args.worker:
+        work(args)
+    elif getattr(args, "report", None):
+        saved = json.loads(Path(args.report).read_text())
+        args.warmup, args.steps = saved["warmup"], saved["steps"]
+        report(saved["results"], args, saved["load_average"])
+    else:
+        load = list(os.getloadavg())
+        report(collect(args), args, load)
+
+
+def sb3_main(
+    doc: str,
+    script: str,
+    name: str,
+    title: str,
+    proto: Protocol,
+    run_sb3: Callable[[int], dict[str, Any]],
+    *,
+    algo: str,
+    overrides: dict[str, Any],
+) -> None:
+    """:func:`main` for advantage vs Stable-Baselines3 to a target return (:func:`run_all`,
+    :func:`report`): ``run_sb3(seed)`` is SB3's run, ``advantage train ALGO OVERRIDES`` ours."""
+
+    def work(args: argparse.Namespace) -> None:
+        if args.worker == "sb3":
+            worker(run_sb3, "sb3", args.seed)
+        else:
+            worker(lambda seed: run_advantage(algo, proto, seed, overrides), "advantage", args.seed)
+
+    main(
+        doc,
+        libs=("sb3", "advantage"),
+        work=work,
+        collect=lambda args: run_all(script, args.seeds, []),
+        report=lambda results, args, load: report(results, Path(args.out), name, title, proto),
+    )
+
+
+def step_main(
+    doc: str,
+    script: str,
+    libs: tuple[str, str],
+    sizes: list[str],
+    runs: dict[str, Callable[[str, int, int], dict[str, Any]]],
+    report: Callable[[list[dict[str, Any]], Path, int, int, list[float]], None],
+    *,
+    steps: int = 40,
+    warmup: int = 5,
+    rereport: bool = True,
+    progress: Callable[[dict[str, Any]], str] = _loss_line,
+) -> None:
+    """:func:`main` for a step-time comparison (:func:`run_step_workers`, :func:`step_worker`):
+    ``runs[lib](size, seed, steps)`` is one library's run, after importing the library ``lib``;
+    ``report(results, out, warmup, steps, load)`` writes the results files."""
+
+    def work(args: argparse.Namespace) -> None:
+        run, lib = runs[args.worker], args.worker
+        step_worker(lambda: run(args.size, args.seed, args.steps), lib, args.size, args.seed, lib)
+
+    main(
+        doc,
+        libs=libs,
+        work=work,
+        collect=lambda args: run_step_workers(
+            script, libs, args.sizes.split(","), args.seeds, args.steps, progress
+        ),
+        report=lambda results, args, load: report(results, Path(args.out), args.warmup, args.steps, load),
+        sizes=sizes,
+        steps=steps,
+        warmup=warmup,
+        rereport=rereport,
+    )

@@ -1,9 +1,9 @@
 r"""Advantage actor-critic, synchronous (A2C; Mnih et al. 2016, the synchronous variant of A3C).
 
-Seed 003 "Actor Critic Methods" (advantage :math:`\hat A = r + \gamma V(s') - V(s)`, a critic trained
+Konda & Tsitsiklis 2000; CS285 lecture 6 (advantage :math:`\hat A = r + \gamma V(s') - V(s)`, a critic trained
 towards a Monte Carlo or a bootstrapped TD target with stop-gradient, the surrogate
-:math:`-\operatorname{sg}[\hat A]\log\pi`) and "Generalized Advantage Estimation"; seed 002 (the n-step
-advantages and GAE). One update per rollout of ``n_steps`` steps from each of N environments:
+:math:`-\operatorname{sg}[\hat A]\log\pi`) and GAE (Schulman et al. 2016: the n-step
+advantages and their λ-mix). One update per rollout of ``n_steps`` steps from each of N environments:
 
 .. math::
     L = -\frac1{|D|}\sum_{D}\operatorname{sg}[\hat A_t]\log\pi_\theta(a_t|s_t)
@@ -19,7 +19,7 @@ Implementation details (those of Stable-Baselines3's A2C unless stated):
    rollout-end bootstrap is the n-step advantage :math:`\sum_{l<k}\gamma^l r_{t+l} + \gamma^k V(s_{t+k}) -
    V(s_t)`; λ = 0 is the TD error.
 3. ``critic_target``: ``td`` — :math:`\hat R_t = \hat A_t + V(s_t)`, the bootstrapped λ-return of the
-   advantages (λ = 0: seed 003's one-step target :math:`r + \gamma V(s')`); ``mc`` — the discounted
+   advantages (λ = 0: the one-step target :math:`r + \gamma V(s')`); ``mc`` — the discounted
    reward-to-go to the end of the rollout (:func:`advantage.math.reward_to_go`), bootstrapped with the
    critic only where it cannot see the end: at a time-limit truncation and at the rollout end; 0 at a
    termination. That is the λ = 1 return whatever ``gae_lambda`` is, so ``td`` and ``mc`` coincide at

@@ -1,10 +1,10 @@
 """Deep Q-Networks: DQN, Double DQN, Dueling heads, prioritized replay, n-step targets (SPEC V1–V5).
 
-Seed 000: a network replaces the Q-table; its regression target is ``r + γ max_a' Q_target(s', a')``.
+Mnih et al. 2015: a network replaces the Q-table; its regression target is ``r + γ max_a' Q_target(s', a')``.
 Double DQN picks ``a'`` with the online network and values it with the target network (van Hasselt
-et al. 2016), because the max over noisy estimates is biased upwards — the overestimation the seed
-explains and this module logs. Dueling heads compute ``Q = V + (A − max A)`` (seed 000) or the mean
-variant (Wang et al. 2016).
+et al. 2016), because the max over noisy estimates is biased upwards — the overestimation of Thrun & Schwartz
+(1993) that this module logs. Dueling heads compute ``Q = V + (A − max A)`` (Wang et al. eq. 8) or the mean
+variant (Wang et al. 2016, eq. 9).
 
 The loop is ``act ε-greedily → store → every train_freq steps, gradient_steps × (sample → target →
 loss → step) → update target``, composed from :mod:`advantage.math.q_targets` and

@@ -1,6 +1,6 @@
 """Proximal Policy Optimization (Schulman et al. 2017), clipped and adaptive-KL-penalty objectives.
 
-Seed 003 "PPO-Clip" / "PPO-Penalty", seed 000's inverted-pendulum walkthrough. The loop is
+PPO-Clip (eq. 7) and PPO-Penalty (§4), and the study notes' inverted-pendulum walkthrough. The loop is
 ``collect → GAE → epochs × minibatches → step → log → checkpoint``; the math is the shared core:
 :func:`advantage.math.gae`, :data:`advantage.math.POLICY_LOSSES` (``ppo_clip`` / ``ppo_penalty``),
 :data:`advantage.math.VALUE_LOSSES`, :func:`advantage.math.masked_whiten`,
@@ -18,7 +18,7 @@ they coincide):
 5. Minibatch advantage normalisation; clipped surrogate; optional value clipping; entropy bonus;
    global gradient-norm clipping.
 6. Early stop of the epochs when the approximate KL exceeds ``1.5 · target_kl`` (as Stable-Baselines3).
-7. PPO-Penalty: loss ``−ρA + β·KL``; after each update β follows seed 003's rule
+7. PPO-Penalty: loss ``−ρA + β·KL``; after each update β follows the paper's §4 rule
    (``d < d_targ/1.5 → β/2``, ``d > 1.5·d_targ → 2β``).
 8. Optional observation normalisation and reward scaling by the std of the discounted return; their
    statistics are saved in checkpoints.

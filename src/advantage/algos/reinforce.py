@@ -1,7 +1,7 @@
 r"""REINFORCE (Williams 1992): Monte Carlo policy gradient over whole episodes, on- and off-policy.
 
-Seed 003 "Direct policy differentiation", "Reduce Variance", "Off-Policy Policy Gradients", "Introducing
-Discount Factors"; seed 002 (reward-to-go with decay, a state baseline). A batch is E complete episodes
+Sutton & Barto 2018 ch. 13; CS285 lecture 5 (direct differentiation, reward-to-go, baselines, off-policy
+gradients, discount factors); Greensmith et al. 2004 (baselines). A batch is E complete episodes
 ``[E, T]`` plus a mask, and the loss is
 
 .. math::
@@ -19,10 +19,10 @@ Implementation details:
    would bias every batch towards short episodes.
 2. A time-limit truncation ends the episode like a termination: the objective is the return of the
    episode as the environment cuts it, so no bootstrap (a Monte Carlo method has no critic to ask).
-3. ``return_type``: ``whole`` weighs every step by :math:`R_t = G_0 = \sum_t \gamma^t r_t` (seed 002's
-   first estimator); ``reward_to_go`` by :math:`R_t = G_t = \sum_{t' \ge t}\gamma^{t'-t} r_{t'}`
+3. ``return_type``: ``whole`` weighs every step by :math:`R_t = G_0 = \sum_t \gamma^t r_t` (the basic
+   estimator, Williams 1992); ``reward_to_go`` by :math:`R_t = G_t = \sum_{t' \ge t}\gamma^{t'-t} r_{t'}`
    (:func:`advantage.math.reward_to_go`; "don't let the past distract you").
-4. ``discount_weight`` (default **false**): :math:`w_t = \gamma^t`, the outer weight of seed 003's
+4. ``discount_weight`` (default **false**): :math:`w_t = \gamma^t`, the outer weight of the
    discounted reward-to-go estimator. Without it the estimator is *biased* for γ < 1: its expectation
    weighs states by undiscounted visit counts, :math:`\sum_s \eta(s)\sum_a\nabla\pi(a|s)Q^\gamma(s,a)`,
    not by the discounted ones of :math:`\nabla J` (Thomas 2014; ``tests/test_policy_gradient_exact.py``
@@ -36,7 +36,7 @@ Implementation details:
    episodes still running at t), so the baseline never depends on the episode it is applied to (RLOO,
    Kool et al. 2019); ``value`` — a learned :math:`V_\phi(s_t)`, trained by MSE on :math:`G_t` (needs
    ``reward_to_go``: V estimates the return from t, not the whole return); ``optimal`` — the
-   variance-optimal constant of seed 003,
+   variance-optimal constant (Greensmith et al. 2004),
    :math:`b^* = E[\|\nabla\log\pi(\tau)\|^2 R]/E[\|\nabla\log\pi(\tau)\|^2]`, in the general form
    :math:`b^* = \sum_i \langle c_i, g_i\rangle / \sum_i \|c_i\|^2` with per-episode gradients
    :math:`g_i = \nabla\sum_t w_t R_t \log\pi_t` and :math:`c_i = \nabla\sum_t w_t\bar\rho_{0:t}\log\pi_t`
@@ -51,7 +51,7 @@ Implementation details:
    trick; a scale-free step size, at the price of a small bias). Adam, separate policy and critic
    learning rates, optional global gradient-norm clipping and entropy bonus.
 8. ``reinforce_is``: each batch, collected by :math:`\mu` (the policy at collection time; its log-probs
-   are stored), serves ``reuse`` updates. Update k > 0 is off-policy, with seed 003's per-decision
+   are stored), serves ``reuse`` updates. Update k > 0 is off-policy, with Precup et al. 2000's per-decision
    weights: the reward at t' is weighed by
    :math:`\rho_{0:t'} = \prod_{k\le t'}\pi_\theta(a_k|s_k)/\mu(a_k|s_k)`, so
    :math:`R_t = \sum_{t'\ge t}\gamma^{t'-t} r_{t'}\rho_{0:t'}` and the baseline term is

@@ -4,7 +4,7 @@ Reinforcement Learning with a Stochastic Actor"; 2018b, "Soft Actor-Critic Algor
 
 SAC learns a stochastic policy that maximizes return *plus entropy*,
 :math:`\sum_t \mathbb E[r_t + \alpha \mathcal H(\pi(\cdot|s_t))]`, off-policy from a replay buffer. It
-continues seed 000's line from DQN to continuous actions: the critics regress on a bootstrapped target
+continues DQN's line to continuous actions (as DDPG): the critics regress on a bootstrapped target
 from target networks, the actor climbs the critics.
 
 Per gradient step, on a batch from the replay buffer (:func:`update`):

@@ -2,8 +2,8 @@ r"""Twin Delayed DDPG, TD3 (Fujimoto, van Hoof & Meger 2018, "Addressing Functio
 Actor-Critic Methods") (SPEC P7).
 
 TD3 is DDPG (:mod:`advantage.algos.ddpg`) with three changes, each aimed at the overestimation that an actor
-climbing a single critic's errors builds up — the continuous-action cousin of the max-bias seed 000
-explains for DQN:
+climbing a single critic's errors builds up — the continuous-action cousin of the max bias of Q-learning
+(Thrun & Schwartz 1993; van Hasselt 2010) in DQN:
 
 1. **Clipped double-Q**: twin critics, and the target takes their minimum
    (:func:`advantage.math.q_targets.clipped_double_q_target`):

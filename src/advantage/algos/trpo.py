@@ -1,4 +1,4 @@
-r"""Trust Region Policy Optimization (Schulman et al. 2015; seed 003 "Trust Region Policy Optimization").
+r"""Trust Region Policy Optimization (Schulman et al. 2015, ICML).
 
 Each update maximises the importance-sampled surrogate subject to a mean-KL trust region,
 

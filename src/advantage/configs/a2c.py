@@ -55,7 +55,8 @@ PRESETS = {
 register(
     Algorithm(
         name="a2c",
-        summary="synchronous advantage actor-critic: n-step rollouts, GAE, TD or MC critic target (seed 003)",
+        summary="synchronous advantage actor-critic: n-step rollouts, GAE, TD or MC critic target "
+        "(Mnih et al. 2016)",
         config=A2CConfig,
         train=Entry("advantage.algos.a2c:train"),
         policy=Entry("advantage.algos.a2c:_policy"),

@@ -41,7 +41,8 @@ class DPOConfig:
 register(
     Algorithm(
         name="dpo",
-        summary="direct preference optimization (sigmoid, IPO, hinge) against a frozen reference (seed 003)",
+        summary="direct preference optimization (sigmoid, IPO, hinge) against a frozen reference "
+        "(Rafailov et al. 2023)",
         config=DPOConfig,
         train=Entry("advantage.algos.llm.dpo:train"),
         load_policy=Entry("advantage.algos.llm.dpo:load_policy"),

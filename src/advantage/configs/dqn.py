@@ -75,7 +75,7 @@ class DQNModel:
     )
     activation: str = option("relu", "hidden activation", choices=("relu", "tanh"))
     dueling: str = option(
-        "none", "dueling head: none, max (seed 000), mean (Wang et al.)", choices=("none", "max", "mean")
+        "none", "dueling head: none, max (Wang et al. eq. 8), mean (eq. 9)", choices=("none", "max", "mean")
     )
     cnn: bool = option(False, "Nature CNN trunk for image observations (Atari)")
 
@@ -103,7 +103,7 @@ PRESETS = {
     "dqn": Preset("plain DQN (Mnih et al. 2015): max target, no dueling, 1-step", dict(_PLAIN)),
     "double_dqn": Preset("Double DQN: online argmax, target value", {**_PLAIN, "algorithm.double": True}),
     "dueling_dqn": Preset(
-        "Dueling DQN, Q = V + (A − max A) as in seed 000", {**_PLAIN, "model.dueling": "max"}
+        "Dueling DQN (Wang et al. 2016), Q = V + (A − max A)", {**_PLAIN, "model.dueling": "max"}
     ),
     "atari": Preset(
         "Atari (e.g. env.id=ALE/Pong-v5; needs the atari extra): Nature CNN, standard wrappers",
@@ -143,7 +143,8 @@ PRESETS = {
 register(
     Algorithm(
         name="dqn",
-        summary="DQN; Double, Dueling, prioritized replay, n-step options; overestimation logged (seed 000)",
+        summary="DQN; Double, Dueling, prioritized replay, n-step options; overestimation logged "
+        "(Mnih et al. 2015; van Hasselt et al. 2016)",
         config=DQNConfig,
         train=Entry("advantage.algos.dqn:train"),
         policy=Entry("advantage.algos.dqn:_policy"),

@@ -139,7 +139,8 @@ PRESETS = {
 register(
     Algorithm(
         name="ppo",
-        summary="PPO-Clip / PPO-Penalty with GAE over vectorized envs; Discrete and Box actions (seed 003)",
+        summary="PPO-Clip / PPO-Penalty with GAE over vectorized envs; Discrete and Box actions "
+        "(Schulman et al. 2017)",
         config=PPOConfig,
         train=Entry("advantage.algos.ppo:train"),
         policy=Entry("advantage.algos.ppo:_policy"),

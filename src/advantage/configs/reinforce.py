@@ -148,7 +148,8 @@ register(
 register(
     Algorithm(
         name="reinforce_is",
-        summary="off-policy REINFORCE: batches reused with per-decision importance weights (seed 003)",
+        summary="off-policy REINFORCE: batches reused with per-decision importance weights "
+        "(Precup et al. 2000)",
         config=ReinforceISConfig,
         train=Entry("advantage.algos.reinforce:train", off_policy=True),
         policy=Entry("advantage.algos.reinforce:_policy"),

@@ -105,7 +105,7 @@ TD_PRESETS = {
 }
 
 _TD_SUMMARIES = {
-    "q_learning": "Q-learning: off-policy TD control with the max over next actions (seed 000)",
+    "q_learning": "Q-learning: off-policy TD control with the max over next actions (Watkins 1989)",
     "sarsa": "SARSA: on-policy TD control with the next action actually taken",
     "expected_sarsa": "Expected SARSA: TD control with the expectation over the ε-greedy next action",
 }
@@ -171,7 +171,8 @@ class MCPredictionConfig:
 register(
     Algorithm(
         name="mc_control",
-        summary="Monte Carlo control: first-/every-visit returns, incremental mean, ε-soft policy (seed 002)",
+        summary="Monte Carlo control: first-/every-visit returns, incremental mean, ε-soft policy "
+        "(Sutton & Barto 2018, ch. 5)",
         config=MCControlConfig,
         train=Entry("advantage.algos.tabular.monte_carlo:train", control=True),
         policy=Entry("advantage.algos.tabular.monte_carlo:_control_policy"),

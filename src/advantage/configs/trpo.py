@@ -80,7 +80,8 @@ PRESETS = {
 register(
     Algorithm(
         name="trpo",
-        summary="TRPO: natural-gradient step in a mean-KL trust region, CG + line search (seed 003)",
+        summary="TRPO: natural-gradient step in a mean-KL trust region, CG + line search "
+        "(Schulman et al. 2015)",
         config=TRPOConfig,
         train=Entry("advantage.algos.trpo:train"),
         policy=Entry("advantage.algos.trpo:_policy"),

@@ -3,7 +3,7 @@ prioritized replay (Schaul et al. 2016) on a sum-tree.
 
 Both are preallocated numpy arrays; sampling is vectorized over the batch (no Python loop per sample).
 ``add`` takes one step of ``num_envs`` parallel environments at a time and keeps, per environment, a window
-of at most ``n_step`` pending steps from which the n-step transitions are emitted (seed 000, DQN:
+of at most ``n_step`` pending steps from which the n-step transitions are emitted (Hessel et al. 2018:
 :math:`Q(s_0,a_0) = r_1 + \gamma r_2 + \gamma^2 r_3 + \dots`):
 
 .. math::

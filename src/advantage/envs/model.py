@@ -7,7 +7,7 @@ terminated), ...]``. We turn that into
   (terminating transitions carry no future value, so they contribute only reward), and
 * ``rewards[s, a] = Σ prob · r``: the expected immediate reward,
 
-so the Bellman backup is ``Q = rewards + γ · transitions @ V`` (seed 003's definitions of Q and V, with a
+so the Bellman backup is ``Q = rewards + γ · transitions @ V`` (Sutton & Barto 2018 §3.5's Q and V, with a
 terminal state's value 0).
 """
 

@@ -3,18 +3,18 @@ r"""Group-relative advantages for GRPO and its variants: one scalar reward per c
 A batch holds ``B = P × G`` completions: P prompts, each sampled G times, the G completions of a prompt in
 consecutive rows (``rewards.view(P, G)``; row ``b`` belongs to group ``b // G``). The baseline of a
 completion is built from the other completions of its own prompt, so no value network is needed
-(Shao et al. 2024, "DeepSeekMath", §4.1; seed 003 "GRPO"). One signature for the whole registry::
+(Shao et al. 2024, "DeepSeekMath", §4.1). One signature for the whole registry::
 
     adv, metrics = GROUP_ADVANTAGES["grpo"](rewards, group_size=8)   # [B] -> [B]
     token_adv = adv[:, None] * mask                                  # outcome supervision: [B, T]
 
-With outcome supervision every token of a completion shares its advantage (seed 003: "同一个回答中的所有
-tokens 共用这个回答的归一化 reward"); :func:`process_advantages` is the process-supervision variant, one
-reward per reasoning step.
+With outcome supervision every token of a completion shares its advantage (Shao et al. §4.1.2; study
+notes: "同一个回答中的所有 tokens 共用这个回答的归一化 reward"); :func:`process_advantages` is the
+process-supervision variant, one reward per reasoning step.
 
 A group whose G rewards are all equal (all correct or all wrong with a 0/1 verifier) carries no signal:
 every mode returns exactly 0 there (not ``0/ε`` rounding noise) and counts it in ``zero_std_frac``
-(seed 003: "有限 group 若全对或全错，会出现 σ_r = 0，实现中需要显式处理"). Advantages are constants for
+(the study notes: "有限 group 若全对或全错，会出现 σ_r = 0，实现中需要显式处理"). Advantages are constants for
 the policy loss; rewards are expected to carry no gradient. Computation is in float32 (float64 for
 float64 rewards); the metrics are detached scalars.
 """
@@ -98,7 +98,7 @@ def _finish(r: Tensor, adv: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
 
 
 def grpo(rewards: Tensor, group_size: int, eps: float = 1e-6) -> tuple[Tensor, dict[str, Tensor]]:
-    r"""GRPO outcome advantages (Shao et al. 2024, DeepSeekMath eq. 3 context; seed 003 "GRPO").
+    r"""GRPO outcome advantages (Shao et al. 2024, DeepSeekMath §4.1.2).
 
     .. math::
         \hat A_i = \frac{r_i - \bar r}{\sigma_r + \epsilon}, \qquad
@@ -206,7 +206,7 @@ def process_advantages(
     eps: float = 1e-6,
     scale: str = "group_std",
 ) -> Tensor:
-    r"""GRPO with process supervision (Shao et al. 2024, DeepSeekMath §4.1.3; seed 003 "GRPO").
+    r"""GRPO with process supervision (Shao et al. 2024, DeepSeekMath §4.1.3).
 
     Response i of a group has reasoning steps :math:`s = 1..K_i` with rewards :math:`r_i^{(s)}` (from a
     process reward model); step s ends at token :math:`e_i^{(s)}`. All step rewards of the *group* are

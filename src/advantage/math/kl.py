@@ -124,7 +124,7 @@ KL_ESTIMATORS: dict[str, Callable[..., Tensor]] = {"k1": kl_k1, "k2": kl_k2, "k3
 
 
 def adaptive_kl_beta(beta: float, kl: float | Tensor, target: float) -> float:
-    r"""One step of PPO-Penalty's adaptive coefficient (Schulman et al. 2017 §4; seed 003 "PPO-Penalty").
+    r"""One step of PPO-Penalty's adaptive coefficient (Schulman et al. 2017 §4).
 
     .. math::
         \beta \leftarrow \begin{cases} \beta/2, & d < d_\text{targ}/1.5 \\

@@ -1,6 +1,6 @@
 """Policy-gradient estimator pieces: returns per step, the outer discount, per-decision importance
-weights and unbiased baselines (seed 003: "Reduce Variance", "Introducing Baselines", "Off-policy
-policy gradient").
+weights and unbiased baselines (Williams 1992; Greensmith et al. 2004;
+Precup et al. 2000; Levine's CS285 lecture 5).
 
 Pure tensor functions on ``[E, T]`` batches: E episodes, each a row from its first step, padded to T
 steps, plus a mask (0 on padding). REINFORCE composes them with ``POLICY_LOSSES["pg"]``; the exact
@@ -36,7 +36,7 @@ def episode_returns(rewards: Tensor, mask: Tensor, gamma: float, return_type: st
 
 
 def outer_weights(mask: Tensor, gamma: float, discount_weight: bool) -> Tensor:
-    """:math:`w_t = \\gamma^t` (seed 003's outer discount) or 1; 0 where masked."""
+    """:math:`w_t = \\gamma^t` (the discounted objective's outer weight; Thomas 2014) or 1; 0 where masked."""
     dtype = mask.dtype if mask.is_floating_point() else torch.get_default_dtype()
     t = torch.arange(mask.shape[-1], dtype=torch.float64, device=mask.device)
     w = (gamma**t if discount_weight else torch.ones_like(t)).to(dtype).expand(mask.shape)
@@ -81,7 +81,7 @@ def optimal_constant_baseline(g: Tensor, c: Tensor) -> Tensor:
 
     The estimator of episode i is :math:`g_i - b\,c_i`; its total variance
     :math:`E\|g - bc\|^2 - \|\nabla J\|^2` is smallest at :math:`b^* = E\langle c, g\rangle / E\|c\|^2`
-    (seed 003, "Introducing Baselines", with :math:`c = \nabla\log\pi(\tau)` and :math:`g = R\,c` for
+    (Greensmith et al. 2004; CS285 lecture 5, with :math:`c = \nabla\log\pi(\tau)` and :math:`g = R\,c` for
     whole returns). Episode i gets the estimate from the other episodes of its batch (dim -2), so its
     baseline is independent of it.
     """

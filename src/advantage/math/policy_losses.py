@@ -59,7 +59,7 @@ def _clean(x: Tensor, valid: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 def pg(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-    r"""Vanilla policy gradient (REINFORCE surrogate; Williams 1992, seed 003 "Policy gradient").
+    r"""Vanilla policy gradient (REINFORCE surrogate; Williams 1992).
 
     .. math::
         \ell_t = -\hat A_t \log\pi_\theta(a_t \mid s_t), \qquad
@@ -91,7 +91,7 @@ def ppo_clip(
     log_ratio_clamp: float = 20.0,
     with_metrics: bool = True,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    r"""PPO-Clip surrogate (Schulman et al. 2017; seed 003 "PPO-Clip").
+    r"""PPO-Clip surrogate (Schulman et al. 2017, eq. 7).
 
     .. math::
         \rho_t = \frac{\pi_\theta(a_t|s_t)}{\pi_{\text{old}}(a_t|s_t)}, \qquad
@@ -171,7 +171,7 @@ def ppo_penalty(
     log_ratio_clamp: float = 20.0,
     with_metrics: bool = True,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    r"""PPO-Penalty (adaptive-KL) surrogate (Schulman et al. 2017 §4; seed 003 "PPO-Penalty").
+    r"""PPO-Penalty (adaptive-KL) surrogate (Schulman et al. 2017 §4, eq. 8).
 
     .. math::
         \ell_t = -\rho_t \hat A_t + \beta\,\big[(\rho_t - 1) - \log\rho_t\big]
@@ -215,7 +215,7 @@ def gspo(
     with_metrics: bool = True,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     r"""GSPO: clipping on a length-normalized sequence ratio (Zheng et al. 2025, "Group Sequence Policy
-    Optimization"; GSPO-token form, eq. 13-14; seed 000 "ratio 也做标准化").
+    Optimization"; GSPO-token form, eq. 13-14).
 
     .. math::
         s_i = \exp\Big(\frac{1}{|y_i|}\sum_{t}

@@ -1,9 +1,9 @@
 r"""Preference losses: reward models from comparisons, and DPO and its variants.
 
-Seed 002 ("RLHF": the reward model's loss :math:`-\log\sigma(r_\text{chosen} - r_\text{rejected})`) and
-seed 003 (Bradley–Terry as team strengths; InstructGPT's K-wise comparisons; DPO from the KL-regularised
-objective). All inputs are per-comparison scalars: reward-model scores, or *sequence* log-probs (the sum
-of a response's per-token log-probs over its mask) for DPO.
+Stiennon et al. 2020 (the reward model's loss :math:`-\log\sigma(r_\text{chosen} - r_\text{rejected})`),
+Bradley & Terry 1952, Ouyang et al. 2022 (InstructGPT's K-wise comparisons) and Rafailov et al. 2023 (DPO
+from the KL-regularised objective). All inputs are per-comparison scalars: reward-model scores, or
+*sequence* log-probs (the sum of a response's per-token log-probs over its mask) for DPO.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def _bootstrap(rewards: Tensor, terminated: Tensor, gamma: float | Tensor, next_
 
 
 def td_target(rewards: Tensor, next_q: Tensor, terminated: Tensor, gamma: float | Tensor) -> Tensor:
-    r"""Q-learning / DQN target (Watkins 1989; Mnih et al. 2015), seed 000's label :math:`r + \gamma Q(s')`.
+    r"""Q-learning / DQN target (Watkins 1989; Mnih et al. 2015): the label :math:`r + \gamma Q(s')`.
 
     .. math::
         y = r + \gamma\,(1 - \text{term})\,\max_{a'} Q_\text{target}(s', a')
@@ -87,7 +87,7 @@ def double_q_target(
     terminated: Tensor,
     gamma: float | Tensor,
 ) -> Tensor:
-    r"""Double DQN target (van Hasselt, Guez & Silver 2016), seed 000's "Double DQN".
+    r"""Double DQN target (van Hasselt, Guez & Silver 2016).
 
     .. math::
         a^* = \arg\max_{a'} Q_\text{online}(s', a'), \qquad
@@ -95,7 +95,7 @@ def double_q_target(
 
     The online network chooses the action and the target network values it, so an action the target
     network happens to overestimate is not also the one whose value is taken; this removes the upward
-    bias that the max of :func:`td_target` accumulates (seed 000: "max用online_model，Q值用target_model").
+    bias that the max of :func:`td_target` accumulates (study notes: "max用online_model，Q值用target_model").
     Ties in the argmax go to the lowest action index (``torch.argmax``).
 
     Args:
@@ -194,8 +194,8 @@ def polyak_update(target_params: Iterable[Tensor], online_params: Iterable[Tenso
     \tau\theta + (1-\tau)\theta'`.
 
     The single in-place helper of this module: it overwrites every tensor of ``target_params`` and returns
-    nothing. ``tau = 1`` is DQN's hard copy (Mnih et al. 2015, every C steps; seed 000's
-    ``target_replace_op``) and is done with an exact copy; ``tau = 0`` leaves the target unchanged. Runs
+    nothing. ``tau = 1`` is DQN's hard copy (Mnih et al. 2015, every C steps) and is done
+    with an exact copy; ``tau = 0`` leaves the target unchanged. Runs
     under ``torch.no_grad`` with ``torch._foreach_*`` kernels (one fused launch per device and dtype) when
     this torch has them.
 
@@ -240,9 +240,9 @@ def dueling_combine(value: Tensor, advantages: Tensor, mode: str = "mean") -> Te
 
         \text{mean:}\quad Q(s,a) = V(s) + \big(A(s,a) - \tfrac{1}{|\mathcal A|} \sum_{a'} A(s,a')\big)
 
-    ``V + A`` alone is unidentifiable (add C to V and subtract it from every A: the same Q; seed 000,
-    "建模不唯一性").
-    The ``max`` form, seed 000's and Wang et al.'s eq. (8), forces the greedy action's advantage to 0, so
+    ``V + A`` alone is unidentifiable (add C to V and subtract it from every A: the same Q; Wang et al. 2016
+    §3, "unidentifiable").
+    The ``max`` form, Wang et al.'s eq. (8) (and the notes'), forces the greedy action's advantage to 0, so
     :math:`\max_a Q = V`; the ``mean`` form, eq. (9), which Wang et al. use in all their experiments because
     it trains more stably, makes :math:`\text{mean}_a Q = V` (V is then off by a constant from the true
     state value, but the ordering of actions is unchanged).

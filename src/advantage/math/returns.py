@@ -6,8 +6,8 @@ accepts a single trajectory ``[T]`` or a batch of rows ``[B, T]`` (B environment
 Episode boundaries inside a row are given by boolean ``terminated`` / ``truncated`` tensors of the same
 shape as ``rewards``: step ``t`` ended an episode if either is true. A *terminated* step has no future
 (its bootstrap value is 0); a *truncated* step (time limit) and the last step of a rollout could have gone
-on, so they bootstrap with the critic's value of the following observation (seed 003, "Computing GAE on a
-rollout"; Gymnasium's ``terminated``/``truncated`` API).
+on, so they bootstrap with the critic's value of the following observation (the study notes, "Computing GAE
+on a rollout"; Gymnasium's ``terminated``/``truncated`` API).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def _as_bool(x: Tensor | None, like: Tensor) -> Tensor:
 def discounted_return(rewards: Tensor, gamma: float) -> Tensor:
     r"""Whole-trajectory discounted return :math:`G_0 = \sum_{t=0}^{T-1} \gamma^t r_t`.
 
-    This is the weight of every action in the plain REINFORCE estimator (seed 002: "return 的期望";
-    seed 003: :math:`r(\tau)`). Computed backwards, :math:`G = r_t + \gamma G`, in O(T).
+    This is the weight of every action in the plain REINFORCE estimator (Williams 1992; the study notes:
+    "return 的期望", :math:`r(\tau)`). Computed backwards, :math:`G = r_t + \gamma G`, in O(T).
 
     Args:
         rewards: ``[T]`` or ``[B, T]``, one trajectory per row.
@@ -59,7 +59,7 @@ def reward_to_go(
 ) -> Tensor:
     r"""Discounted reward-to-go :math:`G_t = r_t + \gamma (1 - d_t) G_{t+1}`, computed backwards in O(T).
 
-    Seed 002's "Monte Carlo" rule (returns computed from the end of the episode, one pass) and seed 003's
+    Sutton & Barto (2018) §5.1's Monte Carlo return (computed from the end of the episode, one pass), the
     reward-to-go. ``dones[t]`` marks the last step of an episode; the recursion restarts there, so several
     episodes can share a row. The value after the last step of the row is ``bootstrap`` (default 0).
 
@@ -100,7 +100,7 @@ def n_step_returns(
 
     ``k = min(n, steps to the end of the episode or of the row)``: the sum stops at the first step that
     ends an episode (terminated or truncated) or at the end of the rollout, and bootstraps there with the
-    critic unless that step was a true termination (seed 003, "From one step to multiple steps":
+    critic unless that step was a true termination (Sutton & Barto 2018 §7.1; Schulman et al. 2016 §3:
     :math:`\hat A^{(n)}_t = G^{(n)}_t - v_t`).
 
     Args:
@@ -148,7 +148,7 @@ def gae(
     gamma: float,
     lam: float,
 ) -> Tensor:
-    r"""Generalized Advantage Estimation (Schulman et al. 2015), seed 003 "Generalized Advantage Estimation".
+    r"""Generalized Advantage Estimation (Schulman et al. 2016, ICLR; "High-Dimensional Continuous Control").
 
     .. math::
         \delta_t = r_t + \gamma (1 - \text{term}_t) V(s_{t+1}) - V(s_t), \qquad
@@ -160,7 +160,7 @@ def gae(
     step must be the value of the *final* observation, not of the observation after reset).
 
     Checks: with γ=0.9, λ=0.8, rewards (0, 0, 1), values (0.4, 0.5, 0.6) and termination at the last step,
-    the advantages are (0.28616, 0.328, 0.4) (seed 003's worked table); λ=0 gives the TD error δ; λ=1 on a
+    the advantages are (0.28616, 0.328, 0.4) (study notes' worked table); λ=0 gives the TD error δ; λ=1 on a
     terminated episode gives the discounted return minus the value.
 
     Args:
@@ -214,9 +214,9 @@ def mc_update(
         N \mathrel{+}= 1, \qquad V \mathrel{+}= (G - V)/N
 
 
-    Seed 002 / SPEC T2: every visit (or only the first visit) of a state in an episode contributes its
-    return ``G_t``; the running mean avoids storing all returns. Visits are applied in time order, so the
-    result equals the sample mean of all contributing returns.
+    Sutton & Barto §5.1 / SPEC T2: every visit (or only the first visit) of a state in an episode
+    contributes its return ``G_t``; the running mean avoids storing all returns. Visits are applied in
+    time order, so the result equals the sample mean of all contributing returns.
 
     Args:
         values: float ``[S]`` current estimates (not modified).

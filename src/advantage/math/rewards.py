@@ -15,7 +15,7 @@ __all__ = ["length_preference", "overlong_penalty"]
 
 
 def overlong_penalty(lengths: Tensor, max_length: int, cache_length: int) -> Tensor:
-    r"""DAPO's soft overlong punishment (Yu et al. 2025, "DAPO", eq. 13; seed 000 "过长奖励整形").
+    r"""DAPO's soft overlong punishment (Yu et al. 2025, "DAPO", eq. 13).
 
     .. math::
         R_\text{length}(y) = \begin{cases}
@@ -51,8 +51,8 @@ def overlong_penalty(lengths: Tensor, max_length: int, cache_length: int) -> Ten
 
 
 def length_preference(rewards: Tensor, lengths: Tensor, group_size: int, weight: float) -> Tensor:
-    r"""Prefer the shorter of equally good answers within a group (seed 000: "针对reward相同但长度不同的回合 …
-    回合更短的生成结果是我们更想要的").
+    r"""Prefer the shorter of equally good answers within a group (study notes:
+    "针对reward相同但长度不同的回合 … 回合更短的生成结果是我们更想要的").
 
     In each group of ``group_size`` consecutive rows, let :math:`W` be the rows that reach the group's
     maximum reward :math:`r^* > 0` (the "winners"). If their lengths differ,

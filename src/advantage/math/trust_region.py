@@ -1,4 +1,4 @@
-r"""Trust-region helpers for TRPO (Schulman et al. 2015, "Trust Region Policy Optimization"; seed 003).
+r"""Trust-region helpers for TRPO (Schulman et al. 2015, "Trust Region Policy Optimization", ICML).
 
 TRPO solves, at each update,
 

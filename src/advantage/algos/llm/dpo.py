@@ -1,6 +1,6 @@
 r"""Direct Preference Optimization (DPO; Rafailov et al. 2023) and its IPO / hinge variants.
 
-Seed 003 "DPO": the KL-regularised objective :math:`\max_\pi \mathbb E[r(x,y)] - \beta\,
+Rafailov et al. 2023 §4: the KL-regularised objective :math:`\max_\pi \mathbb E[r(x,y)] - \beta\,
 \mathrm{KL}[\pi\|\pi_\text{ref}]` has the closed-form optimum :math:`\pi^*(y|x) \propto \pi_\text{ref}(y|x)
 e^{r(x,y)/\beta}`, so :math:`r(x,y) = \beta\log\frac{\pi^*(y|x)}{\pi_\text{ref}(y|x)} + \beta\log Z(x)`.
 Putting that reward into the Bradley–Terry likelihood of the preference data cancels :math:`Z(x)`:

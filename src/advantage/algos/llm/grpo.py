@@ -1,7 +1,7 @@
 r"""Group Relative Policy Optimization (GRPO) and its family: DAPO, GSPO, Dr.GRPO, Lite PPO.
 
-Shao et al. 2024 (DeepSeekMath); seed 003 "GRPO" (objective, outcome vs process supervision) and seed 000
-(GRPO replaces the critic's baseline by the mean reward of G samples of the same prompt). For each prompt
+Shao et al. 2024 (DeepSeekMath §4.1: objective, outcome vs process supervision; the study notes on GRPO:
+GRPO replaces the critic's baseline by the mean reward of G samples of the same prompt). For each prompt
 :math:`q`, sample G responses :math:`o_1..o_G` from :math:`\pi_\text{old}`, score them, and maximise
 
 .. math::
@@ -53,11 +53,11 @@ Implementation details:
    over-sampled by the step's keep rate so far (the surplus is trimmed); overlong
    filtering masks truncated responses out of the loss; the soft overlong punishment (eq. 13 of the DAPO
    paper) is added to the reward (``worker.reward.overlong_buffer``).
-6. Curriculum (seed 000's hard-example mining): every prompt's pass rate is tracked;
+6. Curriculum (hard-example mining, from the study notes on GRPO): every prompt's pass rate is tracked;
    ``algorithm.curriculum=hard`` samples the next prompts with weight
    :math:`1 - \text{pass rate} + \text{floor}` (unseen prompts count as hard), and
    ``worker.reward.length_preference`` favours shorter answers among equally rewarded ones.
-   ``algorithm.adaptive_difficulty`` (seed 000: a problem's difficulty is the mean reward of its sampled
+   ``algorithm.adaptive_difficulty`` (study notes: a problem's difficulty is the mean reward of its sampled
    episodes, the thresholds move as the model trains; few samples of easy problems, more of hard ones):
    a prompt's difficulty :math:`d` is the mean shaped reward of its G samples in the step; the
    thresholds are EMAs (rate ``difficulty_rate``) of the ``hard_quantile`` / ``easy_quantile``

@@ -1,7 +1,7 @@
 r"""PPO from a learned reward model (RLHF): the last stage of InstructGPT's pipeline (pretrain → SFT → reward
 model → PPO; Ouyang et al. 2022), after Ziegler et al. 2019 and Stiennon et al. 2020.
 
-Seed 002's walkthrough: **four models** — the *actor* (the policy being trained), the *reference* (the SFT
+Study notes' walkthrough: **four models** — the *actor* (the policy being trained), the *reference* (the SFT
 model, frozen), the *reward model* (prompt + response → one score) and the *critic* (a value head giving
 :math:`V(s_t)` for every response token; it may share the actor's trunk). One rollout:
 
@@ -10,7 +10,7 @@ model, frozen), the *reward model* (prompt + response → one score) and the *cr
 2. actor and reference give each response token's log-prob (``old_logp``, ``ref_logp``) and the critic
    its value (``old_values``), all ``[B, T]``;
 3. the **per-token reward** is the KL penalty on every token plus the score on the last one
-   (seed 002: *reward = score − β·KL*):
+   (Ziegler et al. 2019: *reward = score − β·KL*):
 
    .. math::
        r_t = -\beta\,\mathrm{KL}_t + \mathbb 1[t = T_b - 1]\, s, \qquad
@@ -58,7 +58,7 @@ Implementation details:
    hidden score, reward-model score, win rate against the reference's greedy responses
    (:mod:`advantage.algos.llm.preference_eval`), and the KL of sampled responses to the reference.
 
-TRL's ``PPOTrainer`` and OpenRLHF implement the same recipe; this file follows the papers and seed 002.
+TRL's ``PPOTrainer`` and OpenRLHF implement the same recipe; this file follows the papers and the study notes.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def last_token(mask: Tensor) -> Tensor:
 
 def token_rewards(scores: Tensor, kl: Tensor, mask: Tensor, beta: float) -> Tensor:
     r"""Per-token rewards :math:`r_t = -\beta\,\mathrm{KL}_t + \mathbb 1[t = \text{last}]\,s` (Ziegler et
-    al. 2019 eq. 2 spread over tokens; Stiennon et al. 2020; seed 002), 0 on padding.
+    al. 2019 eq. 2 spread over tokens; Stiennon et al. 2020), 0 on padding.
 
     Args:
         scores: ``[B]`` reward-model scores.
@@ -451,7 +451,7 @@ def build(cfg: PPORLHFConfig, restored: Checkpoint | None) -> tuple[LMPolicy, Mo
     model, tok = common.policy_model(cfg, task, restored)
     ref = frozen_reference(cfg, task, None if restored is not None else model)
     rm = load_reward(cfg, tok)
-    # The critic starts as a copy of the starting policy (seed 002: actor and critic may share a trunk).
+    # The critic starts as a copy of the starting policy (actor and critic may share a trunk).
     trunk = None if critic.shared else copy.deepcopy(ref).requires_grad_(True).train()
     head = ValueHead(model.config.hidden_size, seed=t.seed).to(t.device)
     models = Models(model, trunk, head, cfg.worker.rollout.temperature)

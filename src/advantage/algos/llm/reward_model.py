@@ -1,8 +1,8 @@
 r"""Reward models from comparisons: a causal-LM backbone with a scalar head, trained with the Bradley–Terry
 loss on pairs or InstructGPT's K-wise ranking loss.
 
-Seed 002 (the reward model reads the hidden state of the last token of question + answer and outputs one
-number; loss :math:`-\log\sigma(r_\text{chosen} - r_\text{rejected})`) and seed 003 (Bradley–Terry as team
+InstructGPT (the reward model reads the hidden state of the last token of question + answer and outputs one
+number; loss :math:`-\log\sigma(r_\text{chosen} - r_\text{rejected})`) and Bradley & Terry 1952 (team
 strengths, :math:`P(i \succ j) = \frac{e^{r_i}}{e^{r_i} + e^{r_j}} = \sigma(r_i - r_j)`; InstructGPT ranks K
 responses and averages the :math:`\binom K2` pair losses of a prompt).
 

@@ -1,6 +1,6 @@
 r"""Supervised fine-tuning (SFT): teach a causal language model the task's reference responses before RL.
 
-Seed 002 and 003 (RLHF pipelines start from a supervised policy; InstructGPT's SFT stage). The loss is the
+Ouyang et al. 2022 (RLHF pipelines start from a supervised policy: InstructGPT's SFT stage). The loss is the
 negative log-likelihood of the response tokens only — the prompt is context, not a target:
 
 .. math::
@@ -30,7 +30,7 @@ Implementation details:
    the data position are in the checkpoint's tensors and state for an exact resume.
 6. Validation during training: greedy accuracy (and pass@K / maj@K with ``trainer.eval_samples``) on the
    validation split; ``advantage eval RUN`` reports the same on the test split.
-7. Preference data (the start of the RLHF pipeline, seed 002: pretrain → SFT → reward model → PPO): with
+7. Preference data (the start of the RLHF pipeline: pretrain → SFT → reward model → PPO): with
    ``data.task=synthetic`` (or ``data.task=dataset data.targets=chosen|all`` for a preference file) the
    targets are a preference task's responses — ``data.targets=all`` imitates every ranked response of a
    prompt (a policy with varied, middling answers: room for RL to improve), ``chosen`` only the best

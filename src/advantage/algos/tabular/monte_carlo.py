@@ -1,4 +1,4 @@
-"""Monte Carlo prediction and control (SPEC T2; seed 002 "Monte Carlo", seed 003's value definitions).
+"""Monte Carlo prediction and control (SPEC T2; Sutton & Barto 2018, ch. 5).
 
 An episode is played to its end, its returns are computed backwards, :math:`G_t = r_{t+1} + γ G_{t+1}`
 (one O(T) pass, :func:`advantage.math.reward_to_go`), and every visit — or only the first visit — of a

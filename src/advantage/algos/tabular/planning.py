@@ -7,7 +7,7 @@ Carlo prediction, and (later) exact policy gradients. With the model of :mod:`ad
     Q(s, a) = R(s, a) + γ \\sum_{s'} P(s' | s, a)\\, V(s'), \\qquad
     V^π(s) = \\sum_a π(a|s)\\, Q^π(s, a), \\qquad V^*(s) = \\max_a Q^*(s, a)
 
-(seed 003, "Definition"; ``P`` excludes terminating transitions, so a terminal state's value is 0).
+(Sutton & Barto 2018 §3.5, §4; ``P`` excludes terminating transitions, so a terminal state's value is 0).
 
 * :func:`policy_evaluation` solves the linear system :math:`(I - γ P_π) V = R_π` exactly.
 * :func:`value_iteration` applies the Bellman optimality backup until the largest change is below θ.

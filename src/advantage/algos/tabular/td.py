@@ -1,12 +1,12 @@
-"""Tabular TD control: Q-learning, SARSA and Expected SARSA (SPEC T1; seed 000 "Q表").
+"""Tabular TD control: Q-learning, SARSA and Expected SARSA (SPEC T1; Sutton & Barto 2018, ch. 6).
 
-Seed 000's update rule, with the bootstrap term that names each method:
+The TD update (Sutton & Barto 2018 §6.4–6.6), with the bootstrap term that names each method:
 
 .. math::
     Q(s, a) \\leftarrow Q(s, a) + \\alpha\\,[\\,r + \\gamma\\,(1 - \\text{term})\\,B(s') - Q(s, a)\\,]
 
 * Q-learning (Watkins 1989): :math:`B(s') = \\max_{a'} Q(s', a')` — off-policy, learns Q* while
-  exploring (the target assumes the greedy action will be taken next, as seed 000 explains);
+  exploring (the target assumes the greedy action will be taken next, Sutton & Barto §6.5);
 * SARSA (Rummery & Niranjan 1994): :math:`B(s') = Q(s', a')` with ``a'`` the action actually taken next;
 * Expected SARSA (van Seijen et al. 2009): :math:`B(s') = \\sum_{a'} \\pi(a'|s') Q(s', a')` under the
   ε-greedy policy.

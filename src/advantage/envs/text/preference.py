@@ -1,9 +1,9 @@
 r"""Preference data for reward models: :class:`PreferenceExample`, :func:`load_preferences`, the offline
 ``synthetic`` task with a hidden scoring rule, and the ``dataset`` task read from a file.
 
-Seed 002 (the reward model's data are triples *question, chosen, rejected*: "why not train on
-question + answer + score? because people do not share one scale for how good an answer is") and seed
-003 (InstructGPT ranks K responses, giving :math:`\binom K2` comparisons per prompt).
+The study notes on RLHF (the reward model's data are triples *question, chosen, rejected*: "why not train on
+question + answer + score? because people do not share one scale for how good an answer is") and
+Ouyang et al. 2022 (InstructGPT ranks K responses, giving :math:`\binom K2` comparisons per prompt).
 
 A :class:`PreferenceExample` is a prompt and its responses **ranked best first**; a pairwise example is
 ``(chosen, rejected)``. A task has the shape of the text tasks (:mod:`advantage.envs.text.core`):
