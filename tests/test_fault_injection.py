@@ -210,8 +210,13 @@ def test_sigkill_at_20_random_moments_never_loses_a_checkpoint(tmp_path, capsys)
         assert writer.wait()[-1].startswith("complete")
     finally:
         writer.close()
-    # The next complete save removed every leftover and rotated back to `keep` folders.
-    assert not list(root.glob(".tmp-*")) and len(list(root.glob("step_*"))) == KEEP
+    # The next complete save removed every leftover and rotated back to `keep` folders (on a loaded machine
+    # every kill may have come before the first save finished: then fewer folders exist to keep).
+    kept = len(list(root.glob("step_*")))
+    assert not list(root.glob(".tmp-*")) and (kept == KEEP or (saves == 0 and 1 <= kept <= KEEP)), (
+        kept,
+        saves,
+    )
     with capsys.disabled():
         print(
             f"\n[fault injection] SIGKILL at random moments: {cases} cases tried, {survived} faults "
