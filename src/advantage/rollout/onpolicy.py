@@ -113,7 +113,7 @@ class OnPolicyCollector:
             **{k: torch.as_tensor(getattr(self, k)) for k in _COUNTERS},
         }
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> list[dict[str, Any]]:
         """What a checkpoint stores as JSON (the envs' own state)."""
         return env_state(self.env)
 
@@ -121,7 +121,7 @@ class OnPolicyCollector:
         """Collector metrics for the training row (none in one process)."""
         return {}
 
-    def load(self, tensors: dict[str, Tensor], state: dict[str, Any], seed: int) -> None:
+    def load(self, tensors: dict[str, Tensor], state: list[dict[str, Any]], seed: int) -> None:
         """Restore :meth:`tensors` and :meth:`state` (the envs are reset with ``seed`` first)."""
         self.obs_norm.rms.load("obs_rms", tensors)
         self.ret_rms.load("ret_rms", tensors)
