@@ -36,7 +36,7 @@ from advantage.errors import CheckpointError, NonFiniteError
 from advantage.evaluation import EVAL_SEED_OFFSET, envs_for, evaluate_policy
 from advantage.metrics import MetricsWriter
 from advantage.plotting import DEFAULT_METRICS
-from advantage.progress import ENV_FIELDS, LM_FIELDS, Progress
+from advantage.progress import ENV_FIELDS, LM_FIELDS, Fields, Progress
 from advantage.registry import Algorithm, Policy
 
 
@@ -84,7 +84,7 @@ def _run_state(restored: Checkpoint) -> dict[str, Any]:
     return run
 
 
-def _progress_fields(algo: Algorithm) -> tuple[tuple[str, tuple[str, ...]], ...]:
+def _progress_fields(algo: Algorithm) -> Fields:
     """What the progress line shows: the algorithm's own curves when it names them (e.g. ‖w‖ and the value
     error of the linear TD methods, whose return is always 0), else the return or the LM fields."""
     if algo.plot_metrics:

@@ -96,7 +96,9 @@ def _check_unit(name: str, value: Any) -> float:
     return float(value)
 
 
-_BIT_GENERATORS: dict[str, type[np.random.BitGenerator]] = {g.__name__: g for g in (np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937)}
+_BIT_GENERATORS: dict[str, type[np.random.BitGenerator]] = {
+    g.__name__: g for g in (np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937)
+}
 _BIT_GENERATORS |= {g.__name__: g for g in (np.random.Philox, np.random.SFC64)}
 
 

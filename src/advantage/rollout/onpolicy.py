@@ -73,6 +73,7 @@ class OnPolicyCollector:
         self.env, self.model, self.T, self.N = env, model, n_steps, env.num_envs
         self.gamma, self.normalize_reward, self.ctx = gamma, normalize_reward, ctx
         obs_space, act_space = env.single_observation_space, env.single_action_space
+        assert obs_space.shape is not None and act_space.shape is not None  # Box or Discrete
         self.obs_norm = ObsNormalizer(obs_space.shape, normalize_obs, clip_obs)
         self.ret_rms = RunningMeanStd(())
         self.discrete = isinstance(act_space, gym.spaces.Discrete)

@@ -107,7 +107,8 @@ class EnvWorker:
 
         n = self.autoreset.shape[0]
         obs_shape = self.env.single_observation_space.shape
-        out = {
+        assert obs_shape is not None  # a Box
+        out: dict[str, Any] = {
             "obs": np.zeros((T, n, *obs_shape), dtype=np.float32),
             "raw_next": np.zeros((T, n, *obs_shape)),
             "logp": np.zeros((T, n), dtype=np.float32),
@@ -234,6 +235,7 @@ class RemoteCollector:
         self.model_cfg, self.model, self.ctx = model_cfg, model, ctx
         self.gamma, self.normalize_reward, self.clip_obs = gamma, normalize_reward, clip_obs
         self.trainer = trainer
+        assert obs_space.shape is not None  # a Box
         self.obs_norm = ObsNormalizer(obs_space.shape, normalize_obs, clip_obs)
         self.ret_rms = RunningMeanStd(())
         self.disc_ret = np.zeros(self.N)
