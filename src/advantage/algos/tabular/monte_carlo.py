@@ -35,7 +35,7 @@ from advantage.algos.tabular.common import (
     sampler_state,
     table_shape,
 )
-from advantage.configs.tabular import (  # noqa: F401  (their old place)
+from advantage.configs.tabular import (
     MCControlAlgorithm,
     MCControlConfig,
     MCPredictionAlgorithm,
