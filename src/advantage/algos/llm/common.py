@@ -15,7 +15,7 @@ import math
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -30,6 +30,9 @@ from advantage.configs.llm import (  # noqa: F401  (their old place)
     task_rows,
 )
 from advantage.errors import ConfigError
+
+if TYPE_CHECKING:  # transformers is the optional `llm` extra
+    from transformers import PreTrainedModel
 
 SPLITS = ("train", "validation", "test")
 
@@ -230,7 +233,7 @@ def model_folder(path: str) -> Path:
     return folder
 
 
-def build_model(cfg: Any, task: Any) -> tuple[torch.nn.Module, Any]:
+def build_model(cfg: Any, task: Any) -> tuple[PreTrainedModel, Any]:
     """The policy model and tokenizer: ``model.path`` loaded from disk, or a scratch model of
     ``model.arch`` with a character tokenizer over the task's alphabet. LoRA wraps it when
     ``model.lora.rank > 0``."""
@@ -274,7 +277,7 @@ def build_model(cfg: Any, task: Any) -> tuple[torch.nn.Module, Any]:
     return model.to(cfg.trainer.device), tok
 
 
-def policy_model(cfg: Any, task: Any, restored: Checkpoint | None) -> tuple[torch.nn.Module, Any]:
+def policy_model(cfg: Any, task: Any, restored: Checkpoint | None) -> tuple[PreTrainedModel, Any]:
     """The model to train and its tokenizer: :func:`build_model` for a new run; on resume the
     checkpoint folder (a ``save_pretrained`` folder) or, with LoRA, the rebuilt base model with the
     checkpoint's ``adapter.*`` tensors put back."""
@@ -294,17 +297,17 @@ def policy_model(cfg: Any, task: Any, restored: Checkpoint | None) -> tuple[torc
     return model, tok
 
 
-def adapter_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def adapter_tensors(model: PreTrainedModel) -> dict[str, torch.Tensor]:
     """The LoRA parameters for a checkpoint, as :func:`policy_model` reads them back."""
     return {f"adapter.{k}": v for k, v in trainable_tensors(model).items()}
 
 
-def trainable_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def trainable_tensors(model: PreTrainedModel) -> dict[str, torch.Tensor]:
     """The parameters an optimizer updates (all of them, or only LoRA's), by name."""
     return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
 
 
-def hf_files(model: torch.nn.Module, tokenizer: Any) -> dict[str, bytes]:
+def hf_files(model: PreTrainedModel, tokenizer: Any) -> dict[str, bytes]:
     """The ``save_pretrained`` files of the model (LoRA merged into the weights) and the tokenizer, as
     bytes for the checkpoint, so a checkpoint folder is itself a model folder."""
     import copy
@@ -390,7 +393,9 @@ def prompt_text(tokenizer: Any, prompt: str, chat_template: bool) -> str:
                 "the prompts are chat messages, but the tokenizer has no chat template to render them"
             )
         raise ConfigError("data.chat_template=true, but the tokenizer has no chat template")
-    messages = list(prompt.messages) if chat else [{"role": "user", "content": prompt}]
+    messages = (
+        list(prompt.messages) if isinstance(prompt, ChatPrompt) else [{"role": "user", "content": prompt}]
+    )
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
@@ -398,7 +403,12 @@ class LMPolicy:
     """A trained language model with its tokenizer and task: ``act(prompt)`` is the greedy completion,
     :meth:`complete` batches and samples."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, task: Any, cfg: Any):
+    # Set by the trainers and evaluations that use them (DPO, PPO-RLHF, GRPO with a reward model);
+    # declared, not assigned: an LMPolicy without them has no such attribute.
+    reference: PreTrainedModel
+    reward_model: Any  # a frozen reward_model.RewardModel
+
+    def __init__(self, model: PreTrainedModel, tokenizer: Any, task: Any, cfg: Any):
         self.model, self.tokenizer, self.task, self.cfg = model, tokenizer, task, cfg
         self._mode: bool | None = None  # see _mode_matters
         self._examples: dict[tuple[str, int], list[Any]] = {}

@@ -81,7 +81,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -114,6 +114,9 @@ from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import KL_ESTIMATORS, POLICY_LOSSES, aggregate, masked_mean
 from advantage.torch_state import load_optimizer, optimizer_state
+
+if TYPE_CHECKING:  # transformers is the optional `llm` extra
+    from transformers import PreTrainedModel
 
 # ----------------------------------------------------------------------------------------------------
 # Rollout: generate, score, shape rewards, advantages
@@ -416,7 +419,7 @@ def micro_batches(rows: Tensor, lengths: Tensor, micro: int, auto: bool) -> list
 # Training
 
 
-def rows_logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, temperature: float) -> Tensor:
+def rows_logprobs(model: PreTrainedModel, gen: Any, rows: Tensor, temperature: float) -> Tensor:
     """``[len(rows), T_r]`` log-probs of the responses of ``rows`` (``T_r``: their longest, EOS included),
     the rows of one prompt packed with their shared prompt computed once
     (:func:`~advantage.nn.packing.generation_logprobs`; zeros after each response's end)."""
@@ -426,7 +429,7 @@ def rows_logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, temperature: f
     return generation_logprobs(model, *prompts, responses, gen.lengths[rows], temperature)
 
 
-def _logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, micro: int, temperature: float) -> Tensor:
+def _logprobs(model: PreTrainedModel, gen: Any, rows: Tensor, micro: int, temperature: float) -> Tensor:
     """``[len(rows), T]`` log-probs without grad, ``micro`` rows per forward pass."""
     T = gen.response_ids.shape[1]
     out = []
@@ -438,7 +441,7 @@ def _logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, micro: int, temper
 
 
 def reference_logprobs(
-    cfg: GRPOConfig, model: torch.nn.Module, ref_model: torch.nn.Module | None, gen: Any, rows: Tensor
+    cfg: GRPOConfig, model: PreTrainedModel, ref_model: PreTrainedModel | None, gen: Any, rows: Tensor
 ) -> Tensor:
     """``[len(rows), T]`` log-probs of the reference without grad, ``worker.ref.micro_batch_size`` rows per
     forward pass: the frozen copy of the starting policy, or with LoRA the base model (adapters off)."""
@@ -478,7 +481,11 @@ class GRPORollout:
         )
         self.G, self.process = roll.n, a.supervision == "process"
         self.easy_k, self.hard_n = cfg.difficulty_samples()
-        self.sampling = {"temperature": roll.temperature, "top_p": roll.top_p, "top_k": roll.top_k}
+        self.sampling: dict[str, Any] = {
+            "temperature": roll.temperature,
+            "top_p": roll.top_p,
+            "top_k": roll.top_k,
+        }
         self.gen_rng = torch.Generator(device=policy.device).manual_seed(t.seed)
         self.pick_rng = torch.Generator().manual_seed(t.seed + 1)
         self.passes = torch.zeros(len(examples))  # curriculum: correct samples per prompt
@@ -596,6 +603,7 @@ class GRPORollout:
         from advantage.rollout.generate import concat_generations
 
         a, G, B = self.a, self.G, self.cfg.data.rollout_batch_size
+        kept_idx: list[list[int]]
         kept_gens, kept_idx, kept_r, kept_c, kept_adv = [], [], [], [], []
         kept_texts: list[str] = []
         kept_raw: list[Tensor] = []
@@ -764,7 +772,7 @@ class GRPORollout:
 
 def learn(
     cfg: GRPOConfig,
-    model: torch.nn.Module,
+    model: PreTrainedModel,
     opt: torch.optim.Optimizer,
     ro: Rollout,
     ref_logprobs: Callable[[Any, Tensor], Tensor],
@@ -834,7 +842,7 @@ def learn(
 
 def build(
     cfg: GRPOConfig, restored: Checkpoint | None
-) -> tuple[LMPolicy, torch.nn.Module | None, torch.optim.Optimizer]:
+) -> tuple[LMPolicy, PreTrainedModel | None, torch.optim.Optimizer]:
     """The policy (with the reward model of ``worker.reward.model`` when set), the frozen reference (None
     when no KL term uses it, or with LoRA: then the base model is the reference) and the optimizer,
     restored from ``restored``. Built in this order on purpose: scratch models draw their initial weights

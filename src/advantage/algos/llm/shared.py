@@ -18,15 +18,18 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from advantage.algos.llm import common
 from advantage.algos.llm.common import LMPolicy
 from advantage.configs.grpo import PREFERENCE_TASKS  # tasks scored by a reward model (one definition)
 from advantage.errors import ConfigError, NonFiniteError
+
+if TYPE_CHECKING:  # transformers is the optional `llm` extra
+    from transformers import PreTrainedModel
 
 # ----------------------------------------------------------------------------------------------------
 # Tasks and rewards
@@ -161,7 +164,7 @@ def load_reward(cfg: Any, policy_tok: Any) -> Any:
 # The reference
 
 
-def frozen_reference(cfg: Any, task: Any, model: nn.Module | None) -> nn.Module:
+def frozen_reference(cfg: Any, task: Any, model: PreTrainedModel | None) -> PreTrainedModel:
     """The frozen reference: a copy of the starting policy, or rebuilt as it was at the start."""
     ref = copy.deepcopy(model) if model is not None else common.build_model(cfg, task)[0]
     return ref.eval().requires_grad_(False)
