@@ -312,9 +312,8 @@ class PPORollout:
         a, t = cfg.algorithm, cfg.trainer
         self.cfg, self.policy, self.models, self.examples = cfg, policy, models, examples
         self.gen_rng = torch.Generator(device=policy.device).manual_seed(t.seed)
-        self.kl_ctl = (
-            AdaptiveKLController(a.kl_coef, cast(float, a.kl_target)) if a.adaptive_kl else None
-        )  # set: checked
+        # kl_target is set when adaptive_kl is (checked by the config)
+        self.kl_ctl = AdaptiveKLController(a.kl_coef, cast(float, a.kl_target)) if a.adaptive_kl else None
         self.beta = a.kl_coef
         epoch, pos = 0, 0
         if restored is not None:
