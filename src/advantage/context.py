@@ -26,7 +26,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
@@ -39,6 +40,10 @@ from advantage.plotting import DEFAULT_METRICS
 from advantage.progress import ENV_FIELDS, LM_FIELDS, Fields, Progress
 from advantage.registry import Algorithm, Policy
 
+if TYPE_CHECKING:  # checkpoint tensors; this module does not import them at run time
+    import numpy as np
+    import torch
+
 
 @dataclass
 class Snapshot:
@@ -46,7 +51,7 @@ class Snapshot:
     language model, its ``save_pretrained`` files, so the checkpoint is also a model folder)."""
 
     policy: Policy
-    tensors: Mapping[str, Any]
+    tensors: Mapping[str, torch.Tensor | np.ndarray]
     state: Mapping[str, Any]
     # Extra checkpoint files, or a function giving them (called only when a checkpoint is written).
     files: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] = field(default_factory=dict)
@@ -149,7 +154,7 @@ class RunContext:
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._old_handlers[sig] = signal.signal(sig, self._on_signal)
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if name == "SIGINT" and self._stop_signal == "SIGINT":
             raise KeyboardInterrupt  # a second Ctrl-C: quit now (the last checkpoint is kept)

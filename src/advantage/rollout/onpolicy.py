@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -35,6 +35,9 @@ from advantage.errors import NonFiniteError
 from advantage.math import gae
 from advantage.nn import ActorCritic, ObsNormalizer
 from advantage.torch_state import RunningMeanStd
+
+if TYPE_CHECKING:
+    from advantage.context import RunContext
 
 _COUNTERS = ("ep_ret", "ep_len", "disc_ret")
 
@@ -68,7 +71,7 @@ class OnPolicyCollector:
         normalize_obs: bool,
         clip_obs: float,
         normalize_reward: bool,
-        ctx: Any,
+        ctx: RunContext,
     ):
         self.env, self.model, self.T, self.N = env, model, n_steps, env.num_envs
         self.gamma, self.normalize_reward, self.ctx = gamma, normalize_reward, ctx
@@ -193,7 +196,9 @@ class OnPolicyCollector:
         )
 
 
-def make_collector(env: gym.vector.VectorEnv, model: ActorCritic, cfg: Any, n_steps: int, ctx: Any) -> Any:
+def make_collector(
+    env: gym.vector.VectorEnv, model: ActorCritic, cfg: Any, n_steps: int, ctx: RunContext
+) -> Any:
     """The run's collector: :class:`OnPolicyCollector` in this process, or, with
     ``trainer.num_workers > 0``, :class:`advantage.rollout.remote.RemoteCollector` over Ray workers
     (imported only then). ``cfg`` has ``env``, ``model``, ``trainer`` and the algorithm's ``gamma``,

@@ -37,7 +37,8 @@ import dataclasses
 import math
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -49,6 +50,12 @@ from advantage.math import gae
 from advantage.nn import ObsNormalizer
 from advantage.rollout.onpolicy import Batch
 from advantage.torch_state import RunningMeanStd
+
+if TYPE_CHECKING:
+    from advantage.config import TrainerConfig, VecEnvConfig
+    from advantage.configs.models import ActorCriticModel
+    from advantage.context import RunContext
+    from advantage.nn import ActorCritic
 
 MAX_ATTEMPTS = 3  # replacements of one worker within one rollout before the run stops
 
@@ -78,7 +85,13 @@ class EnvWorker:
     """One Ray actor: ``n`` envs of the run's env config and a copy of the policy, stepped ``T`` steps per
     :meth:`rollout`. Runs in its own process; everything it returns is numpy."""
 
-    def __init__(self, env_cfg: Any, model_cfg: Any, spec: gym.envs.registration.EnvSpec | None, seed: int):
+    def __init__(
+        self,
+        env_cfg: VecEnvConfig,
+        model_cfg: ActorCriticModel,
+        spec: gym.envs.registration.EnvSpec | None,
+        seed: int,
+    ):
         from advantage.envs import make_vec_env
 
         torch.set_num_threads(1)
@@ -150,7 +163,14 @@ class WorkerPool:
     ``restarts`` count, so it can reseed); :meth:`call` runs one method on every worker and returns the
     results in worker order."""
 
-    def __init__(self, ray: Any, actor_cls: type, make_args: Any, n: int, trainer: Any):
+    def __init__(
+        self,
+        ray: Any,
+        actor_cls: type,
+        make_args: Callable[[int, int], tuple],
+        n: int,
+        trainer: TrainerConfig,
+    ):
         self.ray, self.n, self.make_args = ray, n, make_args
         self.timeout, self.fault_tolerance = trainer.worker_timeout, trainer.fault_tolerance
         self.actor_cls = ray.remote(num_cpus=1, max_restarts=0)(actor_cls)
@@ -214,17 +234,17 @@ class RemoteCollector:
 
     def __init__(
         self,
-        env_cfg: Any,
-        model_cfg: Any,
-        model: Any,
+        env_cfg: VecEnvConfig,
+        model_cfg: ActorCriticModel,
+        model: ActorCritic,
         n_steps: int,
-        trainer: Any,
+        trainer: TrainerConfig,
         *,
         gamma: float,
         normalize_obs: bool,
         clip_obs: float,
         normalize_reward: bool,
-        ctx: Any,
+        ctx: RunContext,
         obs_space: gym.Space,
     ):
         self.ray = import_ray(trainer.ray_address, trainer.num_workers)
