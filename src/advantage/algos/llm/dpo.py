@@ -58,7 +58,7 @@ from advantage.nn.packing import PACK_ROW_LENGTH, pack_prompts, packable, packed
 from advantage.torch_state import load_optimizer, optimizer_state
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 # ----------------------------------------------------------------------------------------------------
 # Data: preference pairs as token ids
@@ -80,7 +80,7 @@ def pairs_of(examples: list[Any]) -> list[tuple[str, str, str]]:
 
 
 def tokenize_pairs(
-    tok: Any, pairs: list[tuple[str, str, str]], d: DataConfig
+    tok: PreTrainedTokenizerBase, pairs: list[tuple[str, str, str]], d: DataConfig
 ) -> list[tuple[list[int], list[int], list[int]]]:
     """Token ids of (prompt, chosen + EOS, rejected + EOS); over-long items are an error naming them."""
     out = []

@@ -116,7 +116,9 @@ from advantage.math import KL_ESTIMATORS, POLICY_LOSSES, aggregate, masked_mean
 from advantage.torch_state import load_optimizer, optimizer_state
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from advantage.envs.text.core import Example
 
 # ----------------------------------------------------------------------------------------------------
 # Rollout: generate, score, shape rewards, advantages
@@ -193,7 +195,7 @@ def evaluate(cfg: GRPOConfig, policy: LMPolicy, **options: Any) -> dict[str, Any
     return evaluate_preference(cfg, policy, **options)
 
 
-def token_char_ends(tokenizer: Any, ids: list[int], text: str) -> list[int]:
+def token_char_ends(tokenizer: PreTrainedTokenizerBase, ids: list[int], text: str) -> list[int]:
     """The character offset in ``text`` (the decoded response) where each token's text ends, ``[len(ids)]``.
 
     Token by token decoding is exact for character-level and most subword tokenizers; where the pieces do
@@ -210,7 +212,13 @@ def token_char_ends(tokenizer: Any, ids: list[int], text: str) -> list[int]:
 
 
 def step_tensors(
-    task: Any, examples: list[Any], texts: list[str], gen: Any, tokenizer: Any, G: int, delta: Tensor
+    task: Any,  # a Task with step_rewards (a process-reward task)
+    examples: list[Example],
+    texts: list[str],
+    gen: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    G: int,
+    delta: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Process supervision: ``(step_rewards, step_mask, step_end)`` ``[B, S]`` for
     :func:`~advantage.math.advantages.process_advantages`, from the task's ``step_rewards(completion,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from advantage.algos.llm.common import prompt_text
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["compare_to_reference", "greedy_responses", "win_rate"]
 
@@ -35,7 +35,7 @@ Scorer = Callable[[str, str], float]  # scorer(prompt, response) -> score, highe
 
 def greedy_responses(
     model: PreTrainedModel,
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     prompts: Sequence[str],
     *,
     max_prompt_length: int | None,
@@ -89,7 +89,7 @@ def win_rate(scores: Sequence[float], reference_scores: Sequence[float]) -> dict
 def compare_to_reference(
     model: PreTrainedModel,
     reference: PreTrainedModel,
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     examples: Sequence[Any],
     scorer: Scorer,
     *,

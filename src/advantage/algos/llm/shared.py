@@ -29,7 +29,9 @@ from advantage.configs.grpo import PREFERENCE_TASKS  # tasks scored by a reward 
 from advantage.errors import ConfigError, NonFiniteError
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from advantage.envs.text.core import Task
 
 # ----------------------------------------------------------------------------------------------------
 # Tasks and rewards
@@ -109,7 +111,9 @@ def reward_folder(cfg: Any) -> Path:
     return folder
 
 
-def check_tokenizers(policy_tok: Any, reward_tok: Any, policy_src: str, reward_src: str) -> None:
+def check_tokenizers(
+    policy_tok: PreTrainedTokenizerBase, reward_tok: PreTrainedTokenizerBase, policy_src: str, reward_src: str
+) -> None:
     """The reward model must read responses with the policy's tokenizer: same vocabulary and special ids."""
     va, vb = policy_tok.get_vocab(), reward_tok.get_vocab()
     specials = ("pad_token_id", "eos_token_id")
@@ -123,7 +127,7 @@ def check_tokenizers(policy_tok: Any, reward_tok: Any, policy_src: str, reward_s
     )
 
 
-def policy_tokenizer(cfg: Any, task: Any) -> tuple[Any, str]:
+def policy_tokenizer(cfg: Any, task: Task) -> tuple[PreTrainedTokenizerBase, str]:
     """The tokenizer the policy will have, without loading the model: ``(tokenizer, where it is from)``."""
     from advantage.nn.lm import build_char_tokenizer, load_tokenizer
 
@@ -149,7 +153,7 @@ def reward_model_problems(cfg: Any, make_task: Callable[[Any], Any]) -> list[str
     return []
 
 
-def load_reward(cfg: Any, policy_tok: Any) -> Any:
+def load_reward(cfg: Any, policy_tok: PreTrainedTokenizerBase) -> Any:
     """The reward model of ``worker.reward.model``, checked against the policy's tokenizer, frozen."""
     from advantage.algos.llm.reward_model import load_reward_model
 
@@ -164,7 +168,7 @@ def load_reward(cfg: Any, policy_tok: Any) -> Any:
 # The reference
 
 
-def frozen_reference(cfg: Any, task: Any, model: PreTrainedModel | None) -> PreTrainedModel:
+def frozen_reference(cfg: Any, task: Task, model: PreTrainedModel | None) -> PreTrainedModel:
     """The frozen reference: a copy of the starting policy, or rebuilt as it was at the start."""
     ref = copy.deepcopy(model) if model is not None else common.build_model(cfg, task)[0]
     return ref.eval().requires_grad_(False)
