@@ -119,6 +119,7 @@ if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from advantage.envs.text.core import Example
+    from advantage.rollout.generate import Generation
 
 # ----------------------------------------------------------------------------------------------------
 # Rollout: generate, score, shape rewards, advantages
@@ -129,7 +130,7 @@ class Rollout:
     """One rollout batch: rows ``[p0 × G, p1 × G, ...]``, prompt by prompt (with adaptive difficulty an
     easy prompt has ``easy_samples`` rows and a hard one ``hard_samples``)."""
 
-    gen: Any  # advantage.rollout.generate.Generation
+    gen: Generation
     prompt_idx: list[int]  # [P] training-set index of each prompt
     rewards: Tensor  # [B] scalar reward of each completion (shaped)
     correct: Tensor  # [B] bool
@@ -215,7 +216,7 @@ def step_tensors(
     task: Any,  # a Task with step_rewards (a process-reward task)
     examples: list[Example],
     texts: list[str],
-    gen: Any,
+    gen: Generation,
     tokenizer: PreTrainedTokenizerBase,
     G: int,
     delta: Tensor,
@@ -266,7 +267,7 @@ PROCESS_SCALE = {"grpo": "group_std", "dr_grpo": "none", "batch_std": "batch_std
 
 
 def shape_rewards(
-    rewards: Tensor, gen: Any, cfg: GRPOConfig, kl_seq: Tensor | None, group: int | None = None
+    rewards: Tensor, gen: Generation, cfg: GRPOConfig, kl_seq: Tensor | None, group: int | None = None
 ) -> tuple[Tensor, dict[str, float]]:
     """Reward shaping before the advantages: the soft overlong punishment, the length preference (within
     consecutive groups of ``group`` rows, default G) and the KL-in-reward term. All ``[B]``."""
@@ -427,7 +428,7 @@ def micro_batches(rows: Tensor, lengths: Tensor, micro: int, auto: bool) -> list
 # Training
 
 
-def rows_logprobs(model: PreTrainedModel, gen: Any, rows: Tensor, temperature: float) -> Tensor:
+def rows_logprobs(model: PreTrainedModel, gen: Generation, rows: Tensor, temperature: float) -> Tensor:
     """``[len(rows), T_r]`` log-probs of the responses of ``rows`` (``T_r``: their longest, EOS included),
     the rows of one prompt packed with their shared prompt computed once
     (:func:`~advantage.nn.packing.generation_logprobs`; zeros after each response's end)."""
@@ -437,7 +438,9 @@ def rows_logprobs(model: PreTrainedModel, gen: Any, rows: Tensor, temperature: f
     return generation_logprobs(model, *prompts, responses, gen.lengths[rows], temperature)
 
 
-def _logprobs(model: PreTrainedModel, gen: Any, rows: Tensor, micro: int, temperature: float) -> Tensor:
+def _logprobs(
+    model: PreTrainedModel, gen: Generation, rows: Tensor, micro: int, temperature: float
+) -> Tensor:
     """``[len(rows), T]`` log-probs without grad, ``micro`` rows per forward pass."""
     T = gen.response_ids.shape[1]
     out = []
@@ -449,7 +452,7 @@ def _logprobs(model: PreTrainedModel, gen: Any, rows: Tensor, micro: int, temper
 
 
 def reference_logprobs(
-    cfg: GRPOConfig, model: PreTrainedModel, ref_model: PreTrainedModel | None, gen: Any, rows: Tensor
+    cfg: GRPOConfig, model: PreTrainedModel, ref_model: PreTrainedModel | None, gen: Generation, rows: Tensor
 ) -> Tensor:
     """``[len(rows), T]`` log-probs of the reference without grad, ``worker.ref.micro_batch_size`` rows per
     forward pass: the frozen copy of the starting policy, or with LoRA the base model (adapters off)."""
@@ -566,7 +569,7 @@ class GRPORollout:
         return gen, texts, rewards, correct, t1
 
     def group_advantages(
-        self, gen: Any, idx: list[int], texts: list[str], raw: Tensor, n: int
+        self, gen: Generation, idx: list[int], texts: list[str], raw: Tensor, n: int
     ) -> tuple[Tensor, Tensor, dict[str, float]]:
         """Shaped rewards ``[b]`` and advantages (``[b]``, or ``[b, T]`` with process supervision) of rows
         in consecutive groups of ``n`` samples of the prompts ``idx``, and the shaping metrics."""

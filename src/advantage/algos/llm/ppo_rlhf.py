@@ -103,6 +103,8 @@ from advantage.torch_state import load_module, load_optimizer, module_tensors, o
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel
 
+    from advantage.rollout.generate import Generation
+
 # ----------------------------------------------------------------------------------------------------
 # Per-token rewards and advantages (pure functions of [B, T] tensors)
 
@@ -259,7 +261,7 @@ def ppo_rlhf_loss(
 
 
 def _no_grad_forward(
-    models: Models, ref: PreTrainedModel, gen: Any, micro: int, ref_micro: int
+    models: Models, ref: PreTrainedModel, gen: Generation, micro: int, ref_micro: int
 ) -> tuple[Tensor, ...]:
     """``old_logp``, ``old_values`` and ``ref_logp``, ``[B, T]`` each, without grad."""
     from advantage.nn.lm import sequence_logprobs
@@ -286,7 +288,7 @@ def _no_grad_forward(
 class Batch:
     """One rollout, ready to learn from: ``B`` = ``data.rollout_batch_size`` responses, all ``[B, T]``."""
 
-    gen: Any  # advantage.rollout.generate.Generation
+    gen: Generation
     old_logp: Tensor  # log π_old of the sampled tokens
     old_values: Tensor  # V_old of the states they were chosen in
     advantages: Tensor  # GAE over tokens (whitened when algorithm.whiten_advantages)

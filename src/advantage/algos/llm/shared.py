@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from advantage.envs.text.core import Task
+    from advantage.rollout.generate import Generation
 
 # ----------------------------------------------------------------------------------------------------
 # Tasks and rewards
@@ -188,7 +189,7 @@ def step_normalizer(mask: Tensor, mode: str) -> float:
     return float(mask.shape[0])
 
 
-def trimmed(gen: Any, rows: Tensor) -> tuple[Tensor, Tensor, int, int]:
+def trimmed(gen: Generation, rows: Tensor) -> tuple[Tensor, Tensor, int, int]:
     """``(input_ids, attention_mask, P_r, T_r)`` of ``rows`` without the columns that are padding in
     every one of them: prompts cut to their longest (``P_r``), responses to their longest (``T_r``, EOS
     included). Log-probs are unchanged (positions come from the mask; padding is masked out)."""
