@@ -68,7 +68,7 @@ def check_buffer_memory(cfg: Any, env: gym.Env) -> None:
     would not fit in the memory available."""
     from advantage.data.replay import memory_problem, replay_bytes
 
-    obs, act = env.observation_space, env.action_space
+    obs, act = cast(gym.spaces.Box, env.observation_space), env.action_space
     n = cfg.algorithm.buffer_size
     need = replay_bytes(n, obs.shape, np.float32, act.shape or (), np.float32)
     problem = memory_problem(f"algorithm.buffer_size={n}: the replay buffer", need)
