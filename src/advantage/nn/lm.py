@@ -329,16 +329,6 @@ def sequence_logprobs(
     temperature: float = ...,
     return_hidden: Literal[True],
 ) -> tuple[Tensor, Tensor]: ...
-@overload
-def sequence_logprobs(
-    model: PreTrainedModel,
-    input_ids: Tensor,
-    attention_mask: Tensor,
-    *,
-    response_start: int,
-    temperature: float = ...,
-    return_hidden: bool,
-) -> Tensor | tuple[Tensor, Tensor]: ...
 def sequence_logprobs(
     model: PreTrainedModel,
     input_ids: Tensor,
