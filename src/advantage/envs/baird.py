@@ -74,5 +74,4 @@ class BairdEnv(gym.Env):
 
 def register_baird() -> None:
     if "Baird-v0" not in gym.registry:
-        # a class is a valid entry point; gymnasium's EnvCreator protocol wants **kwargs in __init__
-        gym.register(id="Baird-v0", entry_point=BairdEnv, max_episode_steps=100)  # type: ignore[arg-type]
+        gym.register(id="Baird-v0", entry_point=BairdEnv, max_episode_steps=100)  # type: ignore[arg-type]  # a class is an entry point
