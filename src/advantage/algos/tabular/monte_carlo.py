@@ -90,10 +90,8 @@ def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: b
     )
 
     def epsilon(step: int) -> float:
-        assert isinstance(a_cfg, MCControlAlgorithm)  # control only
-        return linear_schedule(
-            a_cfg.epsilon_start, a_cfg.epsilon_end, a_cfg.epsilon_decay_fraction, step, t.total_steps
-        )
+        c = cast(MCControlAlgorithm, a_cfg)  # control only
+        return linear_schedule(c.epsilon_start, c.epsilon_end, c.epsilon_decay_fraction, step, t.total_steps)
 
     if ctx.restored is None:
         est = torch.full((n_keys,), cfg.model.init_value, dtype=torch.float64)
