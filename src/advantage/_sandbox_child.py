@@ -23,7 +23,7 @@ import select
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 MARKER = "--advantage-sandbox"  # in every sandbox process's command line (tests look for leftovers)
 GRACE = 0.5  # seconds: the supervisor's own deadline is this much after the trainer's
@@ -381,7 +381,7 @@ def _run_code(code: str, entry: str, inputs: list[list[Any]], out_fd: int) -> No
 
     pid, dumps, write_all = os.getpid(), json.dumps, _write_all  # bound before the code can patch them
 
-    def report(msg: dict[str, Any] | str) -> None:
+    def report(msg: dict[str, Any] | str) -> NoReturn:
         if os.getpid() == pid:  # copies of this process that the code forked stay silent
             write_all(out_fd, (msg if isinstance(msg, str) else dumps(msg)).encode())
         os._exit(0)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from advantage.errors import CheckpointError
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 FORMAT = 1
@@ -94,7 +95,7 @@ def _to_tensor(name: str, value: Any) -> torch.Tensor:
     return value.detach().cpu().contiguous().clone()
 
 
-def _safetensors(tensors: Mapping[str, Any], step: int) -> bytes:
+def _safetensors(tensors: Mapping[str, torch.Tensor | np.ndarray], step: int) -> bytes:
     """The safetensors bytes of ``tensors``. All numpy arrays (a Q-table run): written by safetensors'
     numpy writer, the same format, so a tabular run never imports torch (2 s of its few seconds)."""
     import numpy as np
@@ -112,7 +113,7 @@ def _safetensors(tensors: Mapping[str, Any], step: int) -> bytes:
 def save_checkpoint(
     root: str | Path,
     step: int,
-    tensors: Mapping[str, Any],
+    tensors: Mapping[str, torch.Tensor | np.ndarray],
     state: Mapping[str, Any],
     keep: int = 3,
     files: Mapping[str, bytes] | None = None,

@@ -426,6 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and (target is None or any("=" not in x or x.startswith("-") for x in extra)):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
+        assert target is not None  # parser.error above exits otherwise
         setattr(ns, target, [*getattr(ns, target), *extra])
     try:
         return ns.fn(ns)

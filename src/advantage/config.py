@@ -24,7 +24,7 @@ import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -45,7 +45,7 @@ def option(
     choices: Iterable[str] | None = None,
 ) -> Any:
     """A config field with its help text and allowed values (closed ``[lo, hi]`` unless ``*_open``)."""
-    meta = {"help": help, "lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open}
+    meta: dict[str, Any] = {"help": help, "lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open}
     meta["choices"] = tuple(choices) if choices is not None else None
     if isinstance(default, list | dict):  # a fresh copy per instance, as dataclasses require
         return field(default_factory=lambda: type(default)(default), metadata=meta)
@@ -412,6 +412,7 @@ def _check_range(name: str, value: Any, meta: Mapping[str, Any]) -> str | None:
     elif lo is not None:
         allowed = f"{'>' if meta.get('lo_open') else '>='} {_num(lo)}"
     else:
+        assert hi is not None  # bad_hi
         allowed = f"{'<' if meta.get('hi_open') else '<='} {_num(hi)}"
     return f"{name} must be {allowed}, got {value!r}"
 
@@ -459,7 +460,7 @@ def _build(
             continue
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
-            kwargs[key] = _build(tp, value, name + ".", problems, root, cross)
+            kwargs[key] = _build(cast(type, tp), value, name + ".", problems, root, cross)
             continue
         ok, coerced = _coerce(value, tp)
         if not ok:

@@ -26,7 +26,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
@@ -36,8 +37,12 @@ from advantage.errors import CheckpointError, NonFiniteError
 from advantage.evaluation import EVAL_SEED_OFFSET, envs_for, evaluate_policy
 from advantage.metrics import MetricsWriter
 from advantage.plotting import DEFAULT_METRICS
-from advantage.progress import ENV_FIELDS, LM_FIELDS, Progress
+from advantage.progress import ENV_FIELDS, LM_FIELDS, Fields, Progress
 from advantage.registry import Algorithm, Policy
+
+if TYPE_CHECKING:  # checkpoint tensors; this module does not import them at run time
+    import numpy as np
+    import torch
 
 
 @dataclass
@@ -46,7 +51,7 @@ class Snapshot:
     language model, its ``save_pretrained`` files, so the checkpoint is also a model folder)."""
 
     policy: Policy
-    tensors: Mapping[str, Any]
+    tensors: Mapping[str, torch.Tensor | np.ndarray]
     state: Mapping[str, Any]
     # Extra checkpoint files, or a function giving them (called only when a checkpoint is written).
     files: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] = field(default_factory=dict)
@@ -84,7 +89,7 @@ def _run_state(restored: Checkpoint) -> dict[str, Any]:
     return run
 
 
-def _progress_fields(algo: Algorithm) -> tuple[tuple[str, tuple[str, ...]], ...]:
+def _progress_fields(algo: Algorithm) -> Fields:
     """What the progress line shows: the algorithm's own curves when it names them (e.g. ‖w‖ and the value
     error of the linear TD methods, whose return is always 0), else the return or the LM fields."""
     if algo.plot_metrics:
@@ -149,7 +154,7 @@ class RunContext:
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._old_handlers[sig] = signal.signal(sig, self._on_signal)
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if name == "SIGINT" and self._stop_signal == "SIGINT":
             raise KeyboardInterrupt  # a second Ctrl-C: quit now (the last checkpoint is kept)

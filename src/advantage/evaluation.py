@@ -114,7 +114,7 @@ def record_video(
     tmp = f"{path}.tmp.mp4"
     with imageio.get_writer(tmp, fps=fps, macro_block_size=1) as writer:
         for frame in frames:
-            writer.append_data(np.asarray(frame))
+            writer.append_data(np.asarray(frame))  # type: ignore[attr-defined]  # v2 writer; stubs type the base
     import os
 
     os.replace(tmp, path)

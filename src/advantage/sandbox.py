@@ -175,7 +175,7 @@ def run_sandboxed(
     if not all(isinstance(args, list | tuple) for args in inputs):
         raise ValueError("inputs must be a list of argument lists, e.g. [[1], [2]] for f(1), f(2)")
     nonce = secrets.token_hex(16)
-    payload = {
+    payload: dict[str, Any] = {
         "code": code,
         "entry": entry,
         "inputs": [list(a) for a in inputs],

@@ -158,7 +158,7 @@ def sweep(
             say(f"trial {i + 1}/{n} {_point(plan[i])} started: {over['trainer.run_dir']}")
             started[i] = time.perf_counter()
             finished(i, _run_trial(algo, config, over))
-            if rows[i] and rows[i].get("stopped_by"):
+            if (row := rows[i]) and row.get("stopped_by"):
                 break  # the remaining trials are not started
     return [r for r in rows if r is not None]
 

@@ -128,7 +128,7 @@ class LearnerState:
             tensors["torch_rng"] = torch.get_rng_state()
         return tensors, meta
 
-    def load(self, tensors: Any, meta: dict[str, Any], where: str = "checkpoint") -> None:
+    def load(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], where: str = "checkpoint") -> None:
         """Restore modules (strictly: every key, every shape), optimizers and the RNG from what
         :meth:`save` wrote; ``meta`` is the mapping that holds the optimizer entries."""
         for name, module in self.modules.items():

@@ -104,6 +104,7 @@ def train(cfg: A2CConfig, ctx: RunContext) -> None:
     env = make_vec_env(cfg.env)
     N, T = cfg.env.num_envs, a.n_steps
     obs_space, act_space = env.single_observation_space, env.single_action_space
+    assert obs_space.shape is not None and act_space.shape is not None  # Box or Discrete
     model = make_model(cfg, obs_space, act_space)
     if a.optimizer == "rmsprop":
         opt: torch.optim.Optimizer = torch.optim.RMSprop(

@@ -44,11 +44,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.spaces import Box, Discrete
 from torch import nn
 
 from advantage.algos.offpolicy_common import LeanAdam
@@ -255,7 +256,7 @@ class OverestimationProbe:
         probe.reset(seed=0)
         copy.reset(seed=1)
         state = env_state(probe)
-        n_actions = int(probe.action_space.n)
+        n_actions = int(cast(Discrete, probe.action_space).n)
         actions = [i * 7 % n_actions for i in range(1, 9)]  # a fixed mix of actions
         ours = []
         for action in actions:
@@ -279,7 +280,8 @@ class OverestimationProbe:
         rng = np.random.default_rng(seed)
         env = self.env
         obs, _ = env.reset(seed=seed % 2**31)
-        n_actions = int(env.action_space.n)
+        n_actions = int(cast(Discrete, env.action_space).n)
+        states: list[Any]
         observations, states, t, ep_t = [], [], 0, 0
         while len(states) < self.k:
             if t % self.stride == 0:
@@ -322,7 +324,10 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
     torch.manual_seed(t.seed)
     env = make_vec_env(cfg.env)
     N = cfg.env.num_envs
-    obs_space, n_actions = env.single_observation_space, int(env.single_action_space.n)
+    obs_space, n_actions = (
+        cast(Box, env.single_observation_space),
+        int(cast(Discrete, env.single_action_space).n),
+    )
     q, q_target = make_q(cfg, obs_space, n_actions), make_q(cfg, obs_space, n_actions)
     q_target.load_state_dict(q.state_dict())
     q_target.requires_grad_(False)
@@ -330,7 +335,7 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
     # LeanAdam: torch's fused Adam arithmetic without its per-call Python layers, which on a small MLP
     # cost more than the update itself; the state is a real torch.optim.Adam (opt.opt) for checkpoints.
     opt = LeanAdam(params, a.learning_rate)
-    buffer_args = dict(
+    buffer_args: dict[str, Any] = dict(
         capacity=a.buffer_size,
         obs_shape=obs_space.shape,
         obs_dtype=obs_space.dtype,
@@ -441,7 +446,9 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
                 if not math.isfinite(loss):
                     raise NonFiniteError(f"step {step}: TD loss is {loss}; weights not updated")
                 if td_error is not None:
-                    buffer.update_priorities(b["indices"].numpy(), td_error.numpy())
+                    cast(PrioritizedReplayBuffer, buffer).update_priorities(
+                        b["indices"].numpy(), td_error.numpy()
+                    )
                 losses.append(loss)
             ctx.log(step, {"train/loss": sum(losses) / len(losses), "train/epsilon": eps})
         if probe is not None and step >= next_measure:
@@ -564,6 +571,6 @@ def split_state(state: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str,
 
 
 def _policy(cfg: DQNConfig, env: gym.Env, tensors: Any) -> DQNPolicy:
-    q = make_q(cfg, env.observation_space, int(env.action_space.n))
+    q = make_q(cfg, cast(Box, env.observation_space), int(cast(Discrete, env.action_space).n))
     load_module("q", q, tensors)
     return DQNPolicy(q)

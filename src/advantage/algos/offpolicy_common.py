@@ -21,7 +21,8 @@ Conventions:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -67,7 +68,7 @@ def check_buffer_memory(cfg: Any, env: gym.Env) -> None:
     would not fit in the memory available."""
     from advantage.data.replay import memory_problem, replay_bytes
 
-    obs, act = env.observation_space, env.action_space
+    obs, act = cast(gym.spaces.Box, env.observation_space), env.action_space
     n = cfg.algorithm.buffer_size
     need = replay_bytes(n, obs.shape, np.float32, act.shape or (), np.float32)
     problem = memory_problem(f"algorithm.buffer_size={n}: the replay buffer", need)
@@ -88,7 +89,7 @@ class ContinuousPolicy:
     def act(self, obs: Any, deterministic: bool = True) -> np.ndarray:
         x = torch.as_tensor(self.obs_norm(np.asarray(obs, np.float64)[None]), dtype=torch.float32)
         if hasattr(self.actor, "mode"):  # SAC: tanh(mean) when deterministic, a sample otherwise
-            a = self.actor.mode(x.flatten(1)) if deterministic else self.actor(x.flatten(1))[0]
+            a = self.actor.mode(x.flatten(1)) if deterministic else self.actor(x.flatten(1))[0]  # type: ignore[operator]  # SAC actor: has mode()
         else:
             a = self.actor(x.flatten(1))
         return (
@@ -101,7 +102,7 @@ class ContinuousPolicy:
     def act_batch(self, obs: np.ndarray) -> list[np.ndarray]:
         """Deterministic actions for a batch of observations ``[N, ...]`` (side-by-side evaluation)."""
         x = torch.as_tensor(self.obs_norm(np.asarray(obs, np.float64)), dtype=torch.float32)
-        a = self.actor.mode(x.flatten(1)) if hasattr(self.actor, "mode") else self.actor(x.flatten(1))
+        a = self.actor.mode(x.flatten(1)) if hasattr(self.actor, "mode") else self.actor(x.flatten(1))  # type: ignore[operator]  # SAC actor: has mode()
         low, high = self.low.ravel(), self.high.ravel()
         return [
             to_env_action(row.numpy().astype(np.float64), low, high).reshape(self.shape).astype(np.float32)
@@ -114,10 +115,10 @@ def load_policy(
 ) -> ContinuousPolicy:
     """The evaluation policy of a checkpoint holding ``actor.*`` (and ``obs_rms.*``) tensors."""
     load_module("actor", actor, tensors)
-    obs_norm = ObsNormalizer(env.observation_space.shape, normalize_obs, clip_obs)
+    obs_norm = ObsNormalizer(cast(gym.spaces.Box, env.observation_space).shape, normalize_obs, clip_obs)
     if normalize_obs:
         obs_norm.rms.load("obs_rms", tensors)
-    return ContinuousPolicy(actor, obs_norm, env.action_space)
+    return ContinuousPolicy(actor, obs_norm, cast(gym.spaces.Box, env.action_space))
 
 
 class Experience:
@@ -143,7 +144,11 @@ class Experience:
         self.env = make_vec_env(env_cfg)
         self.seed = seed
         self.N = env_cfg.num_envs
-        obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
+        obs_space, act_space = (
+            self.env.single_observation_space,
+            cast(gym.spaces.Box, self.env.single_action_space),
+        )
+        assert obs_space.shape is not None  # a Box
         self.obs_shape, self.act_shape = obs_space.shape, act_space.shape
         self.obs_dim, self.act_dim = int(np.prod(obs_space.shape)), int(np.prod(act_space.shape))
         self.low = act_space.low.astype(np.float64).reshape(-1)
@@ -267,7 +272,7 @@ class Experience:
 
 
 def save_learner(
-    modules: dict[str, nn.Module], optimizers: dict[str, torch.optim.Optimizer]
+    modules: Mapping[str, nn.Module], optimizers: Mapping[str, torch.optim.Optimizer]
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Checkpoint tensors and JSON state of the networks and optimizers (and the torch RNG, which SAC's
     sampling and TD3's target noise draw from)."""
@@ -282,8 +287,8 @@ def save_learner(
 
 
 def load_learner(
-    modules: dict[str, nn.Module],
-    optimizers: dict[str, torch.optim.Optimizer],
+    modules: Mapping[str, nn.Module],
+    optimizers: Mapping[str, torch.optim.Optimizer],
     tensors: Any,
     meta: dict[str, Any],
     where: str,

@@ -64,6 +64,7 @@ Implementation details:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,7 +221,7 @@ def _evaluate(model: ActorCritic, batch: Episodes) -> tuple[Tensor, Tensor, Tens
     return logp.view(E, T), entropy.view(E, T), values.view(E, T)
 
 
-def per_episode_gradients(logp: Tensor, coefs: list[Tensor], params: list[Tensor]) -> list[Tensor]:
+def per_episode_gradients(logp: Tensor, coefs: list[Tensor], params: Sequence[Tensor]) -> list[Tensor]:
     """For each ``coef [E, T]``, the per-episode gradients ``[E, P]`` of
     :math:`\\sum_t coef_{i,t}\\log\\pi_{i,t}`, by one vmapped backward pass (``is_grads_batched``) over
     the graph of ``logp``."""
@@ -344,7 +345,7 @@ def train(cfg: Any, ctx: RunContext, off_policy: bool = False) -> None:
     def snapshot() -> Snapshot:
         opt_tensors, opt_meta = optimizer_state("optim", opt)
         tensors = {**module_tensors("model", model), "torch_rng": torch.get_rng_state(), **opt_tensors}
-        policy = ActorCriticPolicy(model, ObsNormalizer(env.single_observation_space.shape, False, 1.0))
+        policy = ActorCriticPolicy(model, ObsNormalizer(model.obs_shape, False, 1.0))
         return Snapshot(policy, tensors, {"optim": opt_meta, "env": env_state(env)})
 
     while step < t.total_steps:
@@ -377,4 +378,4 @@ def train(cfg: Any, ctx: RunContext, off_policy: bool = False) -> None:
 def _policy(cfg: Any, env: gym.Env, tensors: Any) -> ActorCriticPolicy:
     model = make_model(cfg, env.observation_space, env.action_space)
     load_module("model", model, tensors)
-    return ActorCriticPolicy(model, ObsNormalizer(env.observation_space.shape, False, 1.0))
+    return ActorCriticPolicy(model, ObsNormalizer(model.obs_shape, False, 1.0))

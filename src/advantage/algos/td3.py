@@ -28,7 +28,7 @@ the actor loss uses detached critic weights (no critic weight gradients computed
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -194,6 +194,8 @@ def train(cfg: TD3Config, ctx: RunContext) -> None:
 
 
 def _policy(cfg: TD3Config, env: gym.Env, tensors: Any) -> ContinuousPolicy:
-    obs_dim, act_dim = (int(np.prod(s.shape)) for s in (env.observation_space, env.action_space))
+    obs_dim, act_dim = (
+        int(np.prod(cast(tuple[int, ...], s.shape))) for s in (env.observation_space, env.action_space)
+    )
     actor = DeterministicActor(obs_dim, act_dim, list(cfg.model.actor_hidden))
     return load_policy(actor, cfg.algorithm.normalize_obs, cfg.algorithm.clip_obs, env, tensors)

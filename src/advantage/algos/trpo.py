@@ -34,7 +34,7 @@ Defaults follow Stable-Baselines3-contrib's TRPO (δ = 0.01, 15 CG iterations, d
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import torch
@@ -53,7 +53,7 @@ from advantage.math import (
     natural_step,
 )
 from advantage.nn import ActorCritic, ActorCriticPolicy, eager
-from advantage.nn.actor_critic import CategoricalHead
+from advantage.nn.actor_critic import CategoricalHead, GaussianHead
 from advantage.rollout.onpolicy import make_collector
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
@@ -80,7 +80,7 @@ def mean_kl(model: ActorCritic, obs: Tensor, old: Tensor, old_log_std: Tensor | 
     new = distribution(model, obs)
     if old_log_std is None:
         return (old.exp() * (old - new)).sum(-1).mean()
-    log_std = model.head.log_std.expand_as(new)
+    log_std = cast(GaussianHead, model.head).log_std.expand_as(new)  # old_log_std: a Gaussian policy
     old_ls = old_log_std.expand_as(new)
     kl = log_std - old_ls + ((2 * old_ls).exp() + (old - new) ** 2) / (2 * (2 * log_std).exp()) - 0.5
     return kl.sum(-1).mean()

@@ -29,9 +29,13 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+    from numpy.typing import DTypeLike
 
 from advantage.errors import ConfigError
 
@@ -64,14 +68,20 @@ def memory_problem(what: str, nbytes: int) -> str | None:
     return f"{what} needs {nbytes / 2**30:.3g} GiB of memory, but only {free / 2**30:.3g} GiB is available"
 
 
-def replay_bytes(capacity: int, obs_shape: Any, obs_dtype: Any, action_shape: Any, action_dtype: Any) -> int:
+def replay_bytes(
+    capacity: int,
+    obs_shape: tuple[int, ...],
+    obs_dtype: DTypeLike,
+    action_shape: tuple[int, ...],
+    action_dtype: DTypeLike,
+) -> int:
     """The bytes :class:`ReplayBuffer` allocates for ``capacity`` transitions."""
     obs = int(np.prod(obs_shape, dtype=np.float64)) * np.dtype(obs_dtype).itemsize
     act = int(np.prod(action_shape, dtype=np.float64)) * np.dtype(action_dtype).itemsize
     return capacity * (2 * obs + act + 4 + 1 + 4)
 
 
-def check_rollout_memory(cfg: Any, env: Any) -> None:
+def check_rollout_memory(cfg: Any, env: gym.Env | gym.vector.VectorEnv) -> None:
     """:class:`ConfigError` before anything runs when one on-policy rollout (``algorithm.n_steps`` ×
     ``env.num_envs`` steps: observation, action and about 8 float32 numbers each) would not fit in the
     memory available (PPO, TRPO, A2C)."""
@@ -96,7 +106,9 @@ def _check_unit(name: str, value: Any) -> float:
     return float(value)
 
 
-_BIT_GENERATORS = {g.__name__: g for g in (np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937)}
+_BIT_GENERATORS: dict[str, type[np.random.BitGenerator]] = {
+    g.__name__: g for g in (np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937)
+}
 _BIT_GENERATORS |= {g.__name__: g for g in (np.random.Philox, np.random.SFC64)}
 
 
@@ -131,9 +143,9 @@ class ReplayBuffer:
         self,
         capacity: int,
         obs_shape: tuple[int, ...],
-        obs_dtype: Any,
+        obs_dtype: DTypeLike,
         action_shape: tuple[int, ...],
-        action_dtype: Any,
+        action_dtype: DTypeLike,
         num_envs: int = 1,
         n_step: int = 1,
         gamma: float = 0.99,
@@ -473,9 +485,9 @@ class PrioritizedReplayBuffer:
         self,
         capacity: int,
         obs_shape: tuple[int, ...],
-        obs_dtype: Any,
+        obs_dtype: DTypeLike,
         action_shape: tuple[int, ...],
-        action_dtype: Any,
+        action_dtype: DTypeLike,
         num_envs: int = 1,
         n_step: int = 1,
         gamma: float = 0.99,

@@ -27,7 +27,7 @@ def register_ale(env_id: str) -> None:
     gym.register_envs(ale_py)
 
 
-def atari_wrappers(env: gym.Env, training: bool) -> gym.Env:
+def atari_wrappers(env: gym.Env, training: bool) -> gym.Wrapper:
     """The preprocessing above; the base env must be made with ``frameskip=1``."""
     if getattr(env.unwrapped, "_frameskip", 1) != 1:
         raise EnvError("env.wrappers=atari needs env.frameskip=1 (the wrapper skips frames itself)")
@@ -35,5 +35,5 @@ def atari_wrappers(env: gym.Env, training: bool) -> gym.Env:
         env, noop_max=30, frame_skip=4, screen_size=84, terminal_on_life_loss=training, grayscale_obs=True
     )
     if training:
-        env = gym.wrappers.TransformReward(env, lambda r: float(np.sign(r)))
+        env = gym.wrappers.TransformReward(env, lambda r: float(np.sign(float(r))))
     return gym.wrappers.FrameStackObservation(env, 4)

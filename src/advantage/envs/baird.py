@@ -46,7 +46,7 @@ class BairdEnv(gym.Env):
     """Baird's seven-state star MDP. Observations ``Discrete(7)``, actions ``Discrete(2)`` (0: dashed,
     1: solid); reward 0; never terminates."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}  # type: ignore[misc]  # gym.Env declares it per instance; a class constant here
 
     def __init__(self, render_mode: str | None = None):
         self.observation_space = gym.spaces.Discrete(NUM_STATES)
@@ -74,4 +74,4 @@ class BairdEnv(gym.Env):
 
 def register_baird() -> None:
     if "Baird-v0" not in gym.registry:
-        gym.register(id="Baird-v0", entry_point=BairdEnv, max_episode_steps=100)
+        gym.register(id="Baird-v0", entry_point=BairdEnv, max_episode_steps=100)  # type: ignore[arg-type]  # a class is an entry point

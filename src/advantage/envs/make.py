@@ -41,7 +41,7 @@ class SuccessInfo(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         if terminated or truncated:
             info = dict(info)
-            info["is_success"] = bool(terminated and (self.rule == "any" or reward > 0))
+            info["is_success"] = bool(terminated and (self.rule == "any" or float(reward) > 0))
         return obs, reward, terminated, truncated, info
 
 
@@ -176,7 +176,7 @@ def check_env_api(env_id: str, env: gym.Env) -> None:
     error before training rather than a ValueError from inside a vector env. Checks the base env: the
     wrappers Gymnasium adds would fail first, with a bare unpacking error."""
     env = env.unwrapped
-    out = env.reset(seed=0)
+    out: tuple[Any, ...] = env.reset(seed=0)
     if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
         raise EnvError(
             f"{env_id}: reset() must return (obs, info), got {type(out).__name__} "

@@ -14,9 +14,11 @@ terminal state's value 0).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.spaces import Discrete
 
 from advantage.errors import EnvError
 
@@ -46,7 +48,7 @@ def tabular_model(env: gym.Env, env_id: str = "") -> TabularModel:
             f"exact planning needs an environment with a known model (env.unwrapped.P, as in FrozenLake, "
             f"CliffWalking, Taxi); {env_id or type(base).__name__} has none"
         )
-    S, A = int(env.observation_space.n), int(env.action_space.n)
+    S, A = int(cast(Discrete, env.observation_space).n), int(cast(Discrete, env.action_space).n)
     transitions = np.zeros((S, A, S))
     rewards = np.zeros((S, A))
     for s, by_action in table.items():

@@ -100,7 +100,7 @@ def _layers(env: Any) -> list[Any]:
         node = node.env
 
 
-def env_state(env: gym.Env) -> list[dict[str, Any]]:
+def env_state(env: gym.Env | gym.vector.VectorEnv) -> list[dict[str, Any]]:
     """The state of every wrapper layer and the base environment, outermost first."""
     out = []
     for layer in _layers(env):
@@ -126,7 +126,7 @@ def _class_behaviour(layer: Any, name: str) -> bool:
     return callable(attr) or hasattr(type(attr), "__get__")
 
 
-def set_env_state(env: gym.Env, state: list[dict[str, Any]]) -> None:
+def set_env_state(env: gym.Env | gym.vector.VectorEnv, state: list[dict[str, Any]]) -> None:
     """Restore what :func:`env_state` saved into an environment built from the same config (and reset).
     Only plain attributes are set: those the environment's own snapshot holds, each with its own kind,
     type, dtype and shape, and names it does not have yet (created on a later step); never a name its

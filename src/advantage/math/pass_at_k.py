@@ -20,7 +20,11 @@ import math
 import operator
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # types only: this module computes on Python ints
+    import numpy as np
+    from torch import Tensor
 
 __all__ = ["maj_at_k", "maj_at_k_expected", "mean_pass_at_k", "pass_at_k"]
 
@@ -51,7 +55,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
-def mean_pass_at_k(ns: Sequence[int] | int | Any, cs: Sequence[int] | Any, k: int) -> float:
+def mean_pass_at_k(
+    ns: Sequence[int] | int | np.ndarray | Tensor, cs: Sequence[int] | np.ndarray | Tensor, k: int
+) -> float:
     """Mean pass@k over prompts: ``ns[i]`` samples of prompt i, ``cs[i]`` correct (``ns`` may be one int
     for all). Accepts lists, numpy arrays or 1-D tensors (``.tolist()`` is used)."""
     cs_list = cs.tolist() if hasattr(cs, "tolist") else list(cs)

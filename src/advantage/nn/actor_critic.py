@@ -14,6 +14,7 @@ need ``atanh`` of a saturated action.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import gymnasium as gym
 import numpy as np
@@ -70,6 +71,9 @@ class CategoricalHead(nn.Module):
 class GaussianHead(nn.Module):
     """Box actions: N(μ(s), diag σ²) with state-independent log σ; optional tanh squashing."""
 
+    low: Tensor  # buffers (registered in __init__)
+    high: Tensor
+
     def __init__(self, hidden: int, space: gym.spaces.Box, log_std_init: float = 0.0, squash: bool = False):
         super().__init__()
         dim = int(np.prod(space.shape))
@@ -122,6 +126,7 @@ class ActorCritic(nn.Module):
         squash: bool = False,
     ):
         super().__init__()
+        assert obs_space.shape is not None, "observation spaces here have a shape (Box, Discrete)"
         self.obs_shape = tuple(obs_space.shape)
         obs_dim = int(np.prod(obs_space.shape))
         self.pi_body = mlp([obs_dim, *hidden], activation)
@@ -136,7 +141,7 @@ class ActorCritic(nn.Module):
         if isinstance(action_space, gym.spaces.Discrete):
             self.head: CategoricalHead | GaussianHead = CategoricalHead(hidden[-1], int(action_space.n))
         else:
-            self.head = GaussianHead(hidden[-1], action_space, log_std_init, squash)
+            self.head = GaussianHead(hidden[-1], cast(gym.spaces.Box, action_space), log_std_init, squash)
 
     def value(self, obs: Tensor) -> Tensor:
         return self.value_head(self.v_body(obs)).squeeze(-1)

@@ -93,8 +93,8 @@ class EnsembleQ(nn.Module):
             bound = 1.0 / math.sqrt(fan_in)  # nn.Linear's default: kaiming_uniform(a=√5) == U(±1/√fan_in)
             return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
 
-        self.first_weight = uniform(sizes[0], sizes[0], n * hidden[0])
-        self.first_bias = uniform(sizes[0], n * hidden[0])
+        self.first_weight: Tensor = uniform(sizes[0], sizes[0], n * hidden[0])
+        self.first_bias: Tensor = uniform(sizes[0], n * hidden[0])
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
         for fan_in, fan_out in itertools.pairwise(sizes[1:]):
@@ -143,7 +143,7 @@ class _MLP(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            x = nn.functional.linear(x, layer.weight, layer.bias)
+            x = nn.functional.linear(x, layer.weight, layer.bias)  # type: ignore[arg-type]  # nn.Linear: ModuleList items are typed Module
             if i < last or self.relu_last:
                 x = torch.relu(x)
         return x

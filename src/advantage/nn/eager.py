@@ -79,7 +79,7 @@ def _hooked(opt: torch.optim.Optimizer) -> bool:
 
 
 @functools.cache
-def _raw_step(cls: type) -> Callable[..., Any]:
+def _raw_step(cls: type[torch.optim.Optimizer]) -> Callable[..., Any]:
     """``cls.step`` without its wrappers (the profiler/hook layer and ``_use_grad_for_differentiable``)."""
     return inspect.unwrap(cls.step)
 
@@ -99,7 +99,7 @@ def step(opt: Any) -> None:
         opt.step()
         return
     with torch.no_grad():
-        _raw_step(type(opt))(opt)
+        _raw_step(type(opt))(opt)  # type: ignore[arg-type]  # a class is hashable (mypy checks its instances)
     opt._opt_called = True  # type: ignore[attr-defined]  # what the hook layer records (LR-scheduler check)
 
 

@@ -39,7 +39,7 @@ import os
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +48,9 @@ from torch.autograd.function import once_differentiable
 from torch.optim import optimizer as _optimizer_module
 
 from advantage.nn import eager
+
+if TYPE_CHECKING:  # transformers is the optional `llm` extra
+    from transformers import PreTrainedModel
 
 __all__ = [
     "DecodeWeights",
@@ -65,7 +68,7 @@ LEAN_TYPES = ("qwen2", "llama")
 _CACHE: weakref.WeakKeyDictionary[nn.Module, LeanDecoder | None] = weakref.WeakKeyDictionary()
 
 
-def _decoder_of(model: nn.Module) -> nn.Module | None:
+def _decoder_of(model: PreTrainedModel) -> PreTrainedModel | None:
     """The transformer stack (``Qwen2Model`` / ``LlamaModel``) of a causal LM or of the stack itself."""
     if hasattr(model, "layers") and hasattr(model, "embed_tokens"):
         return model
@@ -75,7 +78,7 @@ def _decoder_of(model: nn.Module) -> nn.Module | None:
     return None
 
 
-def _supported(model: nn.Module, decoder: nn.Module) -> bool:
+def _supported(model: PreTrainedModel, decoder: PreTrainedModel) -> bool:
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) not in LEAN_TYPES:
         return False
@@ -88,14 +91,14 @@ def _supported(model: nn.Module, decoder: nn.Module) -> bool:
         return False
     for layer in decoder.layers:
         attn, mlp = layer.self_attn, layer.mlp
-        linears = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
+        linears: tuple[nn.Module, ...] = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
         linears += (mlp.gate_proj, mlp.up_proj, mlp.down_proj)
         if any(type(m) is not nn.Linear for m in linears):  # LoRA / quantised layers: not reproduced here
             return False
     return True
 
 
-def lean_decoder(model: nn.Module) -> LeanDecoder | None:
+def lean_decoder(model: PreTrainedModel) -> LeanDecoder | None:
     """The :class:`LeanDecoder` of a Qwen2/Llama causal LM (or its decoder stack), or ``None`` when the lean
     forward would not reproduce the transformers forward exactly (see the module docstring). Cached per
     module; whether the model is training (dropout) or checkpointing is checked at every call."""
@@ -187,7 +190,7 @@ class LeanDecoder:
     ``new_cache`` / ``step`` decode with a preallocated cache. Build it with :func:`lean_decoder`.
     """
 
-    def __init__(self, model: nn.Module, decoder: nn.Module):
+    def __init__(self, model: PreTrainedModel, decoder: PreTrainedModel):
         cfg = model.config
         self.model, self.decoder = model, decoder
         self.layers = list(decoder.layers)
@@ -256,6 +259,7 @@ class LeanDecoder:
         layers = []
         with torch.no_grad():
             for lw in self.weights():
+                assert lw.attn_norm is not None and lw.mlp_norm is not None  # weights() has the norms
                 qkv = (lw.qkv * lw.attn_norm)[order]
                 qkv_bias = None if lw.qkv_bias is None else lw.qkv_bias[order]
                 gate_up = lw.gate_up * lw.mlp_norm
@@ -668,12 +672,13 @@ class _Stack(torch.autograd.Function):
         nh, nkv, d, scale = batch.heads, batch.kv_heads, batch.head_dim, batch.scale
         g = nh // nkv
         n_layers = (len(params) - 2) // _PER_LAYER
-        x = F.embedding(batch.ids, params[0])  # [N, H]
+        x = F.embedding(batch.ids, cast(Tensor, params[0]))  # [N, H]
         saved = []
         for i in range(n_layers):
-            g1, wq, bq, wk, bk, wv, bv, wo, bo, g2, wg, bg, wu, bu, wd, bd = params[
-                1 + i * _PER_LAYER : 1 + (i + 1) * _PER_LAYER
-            ]
+            # weights are tensors; a bias may be None (_cat_or_none and _linear take None)
+            g1, wq, bq, wk, bk, wv, bv, wo, bo, g2, wg, bg, wu, bu, wd, bd = cast(
+                "tuple[Tensor, ...]", params[1 + i * _PER_LAYER : 1 + (i + 1) * _PER_LAYER]
+            )
             h1, xn1, r1 = _rms_norm(x, g1, batch.eps, batch.inv_h)
             if batch.rows is None or i < n_layers - 1:
                 w_in = torch.cat((wq, wk, wv))
@@ -691,6 +696,7 @@ class _Stack(torch.autograd.Function):
                 hq, x2 = h1, _linear(o, wo, bo, x)
             else:  # the last layer at `rows` only: keys and values everywhere, queries at the rows
                 rows = batch.rows
+                assert batch.row_cos is not None and batch.row_sin is not None  # set with rows
                 S = rows.shape[0]
                 w_in = torch.cat((wk, wv))
                 kv = _linear(h1, w_in, _cat_or_none(bk, bv)).view(N, 2 * nkv, d)
@@ -765,6 +771,7 @@ class _Stack(torch.autograd.Function):
                 dwkv, dbkv = dw_in[q_rows:], None if db_in is None else db_in[q_rows:]
             else:
                 rows = batch.rows
+                assert batch.row_cos is not None and batch.row_sin is not None  # set with rows
                 S = rows.shape[0]
                 do3 = do.view(S, nh, d).transpose(0, 1).reshape(nkv, -1, d)
                 dq3, dk3 = torch.empty_like(q3), torch.empty_like(k3)

@@ -17,7 +17,7 @@ import inspect
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import torch
 from torch import Tensor
@@ -309,6 +309,26 @@ def forward_accepts(model: PreTrainedModel, name: str) -> bool:
     return name in inspect.signature(type(base).forward).parameters
 
 
+@overload
+def sequence_logprobs(
+    model: PreTrainedModel,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    *,
+    response_start: int,
+    temperature: float = ...,
+    return_hidden: Literal[False] = ...,
+) -> Tensor: ...
+@overload
+def sequence_logprobs(
+    model: PreTrainedModel,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    *,
+    response_start: int,
+    temperature: float = ...,
+    return_hidden: Literal[True],
+) -> tuple[Tensor, Tensor]: ...
 def sequence_logprobs(
     model: PreTrainedModel,
     input_ids: Tensor,

@@ -14,12 +14,16 @@ import functools
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from advantage.nn.chunked import head_logprobs
 from advantage.nn.lm import sequence_logprobs
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = [
     "PACK_ROW_LENGTH",
@@ -60,7 +64,7 @@ class PackedPrompts:
         return PackedPrompts(
             *(getattr(self, f).to(device) for f in ("input_ids", "position_ids", "attention_mask")),
             *(getattr(self, f).to(device) for f in ("predictors", "targets", "owner", "last")),
-            self.responses,
+            self.responses,  # type: ignore[call-arg]  # mypy cannot count the starred generators (7 tensors)
         )
 
 
@@ -167,7 +171,7 @@ def _first_fit(sizes: Sequence[int], cap: int) -> tuple[list[int], list[tuple[in
     return fill, start
 
 
-def packable(model: torch.nn.Module) -> bool:
+def packable(model: PreTrainedModel) -> bool:
     """Whether :func:`pack_prompts` batches can go through ``model``: a Qwen2 or Llama decoder with eager or
     SDPA attention (they take a custom 4D mask as is) and no sliding-window layers."""
     cfg = getattr(model, "config", None)
@@ -179,7 +183,7 @@ def packable(model: torch.nn.Module) -> bool:
     )
 
 
-def packed_hidden(decoder: torch.nn.Module, packed: PackedPrompts, rows: Tensor | None = None) -> Tensor:
+def packed_hidden(decoder: PreTrainedModel, packed: PackedPrompts, rows: Tensor | None = None) -> Tensor:
     """Final-norm hidden states ``[R * L, H]`` of a packed batch (``decoder``: the transformer without the
     LM head), or ``[len(rows), H]`` at the flat indices ``rows`` (``packed.last``, ``packed.predictors``).
     Qwen2/Llama decoders go through the lean forward (:mod:`advantage.nn.lean`), which then skips the last
@@ -201,7 +205,7 @@ def packed_hidden(decoder: torch.nn.Module, packed: PackedPrompts, rows: Tensor 
     return h if rows is None else h[rows]
 
 
-def packed_logprobs(model: torch.nn.Module, packed: PackedPrompts, temperature: float = 1.0) -> Tensor:
+def packed_logprobs(model: PreTrainedModel, packed: PackedPrompts, temperature: float = 1.0) -> Tensor:
     """``log π(y_t | x, y_<t) `` of every packed response token (``packed.targets``), ``[N]`` fp32: the
     vocabulary projection runs on the ``N`` hidden states that predict response tokens only."""
     h = packed_hidden(model.get_decoder(), packed, packed.predictors)  # [N, H]
@@ -239,7 +243,7 @@ def response_segments(
 
 
 def generation_logprobs(
-    model: torch.nn.Module,
+    model: PreTrainedModel,
     prompt_ids: Tensor,
     prompt_mask: Tensor,
     response_ids: Tensor,

@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # transformers is the optional `llm` extra
+    from transformers import PreTrainedTokenizerFast
 
 __all__ = ["CHATML_TEMPLATE", "build_bpe_tokenizer", "save_tiny_folder"]
 
@@ -20,7 +23,7 @@ CHATML_TEMPLATE = (
 )
 
 
-def build_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 400) -> Any:
+def build_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 400) -> PreTrainedTokenizerFast:
     """A ``PreTrainedTokenizerFast``: byte-level BPE trained on ``texts`` to ``vocab_size`` tokens; special
     tokens ``<|endoftext|>``, ``<|im_start|>``, ``<|im_end|>`` (the EOS); the ChatML template; no pad
     token."""

@@ -27,6 +27,8 @@ from advantage.nn.lm import forward_accepts, position_ids_from_mask, response_ma
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from advantage.nn.lean import LeanDecoder
+
 __all__ = [
     "Generation",
     "SamplingParams",
@@ -285,7 +287,7 @@ class _LeanStepper:
     (:meth:`~advantage.nn.lean.LeanDecoder.decode_weights`; fp32/fp64, since RoPE becomes a complex product),
     a preallocated key/value cache written in place, the decode mask built once."""
 
-    def __init__(self, lean: Any, mask: Tensor, dtype: torch.dtype):
+    def __init__(self, lean: LeanDecoder, mask: Tensor, dtype: torch.dtype):
         from advantage.nn.lean import additive_mask
 
         self.lean = lean

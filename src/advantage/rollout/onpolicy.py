@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -35,6 +35,9 @@ from advantage.errors import NonFiniteError
 from advantage.math import gae
 from advantage.nn import ActorCritic, ObsNormalizer
 from advantage.torch_state import RunningMeanStd
+
+if TYPE_CHECKING:
+    from advantage.context import RunContext
 
 _COUNTERS = ("ep_ret", "ep_len", "disc_ret")
 
@@ -68,11 +71,12 @@ class OnPolicyCollector:
         normalize_obs: bool,
         clip_obs: float,
         normalize_reward: bool,
-        ctx: Any,
+        ctx: RunContext,
     ):
         self.env, self.model, self.T, self.N = env, model, n_steps, env.num_envs
         self.gamma, self.normalize_reward, self.ctx = gamma, normalize_reward, ctx
         obs_space, act_space = env.single_observation_space, env.single_action_space
+        assert obs_space.shape is not None and act_space.shape is not None  # Box or Discrete
         self.obs_norm = ObsNormalizer(obs_space.shape, normalize_obs, clip_obs)
         self.ret_rms = RunningMeanStd(())
         self.discrete = isinstance(act_space, gym.spaces.Discrete)
@@ -113,7 +117,7 @@ class OnPolicyCollector:
             **{k: torch.as_tensor(getattr(self, k)) for k in _COUNTERS},
         }
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> list[dict[str, Any]]:
         """What a checkpoint stores as JSON (the envs' own state)."""
         return env_state(self.env)
 
@@ -121,7 +125,7 @@ class OnPolicyCollector:
         """Collector metrics for the training row (none in one process)."""
         return {}
 
-    def load(self, tensors: dict[str, Tensor], state: dict[str, Any], seed: int) -> None:
+    def load(self, tensors: dict[str, Tensor], state: list[dict[str, Any]], seed: int) -> None:
         """Restore :meth:`tensors` and :meth:`state` (the envs are reset with ``seed`` first)."""
         self.obs_norm.rms.load("obs_rms", tensors)
         self.ret_rms.load("ret_rms", tensors)
@@ -192,7 +196,9 @@ class OnPolicyCollector:
         )
 
 
-def make_collector(env: gym.vector.VectorEnv, model: ActorCritic, cfg: Any, n_steps: int, ctx: Any) -> Any:
+def make_collector(
+    env: gym.vector.VectorEnv, model: ActorCritic, cfg: Any, n_steps: int, ctx: RunContext
+) -> Any:
     """The run's collector: :class:`OnPolicyCollector` in this process, or, with
     ``trainer.num_workers > 0``, :class:`advantage.rollout.remote.RemoteCollector` over Ray workers
     (imported only then). ``cfg`` has ``env``, ``model``, ``trainer`` and the algorithm's ``gamma``,

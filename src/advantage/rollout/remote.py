@@ -37,7 +37,8 @@ import dataclasses
 import math
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -49,6 +50,12 @@ from advantage.math import gae
 from advantage.nn import ObsNormalizer
 from advantage.rollout.onpolicy import Batch
 from advantage.torch_state import RunningMeanStd
+
+if TYPE_CHECKING:
+    from advantage.config import TrainerConfig, VecEnvConfig
+    from advantage.configs.models import ActorCriticModel
+    from advantage.context import RunContext
+    from advantage.nn import ActorCritic
 
 MAX_ATTEMPTS = 3  # replacements of one worker within one rollout before the run stops
 
@@ -78,7 +85,13 @@ class EnvWorker:
     """One Ray actor: ``n`` envs of the run's env config and a copy of the policy, stepped ``T`` steps per
     :meth:`rollout`. Runs in its own process; everything it returns is numpy."""
 
-    def __init__(self, env_cfg: Any, model_cfg: Any, spec: gym.envs.registration.EnvSpec | None, seed: int):
+    def __init__(
+        self,
+        env_cfg: VecEnvConfig,
+        model_cfg: ActorCriticModel,
+        spec: gym.envs.registration.EnvSpec | None,
+        seed: int,
+    ):
         from advantage.envs import make_vec_env
 
         torch.set_num_threads(1)
@@ -107,7 +120,8 @@ class EnvWorker:
 
         n = self.autoreset.shape[0]
         obs_shape = self.env.single_observation_space.shape
-        out = {
+        assert obs_shape is not None  # a Box
+        out: dict[str, Any] = {
             "obs": np.zeros((T, n, *obs_shape), dtype=np.float32),
             "raw_next": np.zeros((T, n, *obs_shape)),
             "logp": np.zeros((T, n), dtype=np.float32),
@@ -149,7 +163,14 @@ class WorkerPool:
     ``restarts`` count, so it can reseed); :meth:`call` runs one method on every worker and returns the
     results in worker order."""
 
-    def __init__(self, ray: Any, actor_cls: type, make_args: Any, n: int, trainer: Any):
+    def __init__(
+        self,
+        ray: Any,
+        actor_cls: type,
+        make_args: Callable[[int, int], tuple],
+        n: int,
+        trainer: TrainerConfig,
+    ):
         self.ray, self.n, self.make_args = ray, n, make_args
         self.timeout, self.fault_tolerance = trainer.worker_timeout, trainer.fault_tolerance
         self.actor_cls = ray.remote(num_cpus=1, max_restarts=0)(actor_cls)
@@ -213,17 +234,17 @@ class RemoteCollector:
 
     def __init__(
         self,
-        env_cfg: Any,
-        model_cfg: Any,
-        model: Any,
+        env_cfg: VecEnvConfig,
+        model_cfg: ActorCriticModel,
+        model: ActorCritic,
         n_steps: int,
-        trainer: Any,
+        trainer: TrainerConfig,
         *,
         gamma: float,
         normalize_obs: bool,
         clip_obs: float,
         normalize_reward: bool,
-        ctx: Any,
+        ctx: RunContext,
         obs_space: gym.Space,
     ):
         self.ray = import_ray(trainer.ray_address, trainer.num_workers)
@@ -234,6 +255,7 @@ class RemoteCollector:
         self.model_cfg, self.model, self.ctx = model_cfg, model, ctx
         self.gamma, self.normalize_reward, self.clip_obs = gamma, normalize_reward, clip_obs
         self.trainer = trainer
+        assert obs_space.shape is not None  # a Box
         self.obs_norm = ObsNormalizer(obs_space.shape, normalize_obs, clip_obs)
         self.ret_rms = RunningMeanStd(())
         self.disc_ret = np.zeros(self.N)

@@ -15,7 +15,7 @@ import math
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,6 +31,11 @@ from advantage.configs.llm import (  # noqa: F401  (their old place)
 )
 from advantage.errors import ConfigError
 
+if TYPE_CHECKING:  # transformers is the optional `llm` extra
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from advantage.envs.text.core import Example, Task
+
 SPLITS = ("train", "validation", "test")
 
 
@@ -38,14 +43,14 @@ SPLITS = ("train", "validation", "test")
 # Task, model and tokenizer
 
 
-def make_task(data: DataConfig) -> Any:
+def make_task(data: DataConfig) -> Task:
     """The task named by ``data.task`` with its options (:func:`advantage.envs.text.make_task`)."""
     from advantage.envs.text import make_task as _make
 
     return _make(data.task, **data.kwargs)
 
 
-def split_size(d: Any, split: str, task: Any) -> int:
+def split_size(d: Any, split: str, task: Task) -> int:
     """``data.<split>_size``, or when unset: every row of the split for a task read from a file (it has
     ``split_sizes``), else the config's ``GENERATED_SIZES``."""
     size = getattr(d, f"{split}_size")
@@ -57,7 +62,7 @@ def split_size(d: Any, split: str, task: Any) -> int:
     return type(d).GENERATED_SIZES[SPLITS.index(split)] if hasattr(type(d), "GENERATED_SIZES") else 0
 
 
-def resolve_sizes(cfg: Any, task: Any) -> None:
+def resolve_sizes(cfg: Any, task: Any) -> None:  # a Task; a file task has split_sizes and path
     """Fill the unset ``data.*_size`` from the task (:func:`split_size`), so the saved config says what ran;
     an empty split of a file is an error naming the file and split. A validation split read from a file
     smaller than ``trainer.eval_episodes`` lowers it to the split's size."""
@@ -89,7 +94,7 @@ def _where(e: Any, split: str, k: int) -> str:
 def check_lengths(
     cfg: Any,
     examples: dict[str, list[Any]],
-    tok: Any,
+    tok: PreTrainedTokenizerBase,
     responses: Callable[[list[Any]], list[tuple[Any, str]]] | None = None,
 ) -> list[str]:
     """Measure every prompt of ``examples`` (split → examples) as the model sees it, with the policy's
@@ -230,7 +235,7 @@ def model_folder(path: str) -> Path:
     return folder
 
 
-def build_model(cfg: Any, task: Any) -> tuple[torch.nn.Module, Any]:
+def build_model(cfg: Any, task: Task) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The policy model and tokenizer: ``model.path`` loaded from disk, or a scratch model of
     ``model.arch`` with a character tokenizer over the task's alphabet. LoRA wraps it when
     ``model.lora.rank > 0``."""
@@ -274,7 +279,9 @@ def build_model(cfg: Any, task: Any) -> tuple[torch.nn.Module, Any]:
     return model.to(cfg.trainer.device), tok
 
 
-def policy_model(cfg: Any, task: Any, restored: Checkpoint | None) -> tuple[torch.nn.Module, Any]:
+def policy_model(
+    cfg: Any, task: Task, restored: Checkpoint | None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The model to train and its tokenizer: :func:`build_model` for a new run; on resume the
     checkpoint folder (a ``save_pretrained`` folder) or, with LoRA, the rebuilt base model with the
     checkpoint's ``adapter.*`` tensors put back."""
@@ -294,17 +301,17 @@ def policy_model(cfg: Any, task: Any, restored: Checkpoint | None) -> tuple[torc
     return model, tok
 
 
-def adapter_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def adapter_tensors(model: PreTrainedModel) -> dict[str, torch.Tensor]:
     """The LoRA parameters for a checkpoint, as :func:`policy_model` reads them back."""
     return {f"adapter.{k}": v for k, v in trainable_tensors(model).items()}
 
 
-def trainable_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def trainable_tensors(model: PreTrainedModel) -> dict[str, torch.Tensor]:
     """The parameters an optimizer updates (all of them, or only LoRA's), by name."""
     return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
 
 
-def hf_files(model: torch.nn.Module, tokenizer: Any) -> dict[str, bytes]:
+def hf_files(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> dict[str, bytes]:
     """The ``save_pretrained`` files of the model (LoRA merged into the weights) and the tokenizer, as
     bytes for the checkpoint, so a checkpoint folder is itself a model folder."""
     import copy
@@ -375,7 +382,7 @@ class DataCursor:
 # Prompts and the policy
 
 
-def prompt_text(tokenizer: Any, prompt: str, chat_template: bool) -> str:
+def prompt_text(tokenizer: PreTrainedTokenizerBase, prompt: str, chat_template: bool) -> str:
     """The text the model sees: the raw prompt, or the chat template with the generation prompt. A
     :class:`~advantage.envs.text.core.ChatPrompt` (a dataset's list of chat messages) always goes through
     the template, with all its messages."""
@@ -390,7 +397,9 @@ def prompt_text(tokenizer: Any, prompt: str, chat_template: bool) -> str:
                 "the prompts are chat messages, but the tokenizer has no chat template to render them"
             )
         raise ConfigError("data.chat_template=true, but the tokenizer has no chat template")
-    messages = list(prompt.messages) if chat else [{"role": "user", "content": prompt}]
+    messages = (
+        list(prompt.messages) if isinstance(prompt, ChatPrompt) else [{"role": "user", "content": prompt}]
+    )
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
@@ -398,16 +407,21 @@ class LMPolicy:
     """A trained language model with its tokenizer and task: ``act(prompt)`` is the greedy completion,
     :meth:`complete` batches and samples."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, task: Any, cfg: Any):
+    # Set by the trainers and evaluations that use them (DPO, PPO-RLHF, GRPO with a reward model);
+    # declared, not assigned: an LMPolicy without them has no such attribute.
+    reference: PreTrainedModel
+    reward_model: Any  # a frozen reward_model.RewardModel
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: Task, cfg: Any):
         self.model, self.tokenizer, self.task, self.cfg = model, tokenizer, task, cfg
         self._mode: bool | None = None  # see _mode_matters
-        self._examples: dict[tuple[str, int], list[Any]] = {}
+        self._examples: dict[tuple[str, int], list[Example]] = {}
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def examples(self, split: str, n: int | None = None) -> list[Any]:
+    def examples(self, split: str, n: int | None = None) -> list[Example]:
         """The first ``n`` prompts of ``split`` (cached; the same for every training seed)."""
         if split not in SPLITS:
             raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")

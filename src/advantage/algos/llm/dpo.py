@@ -41,7 +41,7 @@ import itertools
 import math
 import time
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -56,6 +56,9 @@ from advantage.math import DPO_LOSSES, dpo_metrics
 from advantage.nn.lean import adamw_step, clip_grad_norm, zero_grad
 from advantage.nn.packing import PACK_ROW_LENGTH, pack_prompts, packable, packed_logprobs
 from advantage.torch_state import load_optimizer, optimizer_state
+
+if TYPE_CHECKING:  # transformers is the optional `llm` extra
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 # ----------------------------------------------------------------------------------------------------
 # Data: preference pairs as token ids
@@ -77,7 +80,7 @@ def pairs_of(examples: list[Any]) -> list[tuple[str, str, str]]:
 
 
 def tokenize_pairs(
-    tok: Any, pairs: list[tuple[str, str, str]], d: DataConfig
+    tok: PreTrainedTokenizerBase, pairs: list[tuple[str, str, str]], d: DataConfig
 ) -> list[tuple[list[int], list[int], list[int]]]:
     """Token ids of (prompt, chosen + EOS, rejected + EOS); over-long items are an error naming them."""
     out = []
@@ -101,7 +104,7 @@ def tokenize_pairs(
 
 
 def sequence_logps(
-    model: torch.nn.Module, items: list[tuple[list[int], list[int], list[int]]], pad_id: int
+    model: PreTrainedModel, items: list[tuple[list[int], list[int], list[int]]], pad_id: int
 ) -> tuple[Tensor, Tensor]:
     """Summed response log-probs ``[B]`` of the chosen and the rejected responses, one forward pass."""
     from advantage.nn.lm import sequence_logprobs
@@ -118,7 +121,7 @@ def sequence_logps(
     return seq[:B], seq[B:]
 
 
-def _ref_logps(ref: torch.nn.Module, items: list[Any], pad_id: int, micro: int) -> Tensor:
+def _ref_logps(ref: PreTrainedModel, items: list[Any], pad_id: int, micro: int) -> Tensor:
     """``[N, 2]`` reference log-probs (chosen, rejected) of ``items``."""
     out = []
     with torch.no_grad():
@@ -129,7 +132,7 @@ def _ref_logps(ref: torch.nn.Module, items: list[Any], pad_id: int, micro: int) 
 
 
 def train_logps(
-    model: torch.nn.Module,
+    model: PreTrainedModel,
     items: list[tuple[list[int], list[int], list[int]]],
     pad_id: int,
     row_length: int = PACK_ROW_LENGTH,
@@ -148,7 +151,7 @@ def train_logps(
     return seq[0::2], seq[1::2]  # responses alternate chosen, rejected
 
 
-def precompute_ref_logps(ref: torch.nn.Module, items: list[Any], pad_id: int, micro: int) -> Tensor:
+def precompute_ref_logps(ref: PreTrainedModel, items: list[Any], pad_id: int, micro: int) -> Tensor:
     """``[N, 2]`` reference log-probs (chosen, rejected) of the training pairs, by :func:`train_logps` (the
     policy's own path, so the first step's log-ratios are 0 up to float rounding)."""
     out = []
@@ -168,7 +171,7 @@ def dpo_loss_fn(a: DPOAlgorithm) -> Any:
 # Training
 
 
-def _reference(cfg: DPOConfig, task: Any, model: torch.nn.Module, fresh: bool) -> torch.nn.Module:
+def _reference(cfg: DPOConfig, task: Any, model: PreTrainedModel, fresh: bool) -> PreTrainedModel:
     """The frozen reference: the starting policy (a copy now, or rebuilt as it was at the start)."""
     ref = copy.deepcopy(model) if fresh else common.build_model(cfg, task)[0]
     return ref.eval().requires_grad_(False)

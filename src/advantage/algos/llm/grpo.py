@@ -81,7 +81,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -115,6 +115,12 @@ from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import KL_ESTIMATORS, POLICY_LOSSES, aggregate, masked_mean
 from advantage.torch_state import load_optimizer, optimizer_state
 
+if TYPE_CHECKING:  # transformers is the optional `llm` extra
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from advantage.envs.text.core import Example
+    from advantage.rollout.generate import Generation
+
 # ----------------------------------------------------------------------------------------------------
 # Rollout: generate, score, shape rewards, advantages
 
@@ -124,7 +130,7 @@ class Rollout:
     """One rollout batch: rows ``[p0 × G, p1 × G, ...]``, prompt by prompt (with adaptive difficulty an
     easy prompt has ``easy_samples`` rows and a hard one ``hard_samples``)."""
 
-    gen: Any  # advantage.rollout.generate.Generation
+    gen: Generation
     prompt_idx: list[int]  # [P] training-set index of each prompt
     rewards: Tensor  # [B] scalar reward of each completion (shaped)
     correct: Tensor  # [B] bool
@@ -190,7 +196,7 @@ def evaluate(cfg: GRPOConfig, policy: LMPolicy, **options: Any) -> dict[str, Any
     return evaluate_preference(cfg, policy, **options)
 
 
-def token_char_ends(tokenizer: Any, ids: list[int], text: str) -> list[int]:
+def token_char_ends(tokenizer: PreTrainedTokenizerBase, ids: list[int], text: str) -> list[int]:
     """The character offset in ``text`` (the decoded response) where each token's text ends, ``[len(ids)]``.
 
     Token by token decoding is exact for character-level and most subword tokenizers; where the pieces do
@@ -207,7 +213,13 @@ def token_char_ends(tokenizer: Any, ids: list[int], text: str) -> list[int]:
 
 
 def step_tensors(
-    task: Any, examples: list[Any], texts: list[str], gen: Any, tokenizer: Any, G: int, delta: Tensor
+    task: Any,  # a Task with step_rewards (a process-reward task)
+    examples: list[Example],
+    texts: list[str],
+    gen: Generation,
+    tokenizer: PreTrainedTokenizerBase,
+    G: int,
+    delta: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Process supervision: ``(step_rewards, step_mask, step_end)`` ``[B, S]`` for
     :func:`~advantage.math.advantages.process_advantages`, from the task's ``step_rewards(completion,
@@ -255,7 +267,7 @@ PROCESS_SCALE = {"grpo": "group_std", "dr_grpo": "none", "batch_std": "batch_std
 
 
 def shape_rewards(
-    rewards: Tensor, gen: Any, cfg: GRPOConfig, kl_seq: Tensor | None, group: int | None = None
+    rewards: Tensor, gen: Generation, cfg: GRPOConfig, kl_seq: Tensor | None, group: int | None = None
 ) -> tuple[Tensor, dict[str, float]]:
     """Reward shaping before the advantages: the soft overlong punishment, the length preference (within
     consecutive groups of ``group`` rows, default G) and the KL-in-reward term. All ``[B]``."""
@@ -416,7 +428,7 @@ def micro_batches(rows: Tensor, lengths: Tensor, micro: int, auto: bool) -> list
 # Training
 
 
-def rows_logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, temperature: float) -> Tensor:
+def rows_logprobs(model: PreTrainedModel, gen: Generation, rows: Tensor, temperature: float) -> Tensor:
     """``[len(rows), T_r]`` log-probs of the responses of ``rows`` (``T_r``: their longest, EOS included),
     the rows of one prompt packed with their shared prompt computed once
     (:func:`~advantage.nn.packing.generation_logprobs`; zeros after each response's end)."""
@@ -426,7 +438,9 @@ def rows_logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, temperature: f
     return generation_logprobs(model, *prompts, responses, gen.lengths[rows], temperature)
 
 
-def _logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, micro: int, temperature: float) -> Tensor:
+def _logprobs(
+    model: PreTrainedModel, gen: Generation, rows: Tensor, micro: int, temperature: float
+) -> Tensor:
     """``[len(rows), T]`` log-probs without grad, ``micro`` rows per forward pass."""
     T = gen.response_ids.shape[1]
     out = []
@@ -438,7 +452,7 @@ def _logprobs(model: torch.nn.Module, gen: Any, rows: Tensor, micro: int, temper
 
 
 def reference_logprobs(
-    cfg: GRPOConfig, model: torch.nn.Module, ref_model: torch.nn.Module | None, gen: Any, rows: Tensor
+    cfg: GRPOConfig, model: PreTrainedModel, ref_model: PreTrainedModel | None, gen: Generation, rows: Tensor
 ) -> Tensor:
     """``[len(rows), T]`` log-probs of the reference without grad, ``worker.ref.micro_batch_size`` rows per
     forward pass: the frozen copy of the starting policy, or with LoRA the base model (adapters off)."""
@@ -478,7 +492,11 @@ class GRPORollout:
         )
         self.G, self.process = roll.n, a.supervision == "process"
         self.easy_k, self.hard_n = cfg.difficulty_samples()
-        self.sampling = {"temperature": roll.temperature, "top_p": roll.top_p, "top_k": roll.top_k}
+        self.sampling: dict[str, Any] = {
+            "temperature": roll.temperature,
+            "top_p": roll.top_p,
+            "top_k": roll.top_k,
+        }
         self.gen_rng = torch.Generator(device=policy.device).manual_seed(t.seed)
         self.pick_rng = torch.Generator().manual_seed(t.seed + 1)
         self.passes = torch.zeros(len(examples))  # curriculum: correct samples per prompt
@@ -551,7 +569,7 @@ class GRPORollout:
         return gen, texts, rewards, correct, t1
 
     def group_advantages(
-        self, gen: Any, idx: list[int], texts: list[str], raw: Tensor, n: int
+        self, gen: Generation, idx: list[int], texts: list[str], raw: Tensor, n: int
     ) -> tuple[Tensor, Tensor, dict[str, float]]:
         """Shaped rewards ``[b]`` and advantages (``[b]``, or ``[b, T]`` with process supervision) of rows
         in consecutive groups of ``n`` samples of the prompts ``idx``, and the shaping metrics."""
@@ -596,6 +614,7 @@ class GRPORollout:
         from advantage.rollout.generate import concat_generations
 
         a, G, B = self.a, self.G, self.cfg.data.rollout_batch_size
+        kept_idx: list[list[int]]
         kept_gens, kept_idx, kept_r, kept_c, kept_adv = [], [], [], [], []
         kept_texts: list[str] = []
         kept_raw: list[Tensor] = []
@@ -764,7 +783,7 @@ class GRPORollout:
 
 def learn(
     cfg: GRPOConfig,
-    model: torch.nn.Module,
+    model: PreTrainedModel,
     opt: torch.optim.Optimizer,
     ro: Rollout,
     ref_logprobs: Callable[[Any, Tensor], Tensor],
@@ -834,7 +853,7 @@ def learn(
 
 def build(
     cfg: GRPOConfig, restored: Checkpoint | None
-) -> tuple[LMPolicy, torch.nn.Module | None, torch.optim.Optimizer]:
+) -> tuple[LMPolicy, PreTrainedModel | None, torch.optim.Optimizer]:
     """The policy (with the reward model of ``worker.reward.model`` when set), the frozen reference (None
     when no KL term uses it, or with LoRA: then the base model is the reference) and the optimizer,
     restored from ``restored``. Built in this order on purpose: scratch models draw their initial weights

@@ -68,7 +68,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -99,6 +99,11 @@ from advantage.errors import NonFiniteError
 from advantage.math import KL_ESTIMATORS, VALUE_LOSSES, AdaptiveKLController, aggregate, gae, ppo_clip
 from advantage.math.masked import masked_mean, masked_var, masked_whiten
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
+
+if TYPE_CHECKING:  # transformers is the optional `llm` extra
+    from transformers import PreTrainedModel
+
+    from advantage.rollout.generate import Generation
 
 # ----------------------------------------------------------------------------------------------------
 # Per-token rewards and advantages (pure functions of [B, T] tensors)
@@ -171,7 +176,7 @@ class ValueHead(nn.Module):
         return self.linear(hidden.float()).squeeze(-1)
 
 
-def token_hidden(model: nn.Module, ids: Tensor, attn: Tensor, response_start: int) -> Tensor:
+def token_hidden(model: PreTrainedModel, ids: Tensor, attn: Tensor, response_start: int) -> Tensor:
     """Final-norm hidden states ``[B, T, H]`` at positions ``P-1 .. L-2`` (the states in which the response
     tokens are chosen), from the transformer without its LM head."""
     from advantage.nn.lm import position_ids_from_mask
@@ -186,7 +191,13 @@ class Models:
     """The trained models: actor, critic (a value head on a separate trunk or on the actor's) and how to
     run them on a micro-batch."""
 
-    def __init__(self, actor: nn.Module, critic_trunk: nn.Module | None, head: ValueHead, temperature: float):
+    def __init__(
+        self,
+        actor: PreTrainedModel,
+        critic_trunk: PreTrainedModel | None,
+        head: ValueHead,
+        temperature: float,
+    ):
         self.actor, self.critic_trunk, self.head, self.temperature = actor, critic_trunk, head, temperature
 
     def forward(self, ids: Tensor, attn: Tensor, p_len: int) -> tuple[Tensor, Tensor]:
@@ -250,7 +261,7 @@ def ppo_rlhf_loss(
 
 
 def _no_grad_forward(
-    models: Models, ref: nn.Module, gen: Any, micro: int, ref_micro: int
+    models: Models, ref: PreTrainedModel, gen: Generation, micro: int, ref_micro: int
 ) -> tuple[Tensor, ...]:
     """``old_logp``, ``old_values`` and ``ref_logp``, ``[B, T]`` each, without grad."""
     from advantage.nn.lm import sequence_logprobs
@@ -277,7 +288,7 @@ def _no_grad_forward(
 class Batch:
     """One rollout, ready to learn from: ``B`` = ``data.rollout_batch_size`` responses, all ``[B, T]``."""
 
-    gen: Any  # advantage.rollout.generate.Generation
+    gen: Generation
     old_logp: Tensor  # log π_old of the sampled tokens
     old_values: Tensor  # V_old of the states they were chosen in
     advantages: Tensor  # GAE over tokens (whitened when algorithm.whiten_advantages)
@@ -303,7 +314,8 @@ class PPORollout:
         a, t = cfg.algorithm, cfg.trainer
         self.cfg, self.policy, self.models, self.examples = cfg, policy, models, examples
         self.gen_rng = torch.Generator(device=policy.device).manual_seed(t.seed)
-        self.kl_ctl = AdaptiveKLController(a.kl_coef, a.kl_target) if a.adaptive_kl else None
+        # kl_target is set when adaptive_kl is (checked by the config)
+        self.kl_ctl = AdaptiveKLController(a.kl_coef, cast(float, a.kl_target)) if a.adaptive_kl else None
         self.beta = a.kl_coef
         epoch, pos = 0, 0
         if restored is not None:

@@ -21,11 +21,12 @@ The functions take models and a tokenizer, not a config, so any LM trainer can c
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from advantage.algos.llm.common import prompt_text
+
+if TYPE_CHECKING:  # transformers is the optional `llm` extra
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["compare_to_reference", "greedy_responses", "win_rate"]
 
@@ -33,11 +34,11 @@ Scorer = Callable[[str, str], float]  # scorer(prompt, response) -> score, highe
 
 
 def greedy_responses(
-    model: torch.nn.Module,
-    tokenizer: Any,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
     prompts: Sequence[str],
     *,
-    max_prompt_length: int,
+    max_prompt_length: int | None,
     max_response_length: int,
     chat_template: bool = False,
     batch_size: int = 64,
@@ -86,13 +87,13 @@ def win_rate(scores: Sequence[float], reference_scores: Sequence[float]) -> dict
 
 
 def compare_to_reference(
-    model: torch.nn.Module,
-    reference: torch.nn.Module,
-    tokenizer: Any,
+    model: PreTrainedModel,
+    reference: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
     examples: Sequence[Any],
     scorer: Scorer,
     *,
-    max_prompt_length: int,
+    max_prompt_length: int | None,
     max_response_length: int,
     chat_template: bool = False,
     batch_size: int = 64,
@@ -105,7 +106,7 @@ def compare_to_reference(
     (``responses``, ``reference_responses``) for callers that score them again (e.g. with a reward model).
     """
     prompts = [e.prompt for e in examples]
-    gen = {
+    gen: dict[str, Any] = {
         "max_prompt_length": max_prompt_length,
         "max_response_length": max_response_length,
         "chat_template": chat_template,

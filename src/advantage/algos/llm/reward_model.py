@@ -52,7 +52,7 @@ import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -67,6 +67,9 @@ from advantage.math.preference import bradley_terry_loss, kwise_ranking_loss
 from advantage.nn.lean import adamw_step, clip_grad_norm, zero_grad
 from advantage.nn.packing import PackedPrompts, long_tensor, pack_prompts, packable, packed_hidden
 from advantage.torch_state import load_optimizer, optimizer_state
+
+if TYPE_CHECKING:  # transformers is the optional `llm` extra
+    from transformers import PreTrainedModel
 
 HEAD_FILE, META_FILE = "value_head.safetensors", "reward_model.json"
 
@@ -89,7 +92,9 @@ class RewardModel(nn.Module):
 
     ``forward(input_ids, attention_mask)`` gives ``[S]`` rewards; :meth:`score` takes text."""
 
-    def __init__(self, backbone: nn.Module, tokenizer: Any, *, chat_template: bool = False, seed: int = 0):
+    def __init__(
+        self, backbone: PreTrainedModel, tokenizer: Any, *, chat_template: bool = False, seed: int = 0
+    ):
         super().__init__()
         self.backbone, self.tokenizer, self.chat_template = backbone, tokenizer, chat_template
         hidden = self._base().config.hidden_size
@@ -99,7 +104,7 @@ class RewardModel(nn.Module):
             nn.init.normal_(self.head.weight, std=1.0 / math.sqrt(hidden + 1))
         nn.init.zeros_(self.head.bias)
 
-    def _base(self) -> nn.Module:
+    def _base(self) -> PreTrainedModel:
         return self.backbone.get_base_model() if hasattr(self.backbone, "get_base_model") else self.backbone
 
     @property
@@ -373,7 +378,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     opt = torch.optim.AdamW(
         params,
         lr=a.learning_rate,
-        betas=tuple(a.betas),
+        betas=(a.betas[0], a.betas[1]),  # two: checked by the config
         weight_decay=a.weight_decay,
         fused=common.fused_adamw(params),
     )

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
@@ -63,6 +63,9 @@ from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import aggregate
 from advantage.torch_state import load_optimizer, optimizer_state
+
+if TYPE_CHECKING:  # transformers is the optional `llm` extra
+    from transformers import PreTrainedModel
 
 
 class Demonstration(NamedTuple):
@@ -141,7 +144,7 @@ def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int) -
     return {"input_ids": ids, "attention_mask": attn, "response_mask": rmask, "P": torch.tensor(P)}
 
 
-def sft_loss(model: torch.nn.Module, mb: dict[str, torch.Tensor], normalizer: float) -> torch.Tensor:
+def sft_loss(model: PreTrainedModel, mb: dict[str, torch.Tensor], normalizer: float) -> torch.Tensor:
     """Sum of response-token NLL of micro-batch ``mb`` divided by the step's token count ``normalizer``."""
     from advantage.nn.lm import sequence_logprobs
 
@@ -184,7 +187,7 @@ def pack(
     return {"input_ids": ids, "position_ids": pos, "target_mask": tmask}
 
 
-def packed_loss(model: torch.nn.Module, mb: dict[str, torch.Tensor], normalizer: float) -> torch.Tensor:
+def packed_loss(model: PreTrainedModel, mb: dict[str, torch.Tensor], normalizer: float) -> torch.Tensor:
     """:func:`sft_loss` over packed rows: token j is predicted from the logits at j - 1."""
     # use_cache=False: transformers detects packed rows only when no KV cache is being built.
     out = model(input_ids=mb["input_ids"], position_ids=mb["position_ids"], use_cache=False)
@@ -207,7 +210,9 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
         raise ConfigError(f"data.task={d.task!r} gave no training examples")
     prompts, responses = tokenize_examples(policy, examples, d.max_prompt_length, d.max_response_length)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=a.learning_rate, betas=tuple(a.betas), weight_decay=a.weight_decay)
+    opt = torch.optim.AdamW(
+        params, lr=a.learning_rate, betas=(a.betas[0], a.betas[1]), weight_decay=a.weight_decay
+    )
     step, epoch, pos = 0, 0, 0
     if restored is not None:
         s = restored.state["algo"]

@@ -18,15 +18,21 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from advantage.algos.llm import common
 from advantage.algos.llm.common import LMPolicy
 from advantage.configs.grpo import PREFERENCE_TASKS  # tasks scored by a reward model (one definition)
 from advantage.errors import ConfigError, NonFiniteError
+
+if TYPE_CHECKING:  # transformers is the optional `llm` extra
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from advantage.envs.text.core import Task
+    from advantage.rollout.generate import Generation
 
 # ----------------------------------------------------------------------------------------------------
 # Tasks and rewards
@@ -106,7 +112,9 @@ def reward_folder(cfg: Any) -> Path:
     return folder
 
 
-def check_tokenizers(policy_tok: Any, reward_tok: Any, policy_src: str, reward_src: str) -> None:
+def check_tokenizers(
+    policy_tok: PreTrainedTokenizerBase, reward_tok: PreTrainedTokenizerBase, policy_src: str, reward_src: str
+) -> None:
     """The reward model must read responses with the policy's tokenizer: same vocabulary and special ids."""
     va, vb = policy_tok.get_vocab(), reward_tok.get_vocab()
     specials = ("pad_token_id", "eos_token_id")
@@ -120,7 +128,7 @@ def check_tokenizers(policy_tok: Any, reward_tok: Any, policy_src: str, reward_s
     )
 
 
-def policy_tokenizer(cfg: Any, task: Any) -> tuple[Any, str]:
+def policy_tokenizer(cfg: Any, task: Task) -> tuple[PreTrainedTokenizerBase, str]:
     """The tokenizer the policy will have, without loading the model: ``(tokenizer, where it is from)``."""
     from advantage.nn.lm import build_char_tokenizer, load_tokenizer
 
@@ -146,7 +154,7 @@ def reward_model_problems(cfg: Any, make_task: Callable[[Any], Any]) -> list[str
     return []
 
 
-def load_reward(cfg: Any, policy_tok: Any) -> Any:
+def load_reward(cfg: Any, policy_tok: PreTrainedTokenizerBase) -> Any:
     """The reward model of ``worker.reward.model``, checked against the policy's tokenizer, frozen."""
     from advantage.algos.llm.reward_model import load_reward_model
 
@@ -161,7 +169,7 @@ def load_reward(cfg: Any, policy_tok: Any) -> Any:
 # The reference
 
 
-def frozen_reference(cfg: Any, task: Any, model: nn.Module | None) -> nn.Module:
+def frozen_reference(cfg: Any, task: Task, model: PreTrainedModel | None) -> PreTrainedModel:
     """The frozen reference: a copy of the starting policy, or rebuilt as it was at the start."""
     ref = copy.deepcopy(model) if model is not None else common.build_model(cfg, task)[0]
     return ref.eval().requires_grad_(False)
@@ -181,7 +189,7 @@ def step_normalizer(mask: Tensor, mode: str) -> float:
     return float(mask.shape[0])
 
 
-def trimmed(gen: Any, rows: Tensor) -> tuple[Tensor, Tensor, int, int]:
+def trimmed(gen: Generation, rows: Tensor) -> tuple[Tensor, Tensor, int, int]:
     """``(input_ids, attention_mask, P_r, T_r)`` of ``rows`` without the columns that are padding in
     every one of them: prompts cut to their longest (``P_r``), responses to their longest (``T_r``, EOS
     included). Log-probs are unchanged (positions come from the mask; padding is masked out)."""

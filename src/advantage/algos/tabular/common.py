@@ -3,10 +3,11 @@ are in :mod:`advantage.configs.tabular`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.spaces import Discrete
 
 from advantage.configs.tabular import EpsilonSchedule, TableModel  # noqa: F401  (their old place)
 from advantage.envs import env_state, require_space, set_env_state
@@ -64,11 +65,11 @@ def check_discrete(cfg: Any, env: gym.Env, name: str) -> None:
 
 
 def table_shape(env: gym.Env) -> tuple[int, int]:
-    return int(env.observation_space.n), int(env.action_space.n)
+    return int(cast(Discrete, env.observation_space).n), int(cast(Discrete, env.action_space).n)
 
 
 def rng_state(rng: np.random.Generator) -> dict[str, Any]:
-    return rng.bit_generator.state
+    return dict(rng.bit_generator.state)
 
 
 def restore_rng(state: dict[str, Any]) -> np.random.Generator:

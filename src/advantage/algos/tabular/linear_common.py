@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from advantage.algos.tabular.common import check_discrete
+from advantage.algos.tabular.common import check_discrete, table_shape
 from advantage.configs.linear import (  # noqa: F401  (their old place)
     BEHAVIOR_HELP,
     DEFAULTS,
@@ -125,7 +125,7 @@ def policy_table(env: gym.Env, which: str, choice: str, env_id: str) -> np.ndarr
     :func:`env_policy`) or the uniform one (``uniform``)."""
     if choice == "env":
         return env_policy(env, which, env_id)
-    n_states, n_actions = int(env.observation_space.n), int(env.action_space.n)
+    n_states, n_actions = table_shape(env)
     return np.full((n_states, n_actions), 1.0 / n_actions)
 
 
@@ -133,7 +133,7 @@ def start_distribution(env: gym.Env) -> np.ndarray:
     """The env's start distribution (``initial_state_distrib`` of the toy-text envs and Baird-v0)."""
     h = getattr(env.unwrapped, "initial_state_distrib", None)
     if h is None:
-        return np.full(int(env.observation_space.n), 1.0 / int(env.observation_space.n))
+        return np.full(table_shape(env)[0], 1.0 / table_shape(env)[0])
     return np.asarray(h, dtype=np.float64)
 
 
@@ -180,7 +180,7 @@ def check_linear(cfg: Any, env: gym.Env, name: str, control: bool = False) -> No
         tabular_model(env, cfg.env.id)
     except EnvError as e:
         raise EnvError(f"{name}: {e}") from None
-    n_states, n_actions = int(env.observation_space.n), int(env.action_space.n)
+    n_states, n_actions = table_shape(env)
     phi = feature_matrix(cfg.algorithm.features, n_states)
     blocks = n_actions if control else 1
     initial_weights(cfg, phi.shape[1] * blocks, blocks)

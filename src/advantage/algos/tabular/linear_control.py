@@ -32,7 +32,13 @@ import numpy as np
 import torch
 
 from advantage.algos.tabular import linear_common
-from advantage.algos.tabular.common import TablePolicy, epsilon_greedy_probs, restore_sampler, sampler_state
+from advantage.algos.tabular.common import (
+    TablePolicy,
+    epsilon_greedy_probs,
+    restore_sampler,
+    sampler_state,
+    table_shape,
+)
 from advantage.algos.tabular.planning import policy_evaluation, q_from_v, value_iteration
 from advantage.configs.linear import LinearControlAlgorithm, LinearControlConfig  # noqa: F401  (their old place)
 from advantage.context import RunContext, Snapshot
@@ -49,7 +55,7 @@ def _greedy_probs(q: np.ndarray, epsilon: float) -> np.ndarray:
 def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
     a, t = cfg.algorithm, cfg.trainer
     env = ctx.make_env()
-    n_states, n_actions = int(env.observation_space.n), int(env.action_space.n)
+    n_states, n_actions = table_shape(env)
     model = tabular_model(env, cfg.env.id)
     x = torch.from_numpy(
         linear_common.action_features(linear_common.feature_matrix(a.features, n_states), n_actions)
@@ -168,7 +174,7 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
 
 def _policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
     """The greedy policy in the learned action values."""
-    n_states, n_actions = int(env.observation_space.n), int(env.action_space.n)
+    n_states, n_actions = table_shape(env)
     x = linear_common.action_features(
         linear_common.feature_matrix(cfg.algorithm.features, n_states), n_actions
     )

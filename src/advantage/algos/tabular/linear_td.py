@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from advantage.algos.tabular import linear_common
-from advantage.algos.tabular.common import TablePolicy, restore_sampler, sampler_state
+from advantage.algos.tabular.common import TablePolicy, restore_sampler, sampler_state, table_shape
 from advantage.algos.tabular.planning import policy_evaluation
 from advantage.configs.linear import (  # noqa: F401  (their old place)
     GradientTDAlgorithm,
@@ -122,7 +122,7 @@ def train(cfg: Any, ctx: RunContext, method: str) -> None:
     a, t = cfg.algorithm, cfg.trainer
     env = ctx.make_env()
     prob = _Problem(cfg, env)
-    n_actions = int(env.action_space.n)
+    n_actions = table_shape(env)[1]
     gradient_td = method in ("tdc", "gtd2")
     bootstrap = getattr(a, "bootstrap", True)
     sampled = a.update == "sampled"

@@ -21,7 +21,7 @@ Implementation details:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ from advantage.algos.tabular.common import (
     sampler_state,
     table_shape,
 )
-from advantage.configs.tabular import (  # noqa: F401  (their old place)
+from advantage.configs.tabular import (
     MCControlAlgorithm,
     MCControlConfig,
     MCPredictionAlgorithm,
@@ -83,12 +83,15 @@ def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: b
     env = ctx.make_env()
     n_states, n_actions = table_shape(env)
     n_keys = n_states * n_actions if control else n_states
-    pi = None if control else fixed_policy_table(a_cfg.policy, n_states, n_actions)
+    pi = (
+        None
+        if control
+        else fixed_policy_table(cast(MCPredictionAlgorithm, a_cfg).policy, n_states, n_actions)
+    )
 
     def epsilon(step: int) -> float:
-        return linear_schedule(
-            a_cfg.epsilon_start, a_cfg.epsilon_end, a_cfg.epsilon_decay_fraction, step, t.total_steps
-        )
+        c = cast(MCControlAlgorithm, a_cfg)  # control only
+        return linear_schedule(c.epsilon_start, c.epsilon_end, c.epsilon_decay_fraction, step, t.total_steps)
 
     if ctx.restored is None:
         est = torch.full((n_keys,), cfg.model.init_value, dtype=torch.float64)
@@ -109,11 +112,15 @@ def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: b
     def act(state: int, step: int) -> int:
         if control:
             return epsilon_greedy(table()[state], epsilon(step), rng)
-        return int(rng.choice(n_actions, p=pi[state]))
+        return int(rng.choice(n_actions, p=cast(np.ndarray, pi)[state]))  # prediction: a fixed policy
 
     def snapshot() -> Snapshot:
         state = sampler_state(rng, env, obs, episode=episode.as_dict())
-        policy = TablePolicy(table().copy()) if control else TablePolicy(pi, kind="probs", seed=t.seed)
+        policy = (
+            TablePolicy(table().copy())
+            if control
+            else TablePolicy(cast(np.ndarray, pi), kind="probs", seed=t.seed)
+        )
         return Snapshot(policy, {"estimate": est, "counts": counts}, state)
 
     while step < t.total_steps:

@@ -149,7 +149,12 @@ _FAMILIES: list[tuple[str, str, list[tuple[Any, ...]], str, str]] = [
      "the characters of x at the indices divisible by {0}, in order", "return x[::{0}]"),
 ]
 # fmt: on
-_EDGES = {"int": [0, 1, -1, 1000], "nat": [0, 1, 9, 10], "list": [[], [0], [5, 5, 5]], "str": ["", "a", "zz"]}
+_EDGES: dict[str, list[Any]] = {
+    "int": [0, 1, -1, 1000],
+    "nat": [0, 1, 9, 10],
+    "list": [[], [0], [5, 5, 5]],
+    "str": ["", "a", "zz"],
+}
 
 
 def _draw(kind: str, rng: random.Random, constants: tuple[Any, ...]) -> Any:

@@ -34,7 +34,7 @@ import random
 import re
 from collections import Counter
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 from advantage.envs.text.core import (
     Example,
@@ -78,7 +78,7 @@ def _constants(node: ast.AST, out: list[int]) -> None:
 def _value(node: ast.AST) -> Fraction:
     """Exact value of a whitelisted tree (checked by :func:`_constants` first)."""
     if isinstance(node, ast.Constant):
-        return Fraction(node.value)
+        return Fraction(cast(int, node.value))  # an int: checked by _constants
     assert isinstance(node, ast.BinOp)
     a, b = _value(node.left), _value(node.right)
     op = _OPS[type(node.op)]
