@@ -71,8 +71,8 @@ class _ChunkedLogProbs(torch.autograd.Function):
             log_p = z.sub_(lse_c[:, None])  # log p, in place of z
             logp[i : i + rows] = log_p.gather(-1, targets[i : i + rows, None]).squeeze(-1)
             entropy[i : i + rows] = -torch.exp(log_p).mul_(log_p).sum(-1)  # H = −Σ p log p
-        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
-        ctx.temperature, ctx.rows = temperature, rows
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)  # type: ignore[arg-type]  # bias may be None
+        ctx.temperature, ctx.rows = temperature, rows  # type: ignore[attr-defined]  # read by backward
         return logp, entropy
 
     @staticmethod
@@ -81,7 +81,7 @@ class _ChunkedLogProbs(torch.autograd.Function):
     ) -> tuple[Tensor | None, ...]:
         hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors  # type: ignore[attr-defined]
         tau, rows = ctx.temperature, ctx.rows  # type: ignore[attr-defined]
-        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]  # type: ignore[attr-defined]  # set by autograd
         grad_h = torch.empty_like(hidden) if need_h else None
         acc = lse.dtype
         grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None

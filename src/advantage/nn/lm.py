@@ -318,6 +318,7 @@ def sequence_logprobs(
     response_start: int,
     temperature: float = ...,
     return_hidden: Literal[False] = ...,
+    chunk_elements: int | None = ...,
 ) -> Tensor: ...
 @overload
 def sequence_logprobs(
@@ -328,6 +329,7 @@ def sequence_logprobs(
     response_start: int,
     temperature: float = ...,
     return_hidden: Literal[True],
+    chunk_elements: int | None = ...,
 ) -> tuple[Tensor, Tensor]: ...
 def sequence_logprobs(
     model: PreTrainedModel,

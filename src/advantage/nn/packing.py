@@ -229,16 +229,16 @@ def response_segments(
         if r:
             groups.setdefault(tuple(p), []).append(row)
     segments: list[tuple[list[int], list[int]]] = []
-    for p, rows in groups.items():
+    for prompt, rows in groups.items():
         seg_rows: list[int] = []
-        size = len(p)
-        for r in rows:
-            if seg_rows and size + len(responses[r]) > row_length:
-                segments.append((list(p), seg_rows))
-                seg_rows, size = [], len(p)
-            seg_rows.append(r)
-            size += len(responses[r])
-        segments.append((list(p), seg_rows))
+        size = len(prompt)
+        for row in rows:
+            if seg_rows and size + len(responses[row]) > row_length:
+                segments.append((list(prompt), seg_rows))
+                seg_rows, size = [], len(prompt)
+            seg_rows.append(row)
+            size += len(responses[row])
+        segments.append((list(prompt), seg_rows))
     return segments
 
 
