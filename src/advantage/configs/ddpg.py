@@ -14,8 +14,8 @@ from advantage.configs.offpolicy import (
     OffPolicyModel,
     clip_obs_option,
     normalize_obs_option,
-    pendulum_preset,
     register_offpolicy,
+    td3_pendulum_presets,
 )
 
 
@@ -46,26 +46,10 @@ class DDPGConfig(OffPolicyConfig):
 
 
 PRESETS = {
-    "pendulum": pendulum_preset(
+    **td3_pendulum_presets(
+        "DDPG",
         "Pendulum-v1 in 20k steps, tuned for wall-clock time (64-64 networks); the default",
-        {
-            "algorithm.gamma": 0.98,
-            "algorithm.learning_rate": 1e-3,
-            "algorithm.learning_starts": 1000,
-            "model.actor_hidden": [64, 64],
-            "model.critic_hidden": [64, 64],
-        },
-    ),
-    "zoo_pendulum": pendulum_preset(
-        "rl-baselines3-zoo's Pendulum-v1 DDPG settings (400-300, γ 0.98, learning_starts 10k, 20k steps)",
-        {
-            "algorithm.gamma": 0.98,
-            "algorithm.learning_rate": 1e-3,
-            "algorithm.buffer_size": 200_000,
-            "algorithm.learning_starts": 10_000,
-            "model.actor_hidden": [400, 300],
-            "model.critic_hidden": [400, 300],
-        },
+        {},
     ),
     "mujoco": Preset(
         "MuJoCo locomotion (HalfCheetah-v5; Hopper-v5, Walker2d-v5, Ant-v5 via env.id; needs the mujoco "

@@ -87,8 +87,50 @@ def pendulum_preset(summary: str, overrides: Mapping[str, Any]) -> Preset:
     )
 
 
-def mujoco_presets(summary: str, settings: Mapping[str, Any]) -> dict[str, Preset]:
-    """``mujoco`` (HalfCheetah-v5) and ``hopper``, ``walker2d``, ``ant`` with the same ``settings``."""
+def td3_pendulum_presets(algo: str, summary: str, tuned: Mapping[str, Any]) -> dict[str, Preset]:
+    """TD3's and DDPG's ``pendulum`` (our tuning for wall-clock time: γ 0.98, 64-64 networks, plus
+    ``tuned``) and ``zoo_pendulum`` (rl-baselines3-zoo's settings for ``algo``)."""
+    return {
+        "pendulum": pendulum_preset(
+            summary,
+            {
+                "algorithm.gamma": 0.98,
+                "algorithm.learning_rate": 1e-3,
+                "algorithm.learning_starts": 1000,
+                **tuned,
+                "model.actor_hidden": [64, 64],
+                "model.critic_hidden": [64, 64],
+            },
+        ),
+        "zoo_pendulum": pendulum_preset(
+            f"rl-baselines3-zoo's Pendulum-v1 {algo} settings (400-300, γ 0.98, learning_starts 10k, 20k "
+            "steps)",
+            {
+                "algorithm.gamma": 0.98,
+                "algorithm.learning_rate": 1e-3,
+                "algorithm.buffer_size": 200_000,
+                "algorithm.learning_starts": 10_000,
+                "model.actor_hidden": [400, 300],
+                "model.critic_hidden": [400, 300],
+            },
+        ),
+    }
+
+
+def mujoco_presets(summary: str, learning_rate: float, hidden: list[int]) -> dict[str, Preset]:
+    """``mujoco`` (HalfCheetah-v5) and ``hopper``, ``walker2d``, ``ant``: 1M steps on one env, 10k steps of
+    warm-up, the given learning rate and network sizes."""
+    settings = {
+        "env.num_envs": 1,
+        "algorithm.learning_rate": learning_rate,
+        "algorithm.learning_starts": 10_000,
+        "algorithm.buffer_size": 1_000_000,
+        "model.actor_hidden": hidden,
+        "model.critic_hidden": list(hidden),
+        "trainer.total_steps": 1_000_000,
+        "trainer.eval_every": 10_000,
+        "trainer.eval_episodes": 10,
+    }
     return {
         "mujoco": Preset(summary, {"env.id": "HalfCheetah-v5", **settings}),
         **{

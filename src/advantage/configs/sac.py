@@ -71,17 +71,8 @@ PRESETS = {
     **mujoco_presets(
         "MuJoCo locomotion (HalfCheetah-v5; also Hopper-v5, Walker2d-v5, Ant-v5 via env.id; needs the "
         "mujoco extra): Haarnoja et al. 2018 / rl-baselines3-zoo settings, 1M steps",
-        {
-            "env.num_envs": 1,
-            "algorithm.learning_rate": 3e-4,
-            "algorithm.learning_starts": 10_000,
-            "algorithm.buffer_size": 1_000_000,
-            "model.actor_hidden": [256, 256],
-            "model.critic_hidden": [256, 256],
-            "trainer.total_steps": 1_000_000,
-            "trainer.eval_every": 10_000,
-            "trainer.eval_episodes": 10,
-        },
+        3e-4,
+        [256, 256],
     ),
 }
 

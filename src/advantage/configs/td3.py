@@ -13,8 +13,8 @@ from advantage.configs.offpolicy import (
     clip_obs_option,
     mujoco_presets,
     normalize_obs_option,
-    pendulum_preset,
     register_offpolicy,
+    td3_pendulum_presets,
 )
 
 
@@ -43,42 +43,16 @@ class TD3Config(OffPolicyConfig):
 
 
 PRESETS = {
-    "pendulum": pendulum_preset(
+    **td3_pendulum_presets(
+        "TD3",
         "Pendulum-v1 in 20k steps, tuned for wall-clock time (64-64 networks, batch 128); the default",
-        {
-            "algorithm.gamma": 0.98,
-            "algorithm.learning_rate": 1e-3,
-            "algorithm.learning_starts": 1000,
-            "algorithm.batch_size": 128,  # Fujimoto et al. 2018 use 100; half of 256's compute per update
-            "model.actor_hidden": [64, 64],
-            "model.critic_hidden": [64, 64],
-        },
-    ),
-    "zoo_pendulum": pendulum_preset(
-        "rl-baselines3-zoo's Pendulum-v1 TD3 settings (400-300, γ 0.98, learning_starts 10k, 20k steps)",
-        {
-            "algorithm.gamma": 0.98,
-            "algorithm.learning_rate": 1e-3,
-            "algorithm.buffer_size": 200_000,
-            "algorithm.learning_starts": 10_000,
-            "model.actor_hidden": [400, 300],
-            "model.critic_hidden": [400, 300],
-        },
+        {"algorithm.batch_size": 128},  # Fujimoto et al. 2018 use 100; half of 256's compute per update
     ),
     **mujoco_presets(
         "MuJoCo locomotion (HalfCheetah-v5; also Hopper-v5, Walker2d-v5, Ant-v5 via env.id; needs the "
         "mujoco extra): Fujimoto et al. 2018 / rl-baselines3-zoo settings, 1M steps",
-        {
-            "env.num_envs": 1,
-            "algorithm.learning_rate": 1e-3,
-            "algorithm.learning_starts": 10_000,
-            "algorithm.buffer_size": 1_000_000,
-            "model.actor_hidden": [400, 300],
-            "model.critic_hidden": [400, 300],
-            "trainer.total_steps": 1_000_000,
-            "trainer.eval_every": 10_000,
-            "trainer.eval_episodes": 10,
-        },
+        1e-3,
+        [400, 300],
     ),
 }
 
