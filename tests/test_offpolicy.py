@@ -159,6 +159,58 @@ def test_lean_adam_matches_fused_torch_adam_exactly():
     )
 
 
+def test_ddpg_is_td3_with_one_critic_no_delay_and_no_target_noise():
+    """TD3's update on DDPG's config is DDPG's step written out by hand (critic on
+    r + γ(1-d) Q̄(s', μ̄(s')), then the actor on -Q(s, μ(s)), then Polyak), every call, drawing no noise."""
+    import copy
+
+    from advantage.algos import td3
+    from advantage.configs.ddpg import DDPGConfig
+
+    torch.manual_seed(0)
+    cfg = DDPGConfig()
+    cfg.model.actor_hidden, cfg.model.critic_hidden = [8], [8]
+    nets = td3.make_nets(cfg, 3, 2)
+    assert nets.critic.n == 1
+    ref = copy.deepcopy(nets)
+    a = cfg.algorithm
+    for call in range(2):  # no policy delay: the actor and the targets move on every call
+        b = 5
+        batch = (
+            torch.randn(b, 3),
+            torch.rand(b, 2) * 2 - 1,
+            torch.randn(b),
+            torch.randn(b, 3),
+            torch.tensor([False, True, False, False, True]),
+            torch.full((b,), a.gamma),
+        )
+        obs, actions, rewards, next_obs, terminated, discounts = batch
+        with torch.no_grad():
+            y = (
+                rewards
+                + discounts * (~terminated) * ref.critic_target(next_obs, ref.actor_target(next_obs))[0]
+            )
+        critic_loss = ((ref.critic(obs, actions)[0] - y) ** 2).mean()
+        ref.critic_opt.zero_grad()
+        critic_loss.backward()
+        ref.critic_opt.step()
+        actor_loss = -ref.critic(obs, ref.actor(obs), detach=True)[0].mean()
+        ref.actor_opt.zero_grad()
+        actor_loss.backward()
+        ref.actor_opt.step()
+        polyak_update(ref.targets, ref.onlines, a.tau)
+
+        rng = torch.get_rng_state()
+        out = td3.update(nets, batch, a, step=call, metrics=True)
+        assert torch.equal(torch.get_rng_state(), rng)  # DDPG draws no target noise
+        assert out["train/critic_loss"].item() == pytest.approx(critic_loss.item(), rel=1e-6)
+        assert out["train/actor_loss"].item() == pytest.approx(actor_loss.item(), rel=1e-6)
+        for name, module in nets.learner().modules.items():
+            want = ref.learner().modules[name].state_dict()
+            for key, value in module.state_dict().items():
+                assert torch.allclose(value, want[key], rtol=1e-5, atol=1e-6), (call, name, key)
+
+
 def test_actions_are_rescaled_to_the_bounds():
     low, high = np.array([-2.0, 0.0]), np.array([2.0, 10.0])
     out = to_env_action(np.array([[-1.0, 1.0], [0.0, 0.5]]), low, high)

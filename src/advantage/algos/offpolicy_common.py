@@ -21,7 +21,6 @@ Conventions:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, cast
 
 import gymnasium as gym
@@ -38,7 +37,7 @@ from advantage.errors import ConfigError, EnvError, NonFiniteError
 from advantage.nn import eager  # noqa: F401  (installed before LeanAdam builds its torch.optim.Adam)
 from advantage.nn.continuous import to_env_action
 from advantage.nn.policy import ObsNormalizer
-from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
+from advantage.torch_state import load_module
 
 
 def check_continuous_env(algo: str, cfg: Any, env: gym.Env) -> None:
@@ -269,35 +268,6 @@ class Experience:
 
     def close(self) -> None:
         self.env.close()
-
-
-def save_learner(
-    modules: Mapping[str, nn.Module], optimizers: Mapping[str, torch.optim.Optimizer]
-) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Checkpoint tensors and JSON state of the networks and optimizers (and the torch RNG, which SAC's
-    sampling and TD3's target noise draw from)."""
-    tensors: dict[str, torch.Tensor] = {"torch_rng": torch.get_rng_state()}
-    meta: dict[str, Any] = {}
-    for name, m in modules.items():
-        tensors.update(module_tensors(name, m))
-    for name, opt in optimizers.items():
-        t, meta[name] = optimizer_state(name, opt)
-        tensors.update(t)
-    return tensors, meta
-
-
-def load_learner(
-    modules: Mapping[str, nn.Module],
-    optimizers: Mapping[str, torch.optim.Optimizer],
-    tensors: Any,
-    meta: dict[str, Any],
-    where: str,
-) -> None:
-    for name, m in modules.items():
-        load_module(name, m, tensors, where)
-    for name, opt in optimizers.items():
-        load_optimizer(name, opt, tensors, meta[name])
-    torch.set_rng_state(tensors["torch_rng"])
 
 
 class LeanAdam:

@@ -50,9 +50,7 @@ from advantage.algos.offpolicy_common import (
     LeanAdam,
     check_continuous_env,
     check_finite,
-    load_learner,
     load_policy,
-    save_learner,
 )
 from advantage.configs.sac import (  # noqa: F401  (their old place)
     PRESETS,
@@ -63,6 +61,7 @@ from advantage.configs.sac import (  # noqa: F401  (their old place)
 from advantage.context import RunContext, Snapshot
 from advantage.math.q_targets import polyak_update, soft_q_target
 from advantage.nn.continuous import EnsembleQ, SquashedGaussianActor
+from advantage.torch_state import LearnerState
 
 
 @dataclass
@@ -85,8 +84,11 @@ class SACNets:
         # Parameter lists built once for the Polyak update (a module's .parameters() walks the tree).
         self.targets, self.onlines = list(self.critic_target.parameters()), list(self.critic.parameters())
 
-    def modules(self) -> dict[str, torch.nn.Module]:
-        return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
+    def learner(self) -> LearnerState:
+        """Networks, optimizers and the torch RNG (the actor's samples), under their checkpoint names
+        (``log_alpha``, a bare parameter, is saved beside them)."""
+        modules = {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
+        return LearnerState(modules, {"critic_optim": self.critic_opt, "actor_optim": self.actor_opt})
 
 
 def make_nets(cfg: SACConfig, obs_dim: int, act_dim: int) -> SACNets:
@@ -152,8 +154,8 @@ def update(
     }
 
 
-def check_env(cfg: SACConfig, env: gym.Env) -> None:
-    check_continuous_env("sac", cfg, env)
+def check_env(cfg: SACConfig, env: gym.Env, algo: str = "sac") -> None:
+    check_continuous_env(algo, cfg, env)
 
 
 def train(cfg: SACConfig, ctx: RunContext) -> None:
@@ -163,19 +165,18 @@ def train(cfg: SACConfig, ctx: RunContext) -> None:
     torch.manual_seed(t.seed)
     exp = Experience(cfg.env, a.buffer_size, a.gamma, t.seed, a.normalize_obs, a.clip_obs)
     nets = make_nets(cfg, exp.obs_dim, exp.act_dim)
-    optimizers = {"critic_optim": nets.critic_opt.opt, "actor_optim": nets.actor_opt.opt}
-    modules = nets.modules()
+    learner = nets.learner()
     next_train = a.learning_starts
     if ctx.restored is not None:
         ck, s = ctx.restored, ctx.restored.state["algo"]
-        load_learner(modules, optimizers, ck.tensors, s["learner"], str(ck.path))
+        learner.load(ck.tensors, s["learner"], str(ck.path))
         with torch.no_grad():
             nets.log_alpha.copy_(ck.tensors["log_alpha"])
         exp.restore(ck.step, ck.tensors, s["experience"])
         next_train = s["next_train"]
 
     def snapshot() -> Snapshot:
-        tensors, meta = save_learner(modules, optimizers)
+        tensors, meta = learner.save()
         tensors |= exp.tensors() | {"log_alpha": nets.log_alpha.detach().clone()}
         state = {"learner": meta, "experience": exp.state(), "next_train": next_train}
         return Snapshot(ContinuousPolicy(nets.actor, exp.obs_norm, exp.action_space), tensors, state)

@@ -1,5 +1,5 @@
 r"""Twin Delayed DDPG, TD3 (Fujimoto, van Hoof & Meger 2018, "Addressing Function Approximation Error in
-Actor-Critic Methods") (SPEC P7).
+Actor-Critic Methods"), and DDPG as its special case (SPEC P7).
 
 TD3 is DDPG (:mod:`advantage.algos.ddpg`) with three changes, each aimed at the overestimation that an actor
 climbing a single critic's errors builds up — the continuous-action cousin of the max bias of Q-learning
@@ -18,6 +18,10 @@ climbing a single critic's errors builds up — the continuous-action cousin of 
 Losses per gradient step (:func:`update`): critics :math:`\sum_k \text{MSE}(Q_{\theta_k}(s, a), y)` (SB3's
 sum over critics); actor, on delayed steps, :math:`-\frac1B\sum Q_{\theta_1}(s, \mu_\phi(s))` (the first
 critic only, as the paper); then Polyak averaging of the actor and critic targets with ``tau``.
+
+The code here trains both: the ``algorithm`` section says how many critics (``n_critics``), the delay and
+the target noise, and DDPG's section (:class:`advantage.configs.ddpg.DDPGAlgorithm`) fixes them at one
+critic, no delay and no noise (no noise is drawn then, so DDPG's random stream is its own).
 
 Implementation details: actions normalized to ``[-1, 1]`` (SB3); uniform random actions before
 ``learning_starts``; Gaussian exploration noise ``exploration_noise`` (0.1, the paper's) added to the
@@ -40,10 +44,9 @@ from advantage.algos.offpolicy_common import (
     LeanAdam,
     check_continuous_env,
     check_finite,
-    load_learner,
     load_policy,
-    save_learner,
 )
+from advantage.configs.ddpg import DDPGAlgorithm, DDPGConfig
 from advantage.configs.td3 import (  # noqa: F401  (their old place)
     PRESETS,
     TD3Algorithm,
@@ -53,13 +56,14 @@ from advantage.configs.td3 import (  # noqa: F401  (their old place)
 from advantage.context import RunContext, Snapshot
 from advantage.math.q_targets import clipped_double_q_target, polyak_update
 from advantage.nn.continuous import DeterministicActor, EnsembleQ
+from advantage.torch_state import LearnerState
 
 
 @dataclass
 class TD3Nets:
     actor: DeterministicActor
     actor_target: DeterministicActor
-    critic: EnsembleQ
+    critic: EnsembleQ  # n_critics members: 2 for TD3, 1 for DDPG
     critic_target: EnsembleQ
     actor_opt: LeanAdam
     critic_opt: LeanAdam
@@ -73,21 +77,23 @@ class TD3Nets:
         self.targets = [*self.critic_target.parameters(), *self.actor_target.parameters()]
         self.onlines = [*self.critic.parameters(), *self.actor.parameters()]
 
-    def modules(self) -> dict[str, torch.nn.Module]:
-        return {
+    def learner(self) -> LearnerState:
+        """Networks, optimizers and the torch RNG (the target noise's), under their checkpoint names."""
+        modules = {
             "actor": self.actor,
             "actor_target": self.actor_target,
             "critic": self.critic,
             "critic_target": self.critic_target,
         }
+        return LearnerState(modules, {"actor_optim": self.actor_opt, "critic_optim": self.critic_opt})
 
 
-def make_nets(cfg: TD3Config, obs_dim: int, act_dim: int, n_critics: int = 2) -> TD3Nets:
+def make_nets(cfg: TD3Config | DDPGConfig, obs_dim: int, act_dim: int) -> TD3Nets:
     a, m = cfg.algorithm, cfg.model
     actor = DeterministicActor(obs_dim, act_dim, list(m.actor_hidden))
     actor_target = DeterministicActor(obs_dim, act_dim, list(m.actor_hidden))
-    critic = EnsembleQ(obs_dim, act_dim, list(m.critic_hidden), n=n_critics)
-    critic_target = EnsembleQ(obs_dim, act_dim, list(m.critic_hidden), n=n_critics)
+    critic = EnsembleQ(obs_dim, act_dim, list(m.critic_hidden), n=a.n_critics)
+    critic_target = EnsembleQ(obs_dim, act_dim, list(m.critic_hidden), n=a.n_critics)
     for online, target in ((actor, actor_target), (critic, critic_target)):
         target.load_state_dict(online.state_dict())
         target.requires_grad_(False)
@@ -102,18 +108,25 @@ def make_nets(cfg: TD3Config, obs_dim: int, act_dim: int, n_critics: int = 2) ->
 
 
 def update(
-    nets: TD3Nets, batch: tuple[torch.Tensor, ...], a: TD3Algorithm, step: int, metrics: bool = False
+    nets: TD3Nets,
+    batch: tuple[torch.Tensor, ...],
+    a: TD3Algorithm | DDPGAlgorithm,
+    step: int,
+    metrics: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """One TD3 gradient step on ``(obs [B, O], actions [B, A], rewards [B], next_obs [B, O], terminated [B],
-    discounts [B])``: the critics always; the actor and the targets every ``policy_delay``-th call."""
+    """One TD3 (or DDPG) gradient step on ``(obs [B, O], actions [B, A], rewards [B], next_obs [B, O],
+    terminated [B], discounts [B])``: the critics always; the actor and the targets every
+    ``policy_delay``-th call (every call for DDPG)."""
     obs, actions, rewards, next_obs, terminated, discounts = batch
     with torch.no_grad():
-        noise = (torch.randn_like(actions) * a.policy_noise).clamp_(-a.noise_clip, a.noise_clip)
-        next_actions = (nets.actor_target(next_obs) + noise).clamp_(-1.0, 1.0)  # target policy smoothing
+        next_actions = nets.actor_target(next_obs)
+        if a.policy_noise > 0:  # target policy smoothing; DDPG draws no noise
+            noise = (torch.randn_like(actions) * a.policy_noise).clamp_(-a.noise_clip, a.noise_clip)
+            next_actions = (next_actions + noise).clamp_(-1.0, 1.0)
         y = clipped_double_q_target(
             rewards, nets.critic_target(next_obs, next_actions), terminated, discounts
-        )
-    q = nets.critic(obs, actions)  # [2, B]
+        )  # K = 1 (DDPG): r + γ(1-d) Q̄(s', μ̄(s'))
+    q = nets.critic(obs, actions)  # [K, B]
     critic_loss = ((q - y) ** 2).mean(-1).sum()  # Σ_k MSE_k, as SB3
     check_finite(step, "critic loss", critic_loss)
     nets.critic_opt.zero_grad()
@@ -122,6 +135,7 @@ def update(
     nets.updates += 1
     out = {"train/critic_loss": critic_loss.detach(), "train/q_mean": q.detach().mean()} if metrics else {}
     if nets.updates % a.policy_delay == 0:
+        # deterministic policy gradient through the first critic
         actor_loss = -nets.critic(obs, nets.actor(obs), first_only=True, detach=True).mean()
         check_finite(step, "actor loss", actor_loss)
         nets.actor_opt.zero_grad()
@@ -133,28 +147,28 @@ def update(
     return out
 
 
-def check_env(cfg: TD3Config, env: gym.Env) -> None:
-    check_continuous_env("td3", cfg, env)
+def check_env(cfg: TD3Config | DDPGConfig, env: gym.Env, algo: str = "td3") -> None:
+    check_continuous_env(algo, cfg, env)
 
 
-def train(cfg: TD3Config, ctx: RunContext) -> None:
+def train(cfg: TD3Config | DDPGConfig, ctx: RunContext) -> None:
     a, t = cfg.algorithm, cfg.trainer
     torch.set_num_threads(t.torch_threads)
     torch.set_flush_denormal(True)  # tiny Adam moments turn denormal and slow CPU math down several-fold
     torch.manual_seed(t.seed)
     exp = Experience(cfg.env, a.buffer_size, a.gamma, t.seed, a.normalize_obs, a.clip_obs)
     nets = make_nets(cfg, exp.obs_dim, exp.act_dim)
-    optimizers = {"actor_optim": nets.actor_opt.opt, "critic_optim": nets.critic_opt.opt}
-    modules = nets.modules()
+    learner = nets.learner()
     next_train = a.learning_starts
     if ctx.restored is not None:
         ck, s = ctx.restored, ctx.restored.state["algo"]
-        load_learner(modules, optimizers, ck.tensors, s["learner"], str(ck.path))
+        learner.load(ck.tensors, s["learner"], str(ck.path))
         exp.restore(ck.step, ck.tensors, s["experience"])
-        next_train, nets.updates = s["next_train"], s["updates"]
+        # DDPG checkpoints written before DDPG ran on this code have no count (no delay: it does not matter)
+        next_train, nets.updates = s["next_train"], s.get("updates", 0)
 
     def snapshot() -> Snapshot:
-        tensors, meta = save_learner(modules, optimizers)
+        tensors, meta = learner.save()
         state = {
             "learner": meta,
             "experience": exp.state(),
@@ -193,7 +207,7 @@ def train(cfg: TD3Config, ctx: RunContext) -> None:
     exp.close()
 
 
-def _policy(cfg: TD3Config, env: gym.Env, tensors: Any) -> ContinuousPolicy:
+def _policy(cfg: TD3Config | DDPGConfig, env: gym.Env, tensors: Any) -> ContinuousPolicy:
     obs_dim, act_dim = (
         int(np.prod(cast(tuple[int, ...], s.shape))) for s in (env.observation_space, env.action_space)
     )

@@ -58,6 +58,16 @@ class LinearModel:
     )
 
 
+@dataclass
+class LinearConfig:
+    """The sections every linear method's config has; each narrows ``algorithm`` to its own."""
+
+    env: EnvConfig = section(EnvConfig)
+    algorithm: LinearAlgorithm = section(LinearAlgorithm)
+    model: LinearModel = section(LinearModel)
+    trainer: TrainerConfig = section(TrainerConfig)
+
+
 def check_features(spec: str) -> list[str]:
     """Problems with the *form* of ``algorithm.features`` (the function itself is checked against the
     environment by :func:`feature_matrix`)."""
@@ -100,19 +110,13 @@ class GradientTDAlgorithm(LinearPredictionAlgorithm):
 
 
 @dataclass
-class SemiGradientTDConfig:
-    env: EnvConfig = section(EnvConfig)
+class SemiGradientTDConfig(LinearConfig):
     algorithm: SemiGradientTDAlgorithm = section(SemiGradientTDAlgorithm)
-    model: LinearModel = section(LinearModel)
-    trainer: TrainerConfig = section(TrainerConfig)
 
 
 @dataclass
-class GradientTDConfig:
-    env: EnvConfig = section(EnvConfig)
+class GradientTDConfig(LinearConfig):
     algorithm: GradientTDAlgorithm = section(GradientTDAlgorithm)
-    model: LinearModel = section(LinearModel)
-    trainer: TrainerConfig = section(TrainerConfig)
 
 
 _LEGS = {
@@ -181,11 +185,8 @@ class LinearControlAlgorithm(LinearAlgorithm):
 
 
 @dataclass
-class LinearControlConfig:
-    env: EnvConfig = section(EnvConfig)
+class LinearControlConfig(LinearConfig):
     algorithm: LinearControlAlgorithm = section(LinearControlAlgorithm)
-    model: LinearModel = section(LinearModel)
-    trainer: TrainerConfig = section(TrainerConfig)
 
 
 _CONTROL_PRESETS = {

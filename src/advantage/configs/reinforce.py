@@ -57,7 +57,7 @@ class ReinforceModel:
     squash: bool = option(False, "Box actions: tanh-squash to the bounds (with log-det correction)")
 
 
-def _problems(env: VecEnvConfig, a: ReinforceAlgorithm, off_policy: bool) -> list[str]:
+def _problems(env: VecEnvConfig, a: ReinforceAlgorithm) -> list[str]:
     out = []
     if env.num_envs > a.episodes_per_update:
         out.append(
@@ -75,7 +75,7 @@ def _problems(env: VecEnvConfig, a: ReinforceAlgorithm, off_policy: bool) -> lis
             "already carries γ^t (with both, step t would be weighed by γ^2t, a biased estimator), "
             f"got return_type={a.return_type}"
         )
-    if off_policy and a.return_type != "reward_to_go":
+    if isinstance(a, ReinforceISAlgorithm) and a.return_type != "reward_to_go":
         out.append(
             "reinforce_is needs algorithm.return_type=reward_to_go (per-decision importance weights), "
             f"got {a.return_type}"
@@ -91,18 +91,12 @@ class ReinforceConfig:
     trainer: TrainerConfig = section(TrainerConfig)
 
     def problems(self) -> list[str]:
-        return _problems(self.env, self.algorithm, off_policy=False)
+        return _problems(self.env, self.algorithm)
 
 
 @dataclass
-class ReinforceISConfig:
-    env: VecEnvConfig = section(VecEnvConfig)
+class ReinforceISConfig(ReinforceConfig):
     algorithm: ReinforceISAlgorithm = section(ReinforceISAlgorithm)
-    model: ReinforceModel = section(ReinforceModel)
-    trainer: TrainerConfig = section(TrainerConfig)
-
-    def problems(self) -> list[str]:
-        return _problems(self.env, self.algorithm, off_policy=True)
 
 
 PRESETS = {

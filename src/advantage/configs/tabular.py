@@ -58,6 +58,8 @@ class TDAlgorithm(EpsilonSchedule):
 
 @dataclass
 class TDConfig:
+    """The sections of TD control; the Monte Carlo methods' configs are these with their own ``algorithm``."""
+
     env: EnvConfig = section(EnvConfig)
     algorithm: TDAlgorithm = section(TDAlgorithm)
     model: TableModel = section(TableModel)
@@ -153,19 +155,13 @@ class MCPredictionAlgorithm:
 
 
 @dataclass
-class MCControlConfig:
-    env: EnvConfig = section(EnvConfig)
+class MCControlConfig(TDConfig):
     algorithm: MCControlAlgorithm = section(MCControlAlgorithm)
-    model: TableModel = section(TableModel)
-    trainer: TrainerConfig = section(TrainerConfig)
 
 
 @dataclass
-class MCPredictionConfig:
-    env: EnvConfig = section(EnvConfig)
+class MCPredictionConfig(TDConfig):
     algorithm: MCPredictionAlgorithm = section(MCPredictionAlgorithm)
-    model: TableModel = section(TableModel)
-    trainer: TrainerConfig = section(TrainerConfig)
 
 
 register(
