@@ -156,12 +156,13 @@ class MCPredictionAlgorithm:
 
 @dataclass
 class MCControlConfig(TDConfig):
-    algorithm: MCControlAlgorithm = section(MCControlAlgorithm)
+    # the env, trainer and eval sections are TD's; the algorithm section is its own
+    algorithm: MCControlAlgorithm = section(MCControlAlgorithm)  # type: ignore[assignment]
 
 
 @dataclass
 class MCPredictionConfig(TDConfig):
-    algorithm: MCPredictionAlgorithm = section(MCPredictionAlgorithm)
+    algorithm: MCPredictionAlgorithm = section(MCPredictionAlgorithm)  # type: ignore[assignment]
 
 
 register(
