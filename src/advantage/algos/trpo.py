@@ -46,6 +46,7 @@ from advantage.envs import make_vec_env
 from advantage.errors import NonFiniteError
 from advantage.math import (
     conjugate_gradient,
+    explained_variance,
     fisher_vector_product,
     flat_grad,
     line_search,
@@ -227,8 +228,7 @@ def value_step(
             loss.backward()
             eager.step(opt)
             losses.append(float(loss.detach()))
-    var_y = float(returns.var()) if n > 1 else 0.0
-    explained = float("nan") if var_y == 0 else 1 - float((returns - old_values).var()) / var_y
+    explained = explained_variance(old_values, returns)
     last_epoch = losses[-math.ceil(n / a.vf_minibatch_size) :]
     return {"train/value_loss": sum(last_epoch) / len(last_epoch), "train/explained_variance": explained}
 

@@ -30,6 +30,7 @@ from advantage.configs.llm import (  # noqa: F401  (their old place)
     task_rows,
 )
 from advantage.errors import ConfigError
+from advantage.math.schedules import warmup_decay
 
 SPLITS = ("train", "validation", "test")
 
@@ -325,15 +326,16 @@ def hf_files(model: torch.nn.Module, tokenizer: Any) -> dict[str, bytes]:
 
 
 def learning_rate(a: Any, step: int, total: int) -> float:
-    """Warm-up for ``warmup_steps``, then ``lr_schedule`` down to ``min_lr_ratio`` × peak at ``total``.
-    ``a`` is any section with ``learning_rate``, ``warmup_steps``, ``lr_schedule`` and ``min_lr_ratio``."""
-    if step < a.warmup_steps:
-        return a.learning_rate * (step + 1) / a.warmup_steps
-    if a.lr_schedule == "constant":
-        return a.learning_rate
-    frac = min(1.0, (step - a.warmup_steps) / max(1, total - a.warmup_steps))
-    shape = 0.5 * (1 + math.cos(math.pi * frac)) if a.lr_schedule == "cosine" else 1 - frac
-    return a.learning_rate * (a.min_lr_ratio + (1 - a.min_lr_ratio) * shape)
+    """:func:`advantage.math.schedules.warmup_decay` of an optimizer section (``learning_rate``,
+    ``warmup_steps``, ``lr_schedule``, ``min_lr_ratio``)."""
+    return warmup_decay(
+        a.learning_rate,
+        step,
+        total,
+        warmup_steps=a.warmup_steps,
+        schedule=a.lr_schedule,
+        min_ratio=a.min_lr_ratio,
+    )
 
 
 def data_order(n: int, seed: int, epoch: int) -> torch.Tensor:

@@ -113,6 +113,7 @@ from advantage.configs.grpo import (  # noqa: F401  (re-exported: the config is 
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import KL_ESTIMATORS, POLICY_LOSSES, aggregate, masked_mean
+from advantage.nn.lean import clip_grad_norm
 from advantage.torch_state import load_optimizer, optimizer_state
 
 # ----------------------------------------------------------------------------------------------------
@@ -826,7 +827,7 @@ def learn(
                 raise NonFiniteError(f"step {step + 1}: GRPO loss is {total}; stopping")
             stats.setdefault("loss", []).append(total)
             if actor.max_grad_norm > 0:
-                gn = torch.nn.utils.clip_grad_norm_(params, actor.max_grad_norm)
+                gn = clip_grad_norm(params, actor.max_grad_norm)
                 stats.setdefault("grad_norm", []).append(float(gn))
             opt.step()
     return stats

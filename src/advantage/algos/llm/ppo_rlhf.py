@@ -96,8 +96,17 @@ from advantage.algos.llm.shared import (
 from advantage.checkpoint import Checkpoint
 from advantage.context import RunContext, Snapshot
 from advantage.errors import NonFiniteError
-from advantage.math import KL_ESTIMATORS, VALUE_LOSSES, AdaptiveKLController, aggregate, gae, ppo_clip
-from advantage.math.masked import masked_mean, masked_var, masked_whiten
+from advantage.math import (
+    KL_ESTIMATORS,
+    VALUE_LOSSES,
+    AdaptiveKLController,
+    aggregate,
+    explained_variance,
+    gae,
+    ppo_clip,
+)
+from advantage.math.masked import masked_mean, masked_whiten
+from advantage.nn.lean import clip_grad_norm
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
 # ----------------------------------------------------------------------------------------------------
@@ -142,13 +151,6 @@ def token_gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: 
     terminated[torch.arange(len(mask), device=mask.device), last_token(mask)] = True
     adv = gae(rewards, values, next_values, terminated, torch.zeros_like(valid), gamma, lam)
     return torch.where(valid, adv, torch.zeros_like(adv))
-
-
-def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
-    """:math:`1 - \\mathrm{Var}(R - V) / \\mathrm{Var}(R)` over the valid tokens (1: perfect critic; ≤ 0: no
-    better than a constant)."""
-    var = float(masked_var(returns, mask))
-    return float("nan") if var == 0 else 1.0 - float(masked_var(returns - values, mask)) / var
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -437,7 +439,7 @@ def learn(
                 ("critic_grad_norm", critic_params, critic.max_grad_norm),
             ):
                 if clip > 0:
-                    stats.setdefault(name, []).append(float(torch.nn.utils.clip_grad_norm_(params, clip)))
+                    stats.setdefault(name, []).append(float(clip_grad_norm(params, clip)))
             opt.step()
     return stats
 

@@ -62,6 +62,7 @@ from advantage.configs.sft import (
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import aggregate
+from advantage.nn.lean import clip_grad_norm
 from advantage.torch_state import load_optimizer, optimizer_state
 
 
@@ -251,9 +252,7 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
             raise NonFiniteError(
                 f"step {step + 1}: SFT loss is {total}; stopping (the last checkpoint is kept)"
             )
-        grad_norm = (
-            float(torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm)) if a.max_grad_norm > 0 else 0.0
-        )
+        grad_norm = float(clip_grad_norm(params, a.max_grad_norm)) if a.max_grad_norm > 0 else 0.0
         opt.step()
         step += 1
         stats["loss"] += total
