@@ -75,5 +75,6 @@ def test_clip_grad_norm_takes_a_generator_and_matches_torch():
     got = clip_grad_norm(ours.parameters(), 0.1)  # a generator, as A2C and REINFORCE pass
     want = nn.utils.clip_grad_norm_(theirs.parameters(), 0.1)
     assert torch.equal(got, want)
-    assert all(torch.equal(a.grad, b.grad) for a, b in zip(ours.parameters(), theirs.parameters(), strict=True))
+    pairs = zip(ours.parameters(), theirs.parameters(), strict=True)
+    assert all(torch.equal(a.grad, b.grad) for a, b in pairs)
     assert float(got) > 0.1  # the clip was active
