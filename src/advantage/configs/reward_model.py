@@ -11,8 +11,15 @@ from advantage.configs.llm import (
     PREFERENCE_TASK_NAMES,
     LMModelConfig,
     LMTrainerConfig,
+    betas_option,
+    learning_rate_option,
+    lr_schedule_option,
+    max_grad_norm_option,
+    min_lr_ratio_option,
     optimizer_problems,
     preference_task_options,
+    warmup_steps_option,
+    weight_decay_option,
 )
 from advantage.registry import Algorithm, Entry, register
 
@@ -57,15 +64,15 @@ class RMDataConfig:
 
 @dataclass
 class RMAlgorithm:
-    learning_rate: float = option(1e-3, "peak learning rate", lo=0, lo_open=True)
-    lr_schedule: str = option("cosine", "decay after warm-up", choices=("cosine", "linear", "constant"))
-    warmup_steps: int = option(10, "linear warm-up steps", lo=0)
-    min_lr_ratio: float = option(0.1, "final learning rate / peak (cosine and linear)", lo=0, hi=1)
+    learning_rate: float = learning_rate_option(1e-3)
+    lr_schedule: str = lr_schedule_option("cosine")
+    warmup_steps: int = warmup_steps_option(10)
+    min_lr_ratio: float = min_lr_ratio_option(0.1)
     batch_size: int = option(32, "comparisons per optimizer step: pairs (pairwise) or rankings (kwise)", lo=1)
     micro_batch_size: int = option(0, "comparisons per forward pass (0: the whole batch)", lo=0)
-    weight_decay: float = option(0.0, "AdamW weight decay", lo=0)
-    betas: list[float] = option([0.9, 0.98], "AdamW (β1, β2)")
-    max_grad_norm: float = option(1.0, "global gradient-norm clip (0: none)", lo=0)
+    weight_decay: float = weight_decay_option()
+    betas: list[float] = betas_option()
+    max_grad_norm: float = max_grad_norm_option()
     loss: str = option(
         "pairwise",
         "pairwise: Bradley–Terry on pairs; kwise: InstructGPT, one prompt's C(K,2) pairs averaged",
