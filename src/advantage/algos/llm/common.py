@@ -31,6 +31,7 @@ from advantage.configs.llm import (  # noqa: F401  (their old place)
 )
 from advantage.errors import ConfigError
 from advantage.math.schedules import warmup_decay
+from advantage.torch_state import LearnerState
 
 SPLITS = ("train", "validation", "test")
 
@@ -371,6 +372,26 @@ class DataCursor:
 
     def state(self) -> dict[str, int]:
         return {"epoch": self.epoch, "pos": self.pos}
+
+
+def resume(learner: LearnerState, restored: Checkpoint | None, n: int, seed: int) -> tuple[int, DataCursor]:
+    """Where a trainer over a fixed training set of ``n`` items starts: step 0 at the start of the first
+    epoch, or where ``restored`` stopped, with ``learner`` (optimizer moments, torch RNG, any modules)
+    loaded from it. The algorithm state holds the learner's JSON (``optim``) and the cursor's ``epoch``
+    and ``pos`` (:func:`learner_state`)."""
+    if restored is None:
+        return 0, DataCursor(n, seed)
+    s = restored.state["algo"]
+    learner.load(restored.tensors, s)
+    return restored.step, DataCursor(n, seed, s["epoch"], s["pos"])
+
+
+def learner_state(
+    learner: LearnerState, cursor: DataCursor
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """``(tensors, algorithm state)`` of a checkpoint of such a trainer, as :func:`resume` reads them."""
+    tensors, meta = learner.save()
+    return tensors, {**meta, **cursor.state()}
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import DPO_LOSSES, dpo_metrics
 from advantage.nn.lean import adamw_step, clip_grad_norm, zero_grad
 from advantage.nn.packing import PACK_ROW_LENGTH, pack_prompts, packable, packed_logprobs
-from advantage.torch_state import load_optimizer, optimizer_state
+from advantage.torch_state import LearnerState
 
 # ----------------------------------------------------------------------------------------------------
 # Data: preference pairs as token ids
@@ -194,19 +194,12 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
     opt = torch.optim.AdamW(
         params, lr=a.learning_rate, weight_decay=a.weight_decay, fused=common.fused_adamw(params)
     )
-    step, epoch, pos = 0, 0, 0
-    if restored is not None:
-        s = restored.state["algo"]
-        load_optimizer("optim", opt, restored.tensors, s["optim"])
-        torch.set_rng_state(restored.tensors["torch_rng"])
-        step, epoch, pos = restored.step, s["epoch"], s["pos"]
-    cursor = common.DataCursor(len(items), t.seed, epoch, pos)
+    learner = LearnerState(optimizers={"optim": opt})
+    step, cursor = common.resume(learner, restored, len(items), t.seed)
     policy.reference = ref  # evaluation needs it for the implicit rewards
 
     def snapshot() -> Snapshot:
-        opt_tensors, opt_meta = optimizer_state("optim", opt)
-        tensors = {**opt_tensors, "torch_rng": torch.get_rng_state()}
-        state = {"optim": opt_meta, **cursor.state()}
+        tensors, state = common.learner_state(learner, cursor)
         return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
 
     loss_fn = dpo_loss_fn(a)

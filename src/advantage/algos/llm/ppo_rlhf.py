@@ -107,7 +107,7 @@ from advantage.math import (
 )
 from advantage.math.masked import masked_mean, masked_whiten
 from advantage.nn.lean import clip_grad_norm
-from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
+from advantage.torch_state import LearnerState
 
 # ----------------------------------------------------------------------------------------------------
 # Per-token rewards and advantages (pure functions of [B, T] tensors)
@@ -444,10 +444,10 @@ def learn(
     return stats
 
 
-def build(cfg: PPORLHFConfig, restored: Checkpoint | None) -> tuple[LMPolicy, Models, torch.optim.Optimizer]:
-    """The policy (with its frozen reference and reward model), the trained models and their optimizer,
-    restored from ``restored``. Built in this order on purpose: the scratch models draw their initial
-    weights from the global generator."""
+def build(cfg: PPORLHFConfig, restored: Checkpoint | None) -> tuple[LMPolicy, Models, LearnerState]:
+    """The policy (with its frozen reference and reward model), the trained models and the learner state
+    (critic weights, the optimizer ``optim``, the torch RNG), restored from ``restored``. Built in this
+    order on purpose: the scratch models draw their initial weights from the global generator."""
     t, critic = cfg.trainer, cfg.worker.critic
     task = make_task(cfg.data)
     model, tok = common.policy_model(cfg, task, restored)
@@ -466,13 +466,13 @@ def build(cfg: PPORLHFConfig, restored: Checkpoint | None) -> tuple[LMPolicy, Mo
         lr=cfg.worker.actor.learning_rate,
         weight_decay=cfg.worker.actor.weight_decay,
     )
+    # The critic's own weights travel as tensors; the policy's as the checkpoint's model folder.
+    learner = LearnerState(
+        {"value_head": head, **({"critic": trunk} if trunk is not None else {})}, {"optim": opt}
+    )
     if restored is not None:
-        load_module("value_head", head, restored.tensors)
-        if trunk is not None:
-            load_module("critic", trunk, restored.tensors)
-        load_optimizer("optim", opt, restored.tensors, restored.state["algo"]["optim"])
-        torch.set_rng_state(restored.tensors["torch_rng"])
-    return policy, models, opt
+        learner.load(restored.tensors, restored.state["algo"])
+    return policy, models, learner
 
 
 def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
@@ -480,17 +480,15 @@ def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
     torch.set_num_threads(t.torch_threads)
     torch.manual_seed(t.seed)
     restored = ctx.restored
-    policy, models, opt = build(cfg, restored)
+    policy, models, learner = build(cfg, restored)
+    opt = learner.optimizers["optim"]
     rollout = PPORollout(cfg, policy, models, policy.examples("train"), restored)
     step = 0 if restored is None else restored.step
 
     def snapshot() -> Snapshot:
-        opt_tensors, opt_meta = optimizer_state("optim", opt)
-        tensors = {**opt_tensors, "torch_rng": torch.get_rng_state(), **rollout.tensors()}
-        tensors.update(module_tensors("value_head", models.head))
-        if models.critic_trunk is not None:
-            tensors.update(module_tensors("critic", models.critic_trunk))
-        state = {"optim": opt_meta, **rollout.state()}
+        tensors, meta = learner.save()
+        tensors.update(rollout.tensors())
+        state = {**meta, **rollout.state()}
         return Snapshot(policy, tensors, state, files=lambda: common.hf_files(policy.model, policy.tokenizer))
 
     policy.model.train()

@@ -66,7 +66,7 @@ from advantage.errors import ConfigError, NonFiniteError
 from advantage.math.preference import bradley_terry_loss, kwise_ranking_loss
 from advantage.nn.lean import adamw_step, clip_grad_norm, zero_grad
 from advantage.nn.packing import PackedPrompts, long_tensor, pack_prompts, packable, packed_hidden
-from advantage.torch_state import load_optimizer, optimizer_state
+from advantage.torch_state import LearnerState
 
 HEAD_FILE, META_FILE = "value_head.safetensors", "reward_model.json"
 
@@ -377,24 +377,13 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
         weight_decay=a.weight_decay,
         fused=common.fused_adamw(params),
     )
-    step, epoch, pos = 0, 0, 0
-    if restored is not None:
-        s = restored.state["algo"]
-        with torch.no_grad():
-            model.head.weight.copy_(restored.tensors["value_head.weight"])
-            model.head.bias.copy_(restored.tensors["value_head.bias"])
-        load_optimizer("optim", opt, restored.tensors, s["optim"])
-        torch.set_rng_state(restored.tensors["torch_rng"])
-        step, epoch, pos = restored.step, s["epoch"], s["pos"]
-    cursor = common.DataCursor(len(items), t.seed, epoch, pos)
+    learner = LearnerState({"value_head": model.head}, {"optim": opt})
+    step, cursor = common.resume(learner, restored, len(items), t.seed)
 
     def snapshot() -> Snapshot:
-        opt_tensors, opt_meta = optimizer_state("optim", opt)
-        tensors = {**opt_tensors, "torch_rng": torch.get_rng_state()}
-        tensors.update({f"value_head.{k}": v.detach() for k, v in model.head.state_dict().items()})
+        tensors, state = common.learner_state(learner, cursor)
         if cfg.model.lora.rank > 0:
             tensors.update(common.adapter_tensors(model.backbone))
-        state = {"optim": opt_meta, **cursor.state()}
         return Snapshot(policy, tensors, state, files=model.files)
 
     micro = a.micro_batch_size or a.batch_size

@@ -63,7 +63,7 @@ from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import aggregate
 from advantage.nn.lean import clip_grad_norm
-from advantage.torch_state import load_optimizer, optimizer_state
+from advantage.torch_state import LearnerState
 
 
 class Demonstration(NamedTuple):
@@ -209,20 +209,13 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
     prompts, responses = tokenize_examples(policy, examples, d.max_prompt_length, d.max_response_length)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=a.learning_rate, betas=tuple(a.betas), weight_decay=a.weight_decay)
-    step, epoch, pos = 0, 0, 0
-    if restored is not None:
-        s = restored.state["algo"]
-        load_optimizer("optim", opt, restored.tensors, s["optim"])
-        torch.set_rng_state(restored.tensors["torch_rng"])
-        step, epoch, pos = restored.step, s["epoch"], s["pos"]
-    cursor = common.DataCursor(len(examples), t.seed, epoch, pos)
+    learner = LearnerState(optimizers={"optim": opt})
+    step, cursor = common.resume(learner, restored, len(examples), t.seed)
 
     def snapshot() -> Snapshot:
-        opt_tensors, opt_meta = optimizer_state("optim", opt)
-        tensors = {**opt_tensors, "torch_rng": torch.get_rng_state()}
+        tensors, state = common.learner_state(learner, cursor)
         if cfg.model.lora.rank > 0:
             tensors.update(common.adapter_tensors(model))
-        state = {"optim": opt_meta, **cursor.state()}
         return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
 
     micro = a.micro_batch_size or a.batch_size
