@@ -129,38 +129,42 @@ class LMTrainerConfig(TrainerConfig):
         return [problem] if problem else []
 
 
-# The optimizer options of every language-model algorithm (sft, reward_model, dpo, and the actors of grpo
-# and ppo_rlhf): AdamW, a linear warm-up then a decaying learning rate
-# (:func:`advantage.math.schedules.warmup_decay`), and a global gradient-norm clip. Each is written once
-# here; an algorithm's section places them among its own options and gives their defaults.
+class LMOptimizer:
+    """The optimizer options of every language-model algorithm (sft, reward_model, dpo, and the actors of
+    grpo and ppo_rlhf): AdamW, a linear warm-up then a decaying learning rate
+    (:func:`advantage.math.schedules.warmup_decay`) and a global gradient-norm clip. Each option is
+    written once here; an algorithm's section places it among its own options with its default::
 
+        learning_rate: float = LMOptimizer.learning_rate(1e-3)
+    """
 
-def learning_rate_option(default: float, help: str = "peak learning rate") -> Any:
-    return option(default, help, lo=0, lo_open=True)
+    @staticmethod
+    def learning_rate(default: float, help: str = "peak learning rate") -> Any:
+        return option(default, help, lo=0, lo_open=True)
 
+    @staticmethod
+    def lr_schedule(default: str) -> Any:
+        return option(default, "decay after warm-up", choices=LR_SCHEDULES)
 
-def lr_schedule_option(default: str) -> Any:
-    return option(default, "decay after warm-up", choices=LR_SCHEDULES)
+    @staticmethod
+    def warmup_steps(default: int, help: str = "linear warm-up steps") -> Any:
+        return option(default, help, lo=0)
 
+    @staticmethod
+    def min_lr_ratio(default: float) -> Any:
+        return option(default, "final learning rate / peak (cosine and linear)", lo=0, hi=1)
 
-def warmup_steps_option(default: int, help: str = "linear warm-up steps") -> Any:
-    return option(default, help, lo=0)
+    @staticmethod
+    def weight_decay(default: float = 0.0) -> Any:
+        return option(default, "AdamW weight decay", lo=0)
 
+    @staticmethod
+    def betas(default: tuple[float, float] = (0.9, 0.98)) -> Any:
+        return option(list(default), "AdamW (β1, β2)")
 
-def min_lr_ratio_option(default: float) -> Any:
-    return option(default, "final learning rate / peak (cosine and linear)", lo=0, hi=1)
-
-
-def weight_decay_option(default: float = 0.0) -> Any:
-    return option(default, "AdamW weight decay", lo=0)
-
-
-def betas_option(default: tuple[float, float] = (0.9, 0.98)) -> Any:
-    return option(list(default), "AdamW (β1, β2)")
-
-
-def max_grad_norm_option(default: float = 1.0, help: str = "global gradient-norm clip (0: none)") -> Any:
-    return option(default, help, lo=0)
+    @staticmethod
+    def max_grad_norm(default: float = 1.0, help: str = "global gradient-norm clip (0: none)") -> Any:
+        return option(default, help, lo=0)
 
 
 def task_rows(name: str, *, text: bool = True, preference: bool = False) -> list[tuple[str, Any, str]]:

@@ -27,14 +27,9 @@ from advantage.config import Preset, option, section
 from advantage.configs.llm import (
     DataConfig,
     LMModelConfig,
+    LMOptimizer,
     LMTrainerConfig,
-    learning_rate_option,
-    lr_schedule_option,
-    max_grad_norm_option,
-    min_lr_ratio_option,
     preference_task_options,
-    warmup_steps_option,
-    weight_decay_option,
 )
 from advantage.registry import Algorithm, Entry, register
 
@@ -77,12 +72,14 @@ class PPOAlgorithm:
 @dataclass
 class PPOActor:
     model: LMModelConfig = section(LMModelConfig, "the policy (the reference is a frozen copy of it)")
-    learning_rate: float = learning_rate_option(1e-5)
-    lr_schedule: str = lr_schedule_option("constant")
-    warmup_steps: int = warmup_steps_option(0, "linear warm-up steps (rollouts)")
-    min_lr_ratio: float = min_lr_ratio_option(0.0)
-    weight_decay: float = weight_decay_option()
-    max_grad_norm: float = max_grad_norm_option(help="gradient-norm clip of the actor's parameters (0: none)")
+    learning_rate: float = LMOptimizer.learning_rate(1e-5)
+    lr_schedule: str = LMOptimizer.lr_schedule("constant")
+    warmup_steps: int = LMOptimizer.warmup_steps(0, "linear warm-up steps (rollouts)")
+    min_lr_ratio: float = LMOptimizer.min_lr_ratio(0.0)
+    weight_decay: float = LMOptimizer.weight_decay()
+    max_grad_norm: float = LMOptimizer.max_grad_norm(
+        help="gradient-norm clip of the actor's parameters (0: none)"
+    )
     ppo_epochs: int = option(4, "passes over each rollout", lo=1)
     mini_batch_size: int = option(0, "responses per optimizer step (0: the whole rollout)", lo=0)
     micro_batch_size: int = option(0, "responses per forward pass (0: the whole mini-batch)", lo=0)
@@ -113,12 +110,12 @@ class PPOCritic:
         "value head on the actor's own trunk (one model, loss = policy + vf_coef × value) instead of a "
         "separate copy of the starting policy",
     )
-    learning_rate: float = learning_rate_option(1e-5, "peak learning rate (the actor's schedule)")
+    learning_rate: float = LMOptimizer.learning_rate(1e-5, "peak learning rate (the actor's schedule)")
     value_clip: float | None = option(
         0.2, "ε_v of the clipped value loss, in reward units (null: plain squared error)", lo=0
     )
     vf_coef: float = option(0.1, "weight of the value loss in a shared trunk's loss", lo=0)
-    max_grad_norm: float = max_grad_norm_option(
+    max_grad_norm: float = LMOptimizer.max_grad_norm(
         help="gradient-norm clip of the critic's parameters (0: none)"
     )
 

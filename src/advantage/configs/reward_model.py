@@ -10,16 +10,10 @@ from advantage.config import Preset, option, section
 from advantage.configs.llm import (
     PREFERENCE_TASK_NAMES,
     LMModelConfig,
+    LMOptimizer,
     LMTrainerConfig,
-    betas_option,
-    learning_rate_option,
-    lr_schedule_option,
-    max_grad_norm_option,
-    min_lr_ratio_option,
     optimizer_problems,
     preference_task_options,
-    warmup_steps_option,
-    weight_decay_option,
 )
 from advantage.registry import Algorithm, Entry, register
 
@@ -64,15 +58,15 @@ class RMDataConfig:
 
 @dataclass
 class RMAlgorithm:
-    learning_rate: float = learning_rate_option(1e-3)
-    lr_schedule: str = lr_schedule_option("cosine")
-    warmup_steps: int = warmup_steps_option(10)
-    min_lr_ratio: float = min_lr_ratio_option(0.1)
+    learning_rate: float = LMOptimizer.learning_rate(1e-3)
+    lr_schedule: str = LMOptimizer.lr_schedule("cosine")
+    warmup_steps: int = LMOptimizer.warmup_steps(10)
+    min_lr_ratio: float = LMOptimizer.min_lr_ratio(0.1)
     batch_size: int = option(32, "comparisons per optimizer step: pairs (pairwise) or rankings (kwise)", lo=1)
     micro_batch_size: int = option(0, "comparisons per forward pass (0: the whole batch)", lo=0)
-    weight_decay: float = weight_decay_option()
-    betas: list[float] = betas_option()
-    max_grad_norm: float = max_grad_norm_option()
+    weight_decay: float = LMOptimizer.weight_decay()
+    betas: list[float] = LMOptimizer.betas()
+    max_grad_norm: float = LMOptimizer.max_grad_norm()
     loss: str = option(
         "pairwise",
         "pairwise: Bradley–Terry on pairs; kwise: InstructGPT, one prompt's C(K,2) pairs averaged",

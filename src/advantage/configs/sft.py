@@ -9,31 +9,25 @@ from advantage.config import Preset, option, section
 from advantage.configs.llm import (
     DataConfig,
     LMModelConfig,
+    LMOptimizer,
     LMTrainerConfig,
-    betas_option,
-    learning_rate_option,
-    lr_schedule_option,
-    max_grad_norm_option,
-    min_lr_ratio_option,
     optimizer_problems,
     task_rows,
-    warmup_steps_option,
-    weight_decay_option,
 )
 from advantage.registry import Algorithm, Entry, register
 
 
 @dataclass
 class SFTAlgorithm:
-    learning_rate: float = learning_rate_option(1e-3)
-    lr_schedule: str = lr_schedule_option("cosine")
-    warmup_steps: int = warmup_steps_option(50)
-    min_lr_ratio: float = min_lr_ratio_option(0.1)
+    learning_rate: float = LMOptimizer.learning_rate(1e-3)
+    lr_schedule: str = LMOptimizer.lr_schedule("cosine")
+    warmup_steps: int = LMOptimizer.warmup_steps(50)
+    min_lr_ratio: float = LMOptimizer.min_lr_ratio(0.1)
     batch_size: int = option(64, "sequences per optimizer step", lo=1)
     micro_batch_size: int = option(0, "sequences per forward pass (0: the whole batch)", lo=0)
-    weight_decay: float = weight_decay_option()
-    betas: list[float] = betas_option()
-    max_grad_norm: float = max_grad_norm_option()
+    weight_decay: float = LMOptimizer.weight_decay()
+    betas: list[float] = LMOptimizer.betas()
+    max_grad_norm: float = LMOptimizer.max_grad_norm()
     packing: bool = option(False, "pack several sequences into each row (no padding compute)")
     pack_length: int = option(256, "tokens per packed row", lo=8)
 
