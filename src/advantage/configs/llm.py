@@ -193,14 +193,29 @@ def preference_task_options(name: str) -> list[tuple[str, Any, str]]:
     return task_rows(name, text=False, preference=True)
 
 
-def optimizer_problems(a: Any) -> list[str]:
-    """Cross-field checks of an ``algorithm`` section with AdamW ``betas`` and micro-batches."""
-    out = []
-    if len(a.betas) != 2 or not all(0 <= b < 1 for b in a.betas):
-        out.append(f"algorithm.betas must be two numbers in [0, 1), got {a.betas}")
-    if a.micro_batch_size > a.batch_size:
-        out.append(
-            f"algorithm.micro_batch_size={a.micro_batch_size} is larger than "
-            f"algorithm.batch_size={a.batch_size}"
-        )
-    return out
+@dataclass
+class LMBatchAlgorithm:
+    """The ``algorithm`` section of the language-model trainers that take batches from a fixed training set
+    and accumulate micro-batches (sft, reward_model): the optimizer and the batch. Such an algorithm adds
+    its own options after these, and restates one of these only to change its default or meaning."""
+
+    learning_rate: float = LMOptimizer.learning_rate(1e-3)
+    lr_schedule: str = LMOptimizer.lr_schedule("cosine")
+    warmup_steps: int = LMOptimizer.warmup_steps(50)
+    min_lr_ratio: float = LMOptimizer.min_lr_ratio(0.1)
+    batch_size: int = option(64, "sequences per optimizer step", lo=1)
+    micro_batch_size: int = option(0, "sequences per forward pass (0: the whole batch)", lo=0)
+    weight_decay: float = LMOptimizer.weight_decay()
+    betas: list[float] = LMOptimizer.betas()
+    max_grad_norm: float = LMOptimizer.max_grad_norm()
+
+    def problems(self) -> list[str]:
+        out = []
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            out.append(f"algorithm.betas must be two numbers in [0, 1), got {self.betas}")
+        if self.micro_batch_size > self.batch_size:
+            out.append(
+                f"algorithm.micro_batch_size={self.micro_batch_size} is larger than "
+                f"algorithm.batch_size={self.batch_size}"
+            )
+        return out

@@ -9,10 +9,10 @@ from typing import Any, ClassVar
 from advantage.config import Preset, option, section
 from advantage.configs.llm import (
     PREFERENCE_TASK_NAMES,
+    LMBatchAlgorithm,
     LMModelConfig,
     LMOptimizer,
     LMTrainerConfig,
-    optimizer_problems,
     preference_task_options,
 )
 from advantage.registry import Algorithm, Entry, register
@@ -57,25 +57,16 @@ class RMDataConfig:
 
 
 @dataclass
-class RMAlgorithm:
-    learning_rate: float = LMOptimizer.learning_rate(1e-3)
-    lr_schedule: str = LMOptimizer.lr_schedule("cosine")
+class RMAlgorithm(LMBatchAlgorithm):
     warmup_steps: int = LMOptimizer.warmup_steps(10)
-    min_lr_ratio: float = LMOptimizer.min_lr_ratio(0.1)
     batch_size: int = option(32, "comparisons per optimizer step: pairs (pairwise) or rankings (kwise)", lo=1)
     micro_batch_size: int = option(0, "comparisons per forward pass (0: the whole batch)", lo=0)
-    weight_decay: float = LMOptimizer.weight_decay()
-    betas: list[float] = LMOptimizer.betas()
-    max_grad_norm: float = LMOptimizer.max_grad_norm()
     loss: str = option(
         "pairwise",
         "pairwise: Bradley–Terry on pairs; kwise: InstructGPT, one prompt's C(K,2) pairs averaged",
         choices=("pairwise", "kwise"),
     )
     center_rewards_coef: float = option(0.0, "weight of the mean-reward² term per comparison", lo=0)
-
-    def problems(self) -> list[str]:
-        return optimizer_problems(self)
 
 
 @dataclass

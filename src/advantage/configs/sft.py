@@ -6,33 +6,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from advantage.config import Preset, option, section
-from advantage.configs.llm import (
-    DataConfig,
-    LMModelConfig,
-    LMOptimizer,
-    LMTrainerConfig,
-    optimizer_problems,
-    task_rows,
-)
+from advantage.configs.llm import DataConfig, LMBatchAlgorithm, LMModelConfig, LMTrainerConfig, task_rows
 from advantage.registry import Algorithm, Entry, register
 
 
 @dataclass
-class SFTAlgorithm:
-    learning_rate: float = LMOptimizer.learning_rate(1e-3)
-    lr_schedule: str = LMOptimizer.lr_schedule("cosine")
-    warmup_steps: int = LMOptimizer.warmup_steps(50)
-    min_lr_ratio: float = LMOptimizer.min_lr_ratio(0.1)
-    batch_size: int = option(64, "sequences per optimizer step", lo=1)
-    micro_batch_size: int = option(0, "sequences per forward pass (0: the whole batch)", lo=0)
-    weight_decay: float = LMOptimizer.weight_decay()
-    betas: list[float] = LMOptimizer.betas()
-    max_grad_norm: float = LMOptimizer.max_grad_norm()
+class SFTAlgorithm(LMBatchAlgorithm):
     packing: bool = option(False, "pack several sequences into each row (no padding compute)")
     pack_length: int = option(256, "tokens per packed row", lo=8)
-
-    def problems(self) -> list[str]:
-        return optimizer_problems(self)
 
 
 @dataclass

@@ -26,7 +26,6 @@ from advantage.configs.llm import (  # noqa: F401  (their old place)
     LMModelConfig,
     LMTrainerConfig,
     LoRAConfig,
-    optimizer_problems,
     task_rows,
 )
 from advantage.errors import ConfigError
