@@ -78,3 +78,14 @@ def test_clip_grad_norm_takes_a_generator_and_matches_torch():
     pairs = zip(ours.parameters(), theirs.parameters(), strict=True)
     assert all(torch.equal(a.grad, b.grad) for a, b in pairs)
     assert float(got) > 0.1  # the clip was active
+
+
+@pytest.mark.parametrize("max_norm", [0.0, -1.0])
+def test_clip_grad_norm_off_leaves_gradients_alone(max_norm):
+    """``max_grad_norm=0`` means no clip in every trainer: the helper must not scale by 0 / (n + 1e-6)."""
+    torch.manual_seed(0)
+    net = nn.Linear(4, 3)
+    net(torch.randn(2, 4)).sum().backward()
+    before = [p.grad.clone() for p in net.parameters()]
+    assert float(clip_grad_norm(net.parameters(), max_norm)) == 0.0
+    assert all(torch.equal(p.grad, b) for p, b in zip(net.parameters(), before, strict=True))

@@ -825,7 +825,10 @@ def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> Tensor:
     r"""``torch.nn.utils.clip_grad_norm_(params, max_norm)`` (its foreach path, the same kernels): the total
     2-norm :math:`n = \lVert (\lVert g_i \rVert)_i \rVert` of the gradients, returned, and
     :math:`g_i \leftarrow g_i \cdot \min\big(\text{max\_norm} / (n + 10^{-6}), 1\big)` in place.
-    The one gradient clip of every trainer; callers skip it when their ``max_grad_norm`` is 0 (off)."""
+    The one gradient clip of every trainer. ``max_norm <= 0`` is the trainers' ``max_grad_norm=0``, no
+    clip: the gradients stay as they are and the norm is not computed (0 is returned)."""
+    if max_norm <= 0:
+        return torch.zeros(())
     params = list(params)  # a generator such as model.parameters() is read twice below
     grads = [p.grad for p in params if p.grad is not None]
     if not grads or len({(g.device, g.dtype) for g in grads}) > 1:

@@ -338,6 +338,14 @@ def learning_rate(a: Any, step: int, total: int) -> float:
     )
 
 
+def set_learning_rate(opt: torch.optim.Optimizer, a: Any, step: int, total: int) -> float:
+    """:func:`learning_rate` at ``step``, set on every parameter group of ``opt``; returned (to log)."""
+    lr = learning_rate(a, step, total)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    return lr
+
+
 def data_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     """The training set's order in ``epoch``: a permutation seeded by (seed, epoch), so a resumed run
     continues with exactly the batches of an uninterrupted one."""

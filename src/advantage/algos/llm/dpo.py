@@ -206,9 +206,7 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
     model.train()
     while step < t.total_steps:
         idx = cursor.next(a.batch_size)
-        lr = common.learning_rate(a, step, t.total_steps)
-        for g in opt.param_groups:
-            g["lr"] = lr
+        lr = common.set_learning_rate(opt, a, step, t.total_steps)
         clock = time.perf_counter()
         zero_grad(params)  # opt.zero_grad(set_to_none=True), and the clip and step below: torch's kernels
         # without its per-call Python layers (advantage.nn.lean)
@@ -235,7 +233,7 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
         total = stats.pop("loss")
         if not math.isfinite(total):
             raise NonFiniteError(f"step {step + 1}: DPO loss is {total}; stopping")
-        grad_norm = float(clip_grad_norm(params, a.max_grad_norm)) if a.max_grad_norm > 0 else 0.0
+        grad_norm = float(clip_grad_norm(params, a.max_grad_norm))
         adamw_step(opt)
         step += 1
         if step % t.log_every == 0 or step == t.total_steps:

@@ -886,9 +886,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
 
     model.train()
     while step < t.total_steps:
-        lr = common.learning_rate(actor, step, t.total_steps)
-        for g in opt.param_groups:
-            g["lr"] = lr
+        lr = common.set_learning_rate(opt, actor, step, t.total_steps)
         ro, m = rollout.collect()
         if ro is None:  # every group had equal rewards, even after max_sampling_rounds: nothing to learn
             step += 1

@@ -75,17 +75,7 @@ from torch import Tensor, nn
 
 from advantage.algos.llm import common
 from advantage.algos.llm.common import LMPolicy
-from advantage.algos.llm.ppo_rlhf_config import (  # noqa: F401  (re-exported: the config is part of the API)
-    DEFAULTS,
-    PRESETS,
-    PPOActor,
-    PPOAlgorithm,
-    PPOCritic,
-    PPOData,
-    PPORLHFConfig,
-    check,
-    make_task,
-)
+from advantage.algos.llm.ppo_rlhf_config import check, make_task  # noqa: F401  (check: its old place)
 from advantage.algos.llm.shared import (
     evaluate_preference,
     frozen_reference,
@@ -94,6 +84,15 @@ from advantage.algos.llm.shared import (
     trimmed,
 )
 from advantage.checkpoint import Checkpoint
+from advantage.configs.ppo_rlhf import (  # noqa: F401  (re-exported: the config is part of the API)
+    DEFAULTS,
+    PRESETS,
+    PPOActor,
+    PPOAlgorithm,
+    PPOCritic,
+    PPOData,
+    PPORLHFConfig,
+)
 from advantage.context import RunContext, Snapshot
 from advantage.errors import NonFiniteError
 from advantage.math import (

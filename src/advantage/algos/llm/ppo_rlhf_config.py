@@ -1,24 +1,12 @@
 """The checks ``ppo_rlhf`` makes before any compute (:func:`check`: the task, the policy's folder, and the
 reward model: it exists, is one, and shares the policy's tokenizer). The config itself is
-:mod:`advantage.configs.ppo_rlhf` (re-exported here)."""
+:mod:`advantage.configs.ppo_rlhf`."""
 
 from __future__ import annotations
 
 from advantage.algos.llm import common
 from advantage.algos.llm.shared import preference_task, reward_model_problems
-from advantage.configs.ppo_rlhf import (  # noqa: F401  (their old place)
-    DEFAULTS,
-    PRESETS,
-    PPOActor,
-    PPOAlgorithm,
-    PPOCritic,
-    PPOData,
-    PPORef,
-    PPOReward,
-    PPORLHFConfig,
-    PPORollout,
-    PPOWorker,
-)
+from advantage.configs.ppo_rlhf import PPORLHFConfig
 
 make_task = preference_task  # the preference task whose prompts PPO answers
 

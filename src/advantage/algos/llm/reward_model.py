@@ -397,9 +397,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     clock = time.perf_counter()
     while step < t.total_steps:
         idx = cursor.next(a.batch_size)
-        lr = common.learning_rate(a, step, t.total_steps)
-        for g in opt.param_groups:
-            g["lr"] = lr
+        lr = common.set_learning_rate(opt, a, step, t.total_steps)
         zero_grad(params)  # opt.zero_grad(set_to_none=True), the optimizer step and the clip below: the
         # same kernels as torch's without its per-call Python layers (advantage.nn.lean)
         sums: dict[str, Tensor] = {}  # the step's loss and statistics, tensors until the step ends
@@ -426,7 +424,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
             raise NonFiniteError(
                 f"step {step + 1}: reward-model loss is {total}; stopping (the last checkpoint is kept)"
             )
-        grad_norm = float(clip_grad_norm(params, a.max_grad_norm)) if a.max_grad_norm > 0 else 0.0
+        grad_norm = float(clip_grad_norm(params, a.max_grad_norm))
         adamw_step(opt)
         step += 1
         totals["loss"] += total

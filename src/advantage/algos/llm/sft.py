@@ -224,9 +224,7 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
     clock = time.perf_counter()
     while step < t.total_steps:
         idx = cursor.next(a.batch_size)
-        lr = common.learning_rate(a, step, t.total_steps)
-        for g in opt.param_groups:
-            g["lr"] = lr
+        lr = common.set_learning_rate(opt, a, step, t.total_steps)
         normalizer = float(sum(len(responses[i]) for i in idx))
         opt.zero_grad(set_to_none=True)
         total = 0.0
@@ -245,7 +243,7 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
             raise NonFiniteError(
                 f"step {step + 1}: SFT loss is {total}; stopping (the last checkpoint is kept)"
             )
-        grad_norm = float(clip_grad_norm(params, a.max_grad_norm)) if a.max_grad_norm > 0 else 0.0
+        grad_norm = float(clip_grad_norm(params, a.max_grad_norm))
         opt.step()
         step += 1
         stats["loss"] += total
