@@ -40,6 +40,7 @@ import copy
 import itertools
 import math
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -118,16 +119,6 @@ def sequence_logps(
     return seq[:B], seq[B:]
 
 
-def _ref_logps(ref: torch.nn.Module, items: list[Any], pad_id: int, micro: int) -> Tensor:
-    """``[N, 2]`` reference log-probs (chosen, rejected) of ``items``."""
-    out = []
-    with torch.no_grad():
-        for j in range(0, len(items), micro):
-            c, r = sequence_logps(ref, items[j : j + micro], pad_id)
-            out.append(torch.stack([c, r], dim=-1))
-    return torch.cat(out) if out else torch.zeros(0, 2)
-
-
 def train_logps(
     model: torch.nn.Module,
     items: list[tuple[list[int], list[int], list[int]]],
@@ -148,15 +139,21 @@ def train_logps(
     return seq[0::2], seq[1::2]  # responses alternate chosen, rejected
 
 
-def precompute_ref_logps(ref: torch.nn.Module, items: list[Any], pad_id: int, micro: int) -> Tensor:
-    """``[N, 2]`` reference log-probs (chosen, rejected) of the training pairs, by :func:`train_logps` (the
-    policy's own path, so the first step's log-ratios are 0 up to float rounding)."""
+def pair_logps(
+    model: torch.nn.Module, items: list[Any], pad_id: int, micro: int, logps: Callable[..., Any] = train_logps
+) -> Tensor:
+    """``[N, 2]`` summed log-probs (chosen, rejected) of ``items`` under ``model``, ``micro`` pairs at a
+    time, no grad. The reference's on the training pairs by :func:`train_logps` (the policy's own path,
+    so the first step's log-ratios are 0 up to float rounding); evaluation passes :func:`sequence_logps`."""
     out = []
     with torch.no_grad():
         for j in range(0, len(items), micro):
-            c, r = train_logps(ref, items[j : j + micro], pad_id)
+            c, r = logps(model, items[j : j + micro], pad_id)
             out.append(torch.stack([c, r], dim=-1))
     return torch.cat(out) if out else torch.zeros(0, 2)
+
+
+precompute_ref_logps = pair_logps  # the reference's log-probs of the training pairs, once per run
 
 
 def dpo_loss_fn(a: DPOAlgorithm) -> Any:
@@ -189,7 +186,7 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
     if not items:
         raise ConfigError(f"data.task={d.task!r} gave no training pairs")
     micro = a.micro_batch_size or a.batch_size
-    ref_all = precompute_ref_logps(ref, items, tok.pad_token_id, micro) if a.precompute_ref else None
+    ref_all = pair_logps(ref, items, tok.pad_token_id, micro) if a.precompute_ref else None
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(
         params, lr=a.learning_rate, weight_decay=a.weight_decay, fused=common.fused_adamw(params)
@@ -284,8 +281,8 @@ def evaluate(
     try:
         with torch.no_grad():
             mb = cfg.trainer.eval_batch_size
-            lp = _ref_logps(policy.model, items, tok.pad_token_id, mb)
-            rp = _ref_logps(ref, items, tok.pad_token_id, mb)
+            lp = pair_logps(policy.model, items, tok.pad_token_id, mb, sequence_logps)
+            rp = pair_logps(ref, items, tok.pad_token_id, mb, sequence_logps)
     finally:
         policy.model.train(was_training)
     m = dpo_metrics(lp[:, 0], lp[:, 1], rp[:, 0], rp[:, 1], cfg.algorithm.beta)
