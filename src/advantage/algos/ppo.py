@@ -41,15 +41,10 @@ from advantage.configs.ppo import PRESETS, PPOAlgorithm, PPOConfig  # noqa: F401
 from advantage.context import RunContext, Snapshot
 from advantage.envs import describe_space, make_vec_env
 from advantage.errors import EnvError, NonFiniteError
-from advantage.math import (
-    POLICY_LOSSES,
-    VALUE_LOSSES,
-    AdaptiveKLController,
-    explained_variance,
-    k3_from_ratio,
-    masked_whiten,
-    remaining,
-)
+from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, masked_whiten
+from advantage.math.kl import k3_from_ratio
+from advantage.math.schedules import remaining
+from advantage.math.value_losses import explained_variance
 from advantage.nn import ActorCritic, ActorCriticPolicy, eager
 from advantage.nn.lean import clip_grad_norm
 from advantage.rollout.onpolicy import make_collector

@@ -46,13 +46,13 @@ from advantage.envs import make_vec_env
 from advantage.errors import NonFiniteError
 from advantage.math import (
     conjugate_gradient,
-    explained_variance,
     fisher_vector_product,
     flat_grad,
     line_search,
     masked_whiten,
     natural_step,
 )
+from advantage.math.value_losses import explained_variance
 from advantage.nn import ActorCritic, ActorCriticPolicy, eager
 from advantage.nn.actor_critic import CategoricalHead
 from advantage.rollout.onpolicy import make_collector

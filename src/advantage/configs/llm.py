@@ -129,13 +129,13 @@ class LMTrainerConfig(TrainerConfig):
         return [problem] if problem else []
 
 
-class LMOptimizer:
+class LMOptim:
     """The optimizer options of every language-model algorithm (sft, reward_model, dpo, and the actors of
     grpo and ppo_rlhf): AdamW, a linear warm-up then a decaying learning rate
     (:func:`advantage.math.schedules.warmup_decay`) and a global gradient-norm clip. Each option is
     written once here; an algorithm's section places it among its own options with its default::
 
-        learning_rate: float = LMOptimizer.learning_rate(1e-3)
+        learning_rate: float = LMOptim.learning_rate(1e-3)
     """
 
     @staticmethod
@@ -199,15 +199,15 @@ class LMBatchAlgorithm:
     and accumulate micro-batches (sft, reward_model): the optimizer and the batch. Such an algorithm adds
     its own options after these, and restates one of these only to change its default or meaning."""
 
-    learning_rate: float = LMOptimizer.learning_rate(1e-3)
-    lr_schedule: str = LMOptimizer.lr_schedule("cosine")
-    warmup_steps: int = LMOptimizer.warmup_steps(50)
-    min_lr_ratio: float = LMOptimizer.min_lr_ratio(0.1)
+    learning_rate: float = LMOptim.learning_rate(1e-3)
+    lr_schedule: str = LMOptim.lr_schedule("cosine")
+    warmup_steps: int = LMOptim.warmup_steps(50)
+    min_lr_ratio: float = LMOptim.min_lr_ratio(0.1)
     batch_size: int = option(64, "sequences per optimizer step", lo=1)
     micro_batch_size: int = option(0, "sequences per forward pass (0: the whole batch)", lo=0)
-    weight_decay: float = LMOptimizer.weight_decay()
-    betas: list[float] = LMOptimizer.betas()
-    max_grad_norm: float = LMOptimizer.max_grad_norm()
+    weight_decay: float = LMOptim.weight_decay()
+    betas: list[float] = LMOptim.betas()
+    max_grad_norm: float = LMOptim.max_grad_norm()
 
     def problems(self) -> list[str]:
         out = []

@@ -24,13 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advantage.config import Preset, option, section
-from advantage.configs.llm import (
-    DataConfig,
-    LMModelConfig,
-    LMOptimizer,
-    LMTrainerConfig,
-    preference_task_options,
-)
+from advantage.configs.llm import DataConfig, LMModelConfig, LMOptim, LMTrainerConfig, preference_task_options
 from advantage.registry import Algorithm, Entry, register
 
 
@@ -72,12 +66,12 @@ class PPOAlgorithm:
 @dataclass
 class PPOActor:
     model: LMModelConfig = section(LMModelConfig, "the policy (the reference is a frozen copy of it)")
-    learning_rate: float = LMOptimizer.learning_rate(1e-5)
-    lr_schedule: str = LMOptimizer.lr_schedule("constant")
-    warmup_steps: int = LMOptimizer.warmup_steps(0, "linear warm-up steps (rollouts)")
-    min_lr_ratio: float = LMOptimizer.min_lr_ratio(0.0)
-    weight_decay: float = LMOptimizer.weight_decay()
-    max_grad_norm: float = LMOptimizer.max_grad_norm(
+    learning_rate: float = LMOptim.learning_rate(1e-5)
+    lr_schedule: str = LMOptim.lr_schedule("constant")
+    warmup_steps: int = LMOptim.warmup_steps(0, "linear warm-up steps (rollouts)")
+    min_lr_ratio: float = LMOptim.min_lr_ratio(0.0)
+    weight_decay: float = LMOptim.weight_decay()
+    max_grad_norm: float = LMOptim.max_grad_norm(
         help="gradient-norm clip of the actor's parameters (0: none)"
     )
     ppo_epochs: int = option(4, "passes over each rollout", lo=1)
@@ -110,12 +104,12 @@ class PPOCritic:
         "value head on the actor's own trunk (one model, loss = policy + vf_coef × value) instead of a "
         "separate copy of the starting policy",
     )
-    learning_rate: float = LMOptimizer.learning_rate(1e-5, "peak learning rate (the actor's schedule)")
+    learning_rate: float = LMOptim.learning_rate(1e-5, "peak learning rate (the actor's schedule)")
     value_clip: float | None = option(
         0.2, "ε_v of the clipped value loss, in reward units (null: plain squared error)", lo=0
     )
     vf_coef: float = option(0.1, "weight of the value loss in a shared trunk's loss", lo=0)
-    max_grad_norm: float = LMOptimizer.max_grad_norm(
+    max_grad_norm: float = LMOptim.max_grad_norm(
         help="gradient-norm clip of the critic's parameters (0: none)"
     )
 

@@ -11,7 +11,7 @@ from advantage.configs.llm import (
     PREFERENCE_TASK_NAMES,
     LMBatchAlgorithm,
     LMModelConfig,
-    LMOptimizer,
+    LMOptim,
     LMTrainerConfig,
     preference_task_options,
 )
@@ -58,7 +58,7 @@ class RMDataConfig:
 
 @dataclass
 class RMAlgorithm(LMBatchAlgorithm):
-    warmup_steps: int = LMOptimizer.warmup_steps(10)
+    warmup_steps: int = LMOptim.warmup_steps(10)
     batch_size: int = option(32, "comparisons per optimizer step: pairs (pairwise) or rankings (kwise)", lo=1)
     micro_batch_size: int = option(0, "comparisons per forward pass (0: the whole batch)", lo=0)
     loss: str = option(

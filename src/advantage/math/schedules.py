@@ -31,7 +31,7 @@ def remaining(step: int, total: int) -> float:
 
 
 def warmup_decay(
-    peak: float, step: int, total: int, *, warmup_steps: int, schedule: str, min_ratio: float
+    peak: float, step: int, total: int, warmup_steps: int, schedule: str, min_ratio: float
 ) -> float:
     r"""Linear warm-up over ``warmup_steps``, then ``schedule`` down to ``min_ratio`` × ``peak`` at ``total``.
 

@@ -328,14 +328,7 @@ def hf_files(model: torch.nn.Module, tokenizer: Any) -> dict[str, bytes]:
 def learning_rate(a: Any, step: int, total: int) -> float:
     """:func:`advantage.math.schedules.warmup_decay` of an optimizer section (``learning_rate``,
     ``warmup_steps``, ``lr_schedule``, ``min_lr_ratio``)."""
-    return warmup_decay(
-        a.learning_rate,
-        step,
-        total,
-        warmup_steps=a.warmup_steps,
-        schedule=a.lr_schedule,
-        min_ratio=a.min_lr_ratio,
-    )
+    return warmup_decay(a.learning_rate, step, total, a.warmup_steps, a.lr_schedule, a.min_lr_ratio)
 
 
 def set_learning_rate(opt: torch.optim.Optimizer, a: Any, step: int, total: int) -> float:

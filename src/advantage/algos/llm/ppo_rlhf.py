@@ -95,16 +95,9 @@ from advantage.configs.ppo_rlhf import (  # noqa: F401  (re-exported: the config
 )
 from advantage.context import RunContext, Snapshot
 from advantage.errors import NonFiniteError
-from advantage.math import (
-    KL_ESTIMATORS,
-    VALUE_LOSSES,
-    AdaptiveKLController,
-    aggregate,
-    explained_variance,
-    gae,
-    ppo_clip,
-)
+from advantage.math import KL_ESTIMATORS, VALUE_LOSSES, AdaptiveKLController, aggregate, gae, ppo_clip
 from advantage.math.masked import masked_mean, masked_whiten
+from advantage.math.value_losses import explained_variance
 from advantage.nn.lean import clip_grad_norm
 from advantage.torch_state import LearnerState
 
