@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 from advantage.config import TrainerConfig, device_problem, option, section
@@ -133,38 +134,16 @@ class LMOptim:
     """The optimizer options of every language-model algorithm (sft, reward_model, dpo, and the actors of
     grpo and ppo_rlhf): AdamW, a linear warm-up then a decaying learning rate
     (:func:`advantage.math.schedules.warmup_decay`) and a global gradient-norm clip. Each option is
-    written once here; an algorithm's section places it among its own options with its default::
+    written once here; an algorithm's section places it among its own options with its default (and
+    may restate its ``help``): ``learning_rate: float = LMOptim.learning_rate(1e-3)``."""
 
-        learning_rate: float = LMOptim.learning_rate(1e-3)
-    """
-
-    @staticmethod
-    def learning_rate(default: float, help: str = "peak learning rate") -> Any:
-        return option(default, help, lo=0, lo_open=True)
-
-    @staticmethod
-    def lr_schedule(default: str) -> Any:
-        return option(default, "decay after warm-up", choices=LR_SCHEDULES)
-
-    @staticmethod
-    def warmup_steps(default: int, help: str = "linear warm-up steps") -> Any:
-        return option(default, help, lo=0)
-
-    @staticmethod
-    def min_lr_ratio(default: float) -> Any:
-        return option(default, "final learning rate / peak (cosine and linear)", lo=0, hi=1)
-
-    @staticmethod
-    def weight_decay(default: float = 0.0) -> Any:
-        return option(default, "AdamW weight decay", lo=0)
-
-    @staticmethod
-    def betas(default: tuple[float, float] = (0.9, 0.98)) -> Any:
-        return option(list(default), "AdamW (β1, β2)")
-
-    @staticmethod
-    def max_grad_norm(default: float = 1.0, help: str = "global gradient-norm clip (0: none)") -> Any:
-        return option(default, help, lo=0)
+    learning_rate = partial(option, help="peak learning rate", lo=0, lo_open=True)
+    lr_schedule = partial(option, help="decay after warm-up", choices=LR_SCHEDULES)
+    warmup_steps = partial(option, help="linear warm-up steps", lo=0)
+    min_lr_ratio = partial(option, help="final learning rate / peak (cosine and linear)", lo=0, hi=1)
+    weight_decay = partial(option, 0.0, "AdamW weight decay", lo=0)
+    betas = partial(option, [0.9, 0.98], "AdamW (β1, β2)")
+    max_grad_norm = partial(option, 1.0, help="global gradient-norm clip (0: none)", lo=0)
 
 
 def task_rows(name: str, *, text: bool = True, preference: bool = False) -> list[tuple[str, Any, str]]:

@@ -1,7 +1,7 @@
 r"""The ``ppo_rlhf`` config: EasyR1 / verl-style sections ``data``, ``algorithm``, ``worker`` (``actor``,
 ``critic``, ``rollout``, ``ref``, ``reward``) and ``trainer``, as for ``grpo`` (see
 :mod:`advantage.algos.llm.ppo_rlhf` for what each option does), its presets and registry record. The
-checks made before any compute are :func:`advantage.algos.llm.ppo_rlhf_config.check`.
+checks made before any compute are :func:`advantage.algos.llm.ppo_rlhf.check`.
 
 Defaults and why:
 
@@ -68,7 +68,7 @@ class PPOActor:
     model: LMModelConfig = section(LMModelConfig, "the policy (the reference is a frozen copy of it)")
     learning_rate: float = LMOptim.learning_rate(1e-5)
     lr_schedule: str = LMOptim.lr_schedule("constant")
-    warmup_steps: int = LMOptim.warmup_steps(0, "linear warm-up steps (rollouts)")
+    warmup_steps: int = LMOptim.warmup_steps(0, help="linear warm-up steps (rollouts)")
     min_lr_ratio: float = LMOptim.min_lr_ratio(0.0)
     weight_decay: float = LMOptim.weight_decay()
     max_grad_norm: float = LMOptim.max_grad_norm(
@@ -104,7 +104,7 @@ class PPOCritic:
         "value head on the actor's own trunk (one model, loss = policy + vf_coef × value) instead of a "
         "separate copy of the starting policy",
     )
-    learning_rate: float = LMOptim.learning_rate(1e-5, "peak learning rate (the actor's schedule)")
+    learning_rate: float = LMOptim.learning_rate(1e-5, help="peak learning rate (the actor's schedule)")
     value_clip: float | None = option(
         0.2, "ε_v of the clipped value loss, in reward units (null: plain squared error)", lo=0
     )
@@ -200,7 +200,7 @@ register(
         train=Entry("advantage.algos.llm.ppo_rlhf:train"),
         load_policy=Entry("advantage.algos.llm.ppo_rlhf:load_policy"),
         evaluate=Entry("advantage.algos.llm.ppo_rlhf:evaluate"),
-        check=Entry("advantage.algos.llm.ppo_rlhf_config:check"),
+        check=Entry("advantage.algos.llm.ppo_rlhf:check"),
         presets=PRESETS,
         defaults=DEFAULTS,
         task_options=preference_task_options,

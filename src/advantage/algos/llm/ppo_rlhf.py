@@ -75,11 +75,12 @@ from torch import Tensor, nn
 
 from advantage.algos.llm import common
 from advantage.algos.llm.common import LMPolicy
-from advantage.algos.llm.ppo_rlhf_config import check, make_task  # noqa: F401  (check: its old place)
 from advantage.algos.llm.shared import (
     evaluate_preference,
     frozen_reference,
     load_reward,
+    preference_task,
+    reward_model_problems,
     step_normalizer,
     trimmed,
 )
@@ -100,6 +101,16 @@ from advantage.math.masked import masked_mean, masked_whiten
 from advantage.math.value_losses import explained_variance
 from advantage.nn.lean import clip_grad_norm
 from advantage.torch_state import LearnerState
+
+make_task = preference_task  # the preference task whose prompts PPO answers
+
+
+def check(cfg: PPORLHFConfig) -> list[str]:
+    """:func:`advantage.algos.llm.common.check` with the preference task, plus the reward model: set,
+    existing, a reward model, and on the policy's tokenizer — all before the run folder is created
+    (:func:`advantage.algos.llm.shared.reward_model_problems`)."""
+    return common.check(cfg, make_task) + reward_model_problems(cfg, make_task)
+
 
 # ----------------------------------------------------------------------------------------------------
 # Per-token rewards and advantages (pure functions of [B, T] tensors)
