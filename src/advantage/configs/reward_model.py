@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar
 
 from advantage.config import Preset, option, section
 from advantage.configs.llm import (
     PREFERENCE_TASK_NAMES,
+    DataConfig,
     LMBatchAlgorithm,
     LMModelConfig,
     LMOptim,
@@ -19,8 +20,8 @@ from advantage.registry import Algorithm, Entry, register
 
 
 @dataclass
-class RMDataConfig:
-    """The ``data`` section. Keys other than those below are options of the preference task
+class RMDataConfig(DataConfig):
+    """The ``data`` section of comparisons: keys other than those below are options of the preference task
     (``data.k=4``, ``data.label_noise=0.1``, ``data.path=prefs.jsonl``)."""
 
     task: str = option(
@@ -48,10 +49,6 @@ class RMDataConfig:
         lo=1,
     )
     max_response_length: int = option(32, "longest response in tokens with its EOS (longer: an error)", lo=1)
-    chat_template: bool = option(
-        False, "wrap plain-text prompts in the tokenizer's chat template (chat-message prompts always are)"
-    )
-    kwargs: dict[str, Any] = field(default_factory=dict, metadata={"help": "task options", "extra": True})
 
     GENERATED_SIZES: ClassVar[tuple[int, int, int]] = (8000, 200, 500)
 
