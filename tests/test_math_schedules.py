@@ -1,4 +1,5 @@
-"""advantage.math.schedules: exact values, and bit-for-bit the expressions the trainers used before."""
+"""advantage.schedules (re-exported by advantage.math): exact values, and bit for bit the expressions the
+trainers used before."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import math
 
 import pytest
 
-from advantage.math.schedules import linear_schedule, remaining, warmup_decay
+from advantage.schedules import linear_schedule, remaining, warmup_decay
 
 
 def test_linear_schedule_exact_values():
@@ -59,10 +60,3 @@ def test_warmup_decay_is_the_old_lm_schedule_bit_for_bit(schedule, warmup, min_r
     for step in range(total + 3):
         got = warmup_decay(2e-3, step, total, warmup_steps=warmup, schedule=schedule, min_ratio=min_ratio)
         assert got == old_lm_learning_rate(2e-3, warmup, schedule, min_ratio, step, total)
-
-
-def test_config_lists_the_schedules_warmup_decay_knows():
-    from advantage.configs.llm import LR_SCHEDULES
-    from advantage.math import schedules
-
-    assert LR_SCHEDULES == schedules.LR_SCHEDULES

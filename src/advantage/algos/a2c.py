@@ -52,9 +52,9 @@ from advantage.context import RunContext, Snapshot
 from advantage.envs import env_state, make_vec_env, set_env_state
 from advantage.errors import NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, gae, masked_whiten, reward_to_go
-from advantage.math.schedules import remaining
 from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer, eager
 from advantage.nn.lean import clip_grad_norm
+from advantage.schedules import remaining
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
 

@@ -43,11 +43,11 @@ from advantage.envs import describe_space, make_vec_env
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, masked_whiten
 from advantage.math.kl import k3_from_ratio
-from advantage.math.schedules import remaining
 from advantage.math.value_losses import explained_variance
 from advantage.nn import ActorCritic, ActorCriticPolicy, eager
 from advantage.nn.lean import clip_grad_norm
 from advantage.rollout.onpolicy import make_collector
+from advantage.schedules import remaining
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
 

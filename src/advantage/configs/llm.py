@@ -11,13 +11,11 @@ from typing import Any, ClassVar
 
 from advantage.config import TrainerConfig, device_problem, option, section
 from advantage.errors import ConfigError
+from advantage.schedules import LR_SCHEDULES
 
 # The preference tasks' names: the keys of advantage.envs.text.preference.PREFERENCE_TASKS, written out so
 # that listing and validating configs does not import the tasks (tests/test_startup.py compares them).
 PREFERENCE_TASK_NAMES = ("synthetic", "dataset")
-
-# advantage.math.schedules.LR_SCHEDULES, written out so that configs do not import torch (the math core does).
-LR_SCHEDULES = ("constant", "cosine", "linear")
 
 
 @dataclass
@@ -133,7 +131,7 @@ class LMTrainerConfig(TrainerConfig):
 class LMOptim:
     """The optimizer options of every language-model algorithm (sft, reward_model, dpo, and the actors of
     grpo and ppo_rlhf): AdamW, a linear warm-up then a decaying learning rate
-    (:func:`advantage.math.schedules.warmup_decay`) and a global gradient-norm clip. Each option is
+    (:func:`advantage.schedules.warmup_decay`) and a global gradient-norm clip. Each option is
     written once here; an algorithm's section places it among its own options with its default (and
     may restate its ``help``): ``learning_rate: float = LMOptim.learning_rate(1e-3)``."""
 

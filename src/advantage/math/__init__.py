@@ -71,7 +71,6 @@ from advantage.math.returns import (
     reward_to_go,
 )
 from advantage.math.rewards import length_preference, overlong_penalty
-from advantage.math.schedules import LR_SCHEDULES, linear_schedule, remaining, warmup_decay
 from advantage.math.trust_region import (
     LineSearchResult,
     conjugate_gradient,
@@ -81,6 +80,7 @@ from advantage.math.trust_region import (
     natural_step,
 )
 from advantage.math.value_losses import VALUE_LOSSES, explained_variance
+from advantage.schedules import LR_SCHEDULES, linear_schedule, remaining, warmup_decay
 
 __all__ = [
     "DPO_LOSSES",

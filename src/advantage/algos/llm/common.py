@@ -29,7 +29,7 @@ from advantage.configs.llm import (  # noqa: F401  (their old place)
     task_rows,
 )
 from advantage.errors import ConfigError
-from advantage.math.schedules import warmup_decay
+from advantage.schedules import warmup_decay
 from advantage.torch_state import LearnerState
 
 SPLITS = ("train", "validation", "test")
@@ -326,7 +326,7 @@ def hf_files(model: torch.nn.Module, tokenizer: Any) -> dict[str, bytes]:
 
 
 def learning_rate(a: Any, step: int, total: int) -> float:
-    """:func:`advantage.math.schedules.warmup_decay` of an optimizer section (``learning_rate``,
+    """:func:`advantage.schedules.warmup_decay` of an optimizer section (``learning_rate``,
     ``warmup_steps``, ``lr_schedule``, ``min_lr_ratio``)."""
     return warmup_decay(a.learning_rate, step, total, a.warmup_steps, a.lr_schedule, a.min_lr_ratio)
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from advantage.configs.tabular import EpsilonSchedule, TableModel  # noqa: F401  (their old place)
 from advantage.envs import env_state, require_space, set_env_state
-from advantage.math.schedules import linear_schedule  # noqa: F401  (its old place)
+from advantage.schedules import linear_schedule  # noqa: F401  (its old place)
 
 
 def epsilon_greedy(q_row: np.ndarray, epsilon: float, rng: np.random.Generator) -> int:

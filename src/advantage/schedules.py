@@ -2,7 +2,8 @@ r"""Schedules: a hyperparameter (learning rate, ε, step size) as a function of 
 
 Pure functions of ``(step, total)`` returning floats, shared by the tabular methods (ε and α decay), the
 classic policy-gradient trainers (PPO and A2C anneal the learning rate and clip range to 0) and the
-language-model trainers (linear warm-up, then a cosine or linear decay).
+language-model trainers (linear warm-up, then a cosine or linear decay). Plain Python, no torch: a Q-table
+run and the configs use them without importing torch (:mod:`advantage.math`, which does, re-exports them).
 """
 
 from __future__ import annotations
