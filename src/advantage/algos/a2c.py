@@ -53,6 +53,8 @@ from advantage.envs import env_state, make_vec_env, set_env_state
 from advantage.errors import NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, gae, masked_whiten, reward_to_go
 from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer, eager
+from advantage.nn.lean import clip_grad_norm
+from advantage.schedules import remaining
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
 
@@ -160,7 +162,7 @@ def train(cfg: A2CConfig, ctx: RunContext) -> None:
     next_log = step - step % t.log_every + t.log_every
 
     while step < t.total_steps:
-        lr = a.learning_rate * ((1.0 - step / max(t.total_steps, 1)) if a.lr_schedule == "linear" else 1.0)
+        lr = a.learning_rate * (remaining(step, t.total_steps) if a.lr_schedule == "linear" else 1.0)
         for g in opt.param_groups:
             g["lr"] = lr
         # ---- collect T steps from N envs ---------------------------------------------------------------
@@ -221,7 +223,7 @@ def train(cfg: A2CConfig, ctx: RunContext) -> None:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if a.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), a.max_grad_norm)
+            clip_grad_norm(model.parameters(), a.max_grad_norm)
         eager.step(opt)
         for k, v in m.items():
             stats.setdefault(k, []).append(float(v.detach()))

@@ -42,8 +42,12 @@ from advantage.context import RunContext, Snapshot
 from advantage.envs import describe_space, make_vec_env
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, masked_whiten
+from advantage.math.kl import k3_from_ratio
+from advantage.math.value_losses import explained_variance
 from advantage.nn import ActorCritic, ActorCriticPolicy, eager
+from advantage.nn.lean import clip_grad_norm
 from advantage.rollout.onpolicy import make_collector
+from advantage.schedules import remaining
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
 
@@ -111,7 +115,7 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
     value_loss = partial(VALUE_LOSSES[a.value_loss], **value_hp)
 
     while step < t.total_steps:
-        progress_left = 1.0 - step / max(t.total_steps, 1)
+        progress_left = remaining(step, t.total_steps)
         lr = a.learning_rate * (progress_left if a.lr_schedule == "linear" else 1.0)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -169,10 +173,7 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if a.max_grad_norm > 0:
-                    grads = [p.grad for p in params if p.grad is not None]
-                    torch.nn.utils.clip_grads_with_norm_(
-                        params, a.max_grad_norm, torch.nn.utils.get_total_norm(grads)
-                    )
+                    clip_grad_norm(params, a.max_grad_norm)
                 eager.step(opt)
                 if not measure:
                     continue
@@ -189,17 +190,14 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
             if stop:
                 break
         row = {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}
-        var_y = float(b_ret.var())
-        row["train/explained_variance"] = (
-            float("nan") if var_y == 0 else 1 - float((b_ret - b_val).var()) / var_y
-        )
+        row["train/explained_variance"] = explained_variance(b_val, b_ret)
         row.update({"train/learning_rate": lr, "train/clip_range": clip, "train/epochs": epochs_run})
         row.update(rollout.metrics())
         if a.objective == "penalty":
             with torch.no_grad():
                 new_logp, _, _ = model.evaluate(b_obs, b_act)
                 log_r = new_logp - b_logp
-                d = float(((log_r.exp() - 1) - log_r).mean())  # k3 estimate of KL(π_old ‖ π)
+                d = float(k3_from_ratio(log_r, log_r.exp()).mean())  # k3 estimate of KL(π_old ‖ π)
             row.update({"train/kl": d, "train/beta": kl_ctl.beta})
             kl_ctl.update(d)
         ctx.log(step, row)

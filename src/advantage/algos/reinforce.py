@@ -99,6 +99,7 @@ from advantage.math import (
     reward_to_go,
 )
 from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer, eager
+from advantage.nn.lean import clip_grad_norm
 from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
 
 MAX_BATCH_STEPS = 1_000_000  # a batch waits for whole episodes; an env that never ends must not hang it
@@ -286,7 +287,7 @@ def _step(opt: torch.optim.Optimizer, model: ActorCritic, loss: Tensor, max_grad
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if max_grad_norm > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        clip_grad_norm(model.parameters(), max_grad_norm)
     eager.step(opt)
 
 

@@ -52,6 +52,7 @@ from advantage.math import (
     masked_whiten,
     natural_step,
 )
+from advantage.math.value_losses import explained_variance
 from advantage.nn import ActorCritic, ActorCriticPolicy, eager
 from advantage.nn.actor_critic import CategoricalHead, GaussianHead
 from advantage.rollout.onpolicy import make_collector
@@ -227,8 +228,7 @@ def value_step(
             loss.backward()
             eager.step(opt)
             losses.append(float(loss.detach()))
-    var_y = float(returns.var()) if n > 1 else 0.0
-    explained = float("nan") if var_y == 0 else 1 - float((returns - old_values).var()) / var_y
+    explained = explained_variance(old_values, returns)
     last_epoch = losses[-math.ceil(n / a.vf_minibatch_size) :]
     return {"train/value_loss": sum(last_epoch) / len(last_epoch), "train/explained_variance": explained}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advantage.config import option, section
-from advantage.configs.llm import DataConfig, LMModelConfig, LMTrainerConfig, preference_task_options
+from advantage.configs.llm import DataConfig, LMModelConfig, LMOptim, LMTrainerConfig, preference_task_options
 from advantage.registry import Algorithm, Entry, register
 
 
@@ -19,14 +19,14 @@ class DPOAlgorithm:
     beta: float = option(0.1, "β: strength of the implicit KL to the reference", lo=0, lo_open=True)
     loss_type: str = option("sigmoid", "sigmoid (DPO), ipo or hinge", choices=("sigmoid", "ipo", "hinge"))
     label_smoothing: float = option(0.0, "sigmoid: assumed label-flip probability (cDPO)", lo=0, hi=0.5)
-    learning_rate: float = option(5e-4, "peak learning rate", lo=0, lo_open=True)
-    lr_schedule: str = option("constant", "decay after warm-up", choices=("constant", "cosine", "linear"))
-    warmup_steps: int = option(0, "linear warm-up steps", lo=0)
-    min_lr_ratio: float = option(0.0, "final learning rate / peak (cosine and linear)", lo=0, hi=1)
+    learning_rate: float = LMOptim.learning_rate(5e-4)
+    lr_schedule: str = LMOptim.lr_schedule("constant")
+    warmup_steps: int = LMOptim.warmup_steps(0)
+    min_lr_ratio: float = LMOptim.min_lr_ratio(0.0)
     batch_size: int = option(32, "preference pairs per optimizer step", lo=1)
     micro_batch_size: int = option(0, "pairs per forward pass (0: the whole batch)", lo=0)
-    weight_decay: float = option(0.0, "AdamW weight decay", lo=0)
-    max_grad_norm: float = option(1.0, "global gradient-norm clip (0: none)", lo=0)
+    weight_decay: float = LMOptim.weight_decay()
+    max_grad_norm: float = LMOptim.max_grad_norm()
     precompute_ref: bool = option(True, "reference log-probs once for the whole training set")
 
 

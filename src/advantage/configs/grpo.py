@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from advantage.config import Preset, option, section
-from advantage.configs.llm import DataConfig, LMModelConfig, LMTrainerConfig, task_rows
+from advantage.configs.llm import DataConfig, LMModelConfig, LMOptim, LMTrainerConfig, task_rows
 from advantage.registry import Algorithm, Entry, register
 
 # Tasks with no verifier: prompts from the synthetic preference task, rewards from a reward model.
@@ -105,12 +105,12 @@ class GRPOAlgorithm:
 @dataclass
 class ActorConfig:
     model: LMModelConfig = section(LMModelConfig, "the policy")
-    learning_rate: float = option(1e-5, "peak learning rate", lo=0, lo_open=True)
-    lr_schedule: str = option("constant", "decay after warm-up", choices=("constant", "cosine", "linear"))
-    warmup_steps: int = option(0, "linear warm-up steps", lo=0)
-    min_lr_ratio: float = option(0.0, "final learning rate / peak (cosine and linear)", lo=0, hi=1)
-    weight_decay: float = option(0.0, "AdamW weight decay", lo=0)
-    max_grad_norm: float = option(1.0, "global gradient-norm clip (0: none)", lo=0)
+    learning_rate: float = LMOptim.learning_rate(1e-5)
+    lr_schedule: str = LMOptim.lr_schedule("constant")
+    warmup_steps: int = LMOptim.warmup_steps(0)
+    min_lr_ratio: float = LMOptim.min_lr_ratio(0.0)
+    weight_decay: float = LMOptim.weight_decay()
+    max_grad_norm: float = LMOptim.max_grad_norm()
     ppo_epochs: int = option(1, "μ: passes over each rollout", lo=1)
     mini_batch_size: int = option(0, "prompts per optimizer step (0: the whole rollout)", lo=0)
     micro_batch_size: int = option(0, "completions per forward pass (0: the whole mini-batch)", lo=0)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 from advantage.config import TrainerConfig, device_problem, option, section
 from advantage.errors import ConfigError
+from advantage.schedules import LR_SCHEDULES
 
 # The preference tasks' names: the keys of advantage.envs.text.preference.PREFERENCE_TASKS, written out so
 # that listing and validating configs does not import the tasks (tests/test_startup.py compares them).
@@ -126,6 +128,22 @@ class LMTrainerConfig(TrainerConfig):
         return [problem] if problem else []
 
 
+class LMOptim:
+    """The optimizer options of every language-model algorithm (sft, reward_model, dpo, and the actors of
+    grpo and ppo_rlhf): AdamW, a linear warm-up then a decaying learning rate
+    (:func:`advantage.schedules.warmup_decay`) and a global gradient-norm clip. Each option is
+    written once here; an algorithm's section places it among its own options with its default (and
+    may restate its ``help``): ``learning_rate: float = LMOptim.learning_rate(1e-3)``."""
+
+    learning_rate = partial(option, help="peak learning rate", lo=0, lo_open=True)
+    lr_schedule = partial(option, help="decay after warm-up", choices=LR_SCHEDULES)
+    warmup_steps = partial(option, help="linear warm-up steps", lo=0)
+    min_lr_ratio = partial(option, help="final learning rate / peak (cosine and linear)", lo=0, hi=1)
+    weight_decay = partial(option, 0.0, "AdamW weight decay", lo=0)
+    betas = partial(option, [0.9, 0.98], "AdamW (β1, β2)")
+    max_grad_norm = partial(option, 1.0, help="global gradient-norm clip (0: none)", lo=0)
+
+
 def task_rows(name: str, *, text: bool = True, preference: bool = False) -> list[tuple[str, Any, str]]:
     """``(data.<option>, default, meaning)`` of task ``name`` among the text tasks (``text``) and the
     preference tasks (``preference``), for ``advantage list ALGO data.task=NAME``."""
@@ -152,14 +170,29 @@ def preference_task_options(name: str) -> list[tuple[str, Any, str]]:
     return task_rows(name, text=False, preference=True)
 
 
-def optimizer_problems(a: Any) -> list[str]:
-    """Cross-field checks of an ``algorithm`` section with AdamW ``betas`` and micro-batches."""
-    out = []
-    if len(a.betas) != 2 or not all(0 <= b < 1 for b in a.betas):
-        out.append(f"algorithm.betas must be two numbers in [0, 1), got {a.betas}")
-    if a.micro_batch_size > a.batch_size:
-        out.append(
-            f"algorithm.micro_batch_size={a.micro_batch_size} is larger than "
-            f"algorithm.batch_size={a.batch_size}"
-        )
-    return out
+@dataclass
+class LMBatchAlgorithm:
+    """The ``algorithm`` section of the language-model trainers that take batches from a fixed training set
+    and accumulate micro-batches (sft, reward_model): the optimizer and the batch. Such an algorithm adds
+    its own options after these, and restates one of these only to change its default or meaning."""
+
+    learning_rate: float = LMOptim.learning_rate(1e-3)
+    lr_schedule: str = LMOptim.lr_schedule("cosine")
+    warmup_steps: int = LMOptim.warmup_steps(50)
+    min_lr_ratio: float = LMOptim.min_lr_ratio(0.1)
+    batch_size: int = option(64, "sequences per optimizer step", lo=1)
+    micro_batch_size: int = option(0, "sequences per forward pass (0: the whole batch)", lo=0)
+    weight_decay: float = LMOptim.weight_decay()
+    betas: list[float] = LMOptim.betas()
+    max_grad_norm: float = LMOptim.max_grad_norm()
+
+    def problems(self) -> list[str]:
+        out = []
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            out.append(f"algorithm.betas must be two numbers in [0, 1), got {self.betas}")
+        if self.micro_batch_size > self.batch_size:
+            out.append(
+                f"algorithm.micro_batch_size={self.micro_batch_size} is larger than "
+                f"algorithm.batch_size={self.batch_size}"
+            )
+        return out

@@ -1,7 +1,7 @@
 r"""The ``ppo_rlhf`` config: EasyR1 / verl-style sections ``data``, ``algorithm``, ``worker`` (``actor``,
 ``critic``, ``rollout``, ``ref``, ``reward``) and ``trainer``, as for ``grpo`` (see
 :mod:`advantage.algos.llm.ppo_rlhf` for what each option does), its presets and registry record. The
-checks made before any compute are :func:`advantage.algos.llm.ppo_rlhf_config.check`.
+checks made before any compute are :func:`advantage.algos.llm.ppo_rlhf.check`.
 
 Defaults and why:
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advantage.config import Preset, option, section
-from advantage.configs.llm import DataConfig, LMModelConfig, LMTrainerConfig, preference_task_options
+from advantage.configs.llm import DataConfig, LMModelConfig, LMOptim, LMTrainerConfig, preference_task_options
 from advantage.registry import Algorithm, Entry, register
 
 
@@ -66,12 +66,14 @@ class PPOAlgorithm:
 @dataclass
 class PPOActor:
     model: LMModelConfig = section(LMModelConfig, "the policy (the reference is a frozen copy of it)")
-    learning_rate: float = option(1e-5, "peak learning rate", lo=0, lo_open=True)
-    lr_schedule: str = option("constant", "decay after warm-up", choices=("constant", "cosine", "linear"))
-    warmup_steps: int = option(0, "linear warm-up steps (rollouts)", lo=0)
-    min_lr_ratio: float = option(0.0, "final learning rate / peak (cosine and linear)", lo=0, hi=1)
-    weight_decay: float = option(0.0, "AdamW weight decay", lo=0)
-    max_grad_norm: float = option(1.0, "gradient-norm clip of the actor's parameters (0: none)", lo=0)
+    learning_rate: float = LMOptim.learning_rate(1e-5)
+    lr_schedule: str = LMOptim.lr_schedule("constant")
+    warmup_steps: int = LMOptim.warmup_steps(0, help="linear warm-up steps (rollouts)")
+    min_lr_ratio: float = LMOptim.min_lr_ratio(0.0)
+    weight_decay: float = LMOptim.weight_decay()
+    max_grad_norm: float = LMOptim.max_grad_norm(
+        help="gradient-norm clip of the actor's parameters (0: none)"
+    )
     ppo_epochs: int = option(4, "passes over each rollout", lo=1)
     mini_batch_size: int = option(0, "responses per optimizer step (0: the whole rollout)", lo=0)
     micro_batch_size: int = option(0, "responses per forward pass (0: the whole mini-batch)", lo=0)
@@ -102,12 +104,14 @@ class PPOCritic:
         "value head on the actor's own trunk (one model, loss = policy + vf_coef × value) instead of a "
         "separate copy of the starting policy",
     )
-    learning_rate: float = option(1e-5, "peak learning rate (the actor's schedule)", lo=0, lo_open=True)
+    learning_rate: float = LMOptim.learning_rate(1e-5, help="peak learning rate (the actor's schedule)")
     value_clip: float | None = option(
         0.2, "ε_v of the clipped value loss, in reward units (null: plain squared error)", lo=0
     )
     vf_coef: float = option(0.1, "weight of the value loss in a shared trunk's loss", lo=0)
-    max_grad_norm: float = option(1.0, "gradient-norm clip of the critic's parameters (0: none)", lo=0)
+    max_grad_norm: float = LMOptim.max_grad_norm(
+        help="gradient-norm clip of the critic's parameters (0: none)"
+    )
 
 
 @dataclass
@@ -196,7 +200,7 @@ register(
         train=Entry("advantage.algos.llm.ppo_rlhf:train"),
         load_policy=Entry("advantage.algos.llm.ppo_rlhf:load_policy"),
         evaluate=Entry("advantage.algos.llm.ppo_rlhf:evaluate"),
-        check=Entry("advantage.algos.llm.ppo_rlhf_config:check"),
+        check=Entry("advantage.algos.llm.ppo_rlhf:check"),
         presets=PRESETS,
         defaults=DEFAULTS,
         task_options=preference_task_options,

@@ -3,23 +3,25 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar
 
 from advantage.config import Preset, option, section
 from advantage.configs.llm import (
     PREFERENCE_TASK_NAMES,
+    DataConfig,
+    LMBatchAlgorithm,
     LMModelConfig,
+    LMOptim,
     LMTrainerConfig,
-    optimizer_problems,
     preference_task_options,
 )
 from advantage.registry import Algorithm, Entry, register
 
 
 @dataclass
-class RMDataConfig:
-    """The ``data`` section. Keys other than those below are options of the preference task
+class RMDataConfig(DataConfig):
+    """The ``data`` section of comparisons: keys other than those below are options of the preference task
     (``data.k=4``, ``data.label_noise=0.1``, ``data.path=prefs.jsonl``)."""
 
     task: str = option(
@@ -47,34 +49,21 @@ class RMDataConfig:
         lo=1,
     )
     max_response_length: int = option(32, "longest response in tokens with its EOS (longer: an error)", lo=1)
-    chat_template: bool = option(
-        False, "wrap plain-text prompts in the tokenizer's chat template (chat-message prompts always are)"
-    )
-    kwargs: dict[str, Any] = field(default_factory=dict, metadata={"help": "task options", "extra": True})
 
     GENERATED_SIZES: ClassVar[tuple[int, int, int]] = (8000, 200, 500)
 
 
 @dataclass
-class RMAlgorithm:
-    learning_rate: float = option(1e-3, "peak learning rate", lo=0, lo_open=True)
-    lr_schedule: str = option("cosine", "decay after warm-up", choices=("cosine", "linear", "constant"))
-    warmup_steps: int = option(10, "linear warm-up steps", lo=0)
-    min_lr_ratio: float = option(0.1, "final learning rate / peak (cosine and linear)", lo=0, hi=1)
+class RMAlgorithm(LMBatchAlgorithm):
+    warmup_steps: int = LMOptim.warmup_steps(10)
     batch_size: int = option(32, "comparisons per optimizer step: pairs (pairwise) or rankings (kwise)", lo=1)
     micro_batch_size: int = option(0, "comparisons per forward pass (0: the whole batch)", lo=0)
-    weight_decay: float = option(0.0, "AdamW weight decay", lo=0)
-    betas: list[float] = option([0.9, 0.98], "AdamW (β1, β2)")
-    max_grad_norm: float = option(1.0, "global gradient-norm clip (0: none)", lo=0)
     loss: str = option(
         "pairwise",
         "pairwise: Bradley–Terry on pairs; kwise: InstructGPT, one prompt's C(K,2) pairs averaged",
         choices=("pairwise", "kwise"),
     )
     center_rewards_coef: float = option(0.0, "weight of the mean-reward² term per comparison", lo=0)
-
-    def problems(self) -> list[str]:
-        return optimizer_problems(self)
 
 
 @dataclass

@@ -6,26 +6,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from advantage.config import Preset, option, section
-from advantage.configs.llm import DataConfig, LMModelConfig, LMTrainerConfig, optimizer_problems, task_rows
+from advantage.configs.llm import DataConfig, LMBatchAlgorithm, LMModelConfig, LMTrainerConfig, task_rows
 from advantage.registry import Algorithm, Entry, register
 
 
 @dataclass
-class SFTAlgorithm:
-    learning_rate: float = option(1e-3, "peak learning rate", lo=0, lo_open=True)
-    lr_schedule: str = option("cosine", "decay after warm-up", choices=("cosine", "linear", "constant"))
-    warmup_steps: int = option(50, "linear warm-up steps", lo=0)
-    min_lr_ratio: float = option(0.1, "final learning rate / peak (cosine and linear)", lo=0, hi=1)
-    batch_size: int = option(64, "sequences per optimizer step", lo=1)
-    micro_batch_size: int = option(0, "sequences per forward pass (0: the whole batch)", lo=0)
-    weight_decay: float = option(0.0, "AdamW weight decay", lo=0)
-    betas: list[float] = option([0.9, 0.98], "AdamW (β1, β2)")
-    max_grad_norm: float = option(1.0, "global gradient-norm clip (0: none)", lo=0)
+class SFTAlgorithm(LMBatchAlgorithm):
     packing: bool = option(False, "pack several sequences into each row (no padding compute)")
     pack_length: int = option(256, "tokens per packed row", lo=8)
-
-    def problems(self) -> list[str]:
-        return optimizer_problems(self)
 
 
 @dataclass

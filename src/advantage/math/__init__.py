@@ -17,6 +17,7 @@ from advantage.math.kl import (
     KL_ESTIMATORS,
     AdaptiveKLController,
     adaptive_kl_beta,
+    k3_from_ratio,
     kl_k1,
     kl_k2,
     kl_k3,
@@ -78,7 +79,8 @@ from advantage.math.trust_region import (
     line_search,
     natural_step,
 )
-from advantage.math.value_losses import VALUE_LOSSES
+from advantage.math.value_losses import VALUE_LOSSES, explained_variance
+from advantage.schedules import LR_SCHEDULES, linear_schedule, remaining, warmup_decay
 
 __all__ = [
     "DPO_LOSSES",
@@ -86,6 +88,7 @@ __all__ = [
     "GROUP_ADVANTAGES",
     "KL_ESTIMATORS",
     "LOSS_AGGREGATIONS",
+    "LR_SCHEDULES",
     "POLICY_LOSSES",
     "VALUE_LOSSES",
     "AdaptiveKLController",
@@ -109,6 +112,7 @@ __all__ = [
     "expected_semi_gradient_update",
     "expected_td_system",
     "expected_td_update",
+    "explained_variance",
     "first_visit_mask",
     "fisher_vector_product",
     "flat_grad",
@@ -117,6 +121,7 @@ __all__ = [
     "gradient_td_step",
     "grpo",
     "gspo",
+    "k3_from_ratio",
     "kl_k1",
     "kl_k2",
     "kl_k3",
@@ -124,6 +129,7 @@ __all__ = [
     "leave_one_out_mean",
     "length_preference",
     "line_search",
+    "linear_schedule",
     "linear_td_error",
     "masked_mean",
     "masked_sum",
@@ -142,10 +148,12 @@ __all__ = [
     "ppo_penalty",
     "process_advantages",
     "projected_bellman_error",
+    "remaining",
     "reward_to_go",
     "rloo",
     "semi_gradient_td_step",
     "state_distribution",
     "td_target",
     "value_error",
+    "warmup_decay",
 ]

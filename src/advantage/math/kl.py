@@ -42,7 +42,15 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-__all__ = ["KL_ESTIMATORS", "AdaptiveKLController", "adaptive_kl_beta", "kl_k1", "kl_k2", "kl_k3"]
+__all__ = [
+    "KL_ESTIMATORS",
+    "AdaptiveKLController",
+    "adaptive_kl_beta",
+    "k3_from_ratio",
+    "kl_k1",
+    "kl_k2",
+    "kl_k3",
+]
 
 
 def _diff(logp: Tensor, ref_logp: Tensor) -> Tensor:
@@ -118,6 +126,19 @@ def kl_k3(logp: Tensor, ref_logp: Tensor, log_ratio_clamp: float = 20.0) -> Tens
         raise ValueError(f"log_ratio_clamp must be > 0, got {log_ratio_clamp}")
     log_r = (-_diff(logp, ref_logp)).clamp(-log_ratio_clamp, log_ratio_clamp)
     return torch.exp(log_r) - log_r - 1.0
+
+
+def k3_from_ratio(log_ratio: Tensor, ratio: Tensor) -> Tensor:
+    r"""k3 from a ratio already at hand: :math:`k_3 = (\rho - 1) - \log\rho` with
+    :math:`\rho = \pi_\theta(a)/\pi_\text{old}(a)`, a ~ π_old, estimates
+    :math:`KL(\pi_\text{old}\|\pi_\theta)` (Schulman, "Approximating KL divergence", 2020).
+
+    PPO-Penalty (:func:`advantage.math.policy_losses.ppo_penalty`, and PPO's logged ``train/kl``) has
+    ``log ρ`` (masked, clamped) and ``ρ = exp(log ρ)`` from its surrogate; this reuses both, so the penalty
+    and the surrogate share one ``exp`` and one gradient path. :func:`kl_k3` is the same estimator from two
+    log-probs. ``log_ratio`` and ``ratio``: any shape, the same; returns that shape.
+    """
+    return (ratio - 1.0) - log_ratio
 
 
 KL_ESTIMATORS: dict[str, Callable[..., Tensor]] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}

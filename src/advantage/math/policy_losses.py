@@ -24,6 +24,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from advantage.math.kl import k3_from_ratio
 from advantage.math.masked import masked_mean
 
 __all__ = ["POLICY_LOSSES", "gspo", "pg", "ppo_clip", "ppo_penalty"]
@@ -156,7 +157,7 @@ def ppo_clip(
             high = (ratio > 1.0 + clip_high) & (adv > 0)  # the upper bound is the active term
             metrics["clipfrac_low"] = masked_mean(low.to(ratio.dtype), mask)
             metrics["clipfrac_high"] = masked_mean(high.to(ratio.dtype), mask)
-            metrics["approx_kl"] = masked_mean((ratio - 1.0) - log_ratio, mask)
+            metrics["approx_kl"] = masked_mean(k3_from_ratio(log_ratio, ratio), mask)
             metrics["ratio_mean"] = masked_mean(ratio, mask)
     return loss, metrics
 
@@ -194,7 +195,7 @@ def ppo_penalty(
     valid = _valid(mask, logp)
     log_ratio, ratio = _log_ratio(logp, old_logp, valid, log_ratio_clamp)
     adv = _clean(advantages, valid, ratio.dtype)
-    k3 = (ratio - 1.0) - log_ratio
+    k3 = k3_from_ratio(log_ratio, ratio)
     loss = -ratio * adv + beta * k3
     loss = torch.where(valid, loss, torch.zeros_like(loss))
     metrics: dict[str, Tensor] = {}

@@ -19,7 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["VALUE_LOSSES", "clipped", "huber", "mse"]
+from advantage.math.masked import masked_var
+
+__all__ = ["VALUE_LOSSES", "clipped", "explained_variance", "huber", "mse"]
 
 
 def _prepare(values: Tensor, others: tuple[Tensor, ...], mask: Tensor) -> tuple[Tensor, list[Tensor]]:
@@ -84,3 +86,28 @@ def huber(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, del
 
 
 VALUE_LOSSES: dict[str, Callable[..., Tensor]] = {"mse": mse, "clipped": clipped, "huber": huber}
+
+
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor | None = None) -> float:
+    r"""How much of the returns' variance the critic explains:
+
+    .. math::
+        \mathrm{EV} = 1 - rac{\mathrm{Var}(R - V)}{\mathrm{Var}(R)}
+
+    1 for a perfect critic, 0 for one no better than a constant, negative for a worse one; NaN when the
+    returns do not vary (or there are fewer than two). Variances are unbiased (Bessel's correction); with
+    ``mask``, over the valid elements only (:func:`advantage.math.masked.masked_var`).
+
+    Args:
+        values: the critic's predictions, any shape.
+        returns: the regression targets, shape of ``values``.
+        mask: optional, shape of ``values``; nonzero where valid.
+
+    Returns:
+        A Python float (a logged diagnostic, read once per update).
+    """
+    if mask is None:
+        var = float(returns.var()) if returns.numel() > 1 else 0.0
+        return float("nan") if var == 0 else 1 - float((returns - values).var()) / var
+    var = float(masked_var(returns, mask))
+    return float("nan") if var == 0 else 1.0 - float(masked_var(returns - values, mask)) / var

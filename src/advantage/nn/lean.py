@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -828,10 +828,15 @@ def zero_grad(params: Sequence[Tensor]) -> None:
         p.grad = None
 
 
-def clip_grad_norm(params: Sequence[Tensor], max_norm: float) -> Tensor:
+def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> Tensor:
     r"""``torch.nn.utils.clip_grad_norm_(params, max_norm)`` (its foreach path, the same kernels): the total
     2-norm :math:`n = \lVert (\lVert g_i \rVert)_i \rVert` of the gradients, returned, and
-    :math:`g_i \leftarrow g_i \cdot \min\big(\text{max\_norm} / (n + 10^{-6}), 1\big)` in place."""
+    :math:`g_i \leftarrow g_i \cdot \min\big(\text{max\_norm} / (n + 10^{-6}), 1\big)` in place.
+    The one gradient clip of every trainer. ``max_norm <= 0`` is the trainers' ``max_grad_norm=0``, no
+    clip: the gradients stay as they are and the norm is not computed (0 is returned)."""
+    if max_norm <= 0:
+        return torch.zeros(())
+    params = list(params)  # a generator such as model.parameters() is read twice below
     grads = [p.grad for p in params if p.grad is not None]
     if not grads or len({(g.device, g.dtype) for g in grads}) > 1:
         return torch.nn.utils.clip_grad_norm_(params, max_norm)

@@ -26,10 +26,11 @@ from advantage.configs.llm import (  # noqa: F401  (their old place)
     LMModelConfig,
     LMTrainerConfig,
     LoRAConfig,
-    optimizer_problems,
     task_rows,
 )
 from advantage.errors import ConfigError
+from advantage.schedules import warmup_decay
+from advantage.torch_state import LearnerState
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -332,15 +333,17 @@ def hf_files(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> dict
 
 
 def learning_rate(a: Any, step: int, total: int) -> float:
-    """Warm-up for ``warmup_steps``, then ``lr_schedule`` down to ``min_lr_ratio`` × peak at ``total``.
-    ``a`` is any section with ``learning_rate``, ``warmup_steps``, ``lr_schedule`` and ``min_lr_ratio``."""
-    if step < a.warmup_steps:
-        return a.learning_rate * (step + 1) / a.warmup_steps
-    if a.lr_schedule == "constant":
-        return a.learning_rate
-    frac = min(1.0, (step - a.warmup_steps) / max(1, total - a.warmup_steps))
-    shape = 0.5 * (1 + math.cos(math.pi * frac)) if a.lr_schedule == "cosine" else 1 - frac
-    return a.learning_rate * (a.min_lr_ratio + (1 - a.min_lr_ratio) * shape)
+    """:func:`advantage.schedules.warmup_decay` of an optimizer section (``learning_rate``,
+    ``warmup_steps``, ``lr_schedule``, ``min_lr_ratio``)."""
+    return warmup_decay(a.learning_rate, step, total, a.warmup_steps, a.lr_schedule, a.min_lr_ratio)
+
+
+def set_learning_rate(opt: torch.optim.Optimizer, a: Any, step: int, total: int) -> float:
+    """:func:`learning_rate` at ``step``, set on every parameter group of ``opt``; returned (to log)."""
+    lr = learning_rate(a, step, total)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    return lr
 
 
 def data_order(n: int, seed: int, epoch: int) -> torch.Tensor:
@@ -376,6 +379,26 @@ class DataCursor:
 
     def state(self) -> dict[str, int]:
         return {"epoch": self.epoch, "pos": self.pos}
+
+
+def resume(learner: LearnerState, restored: Checkpoint | None, n: int, seed: int) -> tuple[int, DataCursor]:
+    """Where a trainer over a fixed training set of ``n`` items starts: step 0 at the start of the first
+    epoch, or where ``restored`` stopped, with ``learner`` (optimizer moments, torch RNG, any modules)
+    loaded from it. The algorithm state holds the learner's JSON (``optim``) and the cursor's ``epoch``
+    and ``pos`` (:func:`learner_state`)."""
+    if restored is None:
+        return 0, DataCursor(n, seed)
+    s = restored.state["algo"]
+    learner.load(restored.tensors, s)
+    return restored.step, DataCursor(n, seed, s["epoch"], s["pos"])
+
+
+def learner_state(
+    learner: LearnerState, cursor: DataCursor
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """``(tensors, algorithm state)`` of a checkpoint of such a trainer, as :func:`resume` reads them."""
+    tensors, meta = learner.save()
+    return tensors, {**meta, **cursor.state()}
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ import copy
 import itertools
 import math
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +56,7 @@ from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import DPO_LOSSES, dpo_metrics
 from advantage.nn.lean import adamw_step, clip_grad_norm, zero_grad
 from advantage.nn.packing import PACK_ROW_LENGTH, pack_prompts, packable, packed_logprobs
-from advantage.torch_state import load_optimizer, optimizer_state
+from advantage.torch_state import LearnerState
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -121,16 +122,6 @@ def sequence_logps(
     return seq[:B], seq[B:]
 
 
-def _ref_logps(ref: PreTrainedModel, items: list[Any], pad_id: int, micro: int) -> Tensor:
-    """``[N, 2]`` reference log-probs (chosen, rejected) of ``items``."""
-    out = []
-    with torch.no_grad():
-        for j in range(0, len(items), micro):
-            c, r = sequence_logps(ref, items[j : j + micro], pad_id)
-            out.append(torch.stack([c, r], dim=-1))
-    return torch.cat(out) if out else torch.zeros(0, 2)
-
-
 def train_logps(
     model: PreTrainedModel,
     items: list[tuple[list[int], list[int], list[int]]],
@@ -151,15 +142,21 @@ def train_logps(
     return seq[0::2], seq[1::2]  # responses alternate chosen, rejected
 
 
-def precompute_ref_logps(ref: PreTrainedModel, items: list[Any], pad_id: int, micro: int) -> Tensor:
-    """``[N, 2]`` reference log-probs (chosen, rejected) of the training pairs, by :func:`train_logps` (the
-    policy's own path, so the first step's log-ratios are 0 up to float rounding)."""
+def pair_logps(
+    model: PreTrainedModel, items: list[Any], pad_id: int, micro: int, logps: Callable[..., Any] = train_logps
+) -> Tensor:
+    """``[N, 2]`` summed log-probs (chosen, rejected) of ``items`` under ``model``, ``micro`` pairs at a
+    time, no grad. The reference's on the training pairs by :func:`train_logps` (the policy's own path,
+    so the first step's log-ratios are 0 up to float rounding); evaluation passes :func:`sequence_logps`."""
     out = []
     with torch.no_grad():
         for j in range(0, len(items), micro):
-            c, r = train_logps(ref, items[j : j + micro], pad_id)
+            c, r = logps(model, items[j : j + micro], pad_id)
             out.append(torch.stack([c, r], dim=-1))
     return torch.cat(out) if out else torch.zeros(0, 2)
+
+
+precompute_ref_logps = pair_logps  # the reference's log-probs of the training pairs, once per run
 
 
 def dpo_loss_fn(a: DPOAlgorithm) -> Any:
@@ -192,33 +189,24 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
     if not items:
         raise ConfigError(f"data.task={d.task!r} gave no training pairs")
     micro = a.micro_batch_size or a.batch_size
-    ref_all = precompute_ref_logps(ref, items, tok.pad_token_id, micro) if a.precompute_ref else None
+    ref_all = pair_logps(ref, items, tok.pad_token_id, micro) if a.precompute_ref else None
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(
         params, lr=a.learning_rate, weight_decay=a.weight_decay, fused=common.fused_adamw(params)
     )
-    step, epoch, pos = 0, 0, 0
-    if restored is not None:
-        s = restored.state["algo"]
-        load_optimizer("optim", opt, restored.tensors, s["optim"])
-        torch.set_rng_state(restored.tensors["torch_rng"])
-        step, epoch, pos = restored.step, s["epoch"], s["pos"]
-    cursor = common.DataCursor(len(items), t.seed, epoch, pos)
+    learner = LearnerState(optimizers={"optim": opt})
+    step, cursor = common.resume(learner, restored, len(items), t.seed)
     policy.reference = ref  # evaluation needs it for the implicit rewards
 
     def snapshot() -> Snapshot:
-        opt_tensors, opt_meta = optimizer_state("optim", opt)
-        tensors = {**opt_tensors, "torch_rng": torch.get_rng_state()}
-        state = {"optim": opt_meta, **cursor.state()}
+        tensors, state = common.learner_state(learner, cursor)
         return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
 
     loss_fn = dpo_loss_fn(a)
     model.train()
     while step < t.total_steps:
         idx = cursor.next(a.batch_size)
-        lr = common.learning_rate(a, step, t.total_steps)
-        for g in opt.param_groups:
-            g["lr"] = lr
+        lr = common.set_learning_rate(opt, a, step, t.total_steps)
         clock = time.perf_counter()
         zero_grad(params)  # opt.zero_grad(set_to_none=True), and the clip and step below: torch's kernels
         # without its per-call Python layers (advantage.nn.lean)
@@ -245,7 +233,7 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
         total = stats.pop("loss")
         if not math.isfinite(total):
             raise NonFiniteError(f"step {step + 1}: DPO loss is {total}; stopping")
-        grad_norm = float(clip_grad_norm(params, a.max_grad_norm)) if a.max_grad_norm > 0 else 0.0
+        grad_norm = float(clip_grad_norm(params, a.max_grad_norm))
         adamw_step(opt)
         step += 1
         if step % t.log_every == 0 or step == t.total_steps:
@@ -296,8 +284,8 @@ def evaluate(
     try:
         with torch.no_grad():
             mb = cfg.trainer.eval_batch_size
-            lp = _ref_logps(policy.model, items, tok.pad_token_id, mb)
-            rp = _ref_logps(ref, items, tok.pad_token_id, mb)
+            lp = pair_logps(policy.model, items, tok.pad_token_id, mb, sequence_logps)
+            rp = pair_logps(ref, items, tok.pad_token_id, mb, sequence_logps)
     finally:
         policy.model.train(was_training)
     m = dpo_metrics(lp[:, 0], lp[:, 1], rp[:, 0], rp[:, 1], cfg.algorithm.beta)

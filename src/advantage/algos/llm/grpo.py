@@ -113,7 +113,8 @@ from advantage.configs.grpo import (  # noqa: F401  (re-exported: the config is 
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import KL_ESTIMATORS, POLICY_LOSSES, aggregate, masked_mean
-from advantage.torch_state import load_optimizer, optimizer_state
+from advantage.nn.lean import clip_grad_norm
+from advantage.torch_state import LearnerState
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -845,7 +846,7 @@ def learn(
                 raise NonFiniteError(f"step {step + 1}: GRPO loss is {total}; stopping")
             stats.setdefault("loss", []).append(total)
             if actor.max_grad_norm > 0:
-                gn = torch.nn.utils.clip_grad_norm_(params, actor.max_grad_norm)
+                gn = clip_grad_norm(params, actor.max_grad_norm)
                 stats.setdefault("grad_norm", []).append(float(gn))
             opt.step()
     return stats
@@ -853,11 +854,12 @@ def learn(
 
 def build(
     cfg: GRPOConfig, restored: Checkpoint | None
-) -> tuple[LMPolicy, PreTrainedModel | None, torch.optim.Optimizer]:
+) -> tuple[LMPolicy, PreTrainedModel | None, LearnerState]:
     """The policy (with the reward model of ``worker.reward.model`` when set), the frozen reference (None
-    when no KL term uses it, or with LoRA: then the base model is the reference) and the optimizer,
-    restored from ``restored``. Built in this order on purpose: scratch models draw their initial weights
-    from the global generator, which a resumed run then sets back."""
+    when no KL term uses it, or with LoRA: then the base model is the reference) and the learner state
+    (the optimizer ``optim`` and the torch RNG), restored from ``restored``. Built in this order on
+    purpose: scratch models draw their initial weights from the global generator, which a resumed run
+    then sets back."""
     a, t, actor = cfg.algorithm, cfg.trainer, cfg.worker.actor
     task = make_task(cfg.data)
     model, tok = common.policy_model(cfg, task, restored)
@@ -875,10 +877,10 @@ def build(
     opt = torch.optim.AdamW(
         params, lr=actor.learning_rate, weight_decay=actor.weight_decay, fused=common.fused_adamw(params)
     )
+    learner = LearnerState(optimizers={"optim": opt})
     if restored is not None:
-        load_optimizer("optim", opt, restored.tensors, restored.state["algo"]["optim"])
-        torch.set_rng_state(restored.tensors["torch_rng"])
-    return policy, ref_model, opt
+        learner.load(restored.tensors, restored.state["algo"])
+    return policy, ref_model, learner
 
 
 def train(cfg: GRPOConfig, ctx: RunContext) -> None:
@@ -886,25 +888,24 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
     torch.set_num_threads(t.torch_threads)
     torch.manual_seed(t.seed)
     restored = ctx.restored
-    policy, ref_model, opt = build(cfg, restored)
+    policy, ref_model, learner = build(cfg, restored)
+    opt = learner.optimizers["optim"]
     model, tok = policy.model, policy.tokenizer
     ref_logprobs = partial(reference_logprobs, cfg, model, ref_model)
     rollout = GRPORollout(cfg, policy, policy.examples("train"), ref_logprobs, restored)
     step = 0 if restored is None else restored.step
 
     def snapshot() -> Snapshot:
-        opt_tensors, opt_meta = optimizer_state("optim", opt)
-        tensors = {**opt_tensors, "torch_rng": torch.get_rng_state(), **rollout.tensors()}
+        tensors, meta = learner.save()
+        tensors.update(rollout.tensors())
         if actor.model.lora.rank > 0:
             tensors.update(common.adapter_tensors(model))
-        state = {"optim": opt_meta, **rollout.state()}
+        state = {**meta, **rollout.state()}
         return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
 
     model.train()
     while step < t.total_steps:
-        lr = common.learning_rate(actor, step, t.total_steps)
-        for g in opt.param_groups:
-            g["lr"] = lr
+        lr = common.set_learning_rate(opt, actor, step, t.total_steps)
         ro, m = rollout.collect()
         if ro is None:  # every group had equal rewards, even after max_sampling_rounds: nothing to learn
             step += 1

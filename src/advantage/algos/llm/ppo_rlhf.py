@@ -75,7 +75,17 @@ from torch import Tensor, nn
 
 from advantage.algos.llm import common
 from advantage.algos.llm.common import LMPolicy
-from advantage.algos.llm.ppo_rlhf_config import (  # noqa: F401  (re-exported: the config is part of the API)
+from advantage.algos.llm.shared import (
+    evaluate_preference,
+    frozen_reference,
+    load_reward,
+    preference_task,
+    reward_model_problems,
+    step_normalizer,
+    trimmed,
+)
+from advantage.checkpoint import Checkpoint
+from advantage.configs.ppo_rlhf import (  # noqa: F401  (re-exported: the config is part of the API)
     DEFAULTS,
     PRESETS,
     PPOActor,
@@ -83,22 +93,24 @@ from advantage.algos.llm.ppo_rlhf_config import (  # noqa: F401  (re-exported: t
     PPOCritic,
     PPOData,
     PPORLHFConfig,
-    check,
-    make_task,
 )
-from advantage.algos.llm.shared import (
-    evaluate_preference,
-    frozen_reference,
-    load_reward,
-    step_normalizer,
-    trimmed,
-)
-from advantage.checkpoint import Checkpoint
 from advantage.context import RunContext, Snapshot
 from advantage.errors import NonFiniteError
 from advantage.math import KL_ESTIMATORS, VALUE_LOSSES, AdaptiveKLController, aggregate, gae, ppo_clip
-from advantage.math.masked import masked_mean, masked_var, masked_whiten
-from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
+from advantage.math.masked import masked_mean, masked_whiten
+from advantage.math.value_losses import explained_variance
+from advantage.nn.lean import clip_grad_norm
+from advantage.torch_state import LearnerState
+
+make_task = preference_task  # the preference task whose prompts PPO answers
+
+
+def check(cfg: PPORLHFConfig) -> list[str]:
+    """:func:`advantage.algos.llm.common.check` with the preference task, plus the reward model: set,
+    existing, a reward model, and on the policy's tokenizer — all before the run folder is created
+    (:func:`advantage.algos.llm.shared.reward_model_problems`)."""
+    return common.check(cfg, make_task) + reward_model_problems(cfg, make_task)
+
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel
@@ -147,13 +159,6 @@ def token_gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: 
     terminated[torch.arange(len(mask), device=mask.device), last_token(mask)] = True
     adv = gae(rewards, values, next_values, terminated, torch.zeros_like(valid), gamma, lam)
     return torch.where(valid, adv, torch.zeros_like(adv))
-
-
-def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
-    """:math:`1 - \\mathrm{Var}(R - V) / \\mathrm{Var}(R)` over the valid tokens (1: perfect critic; ≤ 0: no
-    better than a constant)."""
-    var = float(masked_var(returns, mask))
-    return float("nan") if var == 0 else 1.0 - float(masked_var(returns - values, mask)) / var
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -449,15 +454,15 @@ def learn(
                 ("critic_grad_norm", critic_params, critic.max_grad_norm),
             ):
                 if clip > 0:
-                    stats.setdefault(name, []).append(float(torch.nn.utils.clip_grad_norm_(params, clip)))
+                    stats.setdefault(name, []).append(float(clip_grad_norm(params, clip)))
             opt.step()
     return stats
 
 
-def build(cfg: PPORLHFConfig, restored: Checkpoint | None) -> tuple[LMPolicy, Models, torch.optim.Optimizer]:
-    """The policy (with its frozen reference and reward model), the trained models and their optimizer,
-    restored from ``restored``. Built in this order on purpose: the scratch models draw their initial
-    weights from the global generator."""
+def build(cfg: PPORLHFConfig, restored: Checkpoint | None) -> tuple[LMPolicy, Models, LearnerState]:
+    """The policy (with its frozen reference and reward model), the trained models and the learner state
+    (critic weights, the optimizer ``optim``, the torch RNG), restored from ``restored``. Built in this
+    order on purpose: the scratch models draw their initial weights from the global generator."""
     t, critic = cfg.trainer, cfg.worker.critic
     task = make_task(cfg.data)
     model, tok = common.policy_model(cfg, task, restored)
@@ -476,13 +481,13 @@ def build(cfg: PPORLHFConfig, restored: Checkpoint | None) -> tuple[LMPolicy, Mo
         lr=cfg.worker.actor.learning_rate,
         weight_decay=cfg.worker.actor.weight_decay,
     )
+    # The critic's own weights travel as tensors; the policy's as the checkpoint's model folder.
+    learner = LearnerState(
+        {"value_head": head, **({"critic": trunk} if trunk is not None else {})}, {"optim": opt}
+    )
     if restored is not None:
-        load_module("value_head", head, restored.tensors)
-        if trunk is not None:
-            load_module("critic", trunk, restored.tensors)
-        load_optimizer("optim", opt, restored.tensors, restored.state["algo"]["optim"])
-        torch.set_rng_state(restored.tensors["torch_rng"])
-    return policy, models, opt
+        learner.load(restored.tensors, restored.state["algo"])
+    return policy, models, learner
 
 
 def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
@@ -490,17 +495,15 @@ def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
     torch.set_num_threads(t.torch_threads)
     torch.manual_seed(t.seed)
     restored = ctx.restored
-    policy, models, opt = build(cfg, restored)
+    policy, models, learner = build(cfg, restored)
+    opt = learner.optimizers["optim"]
     rollout = PPORollout(cfg, policy, models, policy.examples("train"), restored)
     step = 0 if restored is None else restored.step
 
     def snapshot() -> Snapshot:
-        opt_tensors, opt_meta = optimizer_state("optim", opt)
-        tensors = {**opt_tensors, "torch_rng": torch.get_rng_state(), **rollout.tensors()}
-        tensors.update(module_tensors("value_head", models.head))
-        if models.critic_trunk is not None:
-            tensors.update(module_tensors("critic", models.critic_trunk))
-        state = {"optim": opt_meta, **rollout.state()}
+        tensors, meta = learner.save()
+        tensors.update(rollout.tensors())
+        state = {**meta, **rollout.state()}
         return Snapshot(policy, tensors, state, files=lambda: common.hf_files(policy.model, policy.tokenizer))
 
     policy.model.train()

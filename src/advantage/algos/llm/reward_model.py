@@ -66,7 +66,7 @@ from advantage.errors import ConfigError, NonFiniteError
 from advantage.math.preference import bradley_terry_loss, kwise_ranking_loss
 from advantage.nn.lean import adamw_step, clip_grad_norm, zero_grad
 from advantage.nn.packing import PackedPrompts, long_tensor, pack_prompts, packable, packed_hidden
-from advantage.torch_state import load_optimizer, optimizer_state
+from advantage.torch_state import LearnerState
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel
@@ -382,24 +382,13 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
         weight_decay=a.weight_decay,
         fused=common.fused_adamw(params),
     )
-    step, epoch, pos = 0, 0, 0
-    if restored is not None:
-        s = restored.state["algo"]
-        with torch.no_grad():
-            model.head.weight.copy_(restored.tensors["value_head.weight"])
-            model.head.bias.copy_(restored.tensors["value_head.bias"])
-        load_optimizer("optim", opt, restored.tensors, s["optim"])
-        torch.set_rng_state(restored.tensors["torch_rng"])
-        step, epoch, pos = restored.step, s["epoch"], s["pos"]
-    cursor = common.DataCursor(len(items), t.seed, epoch, pos)
+    learner = LearnerState({"value_head": model.head}, {"optim": opt})
+    step, cursor = common.resume(learner, restored, len(items), t.seed)
 
     def snapshot() -> Snapshot:
-        opt_tensors, opt_meta = optimizer_state("optim", opt)
-        tensors = {**opt_tensors, "torch_rng": torch.get_rng_state()}
-        tensors.update({f"value_head.{k}": v.detach() for k, v in model.head.state_dict().items()})
+        tensors, state = common.learner_state(learner, cursor)
         if cfg.model.lora.rank > 0:
             tensors.update(common.adapter_tensors(model.backbone))
-        state = {"optim": opt_meta, **cursor.state()}
         return Snapshot(policy, tensors, state, files=model.files)
 
     micro = a.micro_batch_size or a.batch_size
@@ -413,9 +402,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     clock = time.perf_counter()
     while step < t.total_steps:
         idx = cursor.next(a.batch_size)
-        lr = common.learning_rate(a, step, t.total_steps)
-        for g in opt.param_groups:
-            g["lr"] = lr
+        lr = common.set_learning_rate(opt, a, step, t.total_steps)
         zero_grad(params)  # opt.zero_grad(set_to_none=True), the optimizer step and the clip below: the
         # same kernels as torch's without its per-call Python layers (advantage.nn.lean)
         sums: dict[str, Tensor] = {}  # the step's loss and statistics, tensors until the step ends
@@ -442,7 +429,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
             raise NonFiniteError(
                 f"step {step + 1}: reward-model loss is {total}; stopping (the last checkpoint is kept)"
             )
-        grad_norm = float(clip_grad_norm(params, a.max_grad_norm)) if a.max_grad_norm > 0 else 0.0
+        grad_norm = float(clip_grad_norm(params, a.max_grad_norm))
         adamw_step(opt)
         step += 1
         totals["loss"] += total

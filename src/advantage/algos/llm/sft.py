@@ -62,7 +62,8 @@ from advantage.configs.sft import (
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import aggregate
-from advantage.torch_state import load_optimizer, optimizer_state
+from advantage.nn.lean import clip_grad_norm
+from advantage.torch_state import LearnerState
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel
@@ -213,20 +214,13 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
     opt = torch.optim.AdamW(
         params, lr=a.learning_rate, betas=(a.betas[0], a.betas[1]), weight_decay=a.weight_decay
     )
-    step, epoch, pos = 0, 0, 0
-    if restored is not None:
-        s = restored.state["algo"]
-        load_optimizer("optim", opt, restored.tensors, s["optim"])
-        torch.set_rng_state(restored.tensors["torch_rng"])
-        step, epoch, pos = restored.step, s["epoch"], s["pos"]
-    cursor = common.DataCursor(len(examples), t.seed, epoch, pos)
+    learner = LearnerState(optimizers={"optim": opt})
+    step, cursor = common.resume(learner, restored, len(examples), t.seed)
 
     def snapshot() -> Snapshot:
-        opt_tensors, opt_meta = optimizer_state("optim", opt)
-        tensors = {**opt_tensors, "torch_rng": torch.get_rng_state()}
+        tensors, state = common.learner_state(learner, cursor)
         if cfg.model.lora.rank > 0:
             tensors.update(common.adapter_tensors(model))
-        state = {"optim": opt_meta, **cursor.state()}
         return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
 
     micro = a.micro_batch_size or a.batch_size
@@ -235,9 +229,7 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
     clock = time.perf_counter()
     while step < t.total_steps:
         idx = cursor.next(a.batch_size)
-        lr = common.learning_rate(a, step, t.total_steps)
-        for g in opt.param_groups:
-            g["lr"] = lr
+        lr = common.set_learning_rate(opt, a, step, t.total_steps)
         normalizer = float(sum(len(responses[i]) for i in idx))
         opt.zero_grad(set_to_none=True)
         total = 0.0
@@ -256,9 +248,7 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
             raise NonFiniteError(
                 f"step {step + 1}: SFT loss is {total}; stopping (the last checkpoint is kept)"
             )
-        grad_norm = (
-            float(torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm)) if a.max_grad_norm > 0 else 0.0
-        )
+        grad_norm = float(clip_grad_norm(params, a.max_grad_norm))
         opt.step()
         step += 1
         stats["loss"] += total

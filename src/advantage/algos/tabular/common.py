@@ -11,12 +11,7 @@ from gymnasium.spaces import Discrete
 
 from advantage.configs.tabular import EpsilonSchedule, TableModel  # noqa: F401  (their old place)
 from advantage.envs import env_state, require_space, set_env_state
-
-
-def linear_schedule(start: float, end: float, fraction: float, step: int, total: int) -> float:
-    """Linear interpolation from ``start`` (step 0) to ``end`` (step ``fraction·total``), then ``end``."""
-    horizon = max(1.0, fraction * total)
-    return start + (end - start) * min(1.0, step / horizon)
+from advantage.schedules import linear_schedule  # noqa: F401  (its old place)
 
 
 def epsilon_greedy(q_row: np.ndarray, epsilon: float, rng: np.random.Generator) -> int:
