@@ -428,3 +428,15 @@ def test_every_preset_applies_on_top_of_the_example(preset):
         for part in key.split("."):
             node = getattr(node, part)
         assert node == value, key
+
+
+def test_min_new_tokens_gives_fixed_length_responses(tmp_path):
+    """``worker.rollout.min_new_tokens = data.max_response_length``: every response is exactly that long
+    (the fixed work of a benchmark); more than the maximum is a config error naming both keys."""
+    from advantage.runs import resolve_config
+
+    run = _train(tmp_path, **{"worker.rollout.min_new_tokens": 6, "trainer.total_steps": 2})
+    lengths = [r["train/response/length_mean"] for r in run.metrics if "train/response/length_mean" in r]
+    assert lengths and all(x == 6.0 for x in lengths)
+    with pytest.raises(ConfigError, match="worker.rollout.min_new_tokens=7 is more than data.max_response"):
+        resolve_config("grpo", overrides={**TINY, "worker.rollout.min_new_tokens": 7})

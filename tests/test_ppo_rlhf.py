@@ -231,6 +231,13 @@ def _resolve(**over):
     return resolve_config("ppo_rlhf", overrides={**TINY, **over})
 
 
+def test_min_new_tokens_above_the_response_length(tiny_rm):
+    over = {"worker.reward.model": str(tiny_rm), "data.max_response_length": 3}
+    with pytest.raises(ConfigError, match="worker.rollout.min_new_tokens=4 is more than data.max_response"):
+        _resolve(**over, **{"worker.rollout.min_new_tokens": 4})
+    _resolve(**over, **{"worker.rollout.min_new_tokens": 3})
+
+
 def test_missing_or_wrong_reward_model(tmp_path, tiny_rm):
     with pytest.raises(ConfigError, match="worker.reward.model is required"):
         _resolve()

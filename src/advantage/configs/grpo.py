@@ -142,6 +142,12 @@ class RolloutConfig:
     temperature: float = option(1.0, "sampling temperature", lo=0, lo_open=True)
     top_p: float = option(1.0, "nucleus sampling", lo=0, hi=1, lo_open=True)
     top_k: int = option(0, "top-k sampling (0: off)", lo=0)
+    min_new_tokens: int = option(
+        0,
+        "EOS forbidden for each response's first N tokens (0: off; = data.max_response_length: fixed-length "
+        "responses, the same work per step, e.g. to benchmark); log-probs stay the unfiltered ones",
+        lo=0,
+    )
 
 
 @dataclass
@@ -209,6 +215,12 @@ class GRPOConfig:
                     f"algorithm.hard_samples={hard} is less than worker.rollout.n={G}: a hard prompt gets "
                     f"its G samples and hard_samples - G more; allowed: >= {G}"
                 )
+        if self.worker.rollout.min_new_tokens > self.data.max_response_length:
+            out.append(
+                f"worker.rollout.min_new_tokens={self.worker.rollout.min_new_tokens} is more than "
+                f"data.max_response_length={self.data.max_response_length}; allowed: 0 to "
+                f"{self.data.max_response_length}"
+            )
         if self.worker.rollout.n < 2 and self.algorithm.advantage in ("grpo", "rloo", "batch_std"):
             out.append(
                 f"worker.rollout.n=1 with algorithm.advantage={self.algorithm.advantage}: group advantages "

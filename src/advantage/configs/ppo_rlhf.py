@@ -119,6 +119,12 @@ class PPORollout:
     temperature: float = option(1.0, "sampling temperature (log-probs and KL use it too)", lo=0, lo_open=True)
     top_p: float = option(1.0, "nucleus sampling", lo=0, hi=1, lo_open=True)
     top_k: int = option(0, "top-k sampling (0: off)", lo=0)
+    min_new_tokens: int = option(
+        0,
+        "EOS forbidden for each response's first N tokens (0: off; = data.max_response_length: fixed-length "
+        "responses, the same work per step, e.g. to benchmark); log-probs stay the unfiltered ones",
+        lo=0,
+    )
 
 
 @dataclass
@@ -162,6 +168,12 @@ class PPORLHFConfig:
             out.append(
                 f"worker.actor.mini_batch_size={mb} is more than data.rollout_batch_size="
                 f"{self.data.rollout_batch_size}"
+            )
+        if self.worker.rollout.min_new_tokens > self.data.max_response_length:
+            out.append(
+                f"worker.rollout.min_new_tokens={self.worker.rollout.min_new_tokens} is more than "
+                f"data.max_response_length={self.data.max_response_length}; allowed: 0 to "
+                f"{self.data.max_response_length}"
             )
         return out
 

@@ -463,6 +463,7 @@ class LMPolicy:
         generator: torch.Generator | None = None,
         top_p: float = 1.0,
         top_k: int = 0,
+        min_new_tokens: int = 0,
     ) -> tuple[Any, list[str]]:
         """Generate ``samples`` completions per prompt (rows ``[p0 × samples, p1 × samples, ...]``);
         returns the :class:`~advantage.rollout.generate.Generation` and the decoded texts."""
@@ -479,7 +480,11 @@ class LMPolicy:
         if samples > 1:
             ids, mask = ids.repeat_interleave(samples, 0), mask.repeat_interleave(samples, 0)
         params = SamplingParams(
-            temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=d.max_response_length
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            max_new_tokens=d.max_response_length,
+            min_new_tokens=min_new_tokens,
         )
         was_training = self.model.training
         if was_training and self._mode_matters():  # eval() walks every module: only when it changes anything

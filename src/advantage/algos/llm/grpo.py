@@ -497,6 +497,7 @@ class GRPORollout:
             "temperature": roll.temperature,
             "top_p": roll.top_p,
             "top_k": roll.top_k,
+            "min_new_tokens": roll.min_new_tokens,
         }
         self.gen_rng = torch.Generator(device=policy.device).manual_seed(t.seed)
         self.pick_rng = torch.Generator().manual_seed(t.seed + 1)

@@ -350,7 +350,12 @@ class PPORollout:
         exs = [self.examples[i] for i in self.cursor.next(cfg.data.rollout_batch_size)]
         prompts = [e.prompt for e in exs]
         gen, texts = policy.complete(
-            prompts, temperature=roll.temperature, generator=self.gen_rng, top_p=roll.top_p, top_k=roll.top_k
+            prompts,
+            temperature=roll.temperature,
+            generator=self.gen_rng,
+            top_p=roll.top_p,
+            top_k=roll.top_k,
+            min_new_tokens=roll.min_new_tokens,
         )
         t1 = time.perf_counter()
         rm = policy.reward_model
