@@ -56,7 +56,7 @@ from advantage.math.value_losses import explained_variance
 from advantage.nn import ActorCritic, ActorCriticPolicy, eager
 from advantage.nn.actor_critic import CategoricalHead, GaussianHead
 from advantage.rollout.onpolicy import make_collector
-from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
+from advantage.torch_state import LearnerState
 
 # ----------------------------------------------------------------------------------------------------
 # The policy's distribution and its exact KL
@@ -101,30 +101,23 @@ def train(cfg: TRPOConfig, ctx: RunContext) -> None:
     pi_params = [*model.pi_body.parameters(), *model.head.parameters()]
     vf_params = [*model.v_body.parameters(), *model.value_head.parameters()]
     vf_opt = torch.optim.Adam(vf_params, lr=a.vf_learning_rate, eps=1e-5, fused=True)
+    learner = LearnerState({"model": model}, {"vf_optim": vf_opt})
     rollout = make_collector(env, model, cfg, a.n_steps, ctx)
     if ctx.restored is None:
         step = 0
         rollout.reset(t.seed)
     else:
         ck, s = ctx.restored, ctx.restored.state["algo"]
-        load_module("model", model, ck.tensors, str(ck.path))
-        load_optimizer("vf_optim", vf_opt, ck.tensors, s["vf_optim"])
-        torch.set_rng_state(ck.tensors["torch_rng"])
+        learner.load(ck.tensors, s, str(ck.path))
         rollout.load(ck.tensors, s["env"], t.seed)
         step = ck.step
 
     def snapshot() -> Snapshot:
-        opt_tensors, opt_meta = optimizer_state("vf_optim", vf_opt)
-        tensors = {
-            **module_tensors("model", model),
-            **rollout.tensors(),
-            "torch_rng": torch.get_rng_state(),
-            **opt_tensors,
-        }
+        tensors, meta = learner.save()
         return Snapshot(
             ActorCriticPolicy(model, rollout.obs_norm),
-            tensors,
-            {"vf_optim": opt_meta, "env": rollout.state()},
+            {**tensors, **rollout.tensors()},
+            {**meta, "env": rollout.state()},
         )
 
     while step < t.total_steps:
