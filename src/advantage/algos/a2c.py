@@ -13,7 +13,9 @@ advantages and their λ-mix). One update per rollout of ``n_steps`` steps from e
 Implementation details (those of Stable-Baselines3's A2C unless stated):
 
 1. Vectorized envs with Gymnasium's ``NEXT_STEP`` autoreset; the reset step after an episode end is
-   masked out of the ``[N, T]`` batch (as :mod:`advantage.algos.ppo`). ``n_steps`` = 5 by default.
+   masked out of the ``[N, T]`` batch. The rollout is PPO's
+   (:class:`~advantage.rollout.onpolicy.OnPolicyCollector`, or Ray workers with
+   ``trainer.num_workers > 0``); ``n_steps`` = 5 by default.
 2. Advantages by :func:`advantage.math.gae` with ``gae_lambda`` (default 1): ``terminated`` bootstraps
    with 0, ``truncated`` and the rollout end with :math:`V` of the final observation. λ = 1 with the
    rollout-end bootstrap is the n-step advantage :math:`\sum_{l<k}\gamma^l r_{t+l} + \gamma^k V(s_{t+k}) -
