@@ -151,18 +151,10 @@ def test_a2c_with_workers_runs_and_logs_their_rollouts(tmp_path, ray_local):
     run = advantage.train(
         "a2c",
         quiet=True,
-        **{
-            "env.num_envs": 4,
-            "algorithm.critic_target": "mc",
-            "algorithm.normalize_obs": True,
-            "trainer.num_workers": 2,
-            "trainer.total_steps": 200,
-            "trainer.log_every": 50,
-            "trainer.eval_every": 0,
-            "trainer.eval_episodes": 2,
-            "trainer.tensorboard": False,
-            "trainer.run_dir": str(tmp_path / "a"),
-        },
+        **{"env.num_envs": 4, "algorithm.critic_target": "mc", "algorithm.normalize_obs": True},
+        **{"trainer.num_workers": 2, "trainer.total_steps": 200, "trainer.log_every": 50},
+        **{"trainer.eval_every": 0, "trainer.eval_episodes": 2, "trainer.tensorboard": False},
+        **{"trainer.run_dir": str(tmp_path / "a")},
     )
     rows = [r for r in run.metrics if "train/weights_version" in r]
     versions = [r["train/weights_version"] for r in rows]

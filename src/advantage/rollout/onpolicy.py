@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -164,22 +164,30 @@ class OnPolicyCollector:
         self.obs = obs
         with torch.no_grad():
             last_value = self.model.value(torch.as_tensor(self.obs, dtype=torch.float32))
-        batch = build_batch(
+        rollout = Rollout(
             self.obs_buf,
             self.act_buf,
             self.logp_buf,
             self.val_buf,
-            torch.as_tensor(self.rew_np, dtype=torch.float32),
-            torch.as_tensor(self.term_np),
-            torch.as_tensor(self.trunc_np),
-            torch.as_tensor(self.mask_np),
-            last_value,
-            self.gamma,
-            gae_lambda,
-            targets,
-            env_major,
+            self.rew_np,
+            self.term_np,
+            self.trunc_np,
+            self.mask_np,
         )
-        return batch, step
+        return build_batch(rollout, last_value, self.gamma, gae_lambda, targets, env_major), step
+
+
+class Rollout(NamedTuple):
+    """One rollout as collected, time first: every field ``[T, N, ...]``, a tensor or a numpy array."""
+
+    obs: Any  # the policy's input (normalised when normalisation is on)
+    actions: Any
+    logp: Any
+    values: Any
+    rewards: Any  # as GAE sees them (scaled when reward scaling is on), 0 at reset steps
+    terminated: Any  # bool
+    truncated: Any  # bool
+    valid: Any  # bool: not a reset step
 
 
 Targets = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
@@ -188,27 +196,24 @@ the critic's regression targets when they are not ``advantages + values`` (A2C's
 
 
 def build_batch(
-    obs: Tensor,
-    actions: Tensor,
-    logp: Tensor,
-    values: Tensor,
-    rewards: Tensor,
-    terminated: Tensor,
-    truncated: Tensor,
-    valid: Tensor,
+    rollout: Rollout,
     last_value: Tensor,
     gamma: float,
     gae_lambda: float,
     targets: Targets | None = None,
     env_major: bool = False,
 ) -> Batch:
-    """A rollout stored time first (``[T, N, ...]``; ``terminated`` and ``truncated`` already ``& valid``;
-    ``last_value [N]`` = V of the observation after it) → the :class:`Batch` of its valid steps, flattened
-    time-major (step 0 of every env, then step 1, ...) or, with ``env_major``, env by env (A2C: its one
-    gradient step sums the batch in that order; another order gives the same loss up to rounding).
+    """A rollout (``last_value [N]`` = V of the observation after it) → the :class:`Batch` of its valid
+    steps, flattened time-major (step 0 of every env, then step 1, ...) or, with ``env_major``, env by env
+    (A2C: its one gradient step sums the batch in that order; another order gives the same loss up to
+    rounding).
 
     With ``NEXT_STEP`` autoreset the (masked) reset step's input is the final observation, so
     ``values[t + 1]`` is the bootstrap value of a truncated step t: ``next_values[t] = values[t + 1]``."""
+    obs, actions, logp, values = (torch.as_tensor(x) for x in rollout[:4])
+    valid = torch.as_tensor(rollout.valid)
+    terminated, truncated = (torch.as_tensor(x) & valid for x in (rollout.terminated, rollout.truncated))
+    rewards = torch.as_tensor(rollout.rewards, dtype=torch.float32)
     T, N = values.shape
     next_values = torch.cat([values[1:], last_value[None]])
     rew, val, next_val, term, trunc = rewards.T, values.T, next_values.T, terminated.T, truncated.T

@@ -48,7 +48,7 @@ from torch import Tensor
 from advantage.errors import AdvantageError
 from advantage.nn import ObsNormalizer
 from advantage.rollout.envsteps import EnvSteps, check_finite
-from advantage.rollout.onpolicy import Batch, Targets, build_batch
+from advantage.rollout.onpolicy import Batch, Rollout, Targets, build_batch
 from advantage.torch_state import RunningMeanStd
 
 if TYPE_CHECKING:
@@ -331,20 +331,12 @@ class RemoteCollector:
                 self.obs_norm.rms.update(cat["raw_next"][t])
         with torch.no_grad():
             last_value = self.model.value(torch.as_tensor(last_obs))
-        valid = cat["valid"]
-        batch = build_batch(
-            *(torch.as_tensor(cat[k]) for k in ("obs", "actions", "logp", "values")),
-            torch.as_tensor(rewards, dtype=torch.float32),
-            torch.as_tensor(cat["term"] & valid),
-            torch.as_tensor(cat["trunc"] & valid),
-            torch.as_tensor(valid),
-            last_value,
-            self.gamma,
-            gae_lambda,
-            targets,
-            env_major,
+        rollout = Rollout(
+            *(cat[k] for k in ("obs", "actions", "logp", "values")),
+            rewards,
+            *(cat[k] for k in ("term", "trunc", "valid")),
         )
-        return batch, step
+        return build_batch(rollout, last_value, self.gamma, gae_lambda, targets, env_major), step
 
     # ---- checkpoint state ---------------------------------------------------------------------------
 
