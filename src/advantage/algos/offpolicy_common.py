@@ -31,7 +31,7 @@ from torch import nn
 from advantage.config import VecEnvConfig
 from advantage.configs.offpolicy import config_problems  # noqa: F401  (its old place)
 from advantage.context import RunContext
-from advantage.data import ReplayBuffer
+from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
 from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
 from advantage.errors import ConfigError, EnvError, NonFiniteError
 from advantage.nn import eager  # noqa: F401  (installed before LeanAdam builds its torch.optim.Adam)
@@ -250,7 +250,9 @@ class Experience:
         self.env.close()
 
 
-def buffer_state(buffer: ReplayBuffer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def buffer_state(
+    buffer: ReplayBuffer | PrioritizedReplayBuffer,
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """A replay buffer's state for a checkpoint: its arrays as tensors ``buffer.<name>`` and the rest
     (cursor, size, sampler) as JSON."""
     arrays, meta = {}, {}
@@ -262,7 +264,7 @@ def buffer_state(buffer: ReplayBuffer) -> tuple[dict[str, torch.Tensor], dict[st
     return arrays, meta
 
 
-def load_buffer(buffer: ReplayBuffer, tensors: Any, meta: dict[str, Any]) -> None:
+def load_buffer(buffer: ReplayBuffer | PrioritizedReplayBuffer, tensors: Any, meta: dict[str, Any]) -> None:
     """Restore what :func:`buffer_state` saved."""
     arrays = {k[len("buffer.") :]: v.numpy() for k, v in tensors.items() if k.startswith("buffer.")}
     buffer.load_state_dict(arrays | meta)

@@ -331,11 +331,10 @@ class RemoteCollector:
                 self.obs_norm.rms.update(cat["raw_next"][t])
         with torch.no_grad():
             last_value = self.model.value(torch.as_tensor(last_obs))
-        rollout = Rollout(
-            *(cat[k] for k in ("obs", "actions", "logp", "values")),
-            rewards,
-            *(cat[k] for k in ("term", "trunc", "valid")),
+        obs, actions, logp, values, term, trunc, valid = (
+            cat[k] for k in ("obs", "actions", "logp", "values", "term", "trunc", "valid")
         )
+        rollout = Rollout(obs, actions, logp, values, rewards, term, trunc, valid)
         return build_batch(rollout, last_value, self.gamma, gae_lambda, targets, env_major), step
 
     # ---- checkpoint state ---------------------------------------------------------------------------
