@@ -50,13 +50,13 @@ import torch
 from torch import Tensor
 
 from advantage.configs.a2c import PRESETS, A2CAlgorithm, A2CConfig  # noqa: F401  (their old place)
-from advantage.context import RunContext, Snapshot
+from advantage.context import RunContext
 from advantage.envs import make_vec_env
 from advantage.errors import NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, masked_whiten, reward_to_go
 from advantage.nn import ActorCritic, ActorCriticPolicy, eager
 from advantage.nn.lean import clip_grad_norm
-from advantage.rollout.onpolicy import Batch, make_collector
+from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.schedules import remaining
 from advantage.torch_state import LearnerState
 
@@ -138,22 +138,8 @@ def train(cfg: A2CConfig, ctx: RunContext) -> None:
     rollout = make_collector(env, model, cfg, a.n_steps, ctx)
     targets = partial(critic_targets, gamma=a.gamma, target=a.critic_target)
 
-    if ctx.restored is None:
-        step = 0
-        rollout.reset(t.seed)
-    else:
-        ck, s = ctx.restored, ctx.restored.state["algo"]
-        learner.load(ck.tensors, s, str(ck.path))
-        rollout.load(ck.tensors, s["env"], t.seed)
-        step = ck.step
-
-    def snapshot() -> Snapshot:
-        tensors, meta = learner.save()
-        return Snapshot(
-            ActorCriticPolicy(model, rollout.obs_norm),
-            {**tensors, **rollout.tensors()},
-            {**meta, "env": rollout.state()},
-        )
+    step, _ = resume_or_reset(rollout, learner, ctx, t.seed)
+    checkpoint = partial(actor_critic_snapshot, model, rollout, learner)
 
     stats: dict[str, list[float]] = {}
     next_log = step - step % t.log_every + t.log_every
@@ -171,9 +157,9 @@ def train(cfg: A2CConfig, ctx: RunContext) -> None:
             ctx.log(step, row)
             stats = {}
             next_log = step - step % t.log_every + t.log_every
-        if ctx.tick(step, snapshot):
+        if ctx.tick(step, checkpoint):
             break
-    ctx.finish(step, snapshot())
+    ctx.finish(step, checkpoint())
     env.close()
     if hasattr(rollout, "close"):  # Ray workers
         rollout.close()

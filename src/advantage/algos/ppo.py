@@ -47,7 +47,7 @@ from advantage.math.kl import k3_from_ratio
 from advantage.math.value_losses import explained_variance
 from advantage.nn import ActorCritic, ActorCriticPolicy, eager
 from advantage.nn.lean import clip_grad_norm
-from advantage.rollout.onpolicy import Batch, make_collector
+from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.schedules import remaining
 from advantage.torch_state import LearnerState
 
@@ -89,23 +89,11 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
     kl_ctl = AdaptiveKLController(a.kl_beta, a.kl_target)
     rollout = make_collector(env, model, cfg, a.n_steps, ctx)
 
-    if ctx.restored is None:
-        step = 0
-        rollout.reset(t.seed)
-    else:
-        ck, s = ctx.restored, ctx.restored.state["algo"]
-        learner.load(ck.tensors, s, str(ck.path))
-        rollout.load(ck.tensors, s["env"], t.seed)
-        kl_ctl.beta = s["beta"]
-        step = ck.step
+    step, state = resume_or_reset(rollout, learner, ctx, t.seed)
+    kl_ctl.beta = state.get("beta", kl_ctl.beta)
 
-    def snapshot() -> Snapshot:
-        tensors, meta = learner.save()
-        return Snapshot(
-            ActorCriticPolicy(model, rollout.obs_norm),
-            {**tensors, **rollout.tensors()},
-            {**meta, "env": rollout.state(), "beta": kl_ctl.beta},
-        )
+    def checkpoint() -> Snapshot:
+        return actor_critic_snapshot(model, rollout, learner, beta=kl_ctl.beta)
 
     value_hp = {"clip": a.value_clip} if a.value_loss == "clipped" else {}
     value_loss = partial(VALUE_LOSSES[a.value_loss], **value_hp)
@@ -125,9 +113,9 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
             row.update({"train/kl": d, "train/beta": kl_ctl.beta})
             kl_ctl.update(d)
         ctx.log(step, row)
-        if ctx.tick(step, snapshot):
+        if ctx.tick(step, checkpoint):
             break
-    ctx.finish(step, snapshot())
+    ctx.finish(step, checkpoint())
     env.close()
     if hasattr(rollout, "close"):  # Ray workers
         rollout.close()

@@ -34,12 +34,12 @@ from torch import Tensor
 
 from advantage.envs import env_state, set_env_state
 from advantage.math import gae
-from advantage.nn import ActorCritic, ObsNormalizer
+from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer
 from advantage.rollout.envsteps import EnvSteps
-from advantage.torch_state import RunningMeanStd
+from advantage.torch_state import LearnerState, RunningMeanStd
 
 if TYPE_CHECKING:
-    from advantage.context import RunContext
+    from advantage.context import RunContext, Snapshot
 
 
 @dataclass
@@ -233,6 +233,35 @@ def build_batch(
         values=flat(values),
         advantages=flat(adv.T),
         returns=flat(returns.T),
+    )
+
+
+def resume_or_reset(
+    collector: Any, learner: LearnerState, ctx: RunContext, seed: int
+) -> tuple[int, dict[str, Any]]:
+    """The run's first step and its saved algorithm state: ``(0, {})`` with fresh envs (reset with
+    ``seed``), or the checkpoint's, with ``learner`` and ``collector`` restored from it."""
+    if ctx.restored is None:
+        collector.reset(seed)
+        return 0, {}
+    ck, s = ctx.restored, ctx.restored.state["algo"]
+    learner.load(ck.tensors, s, str(ck.path))
+    collector.load(ck.tensors, s["env"], seed)
+    return ck.step, s
+
+
+def actor_critic_snapshot(
+    model: ActorCritic, collector: Any, learner: LearnerState, **state: Any
+) -> Snapshot:
+    """A checkpoint of an actor-critic run: the learner's and the collector's tensors, the policy with the
+    collector's observation statistics, and ``state`` beside the optimizers' and the envs' state."""
+    from advantage.context import Snapshot
+
+    tensors, meta = learner.save()
+    return Snapshot(
+        ActorCriticPolicy(model, collector.obs_norm),
+        {**tensors, **collector.tensors()},
+        {**meta, "env": collector.state(), **state},
     )
 
 
