@@ -183,3 +183,47 @@ def test_the_layers_below_the_algorithms_do_not_import_them(below):
         if _in(dst, ALGOS)
     )
     assert not bad, "\n".join(bad)
+
+
+MAX_FUNCTION_LINES = 120
+
+
+@functools.cache
+def _trees() -> dict[str, ast.Module]:
+    return {
+        name: ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for name, path in modules().items()
+    }
+
+
+def long_functions(limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``module:qualified.name (N lines)`` for every function or method of the package (nested ones
+    included) longer than ``limit`` lines, from its ``def`` line to its last line."""
+    out = []
+    for name, tree in _trees().items():
+        stack: list[tuple[ast.AST, str]] = [(tree, "")]
+        while stack:
+            node, prefix = stack.pop()
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    qual = f"{prefix}{child.name}"
+                    if not isinstance(child, ast.ClassDef):
+                        lines = (child.end_lineno or child.lineno) - child.lineno + 1
+                        if lines > limit:
+                            out.append(f"{name}:{qual} ({lines} lines)")
+                    stack.append((child, qual + "."))
+                else:
+                    stack.append((child, prefix))
+    return sorted(out)
+
+
+def test_the_function_walk_sees_every_function():
+    """The walk can fail: with a low enough limit it names methods and nested functions."""
+    found = long_functions(limit=3)
+    assert any(f.startswith("advantage.rollout.envsteps:EnvSteps.record (") for f in found)
+    assert any(f.startswith("advantage.rollout.remote:EnvWorker.rollout.normalise (") for f in found)
+
+
+def test_no_function_is_longer_than_120_lines():
+    found = long_functions()
+    assert not found, f"functions longer than {MAX_FUNCTION_LINES} lines (split them):\n" + "\n".join(found)

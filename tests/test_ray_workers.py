@@ -3,6 +3,7 @@ with a clear error when fault tolerance is off; ``num_workers=0`` never imports 
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -44,7 +45,7 @@ def test_no_workers_never_imports_ray(tmp_path):
 def test_worker_settings_are_checked_before_anything_runs():
     with pytest.raises(
         ConfigError,
-        match=r"trainer.num_workers=2: dqn runs in one process; Ray workers are available for grpo, ppo",
+        match=r"trainer.num_workers=2: dqn runs in one process; Ray workers are available for a2c, grpo, ppo",
     ):
         advantage.train("dqn", quiet=True, **{"trainer.num_workers": 2})
     with pytest.raises(ConfigError, match=r"env.num_envs=8 must be divisible by trainer.num_workers=3"):
@@ -143,6 +144,24 @@ def test_trpo_with_workers_and_normalisation_runs(tmp_path, ray_local):
     rows = [r for r in run.metrics if "train/kl" in r]
     assert len(rows) >= 4 and all(r["train/kl"] <= 0.01 for r in rows)
     assert run.checkpoint.tensors["obs_rms.count"] > 1000  # the learner updated the statistics
+
+
+@pytest.mark.slow
+def test_a2c_with_workers_runs_and_logs_their_rollouts(tmp_path, ray_local):
+    run = advantage.train(
+        "a2c",
+        quiet=True,
+        **{"env.num_envs": 4, "algorithm.critic_target": "mc", "algorithm.normalize_obs": True},
+        **{"trainer.num_workers": 2, "trainer.total_steps": 200, "trainer.log_every": 50},
+        **{"trainer.eval_every": 0, "trainer.eval_episodes": 2, "trainer.tensorboard": False},
+        **{"trainer.run_dir": str(tmp_path / "a")},
+    )
+    rows = [r for r in run.metrics if "train/weights_version" in r]
+    versions = [r["train/weights_version"] for r in rows]
+    # one rollout of 4 envs × 5 steps (reset steps not counted) per update, each with new weights
+    assert len(rows) == 4 and versions == sorted(versions) and versions[-1] >= run.step / 20
+    assert all(math.isfinite(r["train/value_loss"]) for r in rows)
+    assert run.checkpoint.tensors["obs_rms.count"] > run.step  # the learner updated the statistics
 
 
 _DRIVER = os.getpid()

@@ -13,7 +13,9 @@ advantages and their λ-mix). One update per rollout of ``n_steps`` steps from e
 Implementation details (those of Stable-Baselines3's A2C unless stated):
 
 1. Vectorized envs with Gymnasium's ``NEXT_STEP`` autoreset; the reset step after an episode end is
-   masked out of the ``[N, T]`` batch (as :mod:`advantage.algos.ppo`). ``n_steps`` = 5 by default.
+   masked out of the ``[N, T]`` batch. The rollout is PPO's
+   (:class:`~advantage.rollout.onpolicy.OnPolicyCollector`, or Ray workers with
+   ``trainer.num_workers > 0``); ``n_steps`` = 5 by default.
 2. Advantages by :func:`advantage.math.gae` with ``gae_lambda`` (default 1): ``terminated`` bootstraps
    with 0, ``truncated`` and the rollout end with :math:`V` of the final observation. λ = 1 with the
    rollout-end bootstrap is the n-step advantage :math:`\sum_{l<k}\gamma^l r_{t+l} + \gamma^k V(s_{t+k}) -
@@ -40,22 +42,23 @@ Implementation details (those of Stable-Baselines3's A2C unless stated):
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch import Tensor
 
 from advantage.configs.a2c import PRESETS, A2CAlgorithm, A2CConfig  # noqa: F401  (their old place)
-from advantage.context import RunContext, Snapshot
-from advantage.envs import env_state, make_vec_env, set_env_state
+from advantage.context import RunContext
+from advantage.envs import make_vec_env
 from advantage.errors import NonFiniteError
-from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, gae, masked_whiten, reward_to_go
-from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer, eager
+from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, masked_whiten, reward_to_go
+from advantage.nn import ActorCritic, ActorCriticPolicy, eager
 from advantage.nn.lean import clip_grad_norm
+from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.schedules import remaining
-from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
+from advantage.torch_state import LearnerState
 
 
 def make_model(cfg: A2CConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
@@ -81,21 +84,46 @@ def critic_targets(
     return reward_to_go(rewards + boot, gamma, terminated | truncated, bootstrap=next_values[..., -1])
 
 
-def loss_fn(
-    model: ActorCritic, batch: dict[str, Tensor], a: A2CAlgorithm
-) -> tuple[Tensor, dict[str, Tensor]]:
+def loss_fn(model: ActorCritic, batch: Batch, a: A2CAlgorithm) -> tuple[Tensor, dict[str, Tensor]]:
     """One A2C loss over the valid steps of a rollout (flat ``[n]`` tensors)."""
-    logp, entropy, value = model.evaluate(batch["obs"], batch["actions"])
+    logp, entropy, value = model.evaluate(batch.obs, batch.actions)
     ones = torch.ones_like(logp)
-    adv = batch["advantages"]
+    adv = batch.advantages
     if a.normalize_advantage and adv.shape[0] > 1:
         adv = masked_whiten(adv, ones)
-    pl, _ = POLICY_LOSSES["pg"](logp, batch["logp"], adv, ones)
-    vl = VALUE_LOSSES["mse"](value, batch["values"], batch["returns"], ones)
+    pl, _ = POLICY_LOSSES["pg"](logp, batch.logp, adv, ones)
+    vl = VALUE_LOSSES["mse"](value, batch.values, batch.returns, ones)
     policy_loss, value_loss = aggregate(pl, ones, "token_mean"), aggregate(vl, ones, "token_mean")
     ent = entropy.mean()
     loss = policy_loss + a.vf_coef * value_loss - a.ent_coef * ent
     return loss, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": ent}
+
+
+def make_optimizer(model: ActorCritic, a: A2CAlgorithm) -> torch.optim.Optimizer:
+    """RMSprop (SB3's α and ε) or Adam, detail 4."""
+    if a.optimizer == "rmsprop":
+        return torch.optim.RMSprop(
+            model.parameters(), lr=a.learning_rate, alpha=a.rmsprop_alpha, eps=a.optimizer_eps
+        )
+    return torch.optim.Adam(model.parameters(), lr=a.learning_rate, eps=a.optimizer_eps)
+
+
+def update(
+    model: ActorCritic, opt: torch.optim.Optimizer, batch: Batch, a: A2CAlgorithm, step: int
+) -> dict[str, Tensor]:
+    """One gradient step on the rollout's loss (detail 4); returns its parts for the log."""
+    loss, m = loss_fn(model, batch, a)
+    if not math.isfinite(float(loss.detach())):  # stop before a NaN reaches the weights
+        raise NonFiniteError(
+            f"step {step}: loss is {float(loss.detach())} (policy loss {float(m['policy_loss'])}, "
+            f"value loss {float(m['value_loss'])}); weights not updated"
+        )
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if a.max_grad_norm > 0:
+        clip_grad_norm(model.parameters(), a.max_grad_norm)
+    eager.step(opt)
+    return m
 
 
 def train(cfg: A2CConfig, ctx: RunContext) -> None:
@@ -104,139 +132,37 @@ def train(cfg: A2CConfig, ctx: RunContext) -> None:
     torch.set_flush_denormal(True)
     torch.manual_seed(t.seed)
     env = make_vec_env(cfg.env)
-    N, T = cfg.env.num_envs, a.n_steps
-    obs_space, act_space = env.single_observation_space, env.single_action_space
-    assert obs_space.shape is not None and act_space.shape is not None  # Box or Discrete
-    model = make_model(cfg, obs_space, act_space)
-    if a.optimizer == "rmsprop":
-        opt: torch.optim.Optimizer = torch.optim.RMSprop(
-            model.parameters(), lr=a.learning_rate, alpha=a.rmsprop_alpha, eps=a.optimizer_eps
-        )
-    else:
-        opt = torch.optim.Adam(model.parameters(), lr=a.learning_rate, eps=a.optimizer_eps)
-    obs_norm = ObsNormalizer(obs_space.shape, a.normalize_obs, a.clip_obs)
-    discrete = isinstance(act_space, gym.spaces.Discrete)
+    model = make_model(cfg, env.single_observation_space, env.single_action_space)
+    opt = make_optimizer(model, a)
+    learner = LearnerState({"model": model}, {"optim": opt})
+    rollout = make_collector(env, model, cfg, a.n_steps, ctx)
+    targets = partial(critic_targets, gamma=a.gamma, target=a.critic_target)
 
-    if ctx.restored is None:
-        step = 0
-        raw_obs, _ = env.reset(seed=t.seed)
-        obs = obs_norm(raw_obs, update=True)
-        autoreset = np.zeros(N, dtype=bool)
-        ep_ret, ep_len = np.zeros(N), np.zeros(N, dtype=np.int64)
-    else:
-        ck, s = ctx.restored, ctx.restored.state["algo"]
-        load_module("model", model, ck.tensors, str(ck.path))
-        load_optimizer("optim", opt, ck.tensors, s["optim"])
-        obs_norm.rms.load("obs_rms", ck.tensors)
-        torch.set_rng_state(ck.tensors["torch_rng"])
-        env.reset(seed=t.seed)
-        set_env_state(env, s["env"])
-        step = ck.step
-        obs = ck.tensors["obs"].numpy().copy()
-        autoreset = ck.tensors["autoreset"].numpy().copy()
-        ep_ret, ep_len = (ck.tensors[k].numpy().copy() for k in ("ep_ret", "ep_len"))
+    step, _ = resume_or_reset(rollout, learner, ctx, t.seed)
+    checkpoint = partial(actor_critic_snapshot, model, rollout, learner)
 
-    def snapshot() -> Snapshot:
-        opt_tensors, opt_meta = optimizer_state("optim", opt)
-        tensors = {
-            **module_tensors("model", model),
-            **obs_norm.rms.tensors("obs_rms"),
-            **opt_tensors,
-            "torch_rng": torch.get_rng_state(),
-            "obs": torch.as_tensor(obs),
-            "autoreset": torch.as_tensor(autoreset),
-            "ep_ret": torch.as_tensor(ep_ret),
-            "ep_len": torch.as_tensor(ep_len),
-        }
-        return Snapshot(
-            ActorCriticPolicy(model, obs_norm), tensors, {"optim": opt_meta, "env": env_state(env)}
-        )
-
-    # Rollout storage [T, N], time first while collecting, transposed to [N, T] for the returns.
-    obs_buf = torch.zeros((T, N, *obs_space.shape))
-    act_buf = torch.zeros((T, N), dtype=torch.long) if discrete else torch.zeros((T, N, *act_space.shape))
-    logp_buf, val_buf = torch.zeros((T, N)), torch.zeros((T, N))
-    rew_np = np.zeros((T, N))
-    term_np, trunc_np, mask_np = (np.zeros((T, N), dtype=bool) for _ in range(3))
     stats: dict[str, list[float]] = {}
     next_log = step - step % t.log_every + t.log_every
-
     while step < t.total_steps:
         lr = a.learning_rate * (remaining(step, t.total_steps) if a.lr_schedule == "linear" else 1.0)
         for g in opt.param_groups:
             g["lr"] = lr
-        # ---- collect T steps from N envs ---------------------------------------------------------------
-        for i in range(T):
-            obs_t = torch.as_tensor(obs, dtype=torch.float32)
-            action, logp, value = model.act(obs_t)
-            raw_next, reward, term, trunc, _ = env.step(model.head.to_env(action))
-            valid = ~autoreset
-            step += int(valid.sum())
-            if not (np.isfinite(reward).all() and np.isfinite(raw_next).all()):
-                what = "reward" if not np.isfinite(reward).all() else "observation"
-                bad = reward[~np.isfinite(reward)][0] if what == "reward" else "NaN or inf"
-                raise NonFiniteError(f"step {step}: {what} from the environment is {bad}")
-            ep_ret += reward * valid
-            ep_len += valid
-            done = term | trunc
-            obs_buf[i], act_buf[i], logp_buf[i], val_buf[i] = obs_t, action, logp, value
-            rew_np[i], term_np[i], trunc_np[i], mask_np[i] = (
-                reward * valid,
-                term & valid,
-                trunc & valid,
-                valid,
-            )
-            for j in np.flatnonzero(done & valid):
-                ctx.episode(step, float(ep_ret[j]), int(ep_len[j]))
-                ep_ret[j], ep_len[j] = 0.0, 0
-            autoreset = done
-            obs = obs_norm(raw_next, update=True)
-
-        # ---- advantages and critic targets [N, T] ----------------------------------------------------------
-        with torch.no_grad():
-            last_value = model.value(torch.as_tensor(obs, dtype=torch.float32))
-        # With NEXT_STEP autoreset the (masked) reset step's input is the final observation, so
-        # values[t + 1] is the bootstrap value of a truncated step t.
-        next_values = torch.cat([val_buf[1:], last_value[None]]).T
-        rew = torch.as_tensor(rew_np, dtype=torch.float32).T
-        term_b, trunc_b = torch.as_tensor(term_np).T, torch.as_tensor(trunc_np).T
-        values = val_buf.T
-        adv = gae(rew, values, next_values, term_b, trunc_b, a.gamma, a.gae_lambda)
-        returns = critic_targets(rew, values, next_values, term_b, trunc_b, adv, a.gamma, a.critic_target)
-        idx = torch.as_tensor(mask_np).T.flatten().nonzero().squeeze(-1)
-        batch = {
-            "obs": obs_buf.transpose(0, 1).reshape(N * T, *obs_space.shape)[idx],
-            "actions": act_buf.transpose(0, 1).reshape(N * T, *act_buf.shape[2:])[idx],
-            "logp": logp_buf.T.flatten()[idx],
-            "values": values.flatten()[idx],
-            "advantages": adv.flatten()[idx],
-            "returns": returns.flatten()[idx],
-        }
-
-        # ---- one gradient step ------------------------------------------------------------------------
-        loss, m = loss_fn(model, batch, a)
-        if not math.isfinite(float(loss.detach())):  # stop before a NaN reaches the weights
-            raise NonFiniteError(
-                f"step {step}: loss is {float(loss.detach())} (policy loss {float(m['policy_loss'])}, "
-                f"value loss {float(m['value_loss'])}); weights not updated"
-            )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if a.max_grad_norm > 0:
-            clip_grad_norm(model.parameters(), a.max_grad_norm)
-        eager.step(opt)
-        for k, v in m.items():
+        batch, step = rollout.collect(step, a.gae_lambda, targets, env_major=True)
+        for k, v in update(model, opt, batch, a, step).items():
             stats.setdefault(k, []).append(float(v.detach()))
         if step >= next_log:  # one row per trainer.log_every steps: an update is only N·T steps
             row = {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}
             row["train/learning_rate"] = lr
+            row.update(rollout.metrics())
             ctx.log(step, row)
             stats = {}
             next_log = step - step % t.log_every + t.log_every
-        if ctx.tick(step, snapshot):
+        if ctx.tick(step, checkpoint):
             break
-    ctx.finish(step, snapshot())
+    ctx.finish(step, checkpoint())
     env.close()
+    if hasattr(rollout, "close"):  # Ray workers
+        rollout.close()
 
 
 def _policy(cfg: A2CConfig, env: gym.Env, tensors: Any) -> ActorCriticPolicy:

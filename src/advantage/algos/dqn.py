@@ -52,7 +52,7 @@ import torch
 from gymnasium.spaces import Box, Discrete
 from torch import nn
 
-from advantage.algos.offpolicy_common import LeanAdam
+from advantage.algos.offpolicy_common import LeanAdam, buffer_state, load_buffer
 from advantage.configs.dqn import (  # noqa: F401  (their old place)
     PRESETS,
     DQNAlgorithm,
@@ -66,7 +66,8 @@ from advantage.errors import EnvError, NonFiniteError
 from advantage.math import double_q_target, dueling_combine, polyak_update, td_target
 from advantage.nn import eager, mlp
 from advantage.nn.lean import clip_grad_norm
-from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
+from advantage.rollout.envsteps import EnvSteps
+from advantage.torch_state import LearnerState, load_module
 
 
 class NatureCNN(nn.Module):
@@ -317,6 +318,57 @@ class OverestimationProbe:
             env.close()
 
 
+def make_buffer(cfg: DQNConfig, obs_space: gym.spaces.Box) -> ReplayBuffer | PrioritizedReplayBuffer:
+    """The replay buffer: n-step transitions of ``env.num_envs`` envs, uniform or prioritized (detail 2,
+    5); prioritized replay's β reaches 1 at the run's last gradient step."""
+    a, t = cfg.algorithm, cfg.trainer
+    buffer_args: dict[str, Any] = dict(
+        capacity=a.buffer_size,
+        obs_shape=obs_space.shape,
+        obs_dtype=obs_space.dtype,
+        action_shape=(),
+        action_dtype=np.int64,
+        num_envs=cfg.env.num_envs,
+        n_step=a.n_step,
+        gamma=a.gamma,
+        seed=t.seed,
+    )
+    if not a.prioritized:
+        return ReplayBuffer(**buffer_args)
+    beta_steps = max(1, (t.total_steps - a.learning_starts) // a.train_freq * a.gradient_steps)
+    return PrioritizedReplayBuffer(
+        **buffer_args, alpha=a.per_alpha, beta_start=a.per_beta_start, beta_steps=beta_steps
+    )
+
+
+def epsilon(a: DQNAlgorithm, step: int, total_steps: int) -> float:
+    """ε of the ε-greedy policy at ``step``: linear from ``epsilon_start`` to ``epsilon_end`` over
+    ``exploration_fraction`` of the run, then constant (detail 3)."""
+    frac = min(1.0, step / max(1.0, a.exploration_fraction * total_steps))
+    return a.epsilon_start + frac * (a.epsilon_end - a.epsilon_start)
+
+
+def learn(
+    q: QNetwork,
+    q_target: QNetwork,
+    opt: LeanAdam,
+    buffer: ReplayBuffer | PrioritizedReplayBuffer,
+    a: DQNAlgorithm,
+    step: int,
+) -> float:
+    """The learning phase: ``gradient_steps`` TD steps on sampled batches (prioritized replay: each
+    batch's TD errors become its priorities); returns the mean loss."""
+    losses = []
+    for b in update_batches(buffer, q_target, a.gradient_steps, a.batch_size, a.double):
+        loss, td_error = gradient_step(q, opt, b, a)
+        if not math.isfinite(loss):
+            raise NonFiniteError(f"step {step}: TD loss is {loss}; weights not updated")
+        if td_error is not None:
+            cast(PrioritizedReplayBuffer, buffer).update_priorities(b["indices"].numpy(), td_error.numpy())
+        losses.append(loss)
+    return sum(losses) / len(losses)
+
+
 def train(cfg: DQNConfig, ctx: RunContext) -> None:
     a, t = cfg.algorithm, cfg.trainer
     torch.set_num_threads(t.torch_threads)
@@ -335,70 +387,33 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
     # LeanAdam: torch's fused Adam arithmetic without its per-call Python layers, which on a small MLP
     # cost more than the update itself; the state is a real torch.optim.Adam (opt.opt) for checkpoints.
     opt = LeanAdam(params, a.learning_rate)
-    buffer_args: dict[str, Any] = dict(
-        capacity=a.buffer_size,
-        obs_shape=obs_space.shape,
-        obs_dtype=obs_space.dtype,
-        action_shape=(),
-        action_dtype=np.int64,
-        num_envs=N,
-        n_step=a.n_step,
-        gamma=a.gamma,
-        seed=t.seed,
-    )
-    if a.prioritized:
-        beta_steps = max(1, (t.total_steps - a.learning_starts) // a.train_freq * a.gradient_steps)
-        buffer: ReplayBuffer | PrioritizedReplayBuffer = PrioritizedReplayBuffer(
-            **buffer_args, alpha=a.per_alpha, beta_start=a.per_beta_start, beta_steps=beta_steps
-        )
-    else:
-        buffer = ReplayBuffer(**buffer_args)
+    learner = LearnerState({"q": q, "q_target": q_target}, {"optim": opt})
+    buffer = make_buffer(cfg, obs_space)
     rng = np.random.default_rng(t.seed)
+    steps = EnvSteps(N)
     probe = None
     if a.overestimation_every > 0:
         probe = OverestimationProbe(cfg.env, a.overestimation_states, a.gamma, a.overestimation_tolerance)
-    next_measure = a.overestimation_every
 
-    if ctx.restored is None:
-        step, next_train, next_target = 0, a.learning_starts + a.train_freq, a.target_update_interval
-        obs, _ = env.reset(seed=t.seed)
-        autoreset = np.zeros(N, dtype=bool)
-        ep_ret, ep_len = np.zeros(N), np.zeros(N, dtype=np.int64)
-    else:
+    step, next_train, next_target = 0, a.learning_starts + a.train_freq, a.target_update_interval
+    next_measure = a.overestimation_every
+    obs, _ = env.reset(seed=t.seed)
+    if ctx.restored is not None:
         ck, s = ctx.restored, ctx.restored.state["algo"]
-        load_module("q", q, ck.tensors, str(ck.path))
-        load_module("q_target", q_target, ck.tensors, str(ck.path))
-        load_optimizer("optim", opt.opt, ck.tensors, s["optim"])
-        buffer.load_state_dict(
-            {k[len("buffer.") :]: v.numpy() for k, v in ck.tensors.items() if k.startswith("buffer.")}
-            | s["buffer"]
-        )
-        torch.set_rng_state(ck.tensors["torch_rng"])
+        learner.load(ck.tensors, s, str(ck.path))
+        load_buffer(buffer, ck.tensors, s["buffer"])
         rng.bit_generator.state = s["rng"]
-        env.reset(seed=t.seed)
         set_env_state(env, s["env"])
         step, next_train, next_target = ck.step, s["next_train"], s["next_target"]
         obs = ck.tensors["obs"].numpy().copy()
-        autoreset = ck.tensors["autoreset"].numpy().copy()
-        ep_ret, ep_len = ck.tensors["ep_ret"].numpy().copy(), ck.tensors["ep_len"].numpy().copy()
+        steps.load(ck.tensors)
         next_measure = s.get("next_measure", next_measure)
 
     def snapshot() -> Snapshot:
-        buf_arrays, buf_meta = split_state(buffer.state_dict())
-        opt_tensors, opt_meta = optimizer_state("optim", opt.opt)
-        tensors = {
-            **module_tensors("q", q),
-            **module_tensors("q_target", q_target),
-            **opt_tensors,
-            **{f"buffer.{k}": torch.as_tensor(v) for k, v in buf_arrays.items()},
-            "torch_rng": torch.get_rng_state(),
-            "obs": torch.as_tensor(obs),
-            "autoreset": torch.as_tensor(autoreset),
-            "ep_ret": torch.as_tensor(ep_ret),
-            "ep_len": torch.as_tensor(ep_len),
-        }
+        buf_tensors, buf_meta = buffer_state(buffer)
+        tensors, meta = learner.save()
         state = {
-            "optim": opt_meta,
+            **meta,
             "buffer": buf_meta,
             "rng": rng.bit_generator.state,
             "env": env_state(env),
@@ -406,51 +421,26 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
             "next_target": next_target,
             "next_measure": next_measure,
         }
-        return Snapshot(DQNPolicy(q), tensors, state)
-
-    def epsilon(step: int) -> float:
-        frac = min(1.0, step / max(1.0, a.exploration_fraction * t.total_steps))
-        return a.epsilon_start + frac * (a.epsilon_end - a.epsilon_start)
+        return Snapshot(
+            DQNPolicy(q), {**tensors, **buf_tensors, "obs": torch.as_tensor(obs), **steps.tensors()}, state
+        )
 
     while step < t.total_steps:
         # ---- act ε-greedily in N envs ----------------------------------------------------------------
-        eps = epsilon(step)
+        eps = epsilon(a, step, t.total_steps)
         with torch.inference_mode():
             greedy = q(torch.as_tensor(obs, dtype=torch.float32)).argmax(-1).numpy()
         explore = rng.random(N) < eps
         actions = np.where(explore, rng.integers(n_actions, size=N), greedy)
         next_obs, reward, term, trunc, _ = env.step(actions)
-        valid = ~autoreset
-        step += int(valid.sum())
-        if not np.isfinite(reward).all():
-            raise NonFiniteError(
-                f"step {step}: reward from the environment is {reward[~np.isfinite(reward)][0]}"
-            )
-        if not np.isfinite(next_obs).all():
-            raise NonFiniteError(f"step {step}: observation from the environment is NaN or inf")
+        step, valid, _ = steps.record(step, reward, next_obs, term, trunc, ctx)
         buffer.add(obs, actions, reward, next_obs, term, trunc, valid=valid)
-        ep_ret += reward * valid
-        ep_len += valid
-        for j in np.flatnonzero(valid & (term | trunc)):
-            ctx.episode(step, float(ep_ret[j]), int(ep_len[j]))
-            ep_ret[j], ep_len[j] = 0.0, 0
-        autoreset = term | trunc
         obs = next_obs
 
         # ---- learn ---------------------------------------------------------------------------------
         if step >= next_train:
             next_train += a.train_freq
-            losses = []
-            for b in update_batches(buffer, q_target, a.gradient_steps, a.batch_size, a.double):
-                loss, td_error = gradient_step(q, opt, b, a)
-                if not math.isfinite(loss):
-                    raise NonFiniteError(f"step {step}: TD loss is {loss}; weights not updated")
-                if td_error is not None:
-                    cast(PrioritizedReplayBuffer, buffer).update_priorities(
-                        b["indices"].numpy(), td_error.numpy()
-                    )
-                losses.append(loss)
-            ctx.log(step, {"train/loss": sum(losses) / len(losses), "train/epsilon": eps})
+            ctx.log(step, {"train/loss": learn(q, q_target, opt, buffer, a, step), "train/epsilon": eps})
         if probe is not None and step >= next_measure:
             # The probe's seed is the measurement's step mark: a resumed run measures the same states.
             ctx.log(step, probe.measure(q, eps, seed=t.seed * 1_000_003 + next_measure))
@@ -561,13 +551,6 @@ def gradient_step(
         clip_grad_norm(opt.params, a.max_grad_norm)
     eager.step(opt)
     return value, None if weights is None else (pred.detach() - target).abs()
-
-
-def split_state(state: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """A buffer's state_dict split into numpy arrays (to safetensors) and JSON-able values."""
-    arrays = {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
-    meta = {k: v for k, v in state.items() if not isinstance(v, np.ndarray)}
-    return arrays, meta
 
 
 def _policy(cfg: DQNConfig, env: gym.Env, tensors: Any) -> DQNPolicy:

@@ -31,12 +31,13 @@ from torch import nn
 from advantage.config import VecEnvConfig
 from advantage.configs.offpolicy import config_problems  # noqa: F401  (its old place)
 from advantage.context import RunContext
-from advantage.data import ReplayBuffer
+from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
 from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
 from advantage.errors import ConfigError, EnvError, NonFiniteError
 from advantage.nn import eager  # noqa: F401  (installed before LeanAdam builds its torch.optim.Adam)
 from advantage.nn.continuous import to_env_action
 from advantage.nn.policy import ObsNormalizer
+from advantage.rollout.envsteps import EnvSteps
 from advantage.torch_state import load_module
 
 
@@ -169,8 +170,7 @@ class Experience:
         obs, _ = self.env.reset(seed=seed)
         self.obs = self._flat(obs)
         self.obs_norm(self.obs, update=True)
-        self.autoreset = np.zeros(self.N, dtype=bool)
-        self.ep_ret, self.ep_len = np.zeros(self.N), np.zeros(self.N, dtype=np.int64)
+        self.steps = EnvSteps(self.N)
 
     def _flat(self, obs: np.ndarray) -> np.ndarray:
         return np.asarray(obs, np.float32).reshape(self.N, self.obs_dim)
@@ -196,22 +196,9 @@ class Experience:
         next_obs, reward, term, trunc, _ = self.env.step(
             env_actions.reshape(self.N, *self.act_shape).astype(self.action_space.dtype)
         )
-        valid = ~self.autoreset
-        self.step += int(valid.sum())
-        if not np.isfinite(reward).all():
-            bad = reward[~np.isfinite(reward)][0]
-            raise NonFiniteError(f"step {self.step}: reward from the environment is {bad}")
         next_obs = self._flat(next_obs)
-        if not np.isfinite(next_obs).all():
-            raise NonFiniteError(f"step {self.step}: observation from the environment is NaN or inf")
+        self.step, valid, _ = self.steps.record(self.step, reward, next_obs, term, trunc, ctx)
         self.buffer.add(self.obs, actions, reward, next_obs, term, trunc, valid=valid)
-        self.ep_ret += reward * valid
-        self.ep_len += valid
-        done = (term | trunc) & valid
-        for j in np.flatnonzero(done):
-            ctx.episode(self.step, float(self.ep_ret[j]), int(self.ep_len[j]))
-            self.ep_ret[j], self.ep_len[j] = 0.0, 0
-        self.autoreset = term | trunc
         self.obs = next_obs
         if self.obs_norm.enabled:  # the reset step's observation is a real new one too
             self.obs_norm(next_obs, update=True)
@@ -236,26 +223,20 @@ class Experience:
 
     # ---- checkpoints --------------------------------------------------------------------------------
     def tensors(self) -> dict[str, torch.Tensor]:
-        state = self.buffer.state_dict()
-        out = {f"buffer.{k}": torch.as_tensor(v) for k, v in state.items() if isinstance(v, np.ndarray)}
+        out = buffer_state(self.buffer)[0]
         if self.obs_norm.enabled:
             out.update(self.obs_norm.rms.tensors("obs_rms"))
-        return out | {
-            "obs": torch.as_tensor(self.obs),
-            "autoreset": torch.as_tensor(self.autoreset),
-            "ep_ret": torch.as_tensor(self.ep_ret),
-            "ep_len": torch.as_tensor(self.ep_len),
-        }
+        return out | {"obs": torch.as_tensor(self.obs), **self.steps.tensors()}
 
     def state(self) -> dict[str, Any]:
-        buffer_meta = {k: v for k, v in self.buffer.state_dict().items() if not isinstance(v, np.ndarray)}
-        return {"buffer": buffer_meta, "rng": self.rng.bit_generator.state, "env": env_state(self.env)}
+        return {
+            "buffer": buffer_state(self.buffer)[1],
+            "rng": self.rng.bit_generator.state,
+            "env": env_state(self.env),
+        }
 
     def restore(self, step: int, tensors: Any, state: dict[str, Any]) -> None:
-        self.buffer.load_state_dict(
-            {k[len("buffer.") :]: v.numpy() for k, v in tensors.items() if k.startswith("buffer.")}
-            | state["buffer"]
-        )
+        load_buffer(self.buffer, tensors, state["buffer"])
         if self.obs_norm.enabled:
             self.obs_norm.rms.load("obs_rms", tensors)
         self.rng.bit_generator.state = state["rng"]
@@ -263,11 +244,30 @@ class Experience:
         set_env_state(self.env, state["env"])
         self.step = step
         self.obs = tensors["obs"].numpy().copy()
-        self.autoreset = tensors["autoreset"].numpy().copy()
-        self.ep_ret, self.ep_len = tensors["ep_ret"].numpy().copy(), tensors["ep_len"].numpy().copy()
+        self.steps.load(tensors)
 
     def close(self) -> None:
         self.env.close()
+
+
+def buffer_state(
+    buffer: ReplayBuffer | PrioritizedReplayBuffer,
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """A replay buffer's state for a checkpoint: its arrays as tensors ``buffer.<name>`` and the rest
+    (cursor, size, sampler) as JSON."""
+    arrays, meta = {}, {}
+    for k, v in buffer.state_dict().items():
+        if isinstance(v, np.ndarray):
+            arrays[f"buffer.{k}"] = torch.as_tensor(v)
+        else:
+            meta[k] = v
+    return arrays, meta
+
+
+def load_buffer(buffer: ReplayBuffer | PrioritizedReplayBuffer, tensors: Any, meta: dict[str, Any]) -> None:
+    """Restore what :func:`buffer_state` saved."""
+    arrays = {k[len("buffer.") :]: v.numpy() for k, v in tensors.items() if k.startswith("buffer.")}
+    buffer.load_state_dict(arrays | meta)
 
 
 class LeanAdam:

@@ -31,6 +31,7 @@ they coincide):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -46,9 +47,9 @@ from advantage.math.kl import k3_from_ratio
 from advantage.math.value_losses import explained_variance
 from advantage.nn import ActorCritic, ActorCriticPolicy, eager
 from advantage.nn.lean import clip_grad_norm
-from advantage.rollout.onpolicy import make_collector
+from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.schedules import remaining
-from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
+from advantage.torch_state import LearnerState
 
 
 def make_model(cfg: PPOConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
@@ -83,130 +84,130 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
     obs_space, act_space = env.single_observation_space, env.single_action_space
     model = make_model(cfg, obs_space, act_space)
     # The fused kernel updates every parameter in one call: a large share of a small network's step time.
-    params = list(model.parameters())
-    opt = torch.optim.Adam(params, lr=a.learning_rate, eps=1e-5, fused=True)
+    opt = torch.optim.Adam(model.parameters(), lr=a.learning_rate, eps=1e-5, fused=True)
+    learner = LearnerState({"model": model}, {"optim": opt})
     kl_ctl = AdaptiveKLController(a.kl_beta, a.kl_target)
     rollout = make_collector(env, model, cfg, a.n_steps, ctx)
 
-    if ctx.restored is None:
-        step = 0
-        rollout.reset(t.seed)
-    else:
-        ck, s = ctx.restored, ctx.restored.state["algo"]
-        load_module("model", model, ck.tensors, str(ck.path))
-        load_optimizer("optim", opt, ck.tensors, s["optim"])
-        torch.set_rng_state(ck.tensors["torch_rng"])
-        rollout.load(ck.tensors, s["env"], t.seed)
-        kl_ctl.beta = s["beta"]
-        step = ck.step
+    step, state = resume_or_reset(rollout, learner, ctx, t.seed)
+    kl_ctl.beta = state.get("beta", kl_ctl.beta)
 
-    def snapshot() -> Snapshot:
-        tensors = {**module_tensors("model", model), **rollout.tensors(), "torch_rng": torch.get_rng_state()}
-        opt_tensors, opt_meta = optimizer_state("optim", opt)
-        tensors.update(opt_tensors)
-        return Snapshot(
-            ActorCriticPolicy(model, rollout.obs_norm),
-            tensors,
-            {"optim": opt_meta, "env": rollout.state(), "beta": kl_ctl.beta},
-        )
+    def checkpoint() -> Snapshot:
+        return actor_critic_snapshot(model, rollout, learner, beta=kl_ctl.beta)
 
-    policy_loss = partial(POLICY_LOSSES["ppo_clip"]) if a.objective == "clip" else None
     value_hp = {"clip": a.value_clip} if a.value_loss == "clipped" else {}
     value_loss = partial(VALUE_LOSSES[a.value_loss], **value_hp)
-
     while step < t.total_steps:
         progress_left = remaining(step, t.total_steps)
         lr = a.learning_rate * (progress_left if a.lr_schedule == "linear" else 1.0)
         for g in opt.param_groups:
             g["lr"] = lr
-        clip = a.clip_range * (progress_left if a.clip_schedule == "linear" else 1.0)
-        clip_high = (a.clip_range_high if a.clip_range_high is not None else a.clip_range) * (
-            progress_left if a.clip_schedule == "linear" else 1.0
-        )
-        if a.objective == "clip":
-            policy_loss = partial(
-                POLICY_LOSSES["ppo_clip"], clip_low=clip, clip_high=clip_high, dual_clip=a.dual_clip
-            )
-        else:
-            policy_loss = partial(POLICY_LOSSES["ppo_penalty"], beta=kl_ctl.beta)
-
-        # ---- collect T steps from N envs, GAE ---------------------------------------------------------
-        batch, step = rollout.collect(step, a.gae_lambda)
-        b_obs, b_act, b_logp, b_val = batch.obs, batch.actions, batch.logp, batch.values
-        b_adv, b_ret = batch.advantages, batch.returns
-
-        # ---- epochs × minibatches ---------------------------------------------------------------------
-        n = b_adv.shape[0]
-        # A minibatch that is the whole batch is normalised once here, not again in every epoch.
-        whole_batch = a.minibatch_size >= n
-        if a.normalize_advantage and whole_batch and n > 1:
-            b_adv = masked_whiten(b_adv, torch.ones_like(b_adv))
-        stats: dict[str, list[float]] = {}
-        epochs_run = 0
-        for epoch in range(a.n_epochs):
-            epochs_run += 1
-            # Metrics cost about 15% of a small network's step: compute them in the last epoch only (or
-            # in every epoch when the approximate KL decides an early stop).
-            measure = epoch == a.n_epochs - 1 or a.target_kl is not None
-            perm = torch.randperm(n)
-            stop = False
-            for start in range(0, n, a.minibatch_size):
-                mb = perm[start : start + a.minibatch_size]
-                logp, entropy, value = model.evaluate(b_obs[mb], b_act[mb])
-                ones = torch.ones_like(logp)
-                mb_adv = b_adv[mb]
-                if a.normalize_advantage and not whole_batch and mb.shape[0] > 1:
-                    mb_adv = masked_whiten(mb_adv, ones)
-                pl, pm = policy_loss(logp, b_logp[mb], mb_adv, ones, with_metrics=measure)
-                vl = value_loss(value, b_val[mb], b_ret[mb], ones)
-                loss = pl.mean() + a.vf_coef * vl.mean()
-                if a.ent_coef > 0:  # keep the entropy out of the graph when it has no weight
-                    loss = loss - a.ent_coef * entropy.mean()
-                if not math.isfinite(float(loss.detach())):  # stop before a NaN reaches the weights
-                    parts = {"policy loss": pl, "value loss": vl, "entropy": entropy}
-                    raise NonFiniteError(
-                        f"step {step}: loss is {float(loss.detach())} in epoch {epoch + 1}, minibatch "
-                        f"{start // a.minibatch_size + 1} ("
-                        + ", ".join(f"{k} {float(v.detach().mean())}" for k, v in parts.items())
-                        + "); weights not updated"
-                    )
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if a.max_grad_norm > 0:
-                    clip_grad_norm(params, a.max_grad_norm)
-                eager.step(opt)
-                if not measure:
-                    continue
-                for k, v in {
-                    "policy_loss": pl.mean(),
-                    "value_loss": vl.mean(),
-                    "entropy": entropy.mean(),
-                    **pm,
-                }.items():
-                    stats.setdefault(k, []).append(float(v.detach()))
-                if a.target_kl is not None and float(pm["approx_kl"]) > 1.5 * a.target_kl:
-                    stop = True
-                    break
-            if stop:
-                break
-        row = {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}
-        row["train/explained_variance"] = explained_variance(b_val, b_ret)
+        clip, policy_loss = objective(a, progress_left, kl_ctl.beta)
+        batch, step = rollout.collect(step, a.gae_lambda)  # T steps of N envs, GAE
+        row, epochs_run = learn(model, opt, batch, a, policy_loss, value_loss, step)
+        row["train/explained_variance"] = explained_variance(batch.values, batch.returns)
         row.update({"train/learning_rate": lr, "train/clip_range": clip, "train/epochs": epochs_run})
         row.update(rollout.metrics())
         if a.objective == "penalty":
-            with torch.no_grad():
-                new_logp, _, _ = model.evaluate(b_obs, b_act)
-                log_r = new_logp - b_logp
-                d = float(k3_from_ratio(log_r, log_r.exp()).mean())  # k3 estimate of KL(π_old ‖ π)
+            d = penalty_kl(model, batch)
             row.update({"train/kl": d, "train/beta": kl_ctl.beta})
             kl_ctl.update(d)
         ctx.log(step, row)
-        if ctx.tick(step, snapshot):
+        if ctx.tick(step, checkpoint):
             break
-    ctx.finish(step, snapshot())
+    ctx.finish(step, checkpoint())
     env.close()
     if hasattr(rollout, "close"):  # Ray workers
         rollout.close()
+
+
+def objective(a: PPOAlgorithm, progress_left: float, beta: float) -> tuple[float, Callable[..., Any]]:
+    """This update's clip range (annealed when ``clip_schedule`` is linear, detail 3) and policy loss:
+    ``ppo_clip`` with it, or ``ppo_penalty`` with the controller's current ``beta`` (detail 7)."""
+    scale = progress_left if a.clip_schedule == "linear" else 1.0
+    clip = a.clip_range * scale
+    if a.objective == "penalty":
+        return clip, partial(POLICY_LOSSES["ppo_penalty"], beta=beta)
+    clip_high = (a.clip_range_high if a.clip_range_high is not None else a.clip_range) * scale
+    return clip, partial(POLICY_LOSSES["ppo_clip"], clip_low=clip, clip_high=clip_high, dual_clip=a.dual_clip)
+
+
+def learn(
+    model: ActorCritic,
+    opt: torch.optim.Optimizer,
+    batch: Batch,
+    a: PPOAlgorithm,
+    policy_loss: Callable[..., Any],
+    value_loss: Callable[..., Any],
+    step: int,
+) -> tuple[dict[str, float], int]:
+    """The learning phase: ``n_epochs`` × minibatches of Adam steps on one rollout (details 5, 6, 9);
+    returns the averaged metrics row and the number of epochs run."""
+    b_obs, b_act, b_logp, b_val = batch.obs, batch.actions, batch.logp, batch.values
+    b_adv, b_ret = batch.advantages, batch.returns
+    params = [p for g in opt.param_groups for p in g["params"]]
+    n = b_adv.shape[0]
+    # A minibatch that is the whole batch is normalised once here, not again in every epoch.
+    whole_batch = a.minibatch_size >= n
+    if a.normalize_advantage and whole_batch and n > 1:
+        b_adv = masked_whiten(b_adv, torch.ones_like(b_adv))
+    stats: dict[str, list[float]] = {}
+    epochs_run = 0
+    for epoch in range(a.n_epochs):
+        epochs_run += 1
+        # Metrics cost about 15% of a small network's step: compute them in the last epoch only (or
+        # in every epoch when the approximate KL decides an early stop).
+        measure = epoch == a.n_epochs - 1 or a.target_kl is not None
+        perm = torch.randperm(n)
+        stop = False
+        for start in range(0, n, a.minibatch_size):
+            mb = perm[start : start + a.minibatch_size]
+            logp, entropy, value = model.evaluate(b_obs[mb], b_act[mb])
+            ones = torch.ones_like(logp)
+            mb_adv = b_adv[mb]
+            if a.normalize_advantage and not whole_batch and mb.shape[0] > 1:
+                mb_adv = masked_whiten(mb_adv, ones)
+            pl, pm = policy_loss(logp, b_logp[mb], mb_adv, ones, with_metrics=measure)
+            vl = value_loss(value, b_val[mb], b_ret[mb], ones)
+            loss = pl.mean() + a.vf_coef * vl.mean()
+            if a.ent_coef > 0:  # keep the entropy out of the graph when it has no weight
+                loss = loss - a.ent_coef * entropy.mean()
+            if not math.isfinite(float(loss.detach())):  # stop before a NaN reaches the weights
+                parts = {"policy loss": pl, "value loss": vl, "entropy": entropy}
+                raise NonFiniteError(
+                    f"step {step}: loss is {float(loss.detach())} in epoch {epoch + 1}, minibatch "
+                    f"{start // a.minibatch_size + 1} ("
+                    + ", ".join(f"{k} {float(v.detach().mean())}" for k, v in parts.items())
+                    + "); weights not updated"
+                )
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if a.max_grad_norm > 0:
+                clip_grad_norm(params, a.max_grad_norm)
+            eager.step(opt)
+            if not measure:
+                continue
+            for k, v in {
+                "policy_loss": pl.mean(),
+                "value_loss": vl.mean(),
+                "entropy": entropy.mean(),
+                **pm,
+            }.items():
+                stats.setdefault(k, []).append(float(v.detach()))
+            if a.target_kl is not None and float(pm["approx_kl"]) > 1.5 * a.target_kl:
+                stop = True
+                break
+        if stop:
+            break
+    return {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}, epochs_run
+
+
+@torch.no_grad()
+def penalty_kl(model: ActorCritic, batch: Batch) -> float:
+    """The k3 estimate of KL(π_old ‖ π) over the batch after the update: PPO-Penalty's β follows it."""
+    new_logp, _, _ = model.evaluate(batch.obs, batch.actions)
+    log_r = new_logp - batch.logp
+    return float(k3_from_ratio(log_r, log_r.exp()).mean())
 
 
 def _policy(cfg: PPOConfig, env: gym.Env, tensors: Any) -> ActorCriticPolicy:

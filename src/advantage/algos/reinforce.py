@@ -100,7 +100,8 @@ from advantage.math import (
 )
 from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer, eager
 from advantage.nn.lean import clip_grad_norm
-from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
+from advantage.rollout.envsteps import EnvSteps
+from advantage.torch_state import LearnerState, load_module
 
 MAX_BATCH_STEPS = 1_000_000  # a batch waits for whole episodes; an env that never ends must not hang it
 
@@ -134,8 +135,7 @@ def collect_episodes(
     raw, _ = env.reset()
     N = len(quotas)
     finished = np.zeros(N, dtype=np.int64)
-    autoreset = np.zeros(N, dtype=bool)
-    ep_ret, ep_len = np.zeros(N), np.zeros(N, dtype=np.int64)
+    steps = EnvSteps(N)
     rows: list[tuple[Tensor, Tensor, Tensor, np.ndarray, np.ndarray, np.ndarray]] = []
     discarded = 0
     while (finished < quotas).any():
@@ -147,23 +147,11 @@ def collect_episodes(
         obs_t = torch.as_tensor(raw, dtype=torch.float32)
         action, logp, _ = model.act(obs_t)
         raw_next, reward, term, trunc, _ = env.step(model.head.to_env(action))
-        live = ~autoreset
-        use = live & (finished < quotas)
+        live = ~steps.autoreset
+        step, use, done = steps.record(step, reward, raw_next, term, trunc, ctx, active=finished < quotas)
         discarded += int((live & ~use).sum())
-        step += int(use.sum())
-        if not (np.isfinite(reward[use]).all() and np.isfinite(raw_next[use]).all()):
-            what = "reward" if not np.isfinite(reward[use]).all() else "observation"
-            bad = reward[use][~np.isfinite(reward[use])][0] if what == "reward" else "NaN or inf"
-            raise NonFiniteError(f"step {step}: {what} from the environment is {bad}")
-        done = term | trunc
-        ep_ret += np.where(use, reward, 0.0)
-        ep_len += use
-        for j in np.flatnonzero(done & use):
-            ctx.episode(step, float(ep_ret[j]), int(ep_len[j]))
-            ep_ret[j], ep_len[j] = 0.0, 0
-            finished[j] += 1
+        finished += done & use
         rows.append((obs_t, action, logp, np.asarray(reward, dtype=np.float64), use, done & use))
-        autoreset = done
         raw = raw_next
     return _pad(rows, N), step, discarded
 
@@ -328,26 +316,22 @@ def train(cfg: Any, ctx: RunContext, off_policy: bool = False) -> None:
     if use_critic:
         groups.append({"params": parts.critic, "lr": a.value_learning_rate})
     opt = torch.optim.Adam(groups, eps=1e-5)
+    learner = LearnerState({"model": model}, {"optim": opt})
     quotas = episode_quotas(cfg.env.num_envs, a.episodes_per_update)
     reuse = a.reuse if off_policy else 1
 
-    if ctx.restored is None:
-        step = 0
-        env.reset(seed=t.seed)  # seeds the environments' generators; every batch then resets afresh
-    else:
+    step = 0
+    env.reset(seed=t.seed)  # seeds the environments' generators; every batch then resets afresh
+    if ctx.restored is not None:
         ck, s = ctx.restored, ctx.restored.state["algo"]
-        load_module("model", model, ck.tensors, str(ck.path))
-        load_optimizer("optim", opt, ck.tensors, s["optim"])
-        torch.set_rng_state(ck.tensors["torch_rng"])
-        env.reset(seed=t.seed)
+        learner.load(ck.tensors, s, str(ck.path))
         set_env_state(env, s["env"])
         step = ck.step
 
     def snapshot() -> Snapshot:
-        opt_tensors, opt_meta = optimizer_state("optim", opt)
-        tensors = {**module_tensors("model", model), "torch_rng": torch.get_rng_state(), **opt_tensors}
+        tensors, meta = learner.save()
         policy = ActorCriticPolicy(model, ObsNormalizer(model.obs_shape, False, 1.0))
-        return Snapshot(policy, tensors, {"optim": opt_meta, "env": env_state(env)})
+        return Snapshot(policy, tensors, {**meta, "env": env_state(env)})
 
     while step < t.total_steps:
         batch, step, discarded = collect_episodes(env, model, quotas, step, ctx)

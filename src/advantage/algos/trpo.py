@@ -34,6 +34,7 @@ Defaults follow Stable-Baselines3-contrib's TRPO (δ = 0.01, 15 CG iterations, d
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any, cast
 
 import gymnasium as gym
@@ -41,7 +42,7 @@ import torch
 from torch import Tensor
 
 from advantage.configs.trpo import PRESETS, TRPOAlgorithm, TRPOConfig  # noqa: F401  (their old place)
-from advantage.context import RunContext, Snapshot
+from advantage.context import RunContext
 from advantage.envs import make_vec_env
 from advantage.errors import NonFiniteError
 from advantage.math import (
@@ -55,8 +56,8 @@ from advantage.math import (
 from advantage.math.value_losses import explained_variance
 from advantage.nn import ActorCritic, ActorCriticPolicy, eager
 from advantage.nn.actor_critic import CategoricalHead, GaussianHead
-from advantage.rollout.onpolicy import make_collector
-from advantage.torch_state import load_module, load_optimizer, module_tensors, optimizer_state
+from advantage.rollout.onpolicy import actor_critic_snapshot, make_collector, resume_or_reset
+from advantage.torch_state import LearnerState
 
 # ----------------------------------------------------------------------------------------------------
 # The policy's distribution and its exact KL
@@ -101,31 +102,10 @@ def train(cfg: TRPOConfig, ctx: RunContext) -> None:
     pi_params = [*model.pi_body.parameters(), *model.head.parameters()]
     vf_params = [*model.v_body.parameters(), *model.value_head.parameters()]
     vf_opt = torch.optim.Adam(vf_params, lr=a.vf_learning_rate, eps=1e-5, fused=True)
+    learner = LearnerState({"model": model}, {"vf_optim": vf_opt})
     rollout = make_collector(env, model, cfg, a.n_steps, ctx)
-    if ctx.restored is None:
-        step = 0
-        rollout.reset(t.seed)
-    else:
-        ck, s = ctx.restored, ctx.restored.state["algo"]
-        load_module("model", model, ck.tensors, str(ck.path))
-        load_optimizer("vf_optim", vf_opt, ck.tensors, s["vf_optim"])
-        torch.set_rng_state(ck.tensors["torch_rng"])
-        rollout.load(ck.tensors, s["env"], t.seed)
-        step = ck.step
-
-    def snapshot() -> Snapshot:
-        opt_tensors, opt_meta = optimizer_state("vf_optim", vf_opt)
-        tensors = {
-            **module_tensors("model", model),
-            **rollout.tensors(),
-            "torch_rng": torch.get_rng_state(),
-            **opt_tensors,
-        }
-        return Snapshot(
-            ActorCriticPolicy(model, rollout.obs_norm),
-            tensors,
-            {"vf_optim": opt_meta, "env": rollout.state()},
-        )
+    step, _ = resume_or_reset(rollout, learner, ctx, t.seed)
+    checkpoint = partial(actor_critic_snapshot, model, rollout, learner)
 
     while step < t.total_steps:
         batch, step = rollout.collect(step, a.gae_lambda)
@@ -136,9 +116,9 @@ def train(cfg: TRPOConfig, ctx: RunContext) -> None:
         row.update(value_step(model, vf_params, vf_opt, batch.obs, batch.returns, batch.values, a, step))
         row.update(rollout.metrics())
         ctx.log(step, row)
-        if ctx.tick(step, snapshot):
+        if ctx.tick(step, checkpoint):
             break
-    ctx.finish(step, snapshot())
+    ctx.finish(step, checkpoint())
     env.close()
     if hasattr(rollout, "close"):  # Ray workers
         rollout.close()

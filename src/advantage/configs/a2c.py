@@ -62,6 +62,7 @@ register(
         policy=Entry("advantage.algos.a2c:_policy"),
         check_env=Entry("advantage.algos.reinforce:check_env", name="a2c"),
         presets=PRESETS,
+        workers=True,
         # General defaults: the dataclass's (SB3's A2C, Mnih et al. 2016's RMSprop); CartPole-v1's
         # values are its entry in advantage/hyperparams/a2c.yml.
         defaults={"env.id": "CartPole-v1"},

@@ -1,11 +1,12 @@
-"""On-policy rollouts from vectorized Gymnasium envs for the actor-critic trainers (PPO, TRPO).
+"""On-policy rollouts from vectorized Gymnasium envs for the actor-critic trainers (PPO, TRPO, A2C).
 
 :class:`OnPolicyCollector` steps ``N`` envs for ``T`` steps with an :class:`~advantage.nn.ActorCritic`,
-keeps the episode bookkeeping and the optional observation / reward normalisation, and returns a
-:class:`Batch`: the valid transitions flattened, with GAE advantages and returns
-(:func:`advantage.math.gae`). Everything it carries between rollouts (current observation, autoreset
-flags, episode counters, normalisation statistics, env state) is in :meth:`OnPolicyCollector.tensors` /
-:meth:`OnPolicyCollector.state`, so a checkpoint resumes it exactly.
+keeps the episode bookkeeping (:class:`~advantage.rollout.envsteps.EnvSteps`) and the optional
+observation / reward normalisation, and returns a :class:`Batch` (:func:`build_batch`): the valid
+transitions flattened, with GAE advantages and returns (:func:`advantage.math.gae`). Everything it
+carries between rollouts (current observation, autoreset flags, episode counters, normalisation
+statistics, env state) is in :meth:`OnPolicyCollector.tensors` / :meth:`OnPolicyCollector.state`, so a
+checkpoint resumes it exactly.
 
 Details, as in "The 37 implementation details of PPO" (Huang et al. 2022) where they coincide:
 
@@ -22,8 +23,9 @@ Details, as in "The 37 implementation details of PPO" (Huang et al. 2022) where 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -31,15 +33,13 @@ import torch
 from torch import Tensor
 
 from advantage.envs import env_state, set_env_state
-from advantage.errors import NonFiniteError
 from advantage.math import gae
-from advantage.nn import ActorCritic, ObsNormalizer
-from advantage.torch_state import RunningMeanStd
+from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer
+from advantage.rollout.envsteps import EnvSteps
+from advantage.torch_state import LearnerState, RunningMeanStd
 
 if TYPE_CHECKING:
-    from advantage.context import RunContext
-
-_COUNTERS = ("ep_ret", "ep_len", "disc_ret")
+    from advantage.context import RunContext, Snapshot
 
 
 @dataclass
@@ -91,8 +91,8 @@ class OnPolicyCollector:
         self.rew_np = np.zeros((T, N))
         self.term_np, self.trunc_np, self.mask_np = (np.zeros((T, N), dtype=bool) for _ in range(3))
         self.obs = np.zeros((N, *obs_space.shape))
-        self.autoreset = np.zeros(N, dtype=bool)
-        self.ep_ret, self.ep_len, self.disc_ret = np.zeros(N), np.zeros(N, dtype=np.int64), np.zeros(N)
+        self.steps = EnvSteps(N)
+        self.disc_ret = np.zeros(N)  # the discounted return whose std scales the rewards
 
     # ---- state --------------------------------------------------------------------------------------
 
@@ -113,8 +113,8 @@ class OnPolicyCollector:
             **self.obs_norm.rms.tensors("obs_rms"),
             **self.ret_rms.tensors("ret_rms"),
             "obs": torch.as_tensor(self.obs),
-            "autoreset": torch.as_tensor(self.autoreset),
-            **{k: torch.as_tensor(getattr(self, k)) for k in _COUNTERS},
+            **self.steps.tensors(),
+            "disc_ret": torch.as_tensor(self.disc_ret),
         }
 
     def state(self) -> list[dict[str, Any]]:
@@ -128,35 +128,29 @@ class OnPolicyCollector:
     def load(self, tensors: dict[str, Tensor], state: list[dict[str, Any]], seed: int) -> None:
         """Restore :meth:`tensors` and :meth:`state` (the envs are reset with ``seed`` first)."""
         self.obs_norm.rms.load("obs_rms", tensors)
-        self.ret_rms.load("ret_rms", tensors)
+        if "disc_ret" in tensors:  # A2C's checkpoints before it used this collector had no reward scaling
+            self.ret_rms.load("ret_rms", tensors)
+            self.disc_ret = tensors["disc_ret"].numpy().copy()
         self.env.reset(seed=seed)
         set_env_state(self.env, state)
         self.obs = tensors["obs"].numpy().copy()
-        self.autoreset = tensors["autoreset"].numpy().copy()
-        for k in _COUNTERS:
-            setattr(self, k, tensors[k].numpy().copy())
+        self.steps.load(tensors)
 
     # ---- collection ---------------------------------------------------------------------------------
 
-    def collect(self, step: int, gae_lambda: float) -> tuple[Batch, int]:
-        """``T`` steps of every env; returns the batch (advantages with GAE(γ, ``gae_lambda``)) and the
-        new global step count (valid transitions only)."""
+    def collect(
+        self, step: int, gae_lambda: float, targets: Targets | None = None, env_major: bool = False
+    ) -> tuple[Batch, int]:
+        """``T`` steps of every env; returns the batch (:func:`build_batch`: advantages with GAE(γ,
+        ``gae_lambda``), value targets by ``targets`` or, by default, ``advantages + values``) and the new
+        global step count (valid transitions only)."""
         model, env, T = self.model, self.env, self.T
-        obs, autoreset = self.obs, self.autoreset
-        ep_ret, ep_len = self.ep_ret, self.ep_len
+        obs = self.obs
         for i in range(T):
             obs_t = torch.as_tensor(obs, dtype=torch.float32)
             action, logp, value = model.act(obs_t)
             raw_next, reward, term, trunc, _ = env.step(model.head.to_env(action))
-            valid = ~autoreset
-            step += int(valid.sum())
-            if not (np.isfinite(reward).all() and np.isfinite(raw_next).all()):
-                what = "reward" if not np.isfinite(reward).all() else "observation"
-                bad = reward[~np.isfinite(reward)][0] if what == "reward" else "NaN or inf"
-                raise NonFiniteError(f"step {step}: {what} from the environment is {bad}")
-            ep_ret += reward * valid
-            ep_len += valid
-            done = term | trunc
+            step, valid, done = self.steps.record(step, reward, raw_next, term, trunc, self.ctx)
             r = reward
             if self.normalize_reward:
                 self.disc_ret = self.disc_ret * self.gamma + reward
@@ -166,34 +160,109 @@ class OnPolicyCollector:
             self.obs_buf[i], self.act_buf[i], self.logp_buf[i], self.val_buf[i] = obs_t, action, logp, value
             self.rew_np[i], self.term_np[i] = r * valid, term & valid
             self.trunc_np[i], self.mask_np[i] = trunc & valid, valid
-            if done.any():
-                for j in np.flatnonzero(done & valid):
-                    self.ctx.episode(step, float(ep_ret[j]), int(ep_len[j]))
-                    ep_ret[j], ep_len[j] = 0.0, 0
-            autoreset = done
             obs = self._normalize(raw_next)
-        self.obs, self.autoreset = obs, autoreset
-        return self._batch(gae_lambda), step
-
-    def _batch(self, gae_lambda: float) -> Batch:
-        T, N = self.T, self.N
+        self.obs = obs
         with torch.no_grad():
             last_value = self.model.value(torch.as_tensor(self.obs, dtype=torch.float32))
-        val = self.val_buf
-        next_values = torch.cat([val[1:], last_value[None]])
-        rew = torch.as_tensor(self.rew_np, dtype=torch.float32)
-        term, trunc = torch.as_tensor(self.term_np), torch.as_tensor(self.trunc_np)
-        adv = gae(rew.T, val.T, next_values.T, term.T, trunc.T, self.gamma, gae_lambda).T
-        returns = adv + val
-        idx = torch.as_tensor(self.mask_np).flatten().nonzero().squeeze(-1)
-        return Batch(
-            obs=self.obs_buf.reshape(T * N, *self.obs_buf.shape[2:])[idx],
-            actions=self.act_buf.reshape(T * N, *self.act_buf.shape[2:])[idx],
-            logp=self.logp_buf.flatten()[idx],
-            values=val.flatten()[idx],
-            advantages=adv.flatten()[idx],
-            returns=returns.flatten()[idx],
+        rollout = Rollout(
+            self.obs_buf,
+            self.act_buf,
+            self.logp_buf,
+            self.val_buf,
+            self.rew_np,
+            self.term_np,
+            self.trunc_np,
+            self.mask_np,
         )
+        return build_batch(rollout, last_value, self.gamma, gae_lambda, targets, env_major), step
+
+
+class Rollout(NamedTuple):
+    """One rollout as collected, time first: every field ``[T, N, ...]``, a tensor or a numpy array."""
+
+    obs: Any  # the policy's input (normalised when normalisation is on)
+    actions: Any
+    logp: Any
+    values: Any
+    rewards: Any  # as GAE sees them (scaled when reward scaling is on), 0 at reset steps
+    terminated: Any  # bool
+    truncated: Any  # bool
+    valid: Any  # bool: not a reset step
+
+
+Targets = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+"""``targets(rewards, values, next_values, terminated, truncated, advantages) -> returns``, all ``[N, T]``:
+the critic's regression targets when they are not ``advantages + values`` (A2C's ``mc``)."""
+
+
+def build_batch(
+    rollout: Rollout,
+    last_value: Tensor,
+    gamma: float,
+    gae_lambda: float,
+    targets: Targets | None = None,
+    env_major: bool = False,
+) -> Batch:
+    """A rollout (``last_value [N]`` = V of the observation after it) → the :class:`Batch` of its valid
+    steps, flattened time-major (step 0 of every env, then step 1, ...) or, with ``env_major``, env by env
+    (A2C: its one gradient step sums the batch in that order; another order gives the same loss up to
+    rounding).
+
+    With ``NEXT_STEP`` autoreset the (masked) reset step's input is the final observation, so
+    ``values[t + 1]`` is the bootstrap value of a truncated step t: ``next_values[t] = values[t + 1]``."""
+    obs, actions, logp, values = (torch.as_tensor(x) for x in rollout[:4])
+    valid = torch.as_tensor(rollout.valid)
+    terminated, truncated = (torch.as_tensor(x) & valid for x in (rollout.terminated, rollout.truncated))
+    rewards = torch.as_tensor(rollout.rewards, dtype=torch.float32)
+    T, N = values.shape
+    next_values = torch.cat([values[1:], last_value[None]])
+    rew, val, next_val, term, trunc = rewards.T, values.T, next_values.T, terminated.T, truncated.T
+    adv = gae(rew, val, next_val, term, trunc, gamma, gae_lambda)  # [N, T]
+    returns = adv + val if targets is None else targets(rew, val, next_val, term, trunc, adv)
+    order = (lambda x: x.transpose(0, 1)) if env_major else (lambda x: x)
+    idx = order(valid).flatten().nonzero().squeeze(-1)
+
+    def flat(x: Tensor) -> Tensor:  # [T, N, ...] → [n, ...]
+        x = order(x)
+        return x.reshape(T * N, *x.shape[2:])[idx]
+
+    return Batch(
+        obs=flat(obs),
+        actions=flat(actions),
+        logp=flat(logp),
+        values=flat(values),
+        advantages=flat(adv.T),
+        returns=flat(returns.T),
+    )
+
+
+def resume_or_reset(
+    collector: Any, learner: LearnerState, ctx: RunContext, seed: int
+) -> tuple[int, dict[str, Any]]:
+    """The run's first step and its saved algorithm state: ``(0, {})`` with fresh envs (reset with
+    ``seed``), or the checkpoint's, with ``learner`` and ``collector`` restored from it."""
+    if ctx.restored is None:
+        collector.reset(seed)
+        return 0, {}
+    ck, s = ctx.restored, ctx.restored.state["algo"]
+    learner.load(ck.tensors, s, str(ck.path))
+    collector.load(ck.tensors, s["env"], seed)
+    return ck.step, s
+
+
+def actor_critic_snapshot(
+    model: ActorCritic, collector: Any, learner: LearnerState, **state: Any
+) -> Snapshot:
+    """A checkpoint of an actor-critic run: the learner's and the collector's tensors, the policy with the
+    collector's observation statistics, and ``state`` beside the optimizers' and the envs' state."""
+    from advantage.context import Snapshot
+
+    tensors, meta = learner.save()
+    return Snapshot(
+        ActorCriticPolicy(model, collector.obs_norm),
+        {**tensors, **collector.tensors()},
+        {**meta, "env": collector.state(), **state},
+    )
 
 
 def make_collector(
@@ -202,13 +271,13 @@ def make_collector(
     """The run's collector: :class:`OnPolicyCollector` in this process, or, with
     ``trainer.num_workers > 0``, :class:`advantage.rollout.remote.RemoteCollector` over Ray workers
     (imported only then). ``cfg`` has ``env``, ``model``, ``trainer`` and the algorithm's ``gamma``,
-    ``normalize_obs``, ``clip_obs`` and ``normalize_reward``."""
+    ``normalize_obs``, ``clip_obs`` and (PPO, TRPO; A2C has none) ``normalize_reward``."""
     a = cfg.algorithm
     common = {
         "gamma": a.gamma,
         "normalize_obs": a.normalize_obs,
         "clip_obs": a.clip_obs,
-        "normalize_reward": a.normalize_reward,
+        "normalize_reward": getattr(a, "normalize_reward", False),
         "ctx": ctx,
     }
     if cfg.trainer.num_workers > 0:

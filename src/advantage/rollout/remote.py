@@ -1,6 +1,6 @@
 """Scale-out on Ray: rollout workers that step vectorized environments, replaced when they die or hang.
 
-``trainer.num_workers=N`` (N ≥ 1) makes PPO and TRPO collect with :class:`RemoteCollector` instead of
+``trainer.num_workers=N`` (N ≥ 1) makes PPO, TRPO and A2C collect with :class:`RemoteCollector` instead of
 :class:`~advantage.rollout.onpolicy.OnPolicyCollector`. It has the same interface (``reset``,
 ``collect``, ``tensors``, ``state``, ``load``, ``obs_norm``), so the trainers do not change. With
 ``num_workers=0`` (the default) nothing here is imported and Ray never is. GRPO's workers, which
@@ -45,10 +45,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from advantage.errors import AdvantageError, NonFiniteError
-from advantage.math import gae
+from advantage.errors import AdvantageError
 from advantage.nn import ObsNormalizer
-from advantage.rollout.onpolicy import Batch
+from advantage.rollout.envsteps import EnvSteps, check_finite
+from advantage.rollout.onpolicy import Batch, Rollout, Targets, build_batch
 from advantage.torch_state import RunningMeanStd
 
 if TYPE_CHECKING:
@@ -101,9 +101,7 @@ class EnvWorker:
         self.env = make_vec_env(env_cfg)
         self.model = model_cfg.build(self.env.single_observation_space, self.env.single_action_space)
         self.raw, _ = self.env.reset(seed=seed)
-        n = env_cfg.num_envs
-        self.autoreset = np.zeros(n, dtype=bool)
-        self.ep_ret, self.ep_len = np.zeros(n), np.zeros(n, dtype=np.int64)
+        self.steps = EnvSteps(env_cfg.num_envs)
 
     def pid(self) -> int:
         return os.getpid()
@@ -118,7 +116,7 @@ class EnvWorker:
             mean, var, clip = norm
             return np.ascontiguousarray(np.clip((raw - mean) / np.sqrt(var + 1e-8), -clip, clip))
 
-        n = self.autoreset.shape[0]
+        n = self.steps.autoreset.shape[0]
         obs_shape = self.env.single_observation_space.shape
         assert obs_shape is not None  # a Box
         out: dict[str, Any] = {
@@ -132,28 +130,31 @@ class EnvWorker:
             "valid": np.zeros((T, n), dtype=bool),
         }
         actions = []
-        episodes = []  # (t, env index, return, length)
+        episodes = _Episodes()  # (t, return, length); the learner counts the steps and checks the values
         for t in range(T):
             obs_t = torch.as_tensor(normalise(self.raw), dtype=torch.float32)
             action, logp, value = self.model.act(obs_t)
             raw_next, reward, term, trunc, _ = self.env.step(self.model.head.to_env(action))
-            valid = ~self.autoreset
-            self.ep_ret += reward * valid
-            self.ep_len += valid
-            done = term | trunc
+            episodes.t = t
+            _, valid, _ = self.steps.record(0, reward, raw_next, term, trunc, episodes, check=False)
             out["obs"][t], out["raw_next"][t] = obs_t.numpy(), raw_next
             out["logp"][t], out["values"][t] = logp.numpy(), value.numpy()
             out["rewards"][t], out["term"][t], out["trunc"][t], out["valid"][t] = reward, term, trunc, valid
             actions.append(action.numpy())
-            for j in np.flatnonzero(done & valid):
-                episodes.append((t, int(j), float(self.ep_ret[j]), int(self.ep_len[j])))
-                self.ep_ret[j], self.ep_len[j] = 0.0, 0
-            self.autoreset = done
             self.raw = raw_next
         out["actions"] = np.stack(actions)
         out["last_obs"] = normalise(self.raw).astype(np.float32)
-        out["episodes"], out["version"] = episodes, version
+        out["episodes"], out["version"] = list(episodes), version
         return out
+
+
+class _Episodes(list):
+    """A worker's finished episodes as ``(t, return, length)``, ``t`` the rollout step they ended at."""
+
+    t = 0
+
+    def episode(self, step: int, ret: float, length: int) -> None:
+        self.append((self.t, ret, length))
 
 
 class WorkerPool:
@@ -287,7 +288,10 @@ class RemoteCollector:
 
     # ---- collection ---------------------------------------------------------------------------------
 
-    def collect(self, step: int, gae_lambda: float) -> tuple[Batch, int]:
+    def collect(
+        self, step: int, gae_lambda: float, targets: Targets | None = None, env_major: bool = False
+    ) -> tuple[Batch, int]:
+        """As :meth:`advantage.rollout.onpolicy.OnPolicyCollector.collect`, from the workers' envs."""
         self.version += 1
         weights = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
         norm = None
@@ -310,11 +314,9 @@ class RemoteCollector:
         for t in range(T):  # the learner replays the per-step bookkeeping in time order
             valid, reward = cat["valid"][t], cat["rewards"][t]
             step += int(valid.sum())
-            if not (np.isfinite(reward).all() and np.isfinite(cat["raw_next"][t]).all()):
-                what = "reward" if not np.isfinite(reward).all() else "observation"
-                raise NonFiniteError(f"step {step}: {what} from the environment is NaN or inf")
+            check_finite(step, reward, cat["raw_next"][t])
             for p in parts:
-                for t_ep, _, ret, length in p["episodes"]:
+                for t_ep, ret, length in p["episodes"]:
                     if t_ep == t:
                         self.ctx.episode(step, ret, length)
             r = reward
@@ -327,33 +329,13 @@ class RemoteCollector:
             rewards[t] = r * valid
             if self.obs_norm.enabled:
                 self.obs_norm.rms.update(cat["raw_next"][t])
-        return self._batch(cat, rewards, last_obs, gae_lambda), step
-
-    def _batch(
-        self, cat: dict[str, np.ndarray], rewards: np.ndarray, last_obs: np.ndarray, lam: float
-    ) -> Batch:
-        T, N = self.T, self.N
-        val = torch.as_tensor(cat["values"])
         with torch.no_grad():
             last_value = self.model.value(torch.as_tensor(last_obs))
-        next_values = torch.cat([val[1:], last_value[None]])
-        valid = cat["valid"]
-        term = torch.as_tensor(cat["term"] & valid)
-        trunc = torch.as_tensor(cat["trunc"] & valid)
-        rew = torch.as_tensor(rewards, dtype=torch.float32)
-        adv = gae(rew.T, val.T, next_values.T, term.T, trunc.T, self.gamma, lam).T
-        returns = adv + val
-        idx = torch.as_tensor(valid).flatten().nonzero().squeeze(-1)
-        obs = torch.as_tensor(cat["obs"])
-        actions = torch.as_tensor(cat["actions"])
-        return Batch(
-            obs=obs.reshape(T * N, *obs.shape[2:])[idx],
-            actions=actions.reshape(T * N, *actions.shape[2:])[idx],
-            logp=torch.as_tensor(cat["logp"]).flatten()[idx],
-            values=val.flatten()[idx],
-            advantages=adv.flatten()[idx],
-            returns=returns.flatten()[idx],
+        obs, actions, logp, values, term, trunc, valid = (
+            cat[k] for k in ("obs", "actions", "logp", "values", "term", "trunc", "valid")
         )
+        rollout = Rollout(obs, actions, logp, values, rewards, term, trunc, valid)
+        return build_batch(rollout, last_value, self.gamma, gae_lambda, targets, env_major), step
 
     # ---- checkpoint state ---------------------------------------------------------------------------
 
