@@ -99,7 +99,10 @@ def _sandbox_processes() -> set[tuple[int, str]]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        if _sandbox_child.MARKER.encode() in cmdline or int(fields[1]) == os.getpid():
+        # A live child of this process without the marker is not a sandbox (a Ray or sidecar process an
+        # earlier test on this pytest worker started); an unreaped one (zombie, empty command line) may be.
+        child = int(fields[1]) == os.getpid() and (fields[0] == "Z" or not cmdline)
+        if _sandbox_child.MARKER.encode() in cmdline or child:
             found.add((int(name), fields[0]))
     return found
 

@@ -1,9 +1,9 @@
 r"""Deep Deterministic Policy Gradient, DDPG (Lillicrap et al. 2016, "Continuous control with deep
 reinforcement learning"; the deterministic policy gradient of Silver et al. 2014) (SPEC P7).
 
-Seed 000: "为了继续用DQN的off-policy，且能应对连续action的任务" — keep DQN's off-policy learning from a replay
-buffer, but for continuous actions, where :math:`\max_{a'} Q(s', a')` can no longer be read off a vector of
-outputs. Relative to DQN the changes are:
+The study notes: "为了继续用DQN的off-policy，且能应对连续action的任务" — keep DQN's off-policy learning from a
+replay buffer, but for continuous actions, where :math:`\max_{a'} Q(s', a')` can no longer be read off a
+vector of outputs. Relative to DQN the changes are:
 
 1. The critic takes the action as an *input*, :math:`Q_\theta(s, a)`, instead of outputting one value
    per action.
