@@ -95,13 +95,3 @@ def _foreground_outputs(monkeypatch):
     import advantage.cli
 
     monkeypatch.setattr(advantage.cli, "BACKGROUND", False)
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group marks into scheduling keys
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``-n auto --dist loadgroup``), the tests that start code-sandbox processes run on
-    one worker: the sandbox tests check that no sandbox process outlives its verification by looking at
-    every process on the machine, and another worker's sandbox would be counted."""
-    for item in items:
-        if item.path.name == "test_sandbox.py" or "code_task" in item.name:
-            item.add_marker(pytest.mark.xdist_group("sandbox"))

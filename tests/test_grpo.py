@@ -276,6 +276,7 @@ def _skip_without_kernel_sandbox() -> None:
         pytest.skip("no kernel isolation for the code sandbox on this machine")
 
 
+@pytest.mark.xdist_group("sandbox")  # with tests/test_sandbox.py (its process checks)
 def test_code_task_rewards_come_from_the_sandbox_in_parallel():
     """GRPO's scorer runs the ``code`` task's sandbox, a process per completion, in parallel: the
     reference solution scores 1, a wrong one and a fake success (exit 0 before the tests) score 0."""
@@ -304,6 +305,7 @@ def test_code_task_rewards_come_from_the_sandbox_in_parallel():
     assert calls == [os.cpu_count() or 1]
 
 
+@pytest.mark.xdist_group("sandbox")  # with tests/test_sandbox.py (its process checks)
 def test_grpo_trains_on_the_code_task(tmp_path):
     """``data.task=code`` runs end to end: rollouts, sandboxed scoring, an update, metrics."""
     _skip_without_kernel_sandbox()

@@ -28,6 +28,9 @@ from advantage.envs.text import code as code_module
 from advantage.errors import ConfigError
 from advantage.sandbox import Raised, SandboxLimits, run_sandboxed
 
+# On one pytest-xdist worker (--dist loadgroup): the leftover-process checks look at the whole machine.
+pytestmark = pytest.mark.xdist_group("sandbox")
+
 KINDS = ["root", "userns"]
 WALL = 2.0
 
@@ -85,9 +88,11 @@ def _example(*tests) -> Example:
 
 
 def _sandbox_processes() -> set[tuple[int, str]]:
-    """Processes of any sandbox (the marker is in their command line) and children of this process
-    (zombies included: their command line is empty)."""
-    found = set()
+    """Sandbox processes this test could have left: those with the marker in their command line that
+    descend from this process or were orphaned (parent init: an escape, or a supervisor that died), and
+    unreaped children of this process (zombies: empty command line). A sandbox under another process (a
+    parallel pytest worker's) is not ours; nor is a live child without the marker (Ray, a sidecar)."""
+    procs: dict[int, tuple[int, str, bytes]] = {}  # pid -> (parent pid, state, command line)
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -99,11 +104,27 @@ def _sandbox_processes() -> set[tuple[int, str]]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        # A live child of this process without the marker is not a sandbox (a Ray or sidecar process an
-        # earlier test on this pytest worker started); an unreaped one (zombie, empty command line) may be.
-        child = int(fields[1]) == os.getpid() and (fields[0] == "Z" or not cmdline)
-        if _sandbox_child.MARKER.encode() in cmdline or child:
-            found.add((int(name), fields[0]))
+        procs[int(name)] = (int(fields[1]), fields[0], cmdline)
+    me = os.getpid()
+
+    def ours(pid: int) -> bool:
+        parent, seen = procs[pid][0], set()
+        if parent in (0, 1):
+            return True  # orphaned
+        while parent not in (0, 1) and parent not in seen:
+            if parent == me:
+                return True
+            seen.add(parent)
+            if parent not in procs:
+                return True  # its parent just exited: count it, to be safe
+            parent = procs[parent][0]
+        return False
+
+    found = set()
+    for pid, (parent, state, cmdline) in procs.items():
+        marked = _sandbox_child.MARKER.encode() in cmdline
+        if (marked and ours(pid)) or (parent == me and not cmdline):
+            found.add((pid, state))
     return found
 
 
