@@ -36,7 +36,10 @@ tested in ``tests/test_dpo_trl_parity.py``.
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
+import random
 import sys
 import tempfile
 from pathlib import Path
@@ -56,41 +59,94 @@ SIZES: dict[str, dict[str, Any]] = {
     },
 }
 TARGETS = {"small": 0.5, "medium": 0.75}  # acceptance: ours / TRL median step time at most this
+# Equal-work rows "MODEL-LENGTH": pairs from a file whose prompts are PROMPT_TOKENS letters and whose chosen
+# and rejected responses are exactly LENGTH letters (LENGTH + 1 tokens with the EOS), random over the
+# synthetic task's 26 letters; the large model has a 32,000-token vocabulary (harness.lm_folder), loaded by
+# both libraries from one saved model folder.
+MODELS: dict[str, dict[str, int]] = {
+    "medium": {"hidden_size": 128, "layers": 4, "heads": 4, "pairs": 16, "vocab": 0},
+    "large": {"hidden_size": 256, "layers": 8, "heads": 8, "pairs": 8, "vocab": 32_000},
+}
+PROMPT_TOKENS = 16
+for _model, _length in itertools.product(MODELS, (128, 256)):
+    SIZES[f"{_model}-{_length}"] = {**MODELS[_model], "length": _length, "task": {"letters": 26}}
+    TARGETS[f"{_model}-{_length}"] = 0.5
 TRAIN_SIZE = 2000  # pairs: more than steps × pairs per step, so the benchmark stays within one epoch
+FIXED_STEPS = 10  # the equal-work rows' files hold this many steps' pairs (the reference pass covers them)
 BETA = 0.1
 LEARNING_RATE = 1e-3
 MAX_POSITIONS = 64
 LIBS = ("trl", "advantage")  # (theirs, ours)
 
 
-def task_of(size: str) -> Any:
+def task_of(size: str, folder: str | None = None) -> Any:
+    """The synthetic task of a size, or the pairs file of an equal-work row in ``folder``."""
     from advantage.envs.text.preference import make_preference_task
 
+    if "length" in SIZES[size]:
+        return make_preference_task("dataset", path=os.path.join(str(folder), "pairs.jsonl"))
     return make_preference_task("synthetic", **SIZES[size]["task"])
 
 
-def limits(task: Any) -> tuple[int, int]:
-    """``(max prompt tokens, max response tokens with EOS)`` of the synthetic task: ``data.max_*_length``."""
+def limits(size: str) -> tuple[int, int]:
+    """``(max prompt tokens, max response tokens with EOS)``: ``data.max_*_length``."""
+    if "length" in SIZES[size]:
+        return PROMPT_TOKENS + 1, SIZES[size]["length"] + 1
+    task = task_of(size)
     return task.prompt_length + 1, task.response_length + 1
 
 
-def advantage_overrides(size: str, seed: int, steps: int, run_dir: str) -> dict[str, Any]:
-    """The ``advantage.train("dpo", ...)`` settings of one run (matched to :func:`run_trl`)."""
+def fixed_data(size: str, seed: int, folder: str) -> tuple[Any, Any]:
+    """An equal-work row's files in ``folder``: ``pairs.jsonl`` (train, validation and test pairs of
+    exactly-sized random strings) and the model (:func:`harness.lm_folder`). Returns (tokenizer, model)."""
     s = SIZES[size]
-    max_prompt, max_response = limits(task_of(size))
-    return {
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+
+    def text(n: int) -> str:
+        return "".join(rng.choice(letters) for _ in range(n))
+
+    n_train = s["pairs"] * FIXED_STEPS
+    with open(os.path.join(folder, "pairs.jsonl"), "w") as f:
+        for i in range(n_train + 16):
+            split = "train" if i < n_train else ("validation" if i < n_train + 8 else "test")
+            row = {"prompt": text(PROMPT_TOKENS - 1) + "=", "chosen": text(s["length"])}
+            row.update(rejected=text(s["length"]), split=split)
+            f.write(json.dumps(row) + "\n")
+    dims = {k: s[k] for k in ("hidden_size", "layers", "heads", "vocab")}
+    return harness.lm_folder(Path(folder), letters + "=", [], max_position_embeddings=512, seed=seed, **dims)
+
+
+def advantage_overrides(
+    size: str, seed: int, steps: int, run_dir: str, folder: str | None = None
+) -> dict[str, Any]:
+    """The ``advantage.train("dpo", ...)`` settings of one run (matched to :func:`run_trl`); ``folder``
+    holds an equal-work row's pairs file and model."""
+    s = SIZES[size]
+    max_prompt, max_response = limits(size)
+    data: dict[str, Any] = {
         "data.task": "synthetic",
         **{f"data.{k}": v for k, v in s["task"].items()},
         "data.train_size": TRAIN_SIZE,
-        "data.validation_size": 8,
-        "data.test_size": 8,
-        "data.max_prompt_length": max_prompt,
-        "data.max_response_length": max_response,
         "model.arch": "qwen2",
         "model.hidden_size": s["hidden_size"],
         "model.layers": s["layers"],
         "model.heads": s["heads"],
         "model.max_position_embeddings": MAX_POSITIONS,
+    }
+    if folder is not None:
+        data = {
+            "data.task": "dataset",
+            "data.path": os.path.join(folder, "pairs.jsonl"),
+            "data.train_size": s["pairs"] * FIXED_STEPS,
+            "model.path": folder,
+        }
+    return {
+        **data,
+        "data.validation_size": 8,
+        "data.test_size": 8,
+        "data.max_prompt_length": max_prompt,
+        "data.max_response_length": max_response,
         "algorithm.beta": BETA,
         "algorithm.loss_type": "sigmoid",
         "algorithm.label_smoothing": 0.0,
@@ -120,16 +176,23 @@ def run_advantage(size: str, seed: int, steps: int) -> dict[str, Any]:
 
     rec = harness.advantage_step_clock("train/loss")
     with tempfile.TemporaryDirectory() as tmp:
-        advantage.train("dpo", quiet=True, **advantage_overrides(size, seed, steps, os.path.join(tmp, "run")))
+        folder = None
+        if "length" in SIZES[size]:
+            folder = os.path.join(tmp, "model")
+            os.mkdir(folder)
+            fixed_data(size, seed, folder)
+        over = advantage_overrides(size, seed, steps, os.path.join(tmp, "run"), folder)
+        advantage.train("dpo", quiet=True, **over)
     return rec
 
 
-def trl_pairs(size: str, seed: int) -> list[dict[str, str]]:
+def trl_pairs(size: str, seed: int, folder: str | None = None) -> list[dict[str, str]]:
     """The training pairs as TRL rows, in advantage's first-epoch order."""
     from advantage.algos.llm.common import data_order
     from advantage.algos.llm.dpo import pairs_of
 
-    pairs = pairs_of(task_of(size).examples("train", TRAIN_SIZE, 0))
+    n = SIZES[size]["pairs"] * FIXED_STEPS if folder else TRAIN_SIZE
+    pairs = pairs_of(task_of(size, folder).examples("train", n, 0))
     return [
         dict(zip(("prompt", "chosen", "rejected"), pairs[i], strict=True))
         for i in data_order(len(pairs), seed, 0).tolist()
@@ -143,19 +206,25 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
     from advantage.nn.lm import build_char_tokenizer, build_scratch_model
 
     s = SIZES[size]
-    task = task_of(size)
-    tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
-    model = build_scratch_model(
-        "qwen2",
-        tok,
-        hidden_size=s["hidden_size"],
-        layers=s["layers"],
-        heads=s["heads"],
-        max_position_embeddings=MAX_POSITIONS,
-        seed=seed,
-    )
     clock, rec = harness.trl_step_clock()
     with tempfile.TemporaryDirectory() as tmp:
+        folder = None
+        if "length" in s:
+            folder = os.path.join(tmp, "model")
+            os.mkdir(folder)
+            tok, model = fixed_data(size, seed, folder)
+        else:
+            task = task_of(size)
+            tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
+            model = build_scratch_model(
+                "qwen2",
+                tok,
+                hidden_size=s["hidden_size"],
+                layers=s["layers"],
+                heads=s["heads"],
+                max_position_embeddings=MAX_POSITIONS,
+                seed=seed,
+            )
         args = DPOConfig(
             output_dir=tmp,
             report_to=[],
@@ -187,7 +256,7 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
         trainer = DPOTrainer(
             model=model,
             args=args,
-            train_dataset=Dataset.from_list(trl_pairs(size, seed)),
+            train_dataset=Dataset.from_list(trl_pairs(size, seed, folder)),
             processing_class=tok,
             callbacks=[clock],
         )
@@ -199,24 +268,47 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
 
 def describe(size: str) -> str:
     s = SIZES[size]
-    prompt, response = limits(task_of(size))
+    prompt, response = limits(size)
+    if "length" in s:
+        vocab = f", vocab {s['vocab']:,}" if s["vocab"] else ""
+        return (
+            f"{s['layers']}L × h{s['hidden_size']}{vocab}, {s['pairs']} pairs/step, prompts of {prompt - 1} "
+            f"and responses of exactly {response} tokens"
+        )
     return f"{s['layers']}L × h{s['hidden_size']}, {s['pairs']} pairs/step, ≤ {prompt + response} tokens"
 
 
 def main() -> None:
     runs = {"trl": run_trl, "advantage": run_advantage}
-    harness.step_main(__doc__, __file__, LIBS, list(SIZES), runs, report)
+    harness.step_main(__doc__, __file__, LIBS, list(SIZES), runs, report, default_sizes=["small", "medium"])
 
 
 def report(results: list[dict[str, Any]], out: Path, warmup: int, steps: int, load: list[float]) -> None:
-    """Write ``out/NAME.{md,json,png}`` (:func:`harness.step_report`)."""
+    """Write ``out/dpo_vs_trl.{md,json,png}`` for the small/medium rows and ``out/dpo_vs_trl_lengths.*``
+    for the equal-work rows (:func:`harness.step_report`)."""
+    fixed = [r for r in results if "length" in SIZES[r["size"]]]
+    plain = [r for r in results if "length" not in SIZES[r["size"]]]
+    for name, rows in (("dpo_vs_trl", plain), ("dpo_vs_trl_lengths", fixed)):
+        if rows:
+            write_report(rows, out, warmup, steps, load, name)
+
+
+def write_report(
+    results: list[dict[str, Any]], out: Path, warmup: int, steps: int, load: list[float], name: str
+) -> None:
     harness.step_report(
         results,
         out=out,
-        name="dpo_vs_trl",
+        name=name,
         title="DPO step time: advantage vs TRL `DPOTrainer`",
         intro=(
-            "Synthetic preference task (K = 2), Qwen2 scratch models with the same initial weights and the "
+            (
+                "Synthetic preference task (K = 2)"
+                if name == "dpo_vs_trl"
+                else f"Random pairs from a file (prompts of {PROMPT_TOKENS} tokens, chosen and rejected "
+                "responses of exactly the row's length plus EOS)"
+            )
+            + ", Qwen2 scratch models with the same initial weights and the "
             f"same char tokenizer, the same pairs in the same order; β = {BETA}, sigmoid loss, reference "
             "log-probs precomputed once in both, fused AdamW at a constant "
             f"{LEARNING_RATE:g}, weight decay 0, clip 1, fp32, eager attention, no gradient checkpointing; "

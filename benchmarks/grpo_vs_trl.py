@@ -1,6 +1,15 @@
-"""GRPO step time: advantage's ``grpo`` trainer vs TRL's ``GRPOTrainer``, side by side, fully offline.
+r"""GRPO step time: advantage's ``grpo`` trainer vs TRL's ``GRPOTrainer``, side by side, fully offline.
 
     python benchmarks/grpo_vs_trl.py   # -> benchmarks/results/grpo_vs_trl.{md,json,png}  (about 3 minutes)
+    python benchmarks/grpo_vs_trl.py --sizes medium-32,medium-128,medium-256,large-32,large-128,large-256 \
+        --steps 6 --warmup 2           # -> benchmarks/results/grpo_vs_trl_lengths.{md,json,png}
+
+The second command runs the equal-work rows ``MODEL-LENGTH``: every response is exactly LENGTH (32, 128
+or 256) tokens in both libraries (our ``worker.rollout.min_new_tokens``, TRL's ``generation_kwargs``
+``min_new_tokens``), for the medium model (4 layers × hidden 128, 8 prompts × 8 completions) and a large
+one (8 layers × hidden 256, 8 heads, a 32,000-token vocabulary, 4 prompts × 8 completions), both loaded by
+both libraries from one saved model folder. Its report adds the learn phase's achieved FLOP/s as a
+fraction of this machine's single-thread matmul speed on the same shapes.
 
 Both libraries train the same randomly initialised Qwen2 scratch model (``build_scratch_model``, same seed,
 so the same initial weights) with the same character tokenizer (``build_char_tokenizer`` over the task's
@@ -56,12 +65,26 @@ SIZES: dict[str, dict[str, int]] = {
     "medium": {"hidden_size": 128, "layers": 4, "heads": 4, "prompts": 8, "G": 8, "new_tokens": 32},
 }
 TARGETS = {"small": 0.4, "medium": 0.7}  # acceptance: ours / TRL median step time at most this
+# Equal-work rows "MODEL-LENGTH": every response is exactly LENGTH tokens in both libraries (ours:
+# worker.rollout.min_new_tokens = data.max_response_length; TRL: generation_kwargs min_new_tokens =
+# max_completion_length), so both generate and train on the same tokens whatever the policy does. The
+# large model has a 32,000-token vocabulary (harness.lm_folder), so its output layer and log-softmax cost
+# what they cost in a real model; both libraries load the same saved model folder.
+MODELS: dict[str, dict[str, int]] = {
+    "medium": {"hidden_size": 128, "layers": 4, "heads": 4, "prompts": 8, "G": 8, "vocab": 0},
+    "large": {"hidden_size": 256, "layers": 8, "heads": 8, "prompts": 4, "G": 8, "vocab": 32_000},
+}
+LENGTHS = (32, 128, 256)
+for _model, _length in itertools.product(MODELS, LENGTHS):
+    SIZES[f"{_model}-{_length}"] = {**MODELS[_model], "new_tokens": _length, "fixed": 1}
+    TARGETS[f"{_model}-{_length}"] = 0.5 if _length <= 32 else 0.7
 TASK = {"digits": 2, "answer_format": "plain", "format_reward": 0.5}
 TRAIN_SIZE = 2000
 LEARNING_RATE = 1e-3
 STD_EPS = 1e-4  # TRL's (r - mean) / (std + 1e-4), hard-coded in GRPOTrainer
 CLIP = 0.2
 MAX_POSITIONS = 256
+FIXED_MAX_POSITIONS = 512  # a prompt of up to ~10 tokens and 256 new ones
 LIBS = ("trl", "advantage")
 
 
@@ -69,10 +92,24 @@ LIBS = ("trl", "advantage")
 # Workers (one process each)
 
 
-def advantage_overrides(size: str, seed: int, steps: int, run_dir: str) -> dict[str, Any]:
-    """The ``advantage.train("grpo", ...)`` settings of one run (matched to :func:`run_trl`)."""
+def advantage_overrides(
+    size: str, seed: int, steps: int, run_dir: str, folder: str | None = None
+) -> dict[str, Any]:
+    """The ``advantage.train("grpo", ...)`` settings of one run (matched to :func:`run_trl`); with
+    ``folder`` (the equal-work rows) the model is loaded from it and every response is exactly
+    ``new_tokens`` long."""
     s = SIZES[size]
+    model: dict[str, Any] = {
+        "worker.actor.model.arch": "qwen2",
+        "worker.actor.model.hidden_size": s["hidden_size"],
+        "worker.actor.model.layers": s["layers"],
+        "worker.actor.model.heads": s["heads"],
+        "worker.actor.model.max_position_embeddings": MAX_POSITIONS,
+    }
+    if folder is not None:
+        model = {"worker.actor.model.path": folder, "worker.rollout.min_new_tokens": s["new_tokens"]}
     return {
+        **model,
         "data.task": "addition",
         **{f"data.{k}": v for k, v in TASK.items()},
         "data.train_size": TRAIN_SIZE,
@@ -82,11 +119,6 @@ def advantage_overrides(size: str, seed: int, steps: int, run_dir: str) -> dict[
         "data.max_response_length": s["new_tokens"],
         "worker.rollout.n": s["G"],
         "worker.rollout.temperature": 1.0,
-        "worker.actor.model.arch": "qwen2",
-        "worker.actor.model.hidden_size": s["hidden_size"],
-        "worker.actor.model.layers": s["layers"],
-        "worker.actor.model.heads": s["heads"],
-        "worker.actor.model.max_position_embeddings": MAX_POSITIONS,
         "worker.actor.learning_rate": LEARNING_RATE,
         "worker.actor.lr_schedule": "constant",
         "worker.actor.max_grad_norm": 1.0,
@@ -109,6 +141,23 @@ def advantage_overrides(size: str, seed: int, steps: int, run_dir: str) -> dict[
     }
 
 
+def fixed_model(size: str, seed: int, folder: Path) -> tuple[Any, Any]:
+    """``(tokenizer, model)`` of an equal-work row, also saved to ``folder`` (:func:`harness.lm_folder`)."""
+    from advantage.envs.text import make_task
+
+    s, task = SIZES[size], make_task("addition", **TASK)
+    keys = ("hidden_size", "layers", "heads", "vocab")
+    dims = {k: s[k] for k in keys}
+    return harness.lm_folder(
+        folder,
+        task.alphabet,
+        task.special_tokens,
+        max_position_embeddings=FIXED_MAX_POSITIONS,
+        seed=seed,
+        **dims,
+    )
+
+
 def run_advantage(size: str, seed: int, steps: int) -> dict[str, Any]:
     import advantage
     from advantage.context import RunContext
@@ -124,10 +173,12 @@ def run_advantage(size: str, seed: int, steps: int) -> dict[str, Any]:
 
     RunContext.log = stamped  # this worker process only
     with tempfile.TemporaryDirectory() as tmp:
-        run = advantage.train(
-            "grpo", quiet=True, **advantage_overrides(size, seed, steps, os.path.join(tmp, "run"))
-        )
-        rows = run.metrics
+        folder = None
+        if s.get("fixed"):
+            folder = os.path.join(tmp, "model")
+            fixed_model(size, seed, Path(folder))
+        over = advantage_overrides(size, seed, steps, os.path.join(tmp, "run"), folder)
+        rows = advantage.train("grpo", quiet=True, **over).metrics
     by_step: dict[int, dict[str, Any]] = {}
     for r in rows:
         if "train/time/learn" in r:
@@ -157,16 +208,22 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
     s = SIZES[size]
     task = make_task("addition", **TASK)
     examples = task.examples("train", TRAIN_SIZE, 0)
-    tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
-    model = build_scratch_model(
-        "qwen2",
-        tok,
-        hidden_size=s["hidden_size"],
-        layers=s["layers"],
-        heads=s["heads"],
-        max_position_embeddings=MAX_POSITIONS,
-        seed=seed,
-    )
+    extra: dict[str, Any] = {}
+    if s.get("fixed"):  # the model folder advantage loads, built the same way; exactly new_tokens per answer
+        with tempfile.TemporaryDirectory() as folder:
+            tok, model = fixed_model(size, seed, Path(folder))
+        extra["generation_kwargs"] = {"min_new_tokens": s["new_tokens"]}
+    else:
+        tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
+        model = build_scratch_model(
+            "qwen2",
+            tok,
+            hidden_size=s["hidden_size"],
+            layers=s["layers"],
+            heads=s["heads"],
+            max_position_embeddings=MAX_POSITIONS,
+            seed=seed,
+        )
     dataset = Dataset.from_list([{"prompt": e.prompt, "idx": i} for i, e in enumerate(examples)])
 
     def verifier(completions: list[str], idx: list[int], **_: Any) -> list[float]:
@@ -213,6 +270,7 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
             save_strategy="no",
             disable_tqdm=True,
             dataloader_num_workers=0,
+            **extra,
         )
         trainer = GRPOTrainer(
             model=model,
@@ -284,6 +342,41 @@ def _progress(r: dict[str, Any]) -> str:
 
 
 def report(results: list[dict[str, Any]], out: Path, warmup: int, steps: int, load: list[float]) -> None:
+    """Write ``out/grpo_vs_trl.*`` for the small/medium rows and ``out/grpo_vs_trl_lengths.*`` for the
+    equal-work rows (with the learn phase's distance to the matmul limit)."""
+    fixed = [r for r in results if SIZES[r["size"]].get("fixed")]
+    plain = [r for r in results if not SIZES[r["size"]].get("fixed")]
+    for name, rows in (("grpo_vs_trl", plain), ("grpo_vs_trl_lengths", fixed)):
+        if rows:
+            write_report(rows, out, warmup, steps, load, name)
+
+
+def matmul_limit(size: str) -> dict[str, float]:
+    """The learn phase's matrix products (``lm_learn_profile.matmul_shapes``: forward and backward of every
+    projection, attention and the output layer, prompts once per group) each timed alone as a ``torch.mm``
+    / ``torch.bmm`` of the same shape, fp32, one thread: their FLOPs and seconds, i.e. the time the learn
+    phase would take if it ran at this machine's matmul speed and did nothing else."""
+    import lm_learn_profile
+    import torch
+
+    from advantage.envs.text import make_task
+    from advantage.nn.lm import build_char_tokenizer
+
+    torch.set_num_threads(1)
+    s, task = SIZES[size], make_task("addition", **TASK)
+    tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
+    prompts = task.examples("train", 64, 0)
+    prompt_len = round(statistics.median(len(tok(e.prompt).input_ids) for e in prompts))
+    vocab = max(s["vocab"], len(tok))
+    data = lm_learn_profile.random_batch(vocab, s["prompts"], s["G"], s["new_tokens"], prompt_len)
+    dims = (s["layers"], s["hidden_size"], s["heads"], vocab)
+    seconds, flops = lm_learn_profile.time_matmuls(lm_learn_profile.matmul_shapes(dims, data))
+    return {"matmul_seconds": seconds, "matmul_flops": flops, "prompt_tokens": prompt_len}
+
+
+def write_report(
+    results: list[dict[str, Any]], out: Path, warmup: int, steps: int, load: list[float], name: str
+) -> None:
     import torch
     import transformers
     import trl
@@ -370,8 +463,31 @@ def report(results: list[dict[str, Any]], out: Path, warmup: int, steps: int, lo
         "answers decodes fewer steps. Loss parity of the two (same batch, same loss and gradients to 1e-5) "
         "is tested in tests/test_grpo_trl_parity.py.",
     ]
-    (out / "grpo_vs_trl.md").write_text("\n".join(lines) + "\n")
-    (out / "grpo_vs_trl.json").write_text(
+    limits = {}
+    if name == "grpo_vs_trl_lengths":
+        lines += [
+            "",
+            "Every response is exactly the row's number of new tokens in both libraries (so generated = "
+            "trained tokens). The learn phase against this machine's matmul limit: the FLOPs of its matrix "
+            "products (forward and backward of every projection, attention and the output layer, prompts "
+            "counted once per group) over the learn time, as a fraction of the same products' speed when "
+            "each is timed alone as a `torch.mm`/`torch.bmm` of its shape (fp32, one thread):",
+            "",
+            "| size | matmul GFLOP per learn phase | matmul-only s | library | learn s | achieved GFLOP/s | "
+            "fraction of matmul limit |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for size in sizes:
+            lim = limits[size] = matmul_limit(size)
+            for lib in LIBS:
+                learn = agg(size, lib, "learn_s")
+                lines.append(
+                    f"| {size} | {lim['matmul_flops'] / 1e9:.1f} | {lim['matmul_seconds']:.3f} | {lib} | "
+                    f"{learn:.3f} | {lim['matmul_flops'] / learn / 1e9:.1f} | "
+                    f"**{lim['matmul_seconds'] / learn:.2f}** |"
+                )
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    (out / f"{name}.json").write_text(
         json.dumps(
             {
                 "sizes": SIZES,
@@ -380,13 +496,14 @@ def report(results: list[dict[str, Any]], out: Path, warmup: int, steps: int, lo
                 "warmup": warmup,
                 "load_average": load,
                 "ratios": ratios,
+                "matmul_limits": limits,
                 "results": results,
             },
             indent=1,
         )
     )
     print("\n".join(lines))
-    plot(results, sizes, out / "grpo_vs_trl.png")
+    plot(results, sizes, out / f"{name}.png")
 
 
 def plot(results: list[dict[str, Any]], sizes: list[str], path: Path) -> None:
@@ -435,6 +552,7 @@ def main() -> None:
         warmup=3,
         rereport=False,
         progress=_progress,
+        default_sizes=["small", "medium"],
     )
 
 

@@ -292,6 +292,46 @@ def trl_step_clock() -> tuple[Any, dict[str, list[float]]]:
     return Clock(), rec
 
 
+def lm_folder(
+    folder: Path,
+    alphabet: str,
+    special_tokens: list[str],
+    *,
+    vocab: int,
+    hidden_size: int,
+    layers: int,
+    heads: int,
+    max_position_embeddings: int,
+    seed: int,
+) -> tuple[Any, Any]:
+    """A random Qwen2 model and its character tokenizer, saved as a model folder both libraries load.
+
+    With ``vocab`` > the task's alphabet the tokenizer's alphabet is padded with CJK and following code
+    points (one token each, never in a prompt) up to ``vocab`` tokens, so the output layer and the
+    log-softmax cost what they cost in a real model's 32k-150k vocabulary. Returns ``(tokenizer, model)``.
+    """
+    from advantage.nn.lm import build_char_tokenizer, build_scratch_model
+
+    tok = build_char_tokenizer(alphabet, extra_tokens=special_tokens)
+    pad = max(vocab - len(tok), 0)
+    if pad:
+        used = set(alphabet)
+        extra = "".join(c for c in map(chr, range(0x4E00, 0x4E00 + pad + len(used))) if c not in used)[:pad]
+        tok = build_char_tokenizer(alphabet + extra, extra_tokens=special_tokens)
+    model = build_scratch_model(
+        "qwen2",
+        tok,
+        hidden_size=hidden_size,
+        layers=layers,
+        heads=heads,
+        max_position_embeddings=max_position_embeddings,
+        seed=seed,
+    )
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return tok, model
+
+
 def step_worker(run: Callable[[], dict[str, Any]], lib: str, size: str, seed: int, preload: str) -> None:
     """Body of one step-time worker: import ``preload`` (the library) and warm the core before the clock,
     run, print one JSON line with the per-step stamps, the total time and the peak RSS."""
@@ -571,11 +611,12 @@ def main(
     warmup: int = 5,
     rereport: bool = False,
     argv: list[str] | None = None,
+    default_sizes: list[str] | None = None,
 ) -> None:
     """The command line of a side-by-side benchmark script whose docstring is ``doc``: ``--seeds``,
     ``--out`` and the hidden ``--worker LIB --seed N`` a child process is started with; with ``sizes``
-    also ``--steps``, ``--warmup``, ``--sizes`` (default: all) and ``--size``; with ``rereport``,
-    ``--report JSON`` to write the report again from a saved results file.
+    also ``--steps``, ``--warmup``, ``--sizes`` (default: ``default_sizes``, else all) and ``--size``;
+    with ``rereport``, ``--report JSON`` to write the report again from a saved results file.
 
     A worker runs ``work(args)`` (one process per library and seed); otherwise ``collect(args)`` starts
     the workers, interleaved, and ``report(results, args, load)`` writes the results files, ``load``
@@ -586,7 +627,7 @@ def main(
     p.add_argument("--seeds", type=int, default=3)
     if sizes:
         p.add_argument("--warmup", type=int, default=warmup)
-        p.add_argument("--sizes", default=",".join(sizes))
+        p.add_argument("--sizes", default=",".join(default_sizes or sizes))
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
     p.add_argument("--worker", choices=libs, help=argparse.SUPPRESS)
     if sizes:
@@ -648,6 +689,7 @@ def step_main(
     warmup: int = 5,
     rereport: bool = True,
     progress: Callable[[dict[str, Any]], str] = _loss_line,
+    default_sizes: list[str] | None = None,
 ) -> None:
     """:func:`main` for a step-time comparison (:func:`run_step_workers`, :func:`step_worker`):
     ``runs[lib](size, seed, steps)`` is one library's run, after importing the library ``lib``;
@@ -669,4 +711,5 @@ def step_main(
         steps=steps,
         warmup=warmup,
         rereport=rereport,
+        default_sizes=default_sizes,
     )

@@ -66,11 +66,20 @@ def build(size: str) -> torch.nn.Module:
     return AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="sdpa").train()
 
 
-def batch(size: str, length: int) -> tuple[torch.Tensor, ...]:
+def batch(size: str, length: int, prompt_len: int = PROMPT_LEN) -> tuple[torch.Tensor, ...]:
+    """Random ``(prompt_ids, prompt_mask, response_ids, lengths, advantages)`` of one GRPO step of ``size``
+    with responses of ``length`` tokens."""
     _, _, _, vocab, prompts, group = SIZES[size]
+    return random_batch(vocab, prompts, group, length, prompt_len)
+
+
+def random_batch(
+    vocab: int, prompts: int, group: int, length: int, prompt_len: int
+) -> tuple[torch.Tensor, ...]:
+    """:func:`batch` for any vocabulary, ``prompts`` × ``group`` rows and prompt length."""
     g = torch.Generator().manual_seed(1)
     rows = prompts * group
-    prompt_ids = torch.randint(3, vocab, (prompts, PROMPT_LEN), generator=g).repeat_interleave(group, 0)
+    prompt_ids = torch.randint(3, vocab, (prompts, prompt_len), generator=g).repeat_interleave(group, 0)
     prompt_mask = torch.ones_like(prompt_ids)
     response_ids = torch.randint(3, vocab, (rows, length), generator=g)
     lengths = torch.full((rows,), length)
@@ -96,13 +105,16 @@ def learn_step(model: torch.nn.Module, opt: torch.optim.Optimizer, data: tuple[t
     opt.step()
 
 
-def matmul_shapes(size: str, data: tuple[torch.Tensor, ...]) -> list[tuple[str, int, int, int, int]]:
+def matmul_shapes(
+    dims: tuple[int, int, int, int], data: tuple[torch.Tensor, ...]
+) -> list[tuple[str, int, int, int, int]]:
     """``(kind, batch, M, K, N)`` of every matrix product of one packed forward + backward: the rows of
     :func:`advantage.nn.packing.pack_prompts` (``R × L`` slots, pads included, as the lean forward
-    computes them), attention over each row, the output layer on the predicting positions."""
+    computes them), attention over each row, the output layer on the predicting positions. ``dims``:
+    ``(layers, hidden, heads, vocab)``."""
     from advantage.nn.packing import pack_prompts, response_segments
 
-    layers, hidden, heads, vocab, _, _ = SIZES[size]
+    layers, hidden, heads, vocab = dims
     prompt_ids, _, response_ids, lengths, _ = data
     prompts, responses = prompt_ids.tolist(), response_ids.tolist()
     segments = response_segments(prompts, responses)
@@ -174,7 +186,7 @@ def measure(size: str, length: int, steps: int) -> dict:
         times.append(time.perf_counter() - t0)
     step_s = statistics.median(times)
     shares = profile_step(model, opt, data)
-    limit_s, flops = time_matmuls(matmul_shapes(size, data))
+    limit_s, flops = time_matmuls(matmul_shapes(SIZES[size][:4], data))
     rows = data[2].numel()
     return {
         "size": size,
