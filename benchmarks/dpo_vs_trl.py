@@ -328,6 +328,58 @@ def write_report(
         ),
         meta={"sizes": SIZES, "beta": BETA, "learning_rate": LEARNING_RATE, "train_size": TRAIN_SIZE},
     )
+    if name == "dpo_vs_trl_lengths":
+        append_matmul_limits(results, out / f"{name}.md", out / f"{name}.json")
+
+
+def matmul_limit(size: str) -> dict[str, float]:
+    """One step's matrix products (``lm_learn_profile.matmul_shapes``: forward and backward of every
+    projection, attention and the output layer; chosen and rejected as a group of two with their prompt),
+    each timed alone as a ``torch.mm`` / ``torch.bmm`` of its shape, fp32, one thread: FLOPs and seconds."""
+    import lm_learn_profile
+    import torch
+
+    torch.set_num_threads(1)
+    s = SIZES[size]
+    vocab = max(s["vocab"], 64)  # the letters' tokenizer has ~35 tokens; the output layer is negligible
+    data = lm_learn_profile.random_batch(vocab, s["pairs"], 2, s["length"] + 1, PROMPT_TOKENS)
+    dims = (s["layers"], s["hidden_size"], s["heads"], vocab)
+    seconds, flops = lm_learn_profile.time_matmuls(lm_learn_profile.matmul_shapes(dims, data))
+    return {"matmul_seconds": seconds, "matmul_flops": flops}
+
+
+def append_matmul_limits(results: list[dict[str, Any]], md: Path, js: Path) -> None:
+    """Add each equal-work row's distance to the matmul limit (achieved FLOP/s of a step over the machine's
+    speed on the same products) to the report files."""
+    import statistics
+
+    lines = [
+        "",
+        "A step against this machine's matmul limit: the FLOPs of its matrix products over the step time, "
+        "as a fraction of the same products' speed when each is timed alone as a `torch.mm`/`torch.bmm` of "
+        "its shape (fp32, one thread):",
+        "",
+        "| size | matmul GFLOP per step | matmul-only s | library | step s | achieved GFLOP/s | "
+        "fraction of matmul limit |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    limits = {}
+    for size in dict.fromkeys(r["size"] for r in results):
+        lim = limits[size] = matmul_limit(size)
+        for lib in LIBS:
+            step = statistics.median(
+                r["summary"]["step_s"] for r in results if r["size"] == size and r["lib"] == lib
+            )
+            flops, seconds = lim["matmul_flops"], lim["matmul_seconds"]
+            lines.append(
+                f"| {size} | {flops / 1e9:.1f} | {seconds:.3f} | {lib} | {step:.3f} | "
+                f"{flops / step / 1e9:.1f} | **{seconds / step:.2f}** |"
+            )
+    md.write_text(md.read_text() + "\n".join(lines) + "\n")
+    saved = json.loads(js.read_text())
+    saved["matmul_limits"] = limits
+    js.write_text(json.dumps(saved, indent=1))
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":
