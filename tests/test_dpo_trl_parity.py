@@ -173,6 +173,24 @@ def test_packed_training_forward_equals_the_padded_one(setup, row_length):
         torch.testing.assert_close(a[2][name], b[2][name], **TOL, msg=lambda m, n=name: f"{n}: {m}")
 
 
+def test_a_pair_longer_than_a_row_is_split_into_one_segment_per_response(setup, monkeypatch):
+    """Attention costs a segment's length squared: a pair that does not fit a row becomes (prompt, chosen)
+    and (prompt, rejected); pairs that fit stay one segment."""
+    tok, policy, _, _, items = setup
+    seen = []
+    real = dpo.pack_prompts
+    monkeypatch.setattr(
+        dpo, "pack_prompts", lambda groups, *a, **k: seen.append(groups) or real(groups, *a, **k)
+    )
+    with torch.no_grad():
+        dpo.train_logps(policy, items, tok.pad_token_id, row_length=16)
+    fits = [len(p) + len(c) + len(r) <= 16 for p, c, r in items]
+    assert 0 < sum(fits) < len(items)  # both kinds occur
+    (groups,) = seen
+    assert len(groups) == sum(1 if f else 2 for f in fits)
+    assert all(len(p) + sum(map(len, rs)) <= 16 or len(rs) == 1 for p, rs in groups)
+
+
 def test_packing_layout():
     """Two prompts, two responses each, one row: positions restart after each prompt, every response sees
     its prompt and itself only, and each response token is predicted from the slot before it (the first

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ from advantage.checkpoint import verify_checkpoint
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
-from make_checkpoints import RUNS, comparable, resume_overrides  # noqa: E402
+from make_checkpoints import RUNS, comparable, relocate, resume_overrides  # noqa: E402
 
 # The language-model runs build a model and tokenizer: a few seconds each.
 LM = {"sft", "reward_model", "dpo", "grpo", "ppo_rlhf"}
@@ -40,14 +39,7 @@ def test_resuming_an_old_checkpoint_logs_the_rows_of_the_uninterrupted_run(tmp_p
     verify_checkpoint(folder)
     run_dir = tmp_path / algo
     shutil.copytree(fixture, run_dir)
-    if algo == "ppo_rlhf":  # its config names the reward-model fixture by the path it was written at
-        config = run_dir / "config.yaml"
-        text = re.sub(
-            r"\S*tests/fixtures/checkpoints/reward_model",
-            str(FIXTURES / "checkpoints" / "reward_model"),
-            config.read_text(),
-        )
-        config.write_text(text)
+    relocate(run_dir, algo, FIXTURES / "checkpoints")
     resumed = advantage.resume(run_dir, quiet=True, **resume_overrides(algo, FIXTURES / "checkpoints"))
     assert resumed.step == expected["final_step"]
     rows = comparable(resumed.metrics, expected["checkpoint_step"])

@@ -136,7 +136,13 @@ def train_logps(
         return sequence_logps(model, items, pad_id)
     dev = next(model.parameters()).device
     dtype = model.get_input_embeddings().weight.dtype
-    packed = pack_prompts([(p, (c, r)) for p, c, r in items], pad_id, dtype, row_length).to(dev)
+    # A pair longer than a row is split into (prompt, chosen) and (prompt, rejected): attention costs the
+    # square of a segment's length, more than computing the prompt twice (nn.packing.response_segments).
+    groups: list[tuple[list[int], tuple[list[int], ...]]] = []
+    for p, c, r in items:
+        pair = len(p) + len(c) + len(r) <= row_length
+        groups += [(p, (c, r))] if pair else [(p, (c,)), (p, (r,))]
+    packed = pack_prompts(groups, pad_id, dtype, row_length).to(dev)
     logp = packed_logprobs(model, packed)  # [N]: response tokens only
     seq = torch.zeros(packed.responses, dtype=logp.dtype, device=dev).index_add_(0, packed.owner, logp)
     return seq[0::2], seq[1::2]  # responses alternate chosen, rejected
