@@ -1,6 +1,7 @@
 """LM sampling throughput: advantage's KV-cache sampler vs transformers' ``model.generate``, side by side.
 
     python benchmarks/lm_sampling.py   # -> benchmarks/results/lm_sampling.{md,json}  (about a minute)
+    python benchmarks/lm_sampling.py --models h256-l8-v32k --batches 64 --new-tokens 128 --name lm_sampling_large
 
 Both sample from the same randomly initialised Qwen2 scratch model (char tokenizer, fully offline), on the
 same left-padded batch of chat-formatted prompts, at temperature 1 with top-p 1 and top-k off, with a
@@ -30,7 +31,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 MODELS = {
     "h64-l2": {"hidden_size": 64, "layers": 2, "heads": 4},
     "h256-l4": {"hidden_size": 256, "layers": 4, "heads": 8},
+    # the GRPO benchmark's large model: a 32,000-token vocabulary, so the output layer and the sampling
+    # over the vocabulary cost what they cost in a real model
+    "h256-l8-v32k": {"hidden_size": 256, "layers": 8, "heads": 8, "vocab": 32_000},
 }
+DEFAULT_MODELS = ("h64-l2", "h256-l4")
 BATCHES = (16, 64)
 NEW_TOKENS = 64
 
@@ -50,16 +55,24 @@ def warm_core(seconds: float = 0.5) -> None:
         torch.relu(w @ w)
 
 
-def bench_one(name: str, sizes: dict[str, int], batch: int, repeats: int, attn: str) -> dict[str, Any]:
+def bench_one(
+    name: str, sizes: dict[str, int], batch: int, repeats: int, attn: str, new_tokens: int = NEW_TOKENS
+) -> dict[str, Any]:
     from advantage.nn.lm import build_char_tokenizer, build_scratch_model
     from advantage.rollout import SamplingParams, encode_prompts, generate
 
-    tok = build_char_tokenizer("0123456789+=- ")
+    sizes = dict(sizes)
+    alphabet = "0123456789+=- "
+    vocab = sizes.pop("vocab", 0)
+    tok = build_char_tokenizer(alphabet)
+    if vocab > len(tok):  # pad the alphabet with code points no prompt uses, one token each
+        extra = "".join(map(chr, range(0x4E00, 0x4E00 + vocab - len(tok))))
+        tok = build_char_tokenizer(alphabet + extra)
     model = build_scratch_model("qwen2", tok, **sizes, attn_implementation=attn)
     ids, mask = encode_prompts(tok, prompts(tok, batch), max_length=None)
     never = len(tok)  # an EOS id outside the vocabulary: never sampled, so no row ends early
-    params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=NEW_TOKENS)
-    expected = (batch, NEW_TOKENS)
+    params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens)
+    expected = (batch, new_tokens)
 
     def ours(seed: int) -> None:
         g = generate(
@@ -82,7 +95,7 @@ def bench_one(name: str, sizes: dict[str, int], batch: int, repeats: int, attn: 
             temperature=1.0,
             top_p=1.0,
             top_k=0,
-            max_new_tokens=NEW_TOKENS,
+            max_new_tokens=new_tokens,
             eos_token_id=never,
             pad_token_id=tok.pad_token_id,
         )
@@ -98,12 +111,13 @@ def bench_one(name: str, sizes: dict[str, int], batch: int, repeats: int, attn: 
             t0 = time.perf_counter()
             runs[lib](rep + 1)
             seconds[lib].append(time.perf_counter() - t0)
-    tokens = batch * NEW_TOKENS
+    tokens = batch * new_tokens
     row: dict[str, Any] = {
         "model": name,
         **sizes,
+        "vocab": len(tok),
         "batch": batch,
-        "new_tokens": NEW_TOKENS,
+        "new_tokens": new_tokens,
         "prompt_len": ids.shape[1],
     }
     for lib, ts in seconds.items():
@@ -114,26 +128,27 @@ def bench_one(name: str, sizes: dict[str, int], batch: int, repeats: int, attn: 
     return row
 
 
-def report(rows: list[dict[str, Any]], out: Path, repeats: int, attn: str) -> None:
+def report(rows: list[dict[str, Any]], out: Path, repeats: int, attn: str, name: str = "lm_sampling") -> None:
     import transformers
 
     out.mkdir(parents=True, exist_ok=True)
     lines = [
         "### LM sampling throughput: advantage `generate` vs transformers `model.generate`",
         "",
-        f"Qwen2 scratch model (char tokenizer, vocab 24, {attn} attention), temperature 1, top-p 1, "
-        f"top-k off, {NEW_TOKENS} new tokens per row with no early EOS (B × {NEW_TOKENS} tokens each "
-        f"call), one torch thread, median of {repeats} alternating repeats after a warmup. "
-        f"torch {torch.__version__}, "
+        f"Qwen2 scratch models (char tokenizer, {attn} attention), temperature 1, top-p 1, "
+        "top-k off, the row's new tokens with no early EOS (B × new tokens tokens each call), one torch "
+        f"thread, median of {repeats} alternating repeats after a warmup. torch {torch.__version__}, "
         f"transformers {transformers.__version__}, {platform.processor() or platform.machine()}.",
         "",
-        "| model | batch | prompt len | advantage tok/s | transformers tok/s | ratio advantage / HF |",
-        "|---|---|---|---|---|---|",
+        "| model | vocab | batch | new tokens | prompt len | advantage tok/s | transformers tok/s | "
+        "ratio advantage / HF |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['model']} | {r['batch']} | {r['prompt_len']} | {r['advantage_tokens_per_second']:,.0f} | "
-            f"{r['transformers_tokens_per_second']:,.0f} | **{r['ratio']:.2f}** |"
+            f"| {r['model']} | {r['vocab']:,} | {r['batch']} | {r['new_tokens']} | {r['prompt_len']} | "
+            f"{r['advantage_tokens_per_second']:,.0f} | {r['transformers_tokens_per_second']:,.0f} | "
+            f"**{r['ratio']:.2f}** |"
         )
     lines += [
         "",
@@ -141,8 +156,8 @@ def report(rows: list[dict[str, Any]], out: Path, repeats: int, attn: str) -> No
         "is per-step Python overhead (logits processors, stopping criteria, the mask rebuilt every step), so "
         "it is largest for small models and shrinks as the forward pass dominates.",
     ]
-    (out / "lm_sampling.md").write_text("\n".join(lines) + "\n")
-    (out / "lm_sampling.json").write_text(
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    (out / f"{name}.json").write_text(
         json.dumps({"attn_implementation": attn, "repeats": repeats, "rows": rows}, indent=1)
     )
     print("\n".join(lines))
@@ -155,14 +170,22 @@ def main() -> None:
     p.add_argument(
         "--attn", choices=["eager", "sdpa"], help="attention (default: advantage's ATTN_IMPLEMENTATION)"
     )
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS), help=f"of {', '.join(MODELS)}")
+    p.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    p.add_argument("--new-tokens", type=int, default=NEW_TOKENS)
+    p.add_argument("--name", default="lm_sampling", help="results file name (without suffix)")
     args = p.parse_args()
     torch.set_num_threads(1)
     from advantage.nn.lm import ATTN_IMPLEMENTATION
 
     attn = args.attn or ATTN_IMPLEMENTATION
     warm_core()
-    rows = [bench_one(name, sizes, b, args.repeats, attn) for name, sizes in MODELS.items() for b in BATCHES]
-    report(rows, Path(args.out), args.repeats, attn)
+    rows = [
+        bench_one(name, MODELS[name], int(b), args.repeats, attn, args.new_tokens)
+        for name in args.models.split(",")
+        for b in args.batches.split(",")
+    ]
+    report(rows, Path(args.out), args.repeats, attn, args.name)
 
 
 if __name__ == "__main__":
