@@ -1,7 +1,8 @@
-"""LM sampling throughput: advantage's KV-cache sampler vs transformers' ``model.generate``, side by side.
+r"""LM sampling throughput: advantage's KV-cache sampler vs transformers' ``model.generate``, side by side.
 
     python benchmarks/lm_sampling.py   # -> benchmarks/results/lm_sampling.{md,json}  (about a minute)
-    python benchmarks/lm_sampling.py --models h256-l8-v32k --batches 64 --new-tokens 128 --name lm_sampling_large
+    python benchmarks/lm_sampling.py --models h256-l8-v32k --batches 64 --new-tokens 128 \
+        --name lm_sampling_large   # the GRPO benchmark's large model (32k vocabulary)
 
 Both sample from the same randomly initialised Qwen2 scratch model (char tokenizer, fully offline), on the
 same left-padded batch of chat-formatted prompts, at temperature 1 with top-p 1 and top-k off, with a
