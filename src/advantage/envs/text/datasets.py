@@ -77,13 +77,11 @@ __all__ = [
     "DatasetTask",
     "MathTask",
     "chat_messages",
-    "dataset_task",
     "detect_format",
     "extract_boxed",
     "last_boxed",
     "load_examples",
     "math_equal",
-    "math_task",
     "read_dataset",
 ]
 
@@ -446,42 +444,34 @@ class _DiskTask:
 
 def _load(
     path: Any, prompt_key: str | None, answer_key: str | None, target_key: str | None, format: str
-) -> tuple[DataFormat, list[Example]]:
+) -> list[Example]:
     if path is None:
         raise ConfigError("data.path is required for a dataset task (a .jsonl, .json or .parquet file)")
-    return read_dataset(
+    return load_examples(
         path, prompt_key=prompt_key, answer_key=answer_key, target_key=target_key, format=format
     )
 
 
-def _options(path: Any, fmt: DataFormat, prompt_key: str | None, answer_key: str | None) -> dict[str, Any]:
-    return {
-        "path": str(path),
-        "format": fmt.name,
-        "prompt_key": prompt_key or fmt.prompt_key,
-        "answer_key": answer_key or fmt.answer_key,
-    }
-
-
 class DatasetTask(_DiskTask):
-    """Exact-match answers from a file; see the module docstring."""
+    """Exact-match answers from a ``.jsonl``/``.json``/``.parquet`` file (``data.path``); see the module
+    docstring."""
 
     def __init__(
         self,
-        path: Any,
         *,
-        prompt_key: str | None,
-        answer_key: str | None,
-        target_key: str | None,
-        answer_format: str,
-        format_reward: float,
+        path: str | None = None,
         format: str = "auto",
+        prompt_key: str | None = None,
+        answer_key: str | None = None,
+        target_key: str | None = None,
+        answer_format: str = "plain",
+        format_reward: float = 0.0,
     ):
         problems: list[str] = []
         check_common(problems, answer_format, format_reward)
         if problems:
             raise ConfigError(problems)
-        fmt, rows = _load(path, prompt_key, answer_key, target_key, format)
+        rows = _load(path, prompt_key, answer_key, target_key, format)
         if target_key is None:  # the SFT target follows the answer format
             rows = [
                 replace(ex, answer=ex.answer.strip(), target=render_target(ex.answer.strip(), answer_format))
@@ -491,12 +481,6 @@ class DatasetTask(_DiskTask):
         self.answer_format, self.format_reward = answer_format, float(format_reward)
         self.special_tokens = tag_tokens(answer_format)
         self.alphabet = alphabet_of([*(ex.prompt + ex.target for ex in rows), *self.special_tokens])
-        self.options = {
-            **_options(path, fmt, prompt_key, answer_key),
-            "target_key": target_key,
-            "answer_format": answer_format,
-            "format_reward": format_reward,
-        }
 
     def verify(self, completion: str, example: Example) -> Reward:
         """Exact match after stripping; no answer grammar (see :func:`.core.verify_exact`)."""
@@ -566,18 +550,19 @@ def math_equal(gold: str, pred: str, timeout_seconds: int = 5) -> tuple[bool, st
 
 
 class MathTask(_DiskTask):
-    r"""Free-form math answers in ``\boxed{}``, checked with math_verify; see the module docstring."""
+    r"""Math problems from a file (``data.path``), free-form answers in ``\boxed{}`` checked with
+    math_verify; see the module docstring."""
 
     def __init__(
         self,
-        path: Any,
         *,
-        prompt_key: str | None,
-        answer_key: str | None,
-        target_key: str | None,
-        format_reward: float,
-        timeout_seconds: int,
+        path: str | None = None,
         format: str = "auto",
+        prompt_key: str | None = None,
+        answer_key: str | None = None,
+        target_key: str | None = None,
+        format_reward: float = 0.0,
+        timeout_seconds: int = 5,
     ):
         problems: list[str] = []
         bad = check_format_reward(format_reward)
@@ -591,7 +576,7 @@ class MathTask(_DiskTask):
             import math_verify  # noqa: F401  (fail at construction, not at the first reward)
         except ImportError as e:
             raise ImportError("the math task needs math-verify: pip install 'advantage[llm]'") from e
-        fmt, rows = _load(path, prompt_key, answer_key, target_key, format)
+        rows = _load(path, prompt_key, answer_key, target_key, format)
         if target_key is None:  # a worked solution (GSM8K, MATH) stays the target, else \boxed{answer}
             rows = [
                 ex if ex.target != ex.answer else replace(ex, target=f"{BOXED}{{{ex.answer}}}") for ex in rows
@@ -600,12 +585,6 @@ class MathTask(_DiskTask):
         self.format_reward, self.timeout_seconds = float(format_reward), timeout_seconds
         self.special_tokens: tuple[str, ...] = ()
         self.alphabet = alphabet_of([*(ex.prompt + ex.target for ex in rows), BOXED + "{}"])
-        self.options = {
-            **_options(path, fmt, prompt_key, answer_key),
-            "target_key": target_key,
-            "format_reward": format_reward,
-            "timeout_seconds": timeout_seconds,
-        }
 
     def verify(self, completion: str, example: Example) -> Reward:
         r"""Exactly one ``\boxed{}``, its content equal to the gold answer by math_verify."""
@@ -623,47 +602,3 @@ class MathTask(_DiskTask):
             return make_reward(True, True, got, "correct", w)
         ok, reason = math_equal(gold, got, self.timeout_seconds)
         return make_reward(ok, True, got, reason, w)
-
-
-def dataset_task(
-    *,
-    path: str | None = None,
-    format: str = "auto",
-    prompt_key: str | None = None,
-    answer_key: str | None = None,
-    target_key: str | None = None,
-    answer_format: str = "plain",
-    format_reward: float = 0.0,
-) -> DatasetTask:
-    """Exact-match task over a ``.jsonl``/``.json``/``.parquet`` file (``data.path``)."""
-    return DatasetTask(
-        path,
-        format=format,
-        prompt_key=prompt_key,
-        answer_key=answer_key,
-        target_key=target_key,
-        answer_format=answer_format,
-        format_reward=format_reward,
-    )
-
-
-def math_task(
-    *,
-    path: str | None = None,
-    format: str = "auto",
-    prompt_key: str | None = None,
-    answer_key: str | None = None,
-    target_key: str | None = None,
-    format_reward: float = 0.0,
-    timeout_seconds: int = 5,
-) -> MathTask:
-    r"""Math problems from a file, answers in ``\boxed{}`` checked by math_verify."""
-    return MathTask(
-        path,
-        format=format,
-        prompt_key=prompt_key,
-        answer_key=answer_key,
-        target_key=target_key,
-        format_reward=format_reward,
-        timeout_seconds=timeout_seconds,
-    )

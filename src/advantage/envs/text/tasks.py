@@ -31,6 +31,7 @@ import itertools
 import random
 import re
 import string
+from collections.abc import Callable
 
 from advantage.envs.text.core import (
     Example,
@@ -63,7 +64,42 @@ def _leading_zeros(got: str) -> str | None:
     return None
 
 
-class ArithmeticTask:
+class _ExactTask:
+    """What the generated tasks share (composition helper, not a public base class): the format options,
+    exact-match :meth:`verify` and per-symbol :meth:`step_rewards`."""
+
+    name: str
+    _well_formed: re.Pattern[str]
+    _check: Callable[[str], str | None] | None = None  # rejects a well-formed but non-canonical answer
+
+    def _configure(self, problems: list[str], answer_format: str, format_reward: float) -> None:
+        """Raise ``problems`` and those of the format options, else set the format options and tags."""
+        check_common(problems, answer_format, format_reward)
+        if problems:
+            raise ConfigError(problems)
+        self.answer_format, self.format_reward = answer_format, float(format_reward)
+        self.special_tokens = tag_tokens(answer_format)
+
+    def verify(self, completion: str, example: Example) -> Reward:
+        """Exact match under the module rules (integers: leading zeros rejected)."""
+        return verify_exact(
+            completion,
+            example.answer,
+            answer_format=self.answer_format,
+            well_formed=self._well_formed,
+            format_reward=self.format_reward,
+            check=self._check,
+        )
+
+    def step_rewards(self, completion: str, example: Example) -> list[tuple[int, float]]:
+        """Process-supervision steps ``[(end offset, reward)]``: one per answer symbol (digit), 1 while the
+        symbols so far begin the answer, the last one scored as :meth:`verify`
+        (:func:`~advantage.envs.text.core.prefix_steps`)."""
+        outcome = self.verify(completion, example).score
+        return prefix_steps(completion, example.answer, outcome, self.answer_format)
+
+
+class ArithmeticTask(_ExactTask):
     """``a op b =`` for op ``+`` (addition) or ``*`` (multiplication); the answer is the exact integer."""
 
     def __init__(
@@ -80,20 +116,11 @@ class ArithmeticTask:
         check_int(problems, "digits", digits, 1, 18)
         if not isinstance(mixed_lengths, bool):
             problems.append(f"data.mixed_lengths must be true or false, got {mixed_lengths!r}")
-        check_common(problems, answer_format, format_reward)
-        if problems:
-            raise ConfigError(problems)
-        self.name, self.op, self.digits = name, op, digits
-        self.answer_format, self.format_reward = answer_format, float(format_reward)
-        self.special_tokens = tag_tokens(answer_format)
+        self._configure(problems, answer_format, format_reward)
         self.alphabet = alphabet_of([string.digits, op, "=", *self.special_tokens])
+        self.name, self.op, self.digits = name, op, digits
         self.mixed_lengths = mixed_lengths
-        self.options = {
-            "digits": digits,
-            "answer_format": answer_format,
-            "format_reward": format_reward,
-            "mixed_lengths": mixed_lengths,
-        }
+        self._well_formed, self._check = _INTEGER, _leading_zeros
 
     def _operand(self, rng: random.Random) -> int:
         if not self.mixed_lengths:
@@ -134,45 +161,17 @@ class ArithmeticTask:
             out.append(Example(self._prompt((a, b)), answer, target, {"a": a, "b": b, "op": self.op}))
         return out
 
-    def verify(self, completion: str, example: Example) -> Reward:
-        """Exact integer match under the module rules; leading zeros rejected."""
-        return verify_exact(
-            completion,
-            example.answer,
-            answer_format=self.answer_format,
-            well_formed=_INTEGER,
-            format_reward=self.format_reward,
-            check=_leading_zeros,
-        )
 
-    def step_rewards(self, completion: str, example: Example) -> list[tuple[int, float]]:
-        """Process-supervision steps ``[(end offset, reward)]``: one per answer digit, 1 while the digits so
-        far begin the answer, the last one scored as :meth:`verify` (:func:`~advantage.envs.text.core.
-        prefix_steps`)."""
-        outcome = self.verify(completion, example).score
-        return prefix_steps(completion, example.answer, outcome, self.answer_format)
-
-
-class SequenceTask:
+class SequenceTask(_ExactTask):
     """``reverse s=`` → s reversed, or ``sort s=`` → the symbols of s in ascending order."""
 
     def __init__(self, name: str, *, length: int, symbols: str, answer_format: str, format_reward: float):
         problems: list[str] = []
         check_int(problems, "length", length, 1, 64)
         check_choice(problems, "symbols", symbols, tuple(_SYMBOLS))
-        check_common(problems, answer_format, format_reward)
-        if problems:
-            raise ConfigError(problems)
+        self._configure(problems, answer_format, format_reward)
         self.name, self.length, self.symbols = name, length, _SYMBOLS[symbols]
-        self.answer_format, self.format_reward = answer_format, float(format_reward)
-        self.special_tokens = tag_tokens(answer_format)
         self.alphabet = alphabet_of([self.symbols, f"{name} =", *self.special_tokens])
-        self.options = {
-            "length": length,
-            "symbols": symbols,
-            "answer_format": answer_format,
-            "format_reward": format_reward,
-        }
         self._well_formed = re.compile(f"[{re.escape(self.symbols)}]+")
 
     def _solve(self, s: str) -> str:
@@ -213,23 +212,6 @@ class SequenceTask:
                 Example(self._prompt(s), answer, render_target(answer, self.answer_format), {"input": s})
             )
         return out
-
-    def verify(self, completion: str, example: Example) -> Reward:
-        """Exact string match under the module rules."""
-        return verify_exact(
-            completion,
-            example.answer,
-            answer_format=self.answer_format,
-            well_formed=self._well_formed,
-            format_reward=self.format_reward,
-        )
-
-    def step_rewards(self, completion: str, example: Example) -> list[tuple[int, float]]:
-        """Process-supervision steps ``[(end offset, reward)]``: one per symbol, 1 while the symbols so far
-        begin the answer, the last one scored as :meth:`verify` (:func:`~advantage.envs.text.core.
-        prefix_steps`)."""
-        outcome = self.verify(completion, example).score
-        return prefix_steps(completion, example.answer, outcome, self.answer_format)
 
 
 def addition(
