@@ -107,9 +107,25 @@ def _loads(text: str, where: str, line: bool = False) -> Any:
         raise ConfigError(f"{where}: malformed JSON ({str(e)[:120]})") from None
 
 
-def _read_rows(path: Path) -> list[Any]:
-    """The raw rows of a dataset file (not yet checked to be objects). A JSONL line over
-    :data:`MAX_ROW_BYTES` is refused before it is read whole."""
+def _read_rows(file: str | PathLike[str], what: str) -> tuple[Path, list[Any]]:
+    """The path and raw rows (not yet checked to be objects) of a dataset file with a known suffix, that
+    exists and has rows; ``what`` names the file in errors (``dataset``, ``preference dataset``)."""
+    path = Path(file)
+    if path.suffix not in SUFFIXES:
+        raise ConfigError(
+            f"{what} {str(path)!r} has unsupported suffix {path.suffix!r}; allowed: {', '.join(SUFFIXES)}"
+        )
+    if not path.is_file():
+        raise ConfigError(f"{what} file {str(path)!r} not found")
+    rows = _parse_rows(path)
+    if not rows:
+        raise ConfigError(f"{what} {str(path)!r} is empty (no rows)")
+    return path, rows
+
+
+def _parse_rows(path: Path) -> list[Any]:
+    """The raw rows of a dataset file. A JSONL line over :data:`MAX_ROW_BYTES` is refused before it is
+    read whole."""
     if path.suffix == ".jsonl":
         rows = []
         with path.open("rb") as f:
@@ -353,16 +369,7 @@ def read_dataset(
     order. ``answer`` is the gold answer (by the format's rule); ``target`` the ``target_key`` column, else
     the format's worked solution (GSM8K, MATH), else the gold answer. Top-level columns not read go to
     ``meta``; ``origin`` is ``"<file> row <i>"``."""
-    p = Path(path)
-    if p.suffix not in SUFFIXES:
-        raise ConfigError(
-            f"dataset {str(p)!r} has unsupported suffix {p.suffix!r}; allowed: {', '.join(SUFFIXES)}"
-        )
-    if not p.is_file():
-        raise ConfigError(f"dataset file {str(p)!r} not found")
-    rows = _read_rows(p)
-    if not rows:
-        raise ConfigError(f"dataset {str(p)!r} is empty (no rows)")
+    p, rows = _read_rows(path, "dataset")
     if not isinstance(rows[0], Mapping):
         raise ConfigError(f"{p}: row 0 must be an object, got {type(rows[0]).__name__}")
     fmt, prompt_key, answer_key = _resolve_format(p, rows[0], format, prompt_key, answer_key)

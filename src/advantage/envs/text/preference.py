@@ -62,7 +62,6 @@ from advantage.envs.text.core import (
     sample_problems,
 )
 from advantage.envs.text.datasets import (
-    SUFFIXES,
     _DiskTask,
     _lookup,
     _prompt,
@@ -128,17 +127,7 @@ def load_preferences(
     """Read a ``.jsonl``/``.json``/``.parquet`` preference file into :class:`PreferenceExample` s, in file
     order. A row with the ``responses_key`` column is a K-wise ranking (best first), any other row needs
     ``chosen_key`` and ``rejected_key``; the remaining columns go to ``meta``."""
-    p = Path(path)
-    if p.suffix not in SUFFIXES:
-        raise ConfigError(
-            f"preference dataset {str(p)!r} has unsupported suffix {p.suffix!r}; "
-            f"allowed: {', '.join(SUFFIXES)}"
-        )
-    if not p.is_file():
-        raise ConfigError(f"preference dataset file {str(p)!r} not found")
-    rows = _read_rows(p)
-    if not rows:
-        raise ConfigError(f"preference dataset {str(p)!r} is empty (no rows)")
+    p, rows = _read_rows(path, "preference dataset")
     out = []
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping):
