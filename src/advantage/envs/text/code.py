@@ -58,7 +58,6 @@ from advantage.envs.text.core import (
     make_reward,
     render_target,
     sample_problems,
-    split_of,
     tag_tokens,
 )
 from advantage.errors import ConfigError
@@ -262,10 +261,6 @@ class CodeTask:
     @staticmethod
     def _key(problem: tuple[int, tuple[Any, ...]]) -> str:
         return f"code:{_FAMILIES[problem[0]][0]}:{problem[1]!r}"
-
-    def split_of(self, family: str, constants: tuple[Any, ...]) -> str:
-        """The split of the problem of ``family`` with ``constants``."""
-        return split_of(f"code:{family}:{tuple(constants)!r}")
 
     def _example(self, problem: tuple[int, tuple[Any, ...]]) -> Example:
         family, kind, _, what, body = _FAMILIES[problem[0]]

@@ -2,15 +2,9 @@ r"""Generated text tasks with exact verifiers: ``addition``, ``multiplication``,
 (``countdown`` lives in :mod:`advantage.envs.text.countdown`).
 
 Each is small enough for a character-level model trained from scratch, and its answer is checked by a
-program (RLVR), following the rules of :mod:`advantage.envs.text.core`:
-
-- The completion is stripped; empty → wrong.
-- ``answer_format="plain"``: the whole completion must be the answer; extra text → wrong, ``format_ok``
-  False, reason ``"extra text: …"``. ``"tagged"``: exactly one ``<answer>…</answer>``, reasoning outside
-  allowed, content must equal the answer (``"no <answer> tag"``, ``"N answer tags"`` otherwise).
-- Integers (addition, multiplication) must be canonical: ``"0168"`` is rejected ("leading zeros") with
-  ``format_ok`` True — a bare number, just not the canonical one.
-- ``format_reward = w``: ``score = (1 - w)·correct + w·format_ok``.
+program (RLVR) under the rules of :mod:`advantage.envs.text.core` (stripping, the ``plain`` and ``tagged``
+answer formats, ``format_reward``). Integers (addition, multiplication) must also be canonical: ``"0168"``
+is rejected ("leading zeros") with ``format_ok`` True — a bare number, just not the canonical one.
 
 Problems, prompts and targets:
 
@@ -43,7 +37,6 @@ from advantage.envs.text.core import (
     prefix_steps,
     render_target,
     sample_problems,
-    split_of,
     tag_tokens,
     verify_exact,
 )
@@ -135,10 +128,6 @@ class ArithmeticTask(_ExactTask):
 
     def _prompt(self, p: tuple[int, int]) -> str:
         return f"{p[0]}{self.op}{p[1]}="
-
-    def split_of(self, a: int, b: int) -> str:
-        """The split the problem ``a op b`` belongs to."""
-        return split_of(self._key((a, b)))
 
     def examples(self, split: str, n: int, seed: int) -> list[Example]:
         """``n`` distinct problems of ``split``, deterministic given (split, n, seed)."""
