@@ -29,17 +29,6 @@ if TYPE_CHECKING:
 
     from advantage.nn.lean import LeanDecoder
 
-__all__ = [
-    "Generation",
-    "SamplingParams",
-    "concat_generations",
-    "encode_prompts",
-    "generate",
-    "max_prompt_length",
-    "sample_tokens",
-]
-
-
 @dataclass
 class SamplingParams:
     """How to pick each token. ``temperature`` 0 is greedy (argmax); ``top_k`` 0 and ``top_p`` 1 disable

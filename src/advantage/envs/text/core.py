@@ -143,11 +143,10 @@ def check_n(n: Any) -> None:
         raise ConfigError(f"n must be a non-negative int, got {n!r}")
 
 
-def check_format_reward(value: Any) -> str | None:
-    """The problem with a ``data.format_reward`` value, or None when it is a number in [0, 1]."""
+def check_format_reward(problems: list[str], value: Any) -> None:
+    """Append a problem unless ``value`` (``data.format_reward``) is a number in [0, 1]."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
-        return f"data.format_reward must be a number in [0, 1], got {value!r}"
-    return None
+        problems.append(f"data.format_reward must be a number in [0, 1], got {value!r}")
 
 
 def split_of(key: str) -> str:
@@ -307,9 +306,7 @@ def check_choice(problems: list[str], name: str, value: Any, choices: tuple[str,
 def check_common(problems: list[str], answer_format: Any, format_reward: Any) -> None:
     """The options every task takes: ``answer_format`` and ``format_reward``."""
     check_choice(problems, "answer_format", answer_format, ANSWER_FORMATS)
-    bad = check_format_reward(format_reward)
-    if bad:
-        problems.append(bad)
+    check_format_reward(problems, format_reward)
 
 
 def render_target(answer: str, answer_format: str) -> str:

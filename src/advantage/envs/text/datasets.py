@@ -572,9 +572,7 @@ class MathTask(_DiskTask):
         timeout_seconds: int = 5,
     ):
         problems: list[str] = []
-        bad = check_format_reward(format_reward)
-        if bad:
-            problems.append(bad)
+        check_format_reward(problems, format_reward)
         if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int) or timeout_seconds < 1:
             problems.append(f"data.timeout_seconds must be an int >= 1, got {timeout_seconds!r}")
         if problems:
