@@ -381,9 +381,7 @@ def sequence_logprobs(
     from advantage.nn.chunked import head_logprobs, use_chunks
     from advantage.nn.lean import lean_decoder, padded_causal_mask
 
-    # Past one [B·T, V] buffer of chunk_elements numbers the vocabulary projection and log-softmax run a
-    # chunk of tokens at a time (advantage.nn.chunked): memory O(chunk × V) instead of O(B × T × V).
-    head = model.get_output_embeddings()
+    head = model.get_output_embeddings()  # in chunks past chunk_elements numbers (see the docstring)
     chunked = use_chunks(head, targets.numel(), chunk_elements)
     lean = lean_decoder(model)
     if lean is not None:  # the same function with less framework work per call (advantage.nn.lean)

@@ -279,9 +279,7 @@ def _math_gold(text: str) -> tuple[str | None, str | None, str]:
     """MATH's ``solution``: gold is the content of its last ``\boxed{…}`` and the solution is the target;
     a solution without a box is the gold answer itself."""
     gold = last_boxed(text)
-    if gold is None:
-        return text, None, "ok"
-    return gold, text, "ok"
+    return (text, None, "ok") if gold is None else (gold, text, "ok")
 
 
 @dataclass(frozen=True)
@@ -292,34 +290,17 @@ class DataFormat:
     name: str
     prompt_key: str
     answer_key: str
-    summary: str
     gold: Callable[[str], tuple[str | None, str | None, str]] | None = None
 
 
-FORMATS: dict[str, DataFormat] = {
+FORMATS: dict[str, DataFormat] = {  # the layouts of the module docstring
     f.name: f
     for f in (
-        DataFormat("plain", "prompt", "answer", "prompt, answer: the answer column is the gold answer"),
-        DataFormat(
-            "verl",
-            "prompt",
-            "reward_model.ground_truth",
-            "verl's parquet: prompt = chat messages, gold in reward_model.ground_truth; data_source and "
-            "extra_info kept",
-        ),
-        DataFormat(
-            "gsm8k", "question", "answer", "GSM8K: question, answer ending '#### N' (gold: N)", _gsm8k_gold
-        ),
-        DataFormat(
-            "math",
-            "problem",
-            "solution",
-            "MATH: problem, solution with \\boxed{} (gold: its content)",
-            _math_gold,
-        ),
-        DataFormat(
-            "prompt_completion", "prompt", "completion", "TRL prompt-completion: the completion is the answer"
-        ),
+        DataFormat("plain", "prompt", "answer"),
+        DataFormat("verl", "prompt", "reward_model.ground_truth"),
+        DataFormat("gsm8k", "question", "answer", _gsm8k_gold),
+        DataFormat("math", "problem", "solution", _math_gold),
+        DataFormat("prompt_completion", "prompt", "completion"),
     )
 }
 FORMAT_NAMES = ("auto", *FORMATS)
