@@ -285,10 +285,7 @@ def sample_problems(
 
 def alphabet_of(texts: Iterable[str]) -> str:
     """The sorted set of characters in ``texts``."""
-    chars: set[str] = set()
-    for t in texts:
-        chars.update(t)
-    return "".join(sorted(chars))
+    return "".join(sorted(set[str]().union(*texts)))
 
 
 def check_int(problems: list[str], name: str, value: Any, lo: int, hi: int) -> None:
