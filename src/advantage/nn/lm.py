@@ -137,7 +137,7 @@ def build_scratch_model(
     ``torch.random.fork_rng``). ``kv_heads`` defaults to ``heads`` (no grouped-query attention) and
     ``intermediate_size`` to ``4 * hidden_size``.
     """
-    from transformers import LlamaConfig, Qwen2Config
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
     configs = {"qwen2": Qwen2Config, "llama": LlamaConfig}
     if arch not in configs:
@@ -172,8 +172,6 @@ def build_scratch_model(
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
-    from transformers import AutoModelForCausalLM
-
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(
