@@ -53,6 +53,7 @@ __all__ = [
     "check_n",
     "check_split",
     "extract_tagged",
+    "format_options",
     "keyword_options",
     "make_reward",
     "prefix_steps",
@@ -304,6 +305,17 @@ def check_common(problems: list[str], answer_format: Any, format_reward: Any) ->
     """The options every task takes: ``answer_format`` and ``format_reward``."""
     check_choice(problems, "answer_format", answer_format, ANSWER_FORMATS)
     check_format_reward(problems, format_reward)
+
+
+def format_options(
+    problems: list[str], answer_format: Any, format_reward: Any
+) -> tuple[float, tuple[str, ...]]:
+    """``(format_reward, special tokens)`` of a task's format options, after raising ``problems`` and those
+    of ``answer_format`` and ``format_reward`` (:func:`check_common`) as one ConfigError, if any."""
+    check_common(problems, answer_format, format_reward)
+    if problems:
+        raise ConfigError(problems)
+    return float(format_reward), tag_tokens(answer_format)
 
 
 def render_target(answer: str, answer_format: str) -> str:

@@ -40,15 +40,13 @@ from advantage.envs.text.core import (
     Example,
     Reward,
     alphabet_of,
-    check_common,
     check_int,
     extract_tagged,
+    format_options,
     make_reward,
     render_target,
     sample_problems,
-    tag_tokens,
 )
-from advantage.errors import ConfigError
 
 __all__ = ["CountdownTask", "evaluate_expression"]
 
@@ -176,12 +174,8 @@ class CountdownTask:
         problems: list[str] = []
         check_int(problems, "numbers", numbers, 2, 6)
         check_int(problems, "max_number", max_number, 1, 10_000)
-        check_common(problems, answer_format, format_reward)
-        if problems:
-            raise ConfigError(problems)
-        self.numbers, self.max_number = numbers, max_number
-        self.answer_format, self.format_reward = answer_format, float(format_reward)
-        self.special_tokens = tag_tokens(answer_format)
+        self.format_reward, self.special_tokens = format_options(problems, answer_format, format_reward)
+        self.numbers, self.max_number, self.answer_format = numbers, max_number, answer_format
         self.alphabet = alphabet_of(["0123456789+-*/()", "use to make :", *self.special_tokens])
 
     @staticmethod

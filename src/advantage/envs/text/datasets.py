@@ -59,14 +59,13 @@ from advantage.envs.text.core import (
     Example,
     Reward,
     alphabet_of,
-    check_common,
     check_format_reward,
     check_n,
     check_split,
+    format_options,
     make_reward,
     render_target,
     split_of,
-    tag_tokens,
     verify_exact,
 )
 from advantage.errors import ConfigError
@@ -455,10 +454,7 @@ class DatasetTask(_DiskTask):
         answer_format: str = "plain",
         format_reward: float = 0.0,
     ):
-        problems: list[str] = []
-        check_common(problems, answer_format, format_reward)
-        if problems:
-            raise ConfigError(problems)
+        self.format_reward, self.special_tokens = format_options([], answer_format, format_reward)
         rows = _load(path, prompt_key, answer_key, target_key, format)
         if target_key is None:  # the SFT target follows the answer format
             rows = [
@@ -466,8 +462,7 @@ class DatasetTask(_DiskTask):
                 for ex in rows
             ]
         super().__init__("dataset", path, rows)
-        self.answer_format, self.format_reward = answer_format, float(format_reward)
-        self.special_tokens = tag_tokens(answer_format)
+        self.answer_format = answer_format
         self.alphabet = alphabet_of([*(ex.prompt + ex.target for ex in rows), *self.special_tokens])
 
     def verify(self, completion: str, example: Example) -> Reward:

@@ -32,15 +32,13 @@ from advantage.envs.text.core import (
     Reward,
     alphabet_of,
     check_choice,
-    check_common,
     check_int,
+    format_options,
     prefix_steps,
     render_target,
     sample_problems,
-    tag_tokens,
     verify_exact,
 )
-from advantage.errors import ConfigError
 
 __all__ = ["ArithmeticTask", "SequenceTask", "addition", "multiplication", "reverse", "sort"]
 
@@ -62,16 +60,10 @@ class _ExactTask:
     exact-match :meth:`verify` and per-symbol :meth:`step_rewards`."""
 
     name: str
+    answer_format: str
+    format_reward: float
     _well_formed: re.Pattern[str]
     _check: Callable[[str], str | None] | None = None  # rejects a well-formed but non-canonical answer
-
-    def _configure(self, problems: list[str], answer_format: str, format_reward: float) -> None:
-        """Raise ``problems`` and those of the format options, else set the format options and tags."""
-        check_common(problems, answer_format, format_reward)
-        if problems:
-            raise ConfigError(problems)
-        self.answer_format, self.format_reward = answer_format, float(format_reward)
-        self.special_tokens = tag_tokens(answer_format)
 
     def verify(self, completion: str, example: Example) -> Reward:
         """Exact match under the module rules (integers: leading zeros rejected)."""
@@ -109,10 +101,10 @@ class ArithmeticTask(_ExactTask):
         check_int(problems, "digits", digits, 1, 18)
         if not isinstance(mixed_lengths, bool):
             problems.append(f"data.mixed_lengths must be true or false, got {mixed_lengths!r}")
-        self._configure(problems, answer_format, format_reward)
+        self.format_reward, self.special_tokens = format_options(problems, answer_format, format_reward)
         self.alphabet = alphabet_of([string.digits, op, "=", *self.special_tokens])
         self.name, self.op, self.digits = name, op, digits
-        self.mixed_lengths = mixed_lengths
+        self.answer_format, self.mixed_lengths = answer_format, mixed_lengths
         self._well_formed, self._check = _INTEGER, _leading_zeros
 
     def _operand(self, rng: random.Random) -> int:
@@ -158,8 +150,9 @@ class SequenceTask(_ExactTask):
         problems: list[str] = []
         check_int(problems, "length", length, 1, 64)
         check_choice(problems, "symbols", symbols, tuple(_SYMBOLS))
-        self._configure(problems, answer_format, format_reward)
+        self.format_reward, self.special_tokens = format_options(problems, answer_format, format_reward)
         self.name, self.length, self.symbols = name, length, _SYMBOLS[symbols]
+        self.answer_format = answer_format
         self.alphabet = alphabet_of([self.symbols, f"{name} =", *self.special_tokens])
         self._well_formed = re.compile(f"[{re.escape(self.symbols)}]+")
 
