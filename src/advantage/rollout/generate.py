@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from advantage.nn.lean import LeanDecoder
 
+
 @dataclass
 class SamplingParams:
     """How to pick each token. ``temperature`` 0 is greedy (argmax); ``top_k`` 0 and ``top_p`` 1 disable

@@ -87,8 +87,6 @@ __all__ = [
 SUFFIXES = (".jsonl", ".json", ".parquet")
 _SPLIT_ALIASES = {"val": "validation", "valid": "validation", "dev": "validation"}
 BOXED = "\\boxed"
-
-
 MAX_ROW_BYTES = 1 << 20  # one JSONL line, or one text field of any row: checked before anything tokenizes it
 
 

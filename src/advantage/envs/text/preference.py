@@ -179,9 +179,8 @@ def _pair(
     implicit-prompt form: chosen and rejected are whole conversations sharing every message but the last
     (the prompt), whose last message is the response."""
     chosen, rejected = _lookup(p, i, row, chosen_key), _lookup(p, i, row, rejected_key)
-    if prompt_key not in row and chat_messages(chosen) is not None and chat_messages(rejected) is not None:
-        c, r = chat_messages(chosen), chat_messages(rejected)
-        assert c is not None and r is not None
+    c, r = chat_messages(chosen), chat_messages(rejected)
+    if prompt_key not in row and c is not None and r is not None:
         if len(c) < 2 or c[:-1] != r[:-1] or c[-1]["role"] != "assistant" or r[-1]["role"] != "assistant":
             raise ConfigError(
                 f"{p}: row {i} has no column {prompt_key!r}, and {chosen_key!r} and {rejected_key!r} are "

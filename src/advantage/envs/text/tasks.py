@@ -169,16 +169,12 @@ class SequenceTask(_ExactTask):
     def examples(self, split: str, n: int, seed: int) -> list[Example]:
         """``n`` distinct problems of ``split``, deterministic given (split, n, seed)."""
         small = len(self.symbols) ** self.length <= _ENUMERATE_LIMIT
-
-        def draw(rng: random.Random) -> str:
-            return "".join(rng.choice(self.symbols) for _ in range(self.length))
-
         strings = sample_problems(
             task=self.name,
             split=split,
             n=n,
             seed=seed,
-            draw=draw,
+            draw=lambda rng: "".join(rng.choice(self.symbols) for _ in range(self.length)),
             key=self._key,
             prompt=self._prompt,
             enumerate_all=(
