@@ -50,9 +50,7 @@ _SYMBOLS = {"letters": string.ascii_lowercase, "digits": string.digits}
 
 def _leading_zeros(got: str) -> str | None:
     """Why a bare integer is not canonical, or None."""
-    if len(got) > 1 and got.startswith("0"):
-        return f"non-canonical integer {got!r} (leading zeros)"
-    return None
+    return f"non-canonical integer {got!r} (leading zeros)" if len(got) > 1 and got.startswith("0") else None
 
 
 class _ExactTask:
