@@ -110,14 +110,9 @@ class _ChunkedLogProbs(torch.autograd.Function):
                 grad_w.addmm_(grad.t(), h.to(acc))  # accumulate in place: no [V, H] temporary
             if grad_b is not None:
                 grad_b.add_(grad.sum(0))
-        return (
-            grad_h,
-            grad_w.to(weight.dtype) if grad_w is not None else None,
-            grad_b.to(bias.dtype) if grad_b is not None and bias is not None else None,
-            None,
-            None,
-            None,
-        )
+        grad_w = grad_w.to(weight.dtype) if grad_w is not None else None
+        grad_b = grad_b.to(bias.dtype) if grad_b is not None and bias is not None else None
+        return grad_h, grad_w, grad_b, None, None, None  # no gradients for targets, temperature, rows
 
 
 def chunked_logprobs(

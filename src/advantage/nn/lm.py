@@ -137,7 +137,7 @@ def build_scratch_model(
     ``torch.random.fork_rng``). ``kv_heads`` defaults to ``heads`` (no grouped-query attention) and
     ``intermediate_size`` to ``4 * hidden_size``.
     """
-    from transformers import LlamaConfig, Qwen2Config
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
     configs = {"qwen2": Qwen2Config, "llama": LlamaConfig}
     if arch not in configs:
@@ -172,8 +172,6 @@ def build_scratch_model(
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
-    from transformers import AutoModelForCausalLM
-
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(
@@ -381,9 +379,7 @@ def sequence_logprobs(
     from advantage.nn.chunked import head_logprobs, use_chunks
     from advantage.nn.lean import lean_decoder, padded_causal_mask
 
-    # Past one [B·T, V] buffer of chunk_elements numbers the vocabulary projection and log-softmax run a
-    # chunk of tokens at a time (advantage.nn.chunked): memory O(chunk × V) instead of O(B × T × V).
-    head = model.get_output_embeddings()
+    head = model.get_output_embeddings()  # in chunks past chunk_elements numbers (see the docstring)
     chunked = use_chunks(head, targets.numel(), chunk_elements)
     lean = lean_decoder(model)
     if lean is not None:  # the same function with less framework work per call (advantage.nn.lean)

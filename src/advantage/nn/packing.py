@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 import torch
@@ -61,11 +61,8 @@ class PackedPrompts:
     def to(self, device: torch.device) -> PackedPrompts:
         if self.input_ids.device == torch.device(device):  # seven no-op copies and a new object spared
             return self
-        return PackedPrompts(
-            *(getattr(self, f).to(device) for f in ("input_ids", "position_ids", "attention_mask")),
-            *(getattr(self, f).to(device) for f in ("predictors", "targets", "owner", "last")),
-            self.responses,  # type: ignore[call-arg]  # mypy cannot count the starred generators (7 tensors)
-        )
+        moved = {f.name: getattr(self, f.name).to(device) for f in fields(self) if f.name != "responses"}
+        return PackedPrompts(**moved, responses=self.responses)
 
 
 def pack_prompts(

@@ -29,16 +29,6 @@ if TYPE_CHECKING:
 
     from advantage.nn.lean import LeanDecoder
 
-__all__ = [
-    "Generation",
-    "SamplingParams",
-    "concat_generations",
-    "encode_prompts",
-    "generate",
-    "max_prompt_length",
-    "sample_tokens",
-]
-
 
 @dataclass
 class SamplingParams:
@@ -337,13 +327,11 @@ def _decode_mask(model: PreTrainedModel, mask: Tensor) -> Tensor:
     rebuild from the 2-D mask at every step (about a tenth of a small model's step). Other attention
     backends (flash-attention takes the 2-D mask) get the 2-D mask.
     """
+    from advantage.nn.lean import additive_mask
+
     if getattr(model.config, "_attn_implementation", None) not in ("eager", "sdpa"):
         return mask
-    dtype = model.dtype
-    hidden = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
-        mask == 0, torch.finfo(dtype).min
-    )
-    return hidden[:, None, None, :]
+    return additive_mask(mask.bool(), model.dtype)[:, None, None, :]
 
 
 def generate(

@@ -58,13 +58,12 @@ from advantage.envs.text.core import (
     make_reward,
     render_target,
     sample_problems,
-    split_of,
     tag_tokens,
 )
 from advantage.errors import ConfigError
 from advantage.sandbox import Raised, SandboxLimits, SandboxResult, kernel_isolation_problem, run_sandboxed
 
-__all__ = ["CodeTask", "code", "extract_code"]
+__all__ = ["CodeTask", "extract_code"]
 
 MAX_CODE_CHARS = 10_000
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)\n?[ \t]*```", re.DOTALL)
@@ -213,19 +212,24 @@ def _same(got: Any, expected: Any) -> bool:
 
 
 class CodeTask:
-    """Write ``def f(x):`` for a generated problem; verified by running hidden tests in the sandbox."""
+    """Write ``def f(x):`` for a generated problem; verified by running hidden tests in the sandbox:
+    ``"Write a Python function f(x) that … returns 3 * x + 4."`` → ``"def f(x):\\n    return 3 * x + 4"``.
+
+    ``tests`` hidden tests per problem, ``timeout`` wall seconds per completion (CPU limit the same,
+    rounded up), ``memory_mb`` its address-space limit. ``sandbox``: ``kernel`` (namespaces and a minimal
+    root; the task refuses to start where the kernel does not allow them) or ``unsafe`` (no isolation)."""
 
     name = "code"
 
     def __init__(
         self,
         *,
-        tests: int,
-        answer_format: str,
-        format_reward: float,
-        partial_credit: bool,
-        timeout: float,
-        memory_mb: int,
+        tests: int = 10,
+        answer_format: str = "plain",
+        format_reward: float = 0.0,
+        partial_credit: bool = False,
+        timeout: float = 2.0,
+        memory_mb: int = 512,
         sandbox: str = "kernel",
     ):
         problems: list[str] = []
@@ -253,23 +257,10 @@ class CodeTask:
         self.special_tokens = tag_tokens(answer_format)
         # a superset (printable ASCII, no \r \v \f): prompts and code use nearly all of it anyway
         self.alphabet = alphabet_of([string.printable.strip(), " \n", *self.special_tokens])
-        self.options = {
-            "tests": tests,
-            "answer_format": answer_format,
-            "format_reward": format_reward,
-            "partial_credit": partial_credit,
-            "timeout": timeout,
-            "memory_mb": memory_mb,
-            "sandbox": sandbox,
-        }
 
     @staticmethod
     def _key(problem: tuple[int, tuple[Any, ...]]) -> str:
         return f"code:{_FAMILIES[problem[0]][0]}:{problem[1]!r}"
-
-    def split_of(self, family: str, constants: tuple[Any, ...]) -> str:
-        """The split of the problem of ``family`` with ``constants``."""
-        return split_of(f"code:{family}:{tuple(constants)!r}")
 
     def _example(self, problem: tuple[int, tuple[Any, ...]]) -> Example:
         family, kind, _, what, body = _FAMILIES[problem[0]]
@@ -332,43 +323,14 @@ class CodeTask:
             raise RuntimeError(f"the code sandbox could not run: {result.error}")
         if result.outputs is None:
             format_ok = result.stage not in ("syntax", "entry")
-            return self._reward(0.0, False, format_ok, code, f"{result.error}{note}")
+            return make_reward(False, format_ok, code, f"{result.error}{note}", self.format_reward)
         passed = [_same(got, want) for got, want in zip(result.outputs, expected, strict=True)]
         k, n = sum(passed), len(passed)
         if k == n:
-            return self._reward(1.0, True, True, code, f"correct ({n}/{n} tests){note}")
+            return make_reward(True, True, code, f"correct ({n}/{n} tests){note}", self.format_reward)
         first = passed.index(False)
         got = result.outputs[first]
         what = f"raised {got.error}" if isinstance(got, Raised) else "returned a wrong value"
-        score = k / n if self.partial_credit else 0.0
-        return self._reward(score, False, True, code, f"passed {k}/{n} tests; test {first} {what}{note}")
-
-    def _reward(self, score: float, correct: bool, format_ok: bool, code: str, reason: str) -> Reward:
-        w = self.format_reward
-        total = (1.0 - w) * score + w * float(format_ok)
-        return Reward(score=total, correct=correct, format_ok=format_ok, answer=code, reason=reason)
-
-
-def code(
-    *,
-    tests: int = 10,
-    answer_format: str = "plain",
-    format_reward: float = 0.0,
-    partial_credit: bool = False,
-    timeout: float = 2.0,
-    memory_mb: int = 512,
-    sandbox: str = "kernel",
-) -> CodeTask:
-    """``"Write a Python function f(x) that … returns 3 * x + 4."`` → ``"def f(x):\\n    return 3 * x + 4"``;
-    ``tests`` hidden tests per problem, ``timeout`` wall seconds per completion (CPU limit the same,
-    rounded up), ``memory_mb`` its address-space limit. ``sandbox``: ``kernel`` (namespaces and a minimal
-    root; the task refuses to start where the kernel does not allow them) or ``unsafe`` (no isolation)."""
-    return CodeTask(
-        tests=tests,
-        answer_format=answer_format,
-        format_reward=format_reward,
-        partial_credit=partial_credit,
-        timeout=timeout,
-        memory_mb=memory_mb,
-        sandbox=sandbox,
-    )
+        credit = k / n if self.partial_credit else 0.0
+        reason = f"passed {k}/{n} tests; test {first} {what}{note}"
+        return make_reward(False, True, code, reason, self.format_reward, credit)

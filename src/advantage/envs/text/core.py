@@ -24,7 +24,9 @@ so ``train``/``validation``/``test`` never share a problem, in any process, what
 
 from __future__ import annotations
 
+import difflib
 import hashlib
+import inspect
 import random
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -43,6 +45,7 @@ __all__ = [
     "Reward",
     "Task",
     "alphabet_of",
+    "build_task",
     "check_choice",
     "check_common",
     "check_format_reward",
@@ -50,6 +53,8 @@ __all__ = [
     "check_n",
     "check_split",
     "extract_tagged",
+    "format_options",
+    "keyword_options",
     "make_reward",
     "prefix_steps",
     "render_target",
@@ -64,7 +69,6 @@ ANSWER_FORMATS = ("plain", "tagged")
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 # Bucket boundaries out of 100: train 90 %, validation 5 %, test 5 % (the usual held-out sizes).
 _SPLIT_BUCKETS = {"train": (0, 90), "validation": (90, 95), "test": (95, 100)}
-SPLIT_FRACTIONS = {s: (hi - lo) / 100 for s, (lo, hi) in _SPLIT_BUCKETS.items()}
 
 
 class ChatPrompt(str):
@@ -140,11 +144,10 @@ def check_n(n: Any) -> None:
         raise ConfigError(f"n must be a non-negative int, got {n!r}")
 
 
-def check_format_reward(value: Any) -> str | None:
-    """The problem with a ``data.format_reward`` value, or None when it is a number in [0, 1]."""
+def check_format_reward(problems: list[str], value: Any) -> None:
+    """Append a problem unless ``value`` (``data.format_reward``) is a number in [0, 1]."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
-        return f"data.format_reward must be a number in [0, 1], got {value!r}"
-    return None
+        problems.append(f"data.format_reward must be a number in [0, 1], got {value!r}")
 
 
 def split_of(key: str) -> str:
@@ -153,9 +156,13 @@ def split_of(key: str) -> str:
     return next(s for s, (lo, hi) in _SPLIT_BUCKETS.items() if lo <= bucket < hi)
 
 
-def make_reward(correct: bool, format_ok: bool, answer: str | None, reason: str, w: float) -> Reward:
-    """``score = (1 - w)·correct + w·format_ok`` (w = format_reward; w = 0 gives score = correctness)."""
-    score = (1.0 - w) * float(correct) + w * float(format_ok)
+def make_reward(
+    correct: bool, format_ok: bool, answer: str | None, reason: str, w: float, credit: float | None = None
+) -> Reward:
+    """``score = (1 - w)·c + w·format_ok`` (w = format_reward; w = 0 gives score = c) with ``c`` the
+    ``credit`` in [0, 1] when given (partial credit), else ``correct``."""
+    c = float(correct) if credit is None else credit
+    score = (1.0 - w) * c + w * float(format_ok)
     return Reward(score=score, correct=correct, format_ok=format_ok, answer=answer, reason=reason)
 
 
@@ -279,10 +286,7 @@ def sample_problems(
 
 def alphabet_of(texts: Iterable[str]) -> str:
     """The sorted set of characters in ``texts``."""
-    chars: set[str] = set()
-    for t in texts:
-        chars.update(t)
-    return "".join(sorted(chars))
+    return "".join(sorted(set[str]().union(*texts)))
 
 
 def check_int(problems: list[str], name: str, value: Any, lo: int, hi: int) -> None:
@@ -300,9 +304,18 @@ def check_choice(problems: list[str], name: str, value: Any, choices: tuple[str,
 def check_common(problems: list[str], answer_format: Any, format_reward: Any) -> None:
     """The options every task takes: ``answer_format`` and ``format_reward``."""
     check_choice(problems, "answer_format", answer_format, ANSWER_FORMATS)
-    bad = check_format_reward(format_reward)
-    if bad:
-        problems.append(bad)
+    check_format_reward(problems, format_reward)
+
+
+def format_options(
+    problems: list[str], answer_format: Any, format_reward: Any
+) -> tuple[float, tuple[str, ...]]:
+    """``(format_reward, special tokens)`` of a task's format options, after raising ``problems`` and those
+    of ``answer_format`` and ``format_reward`` (:func:`check_common`) as one ConfigError, if any."""
+    check_common(problems, answer_format, format_reward)
+    if problems:
+        raise ConfigError(problems)
+    return float(format_reward), tag_tokens(answer_format)
 
 
 def render_target(answer: str, answer_format: str) -> str:
@@ -338,3 +351,33 @@ def prefix_steps(
         steps.append((lead + k + 1, 1.0 if ok else 0.0))
     steps[-1] = (len(completion), float(outcome))
     return steps
+
+
+def keyword_options(factory: Callable[..., Any]) -> dict[str, Any]:
+    """The options of a task class or factory: its keyword-only arguments with their defaults."""
+    params = inspect.signature(factory).parameters.values()
+    return {p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+def build_task(
+    registry: Mapping[str, Callable[..., Any]], name: str, options: Mapping[str, Any], kind: str = "task"
+) -> Any:
+    """``registry[name](**options)`` (``data.task`` and the other ``data.*`` keys), after checking the name
+    and the option names: ConfigError for an unknown name (with the closest name and the list) or unknown
+    options (with the allowed ones); the task itself checks the option values."""
+    if name not in registry:
+        close = difflib.get_close_matches(str(name), list(registry), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"data.task must be one of {', '.join(registry)}, got {name!r}{hint}")
+    allowed = keyword_options(registry[name])
+    problems = []
+    for key in options:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.6)
+            hint = f"; did you mean data.{close[0]}?" if close else ""
+            problems.append(
+                f"unknown option data.{key} for {kind} {name!r}{hint} (allowed: {', '.join(allowed)})"
+            )
+    if problems:
+        raise ConfigError(problems)
+    return registry[name](**options)

@@ -40,17 +40,15 @@ from advantage.envs.text.core import (
     Example,
     Reward,
     alphabet_of,
-    check_common,
     check_int,
     extract_tagged,
+    format_options,
     make_reward,
     render_target,
     sample_problems,
-    tag_tokens,
 )
-from advantage.errors import ConfigError
 
-__all__ = ["CountdownTask", "countdown", "evaluate_expression"]
+__all__ = ["CountdownTask", "evaluate_expression"]
 
 _EXPRESSION_CHARS = re.compile(r"[0-9+\-*/() ]+")
 _MAX_LENGTH = 200  # bounds the parse depth and the size of every intermediate Fraction
@@ -160,27 +158,25 @@ def _draw(rng: random.Random, k: int, max_number: int) -> tuple[tuple[int, ...],
 
 
 class CountdownTask:
-    """Reach ``target`` from ``numbers`` (each used exactly once) with + − × ÷ and parentheses."""
+    """Reach ``target`` from ``numbers`` (each used exactly once) with + − × ÷ and parentheses:
+    ``"use 3 5 7 to make 22:"`` → ``"3*5+7"``."""
 
     name = "countdown"
 
-    def __init__(self, *, numbers: int, max_number: int, answer_format: str, format_reward: float):
+    def __init__(
+        self,
+        *,
+        numbers: int = 3,
+        max_number: int = 20,
+        answer_format: str = "plain",
+        format_reward: float = 0.0,
+    ):
         problems: list[str] = []
         check_int(problems, "numbers", numbers, 2, 6)
         check_int(problems, "max_number", max_number, 1, 10_000)
-        check_common(problems, answer_format, format_reward)
-        if problems:
-            raise ConfigError(problems)
-        self.numbers, self.max_number = numbers, max_number
-        self.answer_format, self.format_reward = answer_format, float(format_reward)
-        self.special_tokens = tag_tokens(answer_format)
+        self.format_reward, self.special_tokens = format_options(problems, answer_format, format_reward)
+        self.numbers, self.max_number, self.answer_format = numbers, max_number, answer_format
         self.alphabet = alphabet_of(["0123456789+-*/()", "use to make :", *self.special_tokens])
-        self.options = {
-            "numbers": numbers,
-            "max_number": max_number,
-            "answer_format": answer_format,
-            "format_reward": format_reward,
-        }
 
     @staticmethod
     def _prompt(p: tuple[tuple[int, ...], int, str]) -> str:
@@ -227,12 +223,3 @@ class CountdownTask:
             shown = str(value.numerator) if value.denominator == 1 else str(value)
             return make_reward(False, True, answer, f"wrong value {shown} (expected {meta['target']})", w)
         return make_reward(True, True, answer, "correct", w)
-
-
-def countdown(
-    *, numbers: int = 3, max_number: int = 20, answer_format: str = "plain", format_reward: float = 0.0
-) -> CountdownTask:
-    """``"use 3 5 7 to make 22:"`` → ``"3*5+7"``; each number used exactly once."""
-    return CountdownTask(
-        numbers=numbers, max_number=max_number, answer_format=answer_format, format_reward=format_reward
-    )

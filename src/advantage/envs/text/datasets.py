@@ -59,14 +59,13 @@ from advantage.envs.text.core import (
     Example,
     Reward,
     alphabet_of,
-    check_common,
     check_format_reward,
     check_n,
     check_split,
+    format_options,
     make_reward,
     render_target,
     split_of,
-    tag_tokens,
     verify_exact,
 )
 from advantage.errors import ConfigError
@@ -77,21 +76,17 @@ __all__ = [
     "DatasetTask",
     "MathTask",
     "chat_messages",
-    "dataset_task",
     "detect_format",
     "extract_boxed",
     "last_boxed",
     "load_examples",
     "math_equal",
-    "math_task",
     "read_dataset",
 ]
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
 _SPLIT_ALIASES = {"val": "validation", "valid": "validation", "dev": "validation"}
 BOXED = "\\boxed"
-
-
 MAX_ROW_BYTES = 1 << 20  # one JSONL line, or one text field of any row: checked before anything tokenizes it
 
 
@@ -109,9 +104,25 @@ def _loads(text: str, where: str, line: bool = False) -> Any:
         raise ConfigError(f"{where}: malformed JSON ({str(e)[:120]})") from None
 
 
-def _read_rows(path: Path) -> list[Any]:
-    """The raw rows of a dataset file (not yet checked to be objects). A JSONL line over
-    :data:`MAX_ROW_BYTES` is refused before it is read whole."""
+def _read_rows(file: str | PathLike[str], what: str) -> tuple[Path, list[Any]]:
+    """The path and raw rows (not yet checked to be objects) of a dataset file with a known suffix, that
+    exists and has rows; ``what`` names the file in errors (``dataset``, ``preference dataset``)."""
+    path = Path(file)
+    if path.suffix not in SUFFIXES:
+        raise ConfigError(
+            f"{what} {str(path)!r} has unsupported suffix {path.suffix!r}; allowed: {', '.join(SUFFIXES)}"
+        )
+    if not path.is_file():
+        raise ConfigError(f"{what} file {str(path)!r} not found")
+    rows = _parse_rows(path)
+    if not rows:
+        raise ConfigError(f"{what} {str(path)!r} is empty (no rows)")
+    return path, rows
+
+
+def _parse_rows(path: Path) -> list[Any]:
+    """The raw rows of a dataset file. A JSONL line over :data:`MAX_ROW_BYTES` is refused before it is
+    read whole."""
     if path.suffix == ".jsonl":
         rows = []
         with path.open("rb") as f:
@@ -265,9 +276,7 @@ def _math_gold(text: str) -> tuple[str | None, str | None, str]:
     """MATH's ``solution``: gold is the content of its last ``\boxed{…}`` and the solution is the target;
     a solution without a box is the gold answer itself."""
     gold = last_boxed(text)
-    if gold is None:
-        return text, None, "ok"
-    return gold, text, "ok"
+    return (text, None, "ok") if gold is None else (gold, text, "ok")
 
 
 @dataclass(frozen=True)
@@ -278,34 +287,17 @@ class DataFormat:
     name: str
     prompt_key: str
     answer_key: str
-    summary: str
     gold: Callable[[str], tuple[str | None, str | None, str]] | None = None
 
 
-FORMATS: dict[str, DataFormat] = {
+FORMATS: dict[str, DataFormat] = {  # the layouts of the module docstring
     f.name: f
     for f in (
-        DataFormat("plain", "prompt", "answer", "prompt, answer: the answer column is the gold answer"),
-        DataFormat(
-            "verl",
-            "prompt",
-            "reward_model.ground_truth",
-            "verl's parquet: prompt = chat messages, gold in reward_model.ground_truth; data_source and "
-            "extra_info kept",
-        ),
-        DataFormat(
-            "gsm8k", "question", "answer", "GSM8K: question, answer ending '#### N' (gold: N)", _gsm8k_gold
-        ),
-        DataFormat(
-            "math",
-            "problem",
-            "solution",
-            "MATH: problem, solution with \\boxed{} (gold: its content)",
-            _math_gold,
-        ),
-        DataFormat(
-            "prompt_completion", "prompt", "completion", "TRL prompt-completion: the completion is the answer"
-        ),
+        DataFormat("plain", "prompt", "answer"),
+        DataFormat("verl", "prompt", "reward_model.ground_truth"),
+        DataFormat("gsm8k", "question", "answer", _gsm8k_gold),
+        DataFormat("math", "problem", "solution", _math_gold),
+        DataFormat("prompt_completion", "prompt", "completion"),
     )
 }
 FORMAT_NAMES = ("auto", *FORMATS)
@@ -355,16 +347,7 @@ def read_dataset(
     order. ``answer`` is the gold answer (by the format's rule); ``target`` the ``target_key`` column, else
     the format's worked solution (GSM8K, MATH), else the gold answer. Top-level columns not read go to
     ``meta``; ``origin`` is ``"<file> row <i>"``."""
-    p = Path(path)
-    if p.suffix not in SUFFIXES:
-        raise ConfigError(
-            f"dataset {str(p)!r} has unsupported suffix {p.suffix!r}; allowed: {', '.join(SUFFIXES)}"
-        )
-    if not p.is_file():
-        raise ConfigError(f"dataset file {str(p)!r} not found")
-    rows = _read_rows(p)
-    if not rows:
-        raise ConfigError(f"dataset {str(p)!r} is empty (no rows)")
+    p, rows = _read_rows(path, "dataset")
     if not isinstance(rows[0], Mapping):
         raise ConfigError(f"{p}: row 0 must be an object, got {type(rows[0]).__name__}")
     fmt, prompt_key, answer_key = _resolve_format(p, rows[0], format, prompt_key, answer_key)
@@ -446,57 +429,39 @@ class _DiskTask:
 
 def _load(
     path: Any, prompt_key: str | None, answer_key: str | None, target_key: str | None, format: str
-) -> tuple[DataFormat, list[Example]]:
+) -> list[Example]:
     if path is None:
         raise ConfigError("data.path is required for a dataset task (a .jsonl, .json or .parquet file)")
-    return read_dataset(
+    return load_examples(
         path, prompt_key=prompt_key, answer_key=answer_key, target_key=target_key, format=format
     )
 
 
-def _options(path: Any, fmt: DataFormat, prompt_key: str | None, answer_key: str | None) -> dict[str, Any]:
-    return {
-        "path": str(path),
-        "format": fmt.name,
-        "prompt_key": prompt_key or fmt.prompt_key,
-        "answer_key": answer_key or fmt.answer_key,
-    }
-
-
 class DatasetTask(_DiskTask):
-    """Exact-match answers from a file; see the module docstring."""
+    """Exact-match answers from a ``.jsonl``/``.json``/``.parquet`` file (``data.path``); see the module
+    docstring."""
 
     def __init__(
         self,
-        path: Any,
         *,
-        prompt_key: str | None,
-        answer_key: str | None,
-        target_key: str | None,
-        answer_format: str,
-        format_reward: float,
+        path: str | None = None,
         format: str = "auto",
+        prompt_key: str | None = None,
+        answer_key: str | None = None,
+        target_key: str | None = None,
+        answer_format: str = "plain",
+        format_reward: float = 0.0,
     ):
-        problems: list[str] = []
-        check_common(problems, answer_format, format_reward)
-        if problems:
-            raise ConfigError(problems)
-        fmt, rows = _load(path, prompt_key, answer_key, target_key, format)
+        self.format_reward, self.special_tokens = format_options([], answer_format, format_reward)
+        rows = _load(path, prompt_key, answer_key, target_key, format)
         if target_key is None:  # the SFT target follows the answer format
             rows = [
                 replace(ex, answer=ex.answer.strip(), target=render_target(ex.answer.strip(), answer_format))
                 for ex in rows
             ]
         super().__init__("dataset", path, rows)
-        self.answer_format, self.format_reward = answer_format, float(format_reward)
-        self.special_tokens = tag_tokens(answer_format)
+        self.answer_format = answer_format
         self.alphabet = alphabet_of([*(ex.prompt + ex.target for ex in rows), *self.special_tokens])
-        self.options = {
-            **_options(path, fmt, prompt_key, answer_key),
-            "target_key": target_key,
-            "answer_format": answer_format,
-            "format_reward": format_reward,
-        }
 
     def verify(self, completion: str, example: Example) -> Reward:
         """Exact match after stripping; no answer grammar (see :func:`.core.verify_exact`)."""
@@ -566,23 +531,22 @@ def math_equal(gold: str, pred: str, timeout_seconds: int = 5) -> tuple[bool, st
 
 
 class MathTask(_DiskTask):
-    r"""Free-form math answers in ``\boxed{}``, checked with math_verify; see the module docstring."""
+    r"""Math problems from a file (``data.path``), free-form answers in ``\boxed{}`` checked with
+    math_verify; see the module docstring."""
 
     def __init__(
         self,
-        path: Any,
         *,
-        prompt_key: str | None,
-        answer_key: str | None,
-        target_key: str | None,
-        format_reward: float,
-        timeout_seconds: int,
+        path: str | None = None,
         format: str = "auto",
+        prompt_key: str | None = None,
+        answer_key: str | None = None,
+        target_key: str | None = None,
+        format_reward: float = 0.0,
+        timeout_seconds: int = 5,
     ):
         problems: list[str] = []
-        bad = check_format_reward(format_reward)
-        if bad:
-            problems.append(bad)
+        check_format_reward(problems, format_reward)
         if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int) or timeout_seconds < 1:
             problems.append(f"data.timeout_seconds must be an int >= 1, got {timeout_seconds!r}")
         if problems:
@@ -591,7 +555,7 @@ class MathTask(_DiskTask):
             import math_verify  # noqa: F401  (fail at construction, not at the first reward)
         except ImportError as e:
             raise ImportError("the math task needs math-verify: pip install 'advantage[llm]'") from e
-        fmt, rows = _load(path, prompt_key, answer_key, target_key, format)
+        rows = _load(path, prompt_key, answer_key, target_key, format)
         if target_key is None:  # a worked solution (GSM8K, MATH) stays the target, else \boxed{answer}
             rows = [
                 ex if ex.target != ex.answer else replace(ex, target=f"{BOXED}{{{ex.answer}}}") for ex in rows
@@ -600,12 +564,6 @@ class MathTask(_DiskTask):
         self.format_reward, self.timeout_seconds = float(format_reward), timeout_seconds
         self.special_tokens: tuple[str, ...] = ()
         self.alphabet = alphabet_of([*(ex.prompt + ex.target for ex in rows), BOXED + "{}"])
-        self.options = {
-            **_options(path, fmt, prompt_key, answer_key),
-            "target_key": target_key,
-            "format_reward": format_reward,
-            "timeout_seconds": timeout_seconds,
-        }
 
     def verify(self, completion: str, example: Example) -> Reward:
         r"""Exactly one ``\boxed{}``, its content equal to the gold answer by math_verify."""
@@ -623,47 +581,3 @@ class MathTask(_DiskTask):
             return make_reward(True, True, got, "correct", w)
         ok, reason = math_equal(gold, got, self.timeout_seconds)
         return make_reward(ok, True, got, reason, w)
-
-
-def dataset_task(
-    *,
-    path: str | None = None,
-    format: str = "auto",
-    prompt_key: str | None = None,
-    answer_key: str | None = None,
-    target_key: str | None = None,
-    answer_format: str = "plain",
-    format_reward: float = 0.0,
-) -> DatasetTask:
-    """Exact-match task over a ``.jsonl``/``.json``/``.parquet`` file (``data.path``)."""
-    return DatasetTask(
-        path,
-        format=format,
-        prompt_key=prompt_key,
-        answer_key=answer_key,
-        target_key=target_key,
-        answer_format=answer_format,
-        format_reward=format_reward,
-    )
-
-
-def math_task(
-    *,
-    path: str | None = None,
-    format: str = "auto",
-    prompt_key: str | None = None,
-    answer_key: str | None = None,
-    target_key: str | None = None,
-    format_reward: float = 0.0,
-    timeout_seconds: int = 5,
-) -> MathTask:
-    r"""Math problems from a file, answers in ``\boxed{}`` checked by math_verify."""
-    return MathTask(
-        path,
-        format=format,
-        prompt_key=prompt_key,
-        answer_key=answer_key,
-        target_key=target_key,
-        format_reward=format_reward,
-        timeout_seconds=timeout_seconds,
-    )

@@ -1,6 +1,6 @@
 """What each task option (``data.<option>``) means, for ``advantage list ALGO data.task=NAME``.
 
-A task's options are its factory's keyword arguments (:func:`advantage.envs.text.task_options`); their
+A task's options are its keyword arguments (:func:`advantage.envs.text.task_options`); their
 meanings live here, one line each, keyed by option name (the same name means the same thing in every
 task). ``tests/test_user_data.py`` checks that every option of every task has one.
 """

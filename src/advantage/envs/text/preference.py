@@ -44,8 +44,6 @@ Everything is deterministic given (split, n, seed), and the first ``m`` examples
 
 from __future__ import annotations
 
-import difflib
-import inspect
 import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,9 +52,16 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from advantage.envs.text.core import ChatPrompt, alphabet_of, check_int, sample_problems
+from advantage.envs.text.core import (
+    ChatPrompt,
+    _short,
+    alphabet_of,
+    build_task,
+    check_int,
+    keyword_options,
+    sample_problems,
+)
 from advantage.envs.text.datasets import (
-    SUFFIXES,
     _DiskTask,
     _lookup,
     _prompt,
@@ -122,17 +127,7 @@ def load_preferences(
     """Read a ``.jsonl``/``.json``/``.parquet`` preference file into :class:`PreferenceExample` s, in file
     order. A row with the ``responses_key`` column is a K-wise ranking (best first), any other row needs
     ``chosen_key`` and ``rejected_key``; the remaining columns go to ``meta``."""
-    p = Path(path)
-    if p.suffix not in SUFFIXES:
-        raise ConfigError(
-            f"preference dataset {str(p)!r} has unsupported suffix {p.suffix!r}; "
-            f"allowed: {', '.join(SUFFIXES)}"
-        )
-    if not p.is_file():
-        raise ConfigError(f"preference dataset file {str(p)!r} not found")
-    rows = _read_rows(p)
-    if not rows:
-        raise ConfigError(f"preference dataset {str(p)!r} is empty (no rows)")
+    p, rows = _read_rows(path, "preference dataset")
     out = []
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping):
@@ -184,9 +179,8 @@ def _pair(
     implicit-prompt form: chosen and rejected are whole conversations sharing every message but the last
     (the prompt), whose last message is the response."""
     chosen, rejected = _lookup(p, i, row, chosen_key), _lookup(p, i, row, rejected_key)
-    if prompt_key not in row and chat_messages(chosen) is not None and chat_messages(rejected) is not None:
-        c, r = chat_messages(chosen), chat_messages(rejected)
-        assert c is not None and r is not None
+    c, r = chat_messages(chosen), chat_messages(rejected)
+    if prompt_key not in row and c is not None and r is not None:
         if len(c) < 2 or c[:-1] != r[:-1] or c[-1]["role"] != "assistant" or r[-1]["role"] != "assistant":
             raise ConfigError(
                 f"{p}: row {i} has no column {prompt_key!r}, and {chosen_key!r} and {rejected_key!r} are "
@@ -200,17 +194,21 @@ def _pair(
     )
 
 
-def _short(text: str, limit: int = 40) -> str:
-    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
-
-
 class PreferenceDatasetTask:
-    """Comparisons from a file (:func:`load_preferences`). Splits: the ``split`` column when present, else
-    a BLAKE2b hash of the prompt (90/5/5), as for the ``dataset`` text task."""
+    """Comparisons read from ``data.path`` (:func:`load_preferences`). Splits: the ``split`` column when
+    present, else a BLAKE2b hash of the prompt (90/5/5), as for the ``dataset`` text task."""
 
     name = "dataset"
 
-    def __init__(self, path: Any, *, prompt_key: str, chosen_key: str, rejected_key: str, responses_key: str):
+    def __init__(
+        self,
+        *,
+        path: str | None = None,
+        prompt_key: str = "prompt",
+        chosen_key: str = "chosen",
+        rejected_key: str = "rejected",
+        responses_key: str = "responses",
+    ):
         if path is None:
             raise ConfigError(
                 "data.path is required for the preference dataset task (a .jsonl, .json or .parquet file)"
@@ -227,13 +225,6 @@ class PreferenceDatasetTask:
         self.path, self.split_sizes = Path(path), self._disk.split_sizes
         self.special_tokens: tuple[str, ...] = ()
         self.alphabet = alphabet_of(ex.prompt + "".join(ex.responses) for ex in rows)
-        self.options = {
-            "path": str(path),
-            "prompt_key": prompt_key,
-            "chosen_key": chosen_key,
-            "rejected_key": rejected_key,
-            "responses_key": responses_key,
-        }
 
     def examples(self, split: str, n: int, seed: int) -> list[PreferenceExample]:
         """``n`` rows of ``split``: the split shuffled with ``seed``, first ``n`` taken."""
@@ -260,7 +251,15 @@ class SyntheticPreferenceTask:
     name = "synthetic"
     special_tokens: tuple[str, ...] = ()
 
-    def __init__(self, *, k: int, label_noise: float, letters: int, prompt_length: int, response_length: int):
+    def __init__(
+        self,
+        *,
+        k: int = 2,
+        label_noise: float = 0.0,
+        letters: int = 8,
+        prompt_length: int = 5,
+        response_length: int = 6,
+    ):
         problems: list[str] = []
         check_int(problems, "k", k, 2, 8)
         check_int(problems, "letters", letters, 3, 26)
@@ -291,13 +290,6 @@ class SyntheticPreferenceTask:
         self.letters = string.ascii_lowercase[:letters]
         self.prompt_length, self.response_length = prompt_length, response_length
         self.alphabet = self.letters + "="
-        self.options = {
-            "k": k,
-            "label_noise": label_noise,
-            "letters": letters,
-            "prompt_length": prompt_length,
-            "response_length": response_length,
-        }
 
     def hidden_score(self, prompt: str, response: str) -> float:
         """:func:`hidden_score` (the rule the labels come from, before noise)."""
@@ -352,71 +344,21 @@ class SyntheticPreferenceTask:
 # Registry
 
 
-def synthetic(
-    *,
-    k: int = 2,
-    label_noise: float = 0.0,
-    letters: int = 8,
-    prompt_length: int = 5,
-    response_length: int = 6,
-) -> SyntheticPreferenceTask:
-    """Random-letter prompts, responses ranked by :func:`hidden_score` (see the module docstring)."""
-    return SyntheticPreferenceTask(
-        k=k,
-        label_noise=label_noise,
-        letters=letters,
-        prompt_length=prompt_length,
-        response_length=response_length,
-    )
-
-
-def preference_dataset(
-    *,
-    path: str | None = None,
-    prompt_key: str = "prompt",
-    chosen_key: str = "chosen",
-    rejected_key: str = "rejected",
-    responses_key: str = "responses",
-) -> PreferenceDatasetTask:
-    """Comparisons read from ``data.path`` (:func:`load_preferences`)."""
-    return PreferenceDatasetTask(
-        path,
-        prompt_key=prompt_key,
-        chosen_key=chosen_key,
-        rejected_key=rejected_key,
-        responses_key=responses_key,
-    )
-
-
-PREFERENCE_TASKS: dict[str, Callable[..., Any]] = {"synthetic": synthetic, "dataset": preference_dataset}
+PREFERENCE_TASKS: dict[str, Callable[..., Any]] = {
+    "synthetic": SyntheticPreferenceTask,
+    "dataset": PreferenceDatasetTask,
+}
 
 
 def preference_task_options(name: str) -> dict[str, Any]:
     """The options of preference task ``name`` with their defaults."""
-    params = inspect.signature(PREFERENCE_TASKS[name]).parameters.values()
-    return {p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    return keyword_options(PREFERENCE_TASKS[name])
 
 
 def make_preference_task(name: str, **options: Any) -> Any:
     """Build preference task ``name`` (``data.task``) with ``options`` (the other ``data.*`` keys); unknown
     names and options are a :class:`ConfigError` with the allowed ones."""
-    if name not in PREFERENCE_TASKS:
-        close = difflib.get_close_matches(str(name), list(PREFERENCE_TASKS), n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"data.task must be one of {', '.join(PREFERENCE_TASKS)}, got {name!r}{hint}")
-    allowed = preference_task_options(name)
-    problems = []
-    for key in options:
-        if key not in allowed:
-            close = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.6)
-            hint = f"; did you mean data.{close[0]}?" if close else ""
-            problems.append(
-                f"unknown option data.{key} for preference task {name!r}{hint} "
-                f"(allowed: {', '.join(allowed)})"
-            )
-    if problems:
-        raise ConfigError(problems)
-    return PREFERENCE_TASKS[name](**options)
+    return build_task(PREFERENCE_TASKS, name, options, "preference task")
 
 
 def ranked_pairs(examples: Sequence[PreferenceExample]) -> list[tuple[int, int, int]]:

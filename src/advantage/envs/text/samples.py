@@ -52,48 +52,32 @@ def word_problems(n: int, seed: int = 0, max_number: int = 20) -> list[dict[str,
     return out
 
 
-def _rows(fmt: str, problems: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The problems as rows of format ``fmt`` (see the module docstring)."""
-    rows: list[dict[str, Any]] = []
-    for i, p in enumerate(problems):
-        q, why, ans, split = p["question"], p["reasoning"], p["answer"], p["split"]
-        if fmt == "plain":
-            rows.append({"prompt": q, "answer": ans, "split": split})
-        elif fmt == "gsm8k":
-            rows.append({"question": q, "answer": f"{why}\n#### {ans}", "split": split})
-        elif fmt == "math":
-            rows.append(
-                {"problem": q, "solution": f"{why} So the answer is $\\boxed{{{ans}}}$.", "split": split}
-            )
-        elif fmt == "verl":
-            rows.append(
-                {
-                    "data_source": "word_problems",
-                    "prompt": [{"role": "user", "content": f"{q} Put the final answer in \\boxed{{}}."}],
-                    "ability": "math",
-                    "reward_model": {"style": "rule", "ground_truth": ans},
-                    "extra_info": {"split": split, "index": i},
-                    "split": split,
-                }
-            )
-        elif fmt == "prompt_completion":
-            rows.append({"prompt": q, "completion": ans, "split": split})
-        elif fmt in ("preference", "preference_chat"):
-            wrong = str(int(ans) + 1)
-            if fmt == "preference":
-                rows.append({"prompt": q, "chosen": ans, "rejected": wrong, "split": split})
-            else:
-                rows.append(
-                    {
-                        "prompt": [{"role": "user", "content": q}],
-                        "chosen": [{"role": "assistant", "content": ans}],
-                        "rejected": [{"role": "assistant", "content": wrong}],
-                        "split": split,
-                    }
-                )
-        else:
-            raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(FILES)}")
-    return rows
+def _row(fmt: str, i: int, p: Mapping[str, Any]) -> dict[str, Any]:
+    """Problem ``p`` (row ``i``) as a row of format ``fmt`` (see the module docstring)."""
+    q, why, ans = p["question"], p["reasoning"], p["answer"]
+    wrong = str(int(ans) + 1)
+    layouts: dict[str, dict[str, Any]] = {
+        "plain": {"prompt": q, "answer": ans},
+        "gsm8k": {"question": q, "answer": f"{why}\n#### {ans}"},
+        "math": {"problem": q, "solution": f"{why} So the answer is $\\boxed{{{ans}}}$."},
+        "verl": {
+            "data_source": "word_problems",
+            "prompt": [{"role": "user", "content": f"{q} Put the final answer in \\boxed{{}}."}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": ans},
+            "extra_info": {"split": p["split"], "index": i},
+        },
+        "prompt_completion": {"prompt": q, "completion": ans},
+        "preference": {"prompt": q, "chosen": ans, "rejected": wrong},
+        "preference_chat": {
+            "prompt": [{"role": "user", "content": q}],
+            "chosen": [{"role": "assistant", "content": ans}],
+            "rejected": [{"role": "assistant", "content": wrong}],
+        },
+    }
+    if fmt not in layouts:
+        raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(FILES)}")
+    return {**layouts[fmt], "split": p["split"]}
 
 
 # format -> file name of the example files
@@ -129,4 +113,7 @@ def write_examples(
     """Write the same ``n`` problems in each format of ``formats`` (default all of :data:`FILES`) to
     ``folder``; returns format → path."""
     problems = word_problems(n, seed)
-    return {f: write_rows(Path(folder) / FILES[f], _rows(f, problems)) for f in (formats or FILES)}
+    return {
+        f: write_rows(Path(folder) / FILES[f], [_row(f, i, p) for i, p in enumerate(problems)])
+        for f in (formats or FILES)
+    }

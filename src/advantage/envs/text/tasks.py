@@ -2,15 +2,9 @@ r"""Generated text tasks with exact verifiers: ``addition``, ``multiplication``,
 (``countdown`` lives in :mod:`advantage.envs.text.countdown`).
 
 Each is small enough for a character-level model trained from scratch, and its answer is checked by a
-program (RLVR), following the rules of :mod:`advantage.envs.text.core`:
-
-- The completion is stripped; empty → wrong.
-- ``answer_format="plain"``: the whole completion must be the answer; extra text → wrong, ``format_ok``
-  False, reason ``"extra text: …"``. ``"tagged"``: exactly one ``<answer>…</answer>``, reasoning outside
-  allowed, content must equal the answer (``"no <answer> tag"``, ``"N answer tags"`` otherwise).
-- Integers (addition, multiplication) must be canonical: ``"0168"`` is rejected ("leading zeros") with
-  ``format_ok`` True — a bare number, just not the canonical one.
-- ``format_reward = w``: ``score = (1 - w)·correct + w·format_ok``.
+program (RLVR) under the rules of :mod:`advantage.envs.text.core` (stripping, the ``plain`` and ``tagged``
+answer formats, ``format_reward``). Integers (addition, multiplication) must also be canonical: ``"0168"``
+is rejected ("leading zeros") with ``format_ok`` True — a bare number, just not the canonical one.
 
 Problems, prompts and targets:
 
@@ -31,22 +25,20 @@ import itertools
 import random
 import re
 import string
+from collections.abc import Callable
 
 from advantage.envs.text.core import (
     Example,
     Reward,
     alphabet_of,
     check_choice,
-    check_common,
     check_int,
+    format_options,
     prefix_steps,
     render_target,
     sample_problems,
-    split_of,
-    tag_tokens,
     verify_exact,
 )
-from advantage.errors import ConfigError
 
 __all__ = ["ArithmeticTask", "SequenceTask", "addition", "multiplication", "reverse", "sort"]
 
@@ -58,12 +50,39 @@ _SYMBOLS = {"letters": string.ascii_lowercase, "digits": string.digits}
 
 def _leading_zeros(got: str) -> str | None:
     """Why a bare integer is not canonical, or None."""
-    if len(got) > 1 and got.startswith("0"):
-        return f"non-canonical integer {got!r} (leading zeros)"
-    return None
+    return f"non-canonical integer {got!r} (leading zeros)" if len(got) > 1 and got.startswith("0") else None
 
 
-class ArithmeticTask:
+class _ExactTask:
+    """What the generated tasks share (composition helper, not a public base class): the format options,
+    exact-match :meth:`verify` and per-symbol :meth:`step_rewards`."""
+
+    name: str
+    answer_format: str
+    format_reward: float
+    _well_formed: re.Pattern[str]
+    _check: Callable[[str], str | None] | None = None  # rejects a well-formed but non-canonical answer
+
+    def verify(self, completion: str, example: Example) -> Reward:
+        """Exact match under the module rules (integers: leading zeros rejected)."""
+        return verify_exact(
+            completion,
+            example.answer,
+            answer_format=self.answer_format,
+            well_formed=self._well_formed,
+            format_reward=self.format_reward,
+            check=self._check,
+        )
+
+    def step_rewards(self, completion: str, example: Example) -> list[tuple[int, float]]:
+        """Process-supervision steps ``[(end offset, reward)]``: one per answer symbol (digit), 1 while the
+        symbols so far begin the answer, the last one scored as :meth:`verify`
+        (:func:`~advantage.envs.text.core.prefix_steps`)."""
+        outcome = self.verify(completion, example).score
+        return prefix_steps(completion, example.answer, outcome, self.answer_format)
+
+
+class ArithmeticTask(_ExactTask):
     """``a op b =`` for op ``+`` (addition) or ``*`` (multiplication); the answer is the exact integer."""
 
     def __init__(
@@ -80,20 +99,11 @@ class ArithmeticTask:
         check_int(problems, "digits", digits, 1, 18)
         if not isinstance(mixed_lengths, bool):
             problems.append(f"data.mixed_lengths must be true or false, got {mixed_lengths!r}")
-        check_common(problems, answer_format, format_reward)
-        if problems:
-            raise ConfigError(problems)
-        self.name, self.op, self.digits = name, op, digits
-        self.answer_format, self.format_reward = answer_format, float(format_reward)
-        self.special_tokens = tag_tokens(answer_format)
+        self.format_reward, self.special_tokens = format_options(problems, answer_format, format_reward)
         self.alphabet = alphabet_of([string.digits, op, "=", *self.special_tokens])
-        self.mixed_lengths = mixed_lengths
-        self.options = {
-            "digits": digits,
-            "answer_format": answer_format,
-            "format_reward": format_reward,
-            "mixed_lengths": mixed_lengths,
-        }
+        self.name, self.op, self.digits = name, op, digits
+        self.answer_format, self.mixed_lengths = answer_format, mixed_lengths
+        self._well_formed, self._check = _INTEGER, _leading_zeros
 
     def _operand(self, rng: random.Random) -> int:
         if not self.mixed_lengths:
@@ -108,10 +118,6 @@ class ArithmeticTask:
 
     def _prompt(self, p: tuple[int, int]) -> str:
         return f"{p[0]}{self.op}{p[1]}="
-
-    def split_of(self, a: int, b: int) -> str:
-        """The split the problem ``a op b`` belongs to."""
-        return split_of(self._key((a, b)))
 
     def examples(self, split: str, n: int, seed: int) -> list[Example]:
         """``n`` distinct problems of ``split``, deterministic given (split, n, seed)."""
@@ -134,45 +140,18 @@ class ArithmeticTask:
             out.append(Example(self._prompt((a, b)), answer, target, {"a": a, "b": b, "op": self.op}))
         return out
 
-    def verify(self, completion: str, example: Example) -> Reward:
-        """Exact integer match under the module rules; leading zeros rejected."""
-        return verify_exact(
-            completion,
-            example.answer,
-            answer_format=self.answer_format,
-            well_formed=_INTEGER,
-            format_reward=self.format_reward,
-            check=_leading_zeros,
-        )
 
-    def step_rewards(self, completion: str, example: Example) -> list[tuple[int, float]]:
-        """Process-supervision steps ``[(end offset, reward)]``: one per answer digit, 1 while the digits so
-        far begin the answer, the last one scored as :meth:`verify` (:func:`~advantage.envs.text.core.
-        prefix_steps`)."""
-        outcome = self.verify(completion, example).score
-        return prefix_steps(completion, example.answer, outcome, self.answer_format)
-
-
-class SequenceTask:
+class SequenceTask(_ExactTask):
     """``reverse s=`` → s reversed, or ``sort s=`` → the symbols of s in ascending order."""
 
     def __init__(self, name: str, *, length: int, symbols: str, answer_format: str, format_reward: float):
         problems: list[str] = []
         check_int(problems, "length", length, 1, 64)
         check_choice(problems, "symbols", symbols, tuple(_SYMBOLS))
-        check_common(problems, answer_format, format_reward)
-        if problems:
-            raise ConfigError(problems)
+        self.format_reward, self.special_tokens = format_options(problems, answer_format, format_reward)
         self.name, self.length, self.symbols = name, length, _SYMBOLS[symbols]
-        self.answer_format, self.format_reward = answer_format, float(format_reward)
-        self.special_tokens = tag_tokens(answer_format)
+        self.answer_format = answer_format
         self.alphabet = alphabet_of([self.symbols, f"{name} =", *self.special_tokens])
-        self.options = {
-            "length": length,
-            "symbols": symbols,
-            "answer_format": answer_format,
-            "format_reward": format_reward,
-        }
         self._well_formed = re.compile(f"[{re.escape(self.symbols)}]+")
 
     def _solve(self, s: str) -> str:
@@ -188,16 +167,12 @@ class SequenceTask:
     def examples(self, split: str, n: int, seed: int) -> list[Example]:
         """``n`` distinct problems of ``split``, deterministic given (split, n, seed)."""
         small = len(self.symbols) ** self.length <= _ENUMERATE_LIMIT
-
-        def draw(rng: random.Random) -> str:
-            return "".join(rng.choice(self.symbols) for _ in range(self.length))
-
         strings = sample_problems(
             task=self.name,
             split=split,
             n=n,
             seed=seed,
-            draw=draw,
+            draw=lambda rng: "".join(rng.choice(self.symbols) for _ in range(self.length)),
             key=self._key,
             prompt=self._prompt,
             enumerate_all=(
@@ -213,23 +188,6 @@ class SequenceTask:
                 Example(self._prompt(s), answer, render_target(answer, self.answer_format), {"input": s})
             )
         return out
-
-    def verify(self, completion: str, example: Example) -> Reward:
-        """Exact string match under the module rules."""
-        return verify_exact(
-            completion,
-            example.answer,
-            answer_format=self.answer_format,
-            well_formed=self._well_formed,
-            format_reward=self.format_reward,
-        )
-
-    def step_rewards(self, completion: str, example: Example) -> list[tuple[int, float]]:
-        """Process-supervision steps ``[(end offset, reward)]``: one per symbol, 1 while the symbols so far
-        begin the answer, the last one scored as :meth:`verify` (:func:`~advantage.envs.text.core.
-        prefix_steps`)."""
-        outcome = self.verify(completion, example).score
-        return prefix_steps(completion, example.answer, outcome, self.answer_format)
 
 
 def addition(
