@@ -31,11 +31,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _split_algo(args: Sequence[str]) -> tuple[str | None, list[str]]:
-    """``train [ALGO] [key=value ...]``: the first word without '=' is the algorithm."""
+    """``train [ALGO] [key=value ...]``: the first word without '=' is the algorithm; every other word
+    must be an override."""
     args = list(args)
-    if args and "=" not in args[0]:
-        return args[0], args[1:]
-    return None, args
+    algo, rest = (args[0], args[1:]) if args and "=" not in args[0] else (None, args)
+    _check_algo(algo)
+    stray = [a for a in rest if "=" not in a]
+    if stray:
+        raise AdvantageError(f"expected key=value overrides after the algorithm, got {' '.join(stray)!r}")
+    return algo, rest
 
 
 # The command returns when the run's checkpoint is saved; the learning-curve plot and the last TensorBoard
@@ -62,10 +66,6 @@ def cmd_train(ns: argparse.Namespace) -> int:
     from advantage.runs import train
 
     algo, rest = _split_algo(ns.args)
-    _check_algo(algo)
-    stray = [a for a in rest if "=" not in a]
-    if stray:
-        raise AdvantageError(f"expected key=value overrides after the algorithm, got {' '.join(stray)!r}")
     overrides = parse_overrides(rest)
     return _ended(train(algo, ns.config, progress=not ns.quiet, background=BACKGROUND, **overrides))
 
@@ -162,8 +162,6 @@ def _rounded(value: object) -> object:
 
 
 def cmd_plot(ns: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from advantage.plotting import plot_runs
 
     out = ns.out or (
@@ -202,10 +200,6 @@ def cmd_sweep(ns: argparse.Namespace) -> int:
     from advantage.sweep import parse_grid, sweep
 
     algo, rest = _split_algo(ns.args)
-    _check_algo(algo)
-    stray = [a for a in rest if "=" not in a]
-    if stray:
-        raise AdvantageError(f"expected key=value overrides after the algorithm, got {' '.join(stray)!r}")
     rows = sweep(
         algo,
         parse_grid(ns.grid or []),
