@@ -140,8 +140,6 @@ def device_problem(device: str, *, available: bool = True) -> str | None:
     must also exist here: torch built with CUDA and a visible GPU (``cuda:N``: N below the device count),
     or Apple's MPS backend.
     """
-    import re
-
     dev = str(device).strip()
     if not re.fullmatch(r"cpu|cuda|cuda:\d+|mps", dev):
         hint = " (did you mean cuda?)" if dev.lower() in ("gpu", "cuda0", "nvidia") else ""
@@ -385,9 +383,11 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
     return True, value
 
 
-def _suggest(word: str, options: Iterable[str], prefix: str = "") -> str:
-    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
-    return f"; did you mean {prefix}{close[0]}?" if close else ""
+def suggest(word: str, options: Iterable[str], prefix: str = "", cutoff: float = 0.6, n: int = 1) -> str:
+    """``; did you mean {prefix}{option}?`` naming the ``n`` closest options (joined by "or"), or ``""``
+    when none is close enough."""
+    close = difflib.get_close_matches(word, list(options), n=n, cutoff=cutoff)
+    return f"; did you mean {' or '.join(prefix + c for c in close)}?" if close else ""
 
 
 def _num(x: float) -> str:
@@ -397,7 +397,7 @@ def _num(x: float) -> str:
 def _check_range(name: str, value: Any, meta: Mapping[str, Any]) -> str | None:
     choices = meta.get("choices")
     if choices is not None and value not in choices:
-        return f"{name} must be one of {', '.join(choices)}; got {value!r}{_suggest(str(value), choices)}"
+        return f"{name} must be one of {', '.join(choices)}; got {value!r}{suggest(str(value), choices)}"
     lo, hi = meta.get("lo"), meta.get("hi")
     if value is None or (lo is None and hi is None) or not isinstance(value, int | float):
         return None
@@ -455,7 +455,7 @@ def _build(
             if takes_extra:
                 extra[key] = value  # e.g. environment kwargs; checked by the section's owner
                 continue
-            hint = _elsewhere(str(key), root, prefix) or _suggest(str(key), fields, prefix)
+            hint = _elsewhere(str(key), root, prefix) or suggest(str(key), fields, prefix)
             problems.append(f"unknown key {name}{hint} (allowed: {', '.join(fields)})")
             continue
         tp = hints[key]
@@ -488,8 +488,6 @@ def _build(
 def rebase(message: str, prefix: str) -> str:
     """A section's message with the section's own keys named in full: a model section nested at
     ``worker.actor.model.`` says ``model.path`` in its checks, which becomes ``worker.actor.model.path``."""
-    import re
-
     local = prefix.rstrip(".").rsplit(".", 1)[-1]
     if not local or prefix == f"{local}.":
         return message
