@@ -150,16 +150,17 @@ class Progress:
             now = time.perf_counter()
             if now - self._last_draw >= 0.1 or step >= self.total:
                 self._last_draw = now
-                self._bar.update(
-                    self._task,
-                    total=self.shown_total,
-                    completed=step,
-                    rate=format_rate(self.rate),
-                    info=self.info(),
-                )
+                self._draw()
         elif self.mode == "lines" and step >= self._next_line and step < self.total:
             self._next_line = step + max(self.total // 10, 1)
             self._line()  # (the last line is written by close, with the final evaluation)
+
+    def _draw(self) -> None:
+        assert self._bar is not None  # drawn only in bar mode
+        info = self.info()
+        self._bar.update(
+            self._task, total=self.shown_total, completed=self.step, rate=format_rate(self.rate), info=info
+        )
 
     def eta(self) -> float:
         """Seconds left at the speed since the previous line (NaN before any progress)."""
@@ -188,13 +189,7 @@ class Progress:
 
     def close(self) -> None:
         if self._bar is not None:
-            self._bar.update(
-                self._task,
-                total=self.shown_total,
-                completed=self.step,
-                rate=format_rate(self.rate),
-                info=self.info(),
-            )
+            self._draw()
             self._bar.stop()
             self._bar = None
         elif self.mode == "lines" and self._t0 is not None and self._last_line != (self.step, self.info()):
