@@ -38,14 +38,13 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
-from torch.optim import optimizer as _optimizer_module
 
 from advantage.nn import eager
 
@@ -179,10 +178,6 @@ class DecodeWeights:
     head_bias: Tensor | None
 
 
-def _cat(*tensors: Tensor | None) -> Tensor | None:
-    return None if tensors[0] is None else torch.cat(tensors)  # type: ignore[arg-type]
-
-
 class LeanDecoder:
     """The decoder forward on a transformers Qwen2/Llama model's parameters (module docstring).
 
@@ -221,12 +216,12 @@ class LeanDecoder:
                 _Weights(
                     layer.input_layernorm.weight,
                     torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
-                    _cat(a.q_proj.bias, a.k_proj.bias, a.v_proj.bias),
+                    _cat_or_none(a.q_proj.bias, a.k_proj.bias, a.v_proj.bias),
                     a.o_proj.weight,
                     a.o_proj.bias,
                     layer.post_attention_layernorm.weight,
                     torch.cat([m.gate_proj.weight, m.up_proj.weight]),
-                    _cat(m.gate_proj.bias, m.up_proj.bias),
+                    _cat_or_none(m.gate_proj.bias, m.up_proj.bias),
                     m.down_proj.weight,
                     m.down_proj.bias,
                 )
@@ -264,18 +259,7 @@ class LeanDecoder:
                 qkv_bias = None if lw.qkv_bias is None else lw.qkv_bias[order]
                 gate_up = lw.gate_up * lw.mlp_norm
                 layers.append(
-                    _Weights(
-                        None,
-                        qkv,
-                        qkv_bias,
-                        lw.o,
-                        lw.o_bias,
-                        None,
-                        gate_up,
-                        lw.gate_up_bias,
-                        lw.down,
-                        lw.down_bias,
-                    )
+                    replace(lw, attn_norm=None, qkv=qkv, qkv_bias=qkv_bias, mlp_norm=None, gate_up=gate_up)
                 )
             head = self.lm_head.weight * self.decoder.norm.weight
         return DecodeWeights(layers, head, self.lm_head.bias)
@@ -465,22 +449,9 @@ class LeanDecoder:
             row_mask = own.expand(nkv, g, S, N).reshape(nkv, g * S, N)
             at = table.index_select(0, rows)
             row_cos, row_sin = at[:, None, :d], at[:, None, d:]
+        ids = input_ids.reshape(N)
         batch = _Batch(
-            input_ids.reshape(N),
-            B,
-            L,
-            nh,
-            nkv,
-            d,
-            self.scale,
-            *consts,
-            cos,
-            sin,
-            full,
-            rows,
-            row_mask,
-            row_cos,
-            row_sin,
+            ids, B, L, nh, nkv, d, self.scale, *consts, cos, sin, full, rows, row_mask, row_cos, row_sin
         )
         return (batch, *params)
 
@@ -536,6 +507,14 @@ def _cat_or_none(*tensors: Tensor | None) -> Tensor | None:
     if any(t is None for t in tensors):
         raise ValueError("projections read by one matmul must all have a bias or none")
     return torch.cat(tensors)  # type: ignore[arg-type]
+
+
+def _split(
+    weight: Tensor, bias: Tensor | None, at: int
+) -> tuple[tuple[Tensor, Tensor | None], tuple[Tensor, Tensor | None]]:
+    """The rows before and after ``at`` of a fused projection's weight (or gradient) and bias."""
+    head = (weight[:at], None if bias is None else bias[:at])
+    return head, (weight[at:], None if bias is None else bias[at:])
 
 
 def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None = None) -> Tensor:
@@ -766,9 +745,7 @@ class _Stack(torch.autograd.Function):
                 dqkv = dqkv.view(N, -1)
                 dw_in, db_in = torch.mm(dqkv.t(), h1), None if bq is None else dqkv.sum(0)
                 dx, dg1 = _rms_norm_backward(torch.mm(dqkv, w_in), xn1, r1, g1, dx2)
-                q_rows = nh * d
-                dwq, dbq = dw_in[:q_rows], None if db_in is None else db_in[:q_rows]
-                dwkv, dbkv = dw_in[q_rows:], None if db_in is None else db_in[q_rows:]
+                (dwq, dbq), (dwkv, dbkv) = _split(dw_in, db_in, nh * d)
             else:
                 rows = batch.rows
                 assert batch.row_cos is not None and batch.row_sin is not None  # set with rows
@@ -790,25 +767,11 @@ class _Stack(torch.autograd.Function):
                 dh1 = torch.mm(dkv, w_in).index_add_(0, rows, torch.mm(dqs, wq))
                 dx, dg1 = _rms_norm_backward(dh1, xn1, r1, g1, None)
                 dx.index_add_(0, rows, dx2)
-            kv_rows = nkv * d
-            grads[1 + i * _PER_LAYER : 1 + (i + 1) * _PER_LAYER] = [
-                dg1,
-                dwq,
-                dbq,
-                dwkv[:kv_rows],
-                None if dbkv is None else dbkv[:kv_rows],
-                dwkv[kv_rows:],
-                None if dbkv is None else dbkv[kv_rows:],
-                dwo,
-                dbo,
-                dg2,
-                dwgu[:inter],
-                None if dbgu is None else dbgu[:inter],
-                dwgu[inter:],
-                None if dbgu is None else dbgu[inter:],
-                dwd,
-                dbd,
-            ]
+            # the fused projections' gradients split back into the separate parameters (_LAYER_SLOTS order)
+            (dwk, dbk), (dwv, dbv) = _split(dwkv, dbkv, nkv * d)
+            (dwg, dbg), (dwu, dbu) = _split(dwgu, dbgu, inter)
+            layer = [dg1, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo, dg2, dwg, dbg, dwu, dbu, dwd, dbd]
+            grads[1 + i * _PER_LAYER : 1 + (i + 1) * _PER_LAYER] = layer
         if ctx.needs_input_grad[1]:
             grads[0] = torch.zeros_like(params[0]).index_add_(0, batch.ids, dx)
         return (None, *grads)
@@ -863,10 +826,7 @@ def adamw_step(opt: torch.optim.Optimizer) -> None:
         or group["differentiable"]
         or any(isinstance(group[k], Tensor) for k in ("lr", "weight_decay", "eps"))
         or any(isinstance(b, Tensor) for b in group["betas"])
-        or opt._optimizer_step_pre_hooks
-        or opt._optimizer_step_post_hooks
-        or _optimizer_module._global_optimizer_pre_hooks
-        or _optimizer_module._global_optimizer_post_hooks
+        or eager._hooked(opt)
         or getattr(opt, "grad_scale", None) is not None
         or getattr(opt, "found_inf", None) is not None
     ):
