@@ -69,11 +69,9 @@ _CACHE: weakref.WeakKeyDictionary[nn.Module, LeanDecoder | None] = weakref.WeakK
 
 def _decoder_of(model: PreTrainedModel) -> PreTrainedModel | None:
     """The transformer stack (``Qwen2Model`` / ``LlamaModel``) of a causal LM or of the stack itself."""
-    if hasattr(model, "layers") and hasattr(model, "embed_tokens"):
-        return model
-    inner = getattr(model, "model", None)
-    if inner is not None and hasattr(inner, "layers") and hasattr(inner, "embed_tokens"):
-        return inner
+    for stack in (model, getattr(model, "model", None)):
+        if hasattr(stack, "layers") and hasattr(stack, "embed_tokens"):
+            return stack
     return None
 
 
