@@ -354,24 +354,15 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
     orig_tp, tp = tp, origin or tp
     if tp is typing.Any:
         return True, value
-    if tp is bool:
-        return isinstance(value, bool), value
+    if tp in (bool, str, dict):
+        return isinstance(value, tp), value
+    number = isinstance(value, int | float) and not isinstance(value, bool)
     if tp is int:
-        if isinstance(value, bool):
-            return False, value
-        if isinstance(value, int):
-            return True, value
-        if isinstance(value, float) and value.is_integer():
+        if number and isinstance(value, float) and value.is_integer():
             return True, int(value)
-        return False, value
+        return number and isinstance(value, int), value
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return False, value
-        return True, float(value)
-    if tp is str:
-        return isinstance(value, str), value
-    if tp is dict:
-        return isinstance(value, dict), value
+        return number, float(value) if number else value
     if tp in (list, tuple):
         (item_tp,) = typing.get_args(orig_tp)[:1] or (typing.Any,)
         if not isinstance(value, list | tuple):
