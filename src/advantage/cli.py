@@ -321,9 +321,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("args", nargs="*", metavar="[ALGO] [key=value ...]")
     t.add_argument("--config", metavar="F", help="YAML config file (e.g. a run's config.yaml)")
-    t.add_argument(
-        "--quiet", action="store_true", help="no progress display (the run folder and the last line stay)"
-    )
     t.set_defaults(fn=cmd_train)
 
     r = sub.add_parser(
@@ -333,10 +330,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("run_dir")
     r.add_argument("overrides", nargs="*", metavar="key=value")
-    r.add_argument(
-        "--quiet", action="store_true", help="no progress display (the run folder and the last line stay)"
-    )
     r.set_defaults(fn=cmd_resume)
+    for parser in (t, r):
+        parser.add_argument(
+            "--quiet", action="store_true", help="no progress display (the run folder and the last line stay)"
+        )
 
     e = sub.add_parser(
         "eval",
