@@ -549,24 +549,16 @@ def _rms_norm_backward(
     return (dx.mul_(r) if residual is None else torch.addcmul(residual, dx, r)), dweight
 
 
-def _rope(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor) -> Tensor:
+def _rope(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor, transpose: bool = False) -> Tensor:
     r"""RoPE into ``out``: :math:`x \cos + \mathrm{rot}(x) \sin`, :math:`\mathrm{rot}(x) = (-x_2, x_1)` for
     the halves :math:`x_1, x_2` of the head dim. ``x``, ``out`` ``[..., d]`` (``out``'s strides set the
-    layout attention reads), ``cos`` ``[..., d]``, ``sin`` ``[..., d/2]`` (the table's halves are equal)."""
-    h = x.shape[-1] // 2
-    torch.mul(x, cos, out=out)
-    out[..., :h].addcmul_(x[..., h:], sin, value=-1)
-    out[..., h:].addcmul_(x[..., :h], sin)
-    return out
-
-
-def _rope_backward(dy: Tensor, cos: Tensor, sin: Tensor, out: Tensor) -> Tensor:
-    r"""The transpose of :func:`_rope` (a rotation per frequency): :math:`dx = dy \cos +
+    layout attention reads), ``cos`` ``[..., d]``, ``sin`` ``[..., d/2]`` (the table's halves are equal).
+    ``transpose``: its transpose, the backward (a rotation per frequency): :math:`dx = dy \cos +
     \mathrm{rot}^\top(dy) \sin`, :math:`\mathrm{rot}^\top(y) = (y_2, -y_1)`."""
-    h = dy.shape[-1] // 2
-    torch.mul(dy, cos, out=out)
-    out[..., :h].addcmul_(dy[..., h:], sin)
-    out[..., h:].addcmul_(dy[..., :h], sin, value=-1)
+    h, sign = x.shape[-1] // 2, -1 if transpose else 1
+    torch.mul(x, cos, out=out)
+    out[..., :h].addcmul_(x[..., h:], sin, value=-sign)
+    out[..., h:].addcmul_(x[..., :h], sin, value=sign)
     return out
 
 
@@ -638,7 +630,7 @@ class _Stack(torch.autograd.Function):
       :math:`dg = da \odot u \odot \sigma(g)(1 + g(1 - \sigma(g)))`, :math:`dW_{gu} = d(g,u)^\top h_2`,
       :math:`dh_2 = d(g,u)\,W_{gu}`, then the RMSNorm's (:func:`_rms_norm_backward`) plus :math:`dx`;
     * attention :math:`x_2 = x + W_o O + b_o`: :math:`dW_o = dx_2^\top O`, :math:`dO = dx_2 W_o`,
-      :func:`_attend_backward`, the RoPE transpose (:func:`_rope_backward`), :math:`dW_{qkv} = d(q,k,v)^\top
+      :func:`_attend_backward`, the RoPE transpose (:func:`_rope`), :math:`dW_{qkv} = d(q,k,v)^\top
       h_1`, :math:`dh_1 = d(q,k,v)\,W_{qkv}`, the RMSNorm's plus :math:`dx_2`;
     * the embedding: :math:`dE_t = \sum_{n:\ \mathrm{ids}_n = t} dx_n`.
     """
@@ -738,7 +730,7 @@ class _Stack(torch.autograd.Function):
                     dqk[:, :nh] = dq3.view(B, nh, L, d)
                     dqk[:, nh:] = dk3.view(B, nkv, L, d)
                 dqkv = do.new_empty((B, L, nh + 2 * nkv, d))
-                _rope_backward(dqk.transpose(1, 2), batch.cos, batch.sin, dqkv[:, :, : nh + nkv])
+                _rope(dqk.transpose(1, 2), batch.cos, batch.sin, dqkv[:, :, : nh + nkv], transpose=True)
                 dqkv[:, :, nh + nkv :] = dv3.view(B, nkv, L, d).transpose(1, 2)
                 dqkv = dqkv.view(N, -1)
                 dw_in, db_in = torch.mm(dqkv.t(), h1), None if bq is None else dqkv.sum(0)
@@ -752,12 +744,11 @@ class _Stack(torch.autograd.Function):
                 dq3, dk3 = torch.empty_like(q3), torch.empty_like(k3)
                 dv3 = _attend_backward(do3, q3, k3, v3, p, scale, dq3, dk3)
                 dqs = do.new_empty((S, nh, d))
-                _rope_backward(dq3.view(nh, S, d).transpose(0, 1), batch.row_cos, batch.row_sin, dqs)
+                _rope(dq3.view(nh, S, d).transpose(0, 1), batch.row_cos, batch.row_sin, dqs, transpose=True)
                 dqs = dqs.view(S, nh * d)
                 dkv = do.new_empty((N, 2 * nkv, d))
-                _rope_backward(
-                    dk3.transpose(0, 1), batch.cos.view(N, 1, d), batch.sin.view(N, 1, -1), dkv[:, :nkv]
-                )
+                cos, sin = batch.cos.view(N, 1, d), batch.sin.view(N, 1, -1)
+                _rope(dk3.transpose(0, 1), cos, sin, dkv[:, :nkv], transpose=True)
                 dkv[:, nkv:] = dv3.transpose(0, 1)
                 dkv = dkv.view(N, -1)
                 dwq, dbq = torch.mm(dqs.t(), hq), None if bq is None else dqs.sum(0)
