@@ -805,6 +805,7 @@ def adamw_step(opt: torch.optim.Optimizer) -> None:
     else (several groups or dtypes, amsgrad, step hooks, another optimizer) calls ``opt.step()``."""
     groups = opt.param_groups
     group = groups[0]
+    params = [p for p in group["params"] if p.grad is not None]
     if (
         type(opt) is not torch.optim.AdamW
         or len(groups) != 1
@@ -818,14 +819,12 @@ def adamw_step(opt: torch.optim.Optimizer) -> None:
         or eager._hooked(opt)
         or getattr(opt, "grad_scale", None) is not None
         or getattr(opt, "found_inf", None) is not None
+        or len({(p.device, p.dtype) for p in params}) > 1
+        or any(p.is_complex() for p in params[:1])
     ):
         eager.step(opt)
         return
-    params = [p for p in group["params"] if p.grad is not None]
     if not params:
-        return
-    if len({(p.device, p.dtype) for p in params}) > 1 or params[0].is_complex():
-        eager.step(opt)
         return
     state = opt.state
     for p in params:
