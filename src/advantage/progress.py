@@ -127,10 +127,8 @@ class Progress:
 
     def info(self) -> str:
         """The fields' latest values, e.g. ``return 195 | eval return 500`` (``-`` before any)."""
-        if self.recent is not None and "return" not in self.values:
-            values = {**self.values, "return": self.recent}
-        else:
-            values = self.values
+        # the return of the last episodes stands in until a logged one arrives
+        values = self.values if self.recent is None else {"return": self.recent, **self.values}
         shown = [_fmt(label, values[label]) for label, _ in self.fields if label in values]
         return " | ".join(shown) if shown else f"{self.fields[0][0]} -" if self.fields else ""
 
