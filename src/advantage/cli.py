@@ -189,10 +189,8 @@ def _default_plot_metrics(run_dirs: Sequence[str]) -> tuple[str, ...]:
         except AdvantageError:
             name = None  # not a run folder: plot_runs says so
         algo = ALGORITHMS.get(name) if isinstance(name, str) else None
-        for m in algo.plot_metrics if algo and algo.plot_metrics else DEFAULT_METRICS:
-            if m not in out:
-                out.append(m)
-    return tuple(out) or DEFAULT_METRICS
+        out += algo.plot_metrics if algo and algo.plot_metrics else DEFAULT_METRICS
+    return tuple(dict.fromkeys(out)) or DEFAULT_METRICS
 
 
 def cmd_sweep(ns: argparse.Namespace) -> int:
