@@ -87,12 +87,11 @@ def resolve_config(
                 f"(available: {', '.join(spec.presets) or 'none'})"
             )
         preset = nest(dict(spec.presets[preset_name].overrides))
-    entry, hp_note, record = _hyperparams(
-        spec, over, tree, merge(nest(dict(spec.defaults)), preset, tree, over)
-    )
+    defaults = nest(dict(spec.defaults))
+    entry, hp_note, record = _hyperparams(spec, over, tree, merge(defaults, preset, tree, over))
     tuned = nest(dict(entry.overrides)) if entry is not None else {}
-    merged = merge(nest(dict(spec.defaults)), tuned, preset, tree, over)
-    interpolated = interpolations(nest(dict(spec.defaults)), tuned, preset, tree, over)
+    merged = merge(defaults, tuned, preset, tree, over)
+    interpolated = interpolations(defaults, tuned, preset, tree, over)
     try:
         cfg, problems = build(spec.config, merged)
         if spec.uses_env and _env_chosen(cfg, preset, tree, over):
