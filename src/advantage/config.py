@@ -275,27 +275,25 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file; errors name the file (and the line, for syntax errors). Files over
     :data:`YAML_MAX_BYTES`, or whose aliases expand to more than :data:`YAML_MAX_NODES` nodes or nest
     deeper than :data:`YAML_MAX_DEPTH`, are refused before anything expands them."""
-    p = Path(path)
+    p, name = Path(path), f"--config {str(path)!r}"  # how every error names the file
     if not p.is_file():
-        raise ConfigError(f"--config {str(path)!r}: no such file")
+        raise ConfigError(f"{name}: no such file")
     if p.stat().st_size > YAML_MAX_BYTES:
-        raise ConfigError(f"--config {str(path)!r} is over {YAML_MAX_BYTES} bytes; a config file is small")
+        raise ConfigError(f"{name} is over {YAML_MAX_BYTES} bytes; a config file is small")
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
         detail = " ".join(str(e).split()).replace('"<unicode string>"', f'"{path}"')  # name the file
-        raise ConfigError(f"--config {str(path)!r} is not valid YAML: {detail}") from None
+        raise ConfigError(f"{name} is not valid YAML: {detail}") from None
     except (RecursionError, UnicodeDecodeError) as e:
-        raise ConfigError(f"--config {str(path)!r} is not valid YAML ({type(e).__name__})") from None
+        raise ConfigError(f"{name} is not valid YAML ({type(e).__name__})") from None
     why = _too_big(data)
     if why:
-        raise ConfigError(f"--config {str(path)!r}: {why}; refused before expanding it")
+        raise ConfigError(f"{name}: {why}; refused before expanding it")
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(
-            f"--config {str(path)!r} must hold a mapping of sections, got {type(data).__name__}"
-        )
+        raise ConfigError(f"{name} must hold a mapping of sections, got {type(data).__name__}")
     return data
 
 
