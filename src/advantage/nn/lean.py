@@ -180,7 +180,8 @@ class LeanDecoder:
     """The decoder forward on a transformers Qwen2/Llama model's parameters (module docstring).
 
     ``hidden`` gives final-norm hidden states for training and scoring; ``logits`` applies the LM head;
-    ``new_cache`` / ``step`` decode with a preallocated cache. Build it with :func:`lean_decoder`.
+    ``new_cache`` and ``hidden(..., cache=...)`` decode with a preallocated cache. Build it with
+    :func:`lean_decoder`.
     """
 
     def __init__(self, model: PreTrainedModel, decoder: PreTrainedModel):
