@@ -283,11 +283,6 @@ class LeanDecoder:
             self._rope[device] = tables
         return tables
 
-    def _rotary(self, position_ids: Tensor, dtype: torch.dtype, size: int | None) -> tuple[Tensor, Tensor]:
-        """``cos, sin`` ``[B, L, 1, head_dim]`` at ``position_ids``, in ``dtype``."""
-        cos, sin, _ = self._tables(position_ids, size)
-        return cos[position_ids].unsqueeze(2).to(dtype), sin[position_ids].unsqueeze(2).to(dtype)
-
     # -- forward ------------------------------------------------------------------------------------------
     def hidden(
         self,
@@ -339,10 +334,11 @@ class LeanDecoder:
         x = F.embedding(input_ids, self.decoder.embed_tokens.weight)  # [B, L, H]
         B, L = input_ids.shape
         nh, nkv, d = self.heads, self.kv_heads, self.head_dim
+        cos, sin, cis = self._tables(position_ids, max_position)
         if decode:
-            cis = self._tables(position_ids, max_position)[2][position_ids].unsqueeze(2)  # [B, L, 1, d/2]
-        else:
-            cos, sin = self._rotary(position_ids, x.dtype, max_position)
+            cis = cis[position_ids].unsqueeze(2)  # [B, L, 1, d/2]
+        else:  # [B, L, 1, head_dim], in the activations' dtype
+            cos, sin = cos[position_ids].unsqueeze(2).to(x.dtype), sin[position_ids].unsqueeze(2).to(x.dtype)
         start = cache.length if cache is not None else 0
         for i, lw in enumerate(layers):
             h = F.rms_norm(x, (self.hidden_size,), lw.attn_norm, self.eps)
