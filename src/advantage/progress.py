@@ -75,7 +75,6 @@ class Progress:
         self.mode = mode
         self.fields = tuple(fields)
         self.values: dict[str, Any] = {}
-        self.recent: float | None = None
         # The clock starts at the first update: setup before the first step is not training speed.
         self._t0: float | None = None
         self._s0 = start
@@ -127,9 +126,7 @@ class Progress:
 
     def info(self) -> str:
         """The fields' latest values, e.g. ``return 195 | eval return 500`` (``-`` before any)."""
-        # the return of the last episodes stands in until a logged one arrives
-        values = self.values if self.recent is None else {"return": self.recent, **self.values}
-        shown = [_fmt(label, values[label]) for label, _ in self.fields if label in values]
+        shown = [_fmt(label, self.values[label]) for label, _ in self.fields if label in self.values]
         return " | ".join(shown) if shown else f"{self.fields[0][0]} -" if self.fields else ""
 
     def at(self, step: int) -> None:
@@ -139,11 +136,9 @@ class Progress:
             self._line_mark = (self._t0, step)
         self.step = step
 
-    def update(self, step: int, recent_return: float | None = None) -> None:
+    def update(self, step: int) -> None:
         """Called every step: cheap unless a redraw (at most 10 per second) or a line is due."""
         self.at(step)
-        if recent_return is not None:
-            self.recent = recent_return
         if self._bar is not None:
             now = time.perf_counter()
             if now - self._last_draw >= 0.1 or step >= self.total:
