@@ -58,6 +58,11 @@ def _write_synced(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
+def _plain_name(name: str) -> bool:
+    """A printable name of a file or folder directly in the checkpoint folder: no separator, not hidden."""
+    return not ("/" in name or "\\" in name or name.startswith(".")) and name.isprintable()
+
+
 def atomic_write(path: str | Path, data: bytes | str) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new content, never a mix."""
     path = Path(path)
@@ -124,7 +129,7 @@ def save_checkpoint(
     checkpoint and ``latest`` untouched."""
     root = Path(root)
     for fname in files or {}:
-        if fname in (TENSORS, STATE, MANIFEST) or "/" in fname or "\\" in fname or fname.startswith("."):
+        if fname in (TENSORS, STATE, MANIFEST) or not _plain_name(fname):
             raise ValueError(f"checkpoint file name {fname!r} is reserved or not a plain file name")
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".tmp-*"):
@@ -189,7 +194,7 @@ def latest_checkpoint(root: str | Path) -> Path:
         name = pointer.read_bytes().decode("ascii").strip()
     except UnicodeDecodeError:
         raise bad from None
-    if not name.startswith("step_") or "/" in name or "\\" in name or not name.isprintable():
+    if not name.startswith("step_") or not _plain_name(name):
         raise bad
     folder = root / name
     if not folder.is_dir() or folder.is_symlink() or folder.resolve().parent != root.resolve():
@@ -259,13 +264,7 @@ def _read_manifest(folder: Path) -> tuple[int, dict[str, dict[str, Any]]]:
     if not isinstance(files, dict) or not {TENSORS, STATE} <= set(files):
         raise CheckpointError(f"{mpath}: not a valid manifest (files must map {TENSORS} and {STATE})")
     for fname, entry in files.items():
-        if (
-            fname == MANIFEST
-            or "/" in fname
-            or "\\" in fname
-            or fname.startswith(".")
-            or not fname.isprintable()
-        ):
+        if fname == MANIFEST or not _plain_name(fname):
             raise CheckpointError(f"{mpath}: lists {fname!r}, which is not a plain file name")
         if fname.lower().endswith(_PICKLE_SUFFIXES):
             raise CheckpointError(

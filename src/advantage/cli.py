@@ -31,11 +31,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _split_algo(args: Sequence[str]) -> tuple[str | None, list[str]]:
-    """``train [ALGO] [key=value ...]``: the first word without '=' is the algorithm."""
+    """``train [ALGO] [key=value ...]``: the first word without '=' is the algorithm; every other word
+    must be an override."""
     args = list(args)
-    if args and "=" not in args[0]:
-        return args[0], args[1:]
-    return None, args
+    algo, rest = (args[0], args[1:]) if args and "=" not in args[0] else (None, args)
+    _check_algo(algo)
+    stray = [a for a in rest if "=" not in a]
+    if stray:
+        raise AdvantageError(f"expected key=value overrides after the algorithm, got {' '.join(stray)!r}")
+    return algo, rest
 
 
 # The command returns when the run's checkpoint is saved; the learning-curve plot and the last TensorBoard
@@ -62,10 +66,6 @@ def cmd_train(ns: argparse.Namespace) -> int:
     from advantage.runs import train
 
     algo, rest = _split_algo(ns.args)
-    _check_algo(algo)
-    stray = [a for a in rest if "=" not in a]
-    if stray:
-        raise AdvantageError(f"expected key=value overrides after the algorithm, got {' '.join(stray)!r}")
     overrides = parse_overrides(rest)
     return _ended(train(algo, ns.config, progress=not ns.quiet, background=BACKGROUND, **overrides))
 
@@ -162,8 +162,6 @@ def _rounded(value: object) -> object:
 
 
 def cmd_plot(ns: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from advantage.plotting import plot_runs
 
     out = ns.out or (
@@ -191,10 +189,8 @@ def _default_plot_metrics(run_dirs: Sequence[str]) -> tuple[str, ...]:
         except AdvantageError:
             name = None  # not a run folder: plot_runs says so
         algo = ALGORITHMS.get(name) if isinstance(name, str) else None
-        for m in algo.plot_metrics if algo and algo.plot_metrics else DEFAULT_METRICS:
-            if m not in out:
-                out.append(m)
-    return tuple(out) or DEFAULT_METRICS
+        out += algo.plot_metrics if algo and algo.plot_metrics else DEFAULT_METRICS
+    return tuple(dict.fromkeys(out)) or DEFAULT_METRICS
 
 
 def cmd_sweep(ns: argparse.Namespace) -> int:
@@ -202,10 +198,6 @@ def cmd_sweep(ns: argparse.Namespace) -> int:
     from advantage.sweep import parse_grid, sweep
 
     algo, rest = _split_algo(ns.args)
-    _check_algo(algo)
-    stray = [a for a in rest if "=" not in a]
-    if stray:
-        raise AdvantageError(f"expected key=value overrides after the algorithm, got {' '.join(stray)!r}")
     rows = sweep(
         algo,
         parse_grid(ns.grid or []),
@@ -327,9 +319,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("args", nargs="*", metavar="[ALGO] [key=value ...]")
     t.add_argument("--config", metavar="F", help="YAML config file (e.g. a run's config.yaml)")
-    t.add_argument(
-        "--quiet", action="store_true", help="no progress display (the run folder and the last line stay)"
-    )
     t.set_defaults(fn=cmd_train)
 
     r = sub.add_parser(
@@ -339,10 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("run_dir")
     r.add_argument("overrides", nargs="*", metavar="key=value")
-    r.add_argument(
-        "--quiet", action="store_true", help="no progress display (the run folder and the last line stay)"
-    )
     r.set_defaults(fn=cmd_resume)
+    for parser in (t, r):
+        parser.add_argument(
+            "--quiet", action="store_true", help="no progress display (the run folder and the last line stay)"
+        )
 
     e = sub.add_parser(
         "eval",

@@ -140,8 +140,6 @@ def device_problem(device: str, *, available: bool = True) -> str | None:
     must also exist here: torch built with CUDA and a visible GPU (``cuda:N``: N below the device count),
     or Apple's MPS backend.
     """
-    import re
-
     dev = str(device).strip()
     if not re.fullmatch(r"cpu|cuda|cuda:\d+|mps", dev):
         hint = " (did you mean cuda?)" if dev.lower() in ("gpu", "cuda0", "nvidia") else ""
@@ -277,27 +275,25 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file; errors name the file (and the line, for syntax errors). Files over
     :data:`YAML_MAX_BYTES`, or whose aliases expand to more than :data:`YAML_MAX_NODES` nodes or nest
     deeper than :data:`YAML_MAX_DEPTH`, are refused before anything expands them."""
-    p = Path(path)
+    p, name = Path(path), f"--config {str(path)!r}"  # how every error names the file
     if not p.is_file():
-        raise ConfigError(f"--config {str(path)!r}: no such file")
+        raise ConfigError(f"{name}: no such file")
     if p.stat().st_size > YAML_MAX_BYTES:
-        raise ConfigError(f"--config {str(path)!r} is over {YAML_MAX_BYTES} bytes; a config file is small")
+        raise ConfigError(f"{name} is over {YAML_MAX_BYTES} bytes; a config file is small")
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
         detail = " ".join(str(e).split()).replace('"<unicode string>"', f'"{path}"')  # name the file
-        raise ConfigError(f"--config {str(path)!r} is not valid YAML: {detail}") from None
+        raise ConfigError(f"{name} is not valid YAML: {detail}") from None
     except (RecursionError, UnicodeDecodeError) as e:
-        raise ConfigError(f"--config {str(path)!r} is not valid YAML ({type(e).__name__})") from None
+        raise ConfigError(f"{name} is not valid YAML ({type(e).__name__})") from None
     why = _too_big(data)
     if why:
-        raise ConfigError(f"--config {str(path)!r}: {why}; refused before expanding it")
+        raise ConfigError(f"{name}: {why}; refused before expanding it")
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(
-            f"--config {str(path)!r} must hold a mapping of sections, got {type(data).__name__}"
-        )
+        raise ConfigError(f"{name} must hold a mapping of sections, got {type(data).__name__}")
     return data
 
 
@@ -356,24 +352,15 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
     orig_tp, tp = tp, origin or tp
     if tp is typing.Any:
         return True, value
-    if tp is bool:
-        return isinstance(value, bool), value
+    if tp in (bool, str, dict):
+        return isinstance(value, tp), value
+    number = isinstance(value, int | float) and not isinstance(value, bool)
     if tp is int:
-        if isinstance(value, bool):
-            return False, value
-        if isinstance(value, int):
-            return True, value
-        if isinstance(value, float) and value.is_integer():
+        if number and isinstance(value, float) and value.is_integer():
             return True, int(value)
-        return False, value
+        return number and isinstance(value, int), value
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return False, value
-        return True, float(value)
-    if tp is str:
-        return isinstance(value, str), value
-    if tp is dict:
-        return isinstance(value, dict), value
+        return number, float(value) if number else value
     if tp in (list, tuple):
         (item_tp,) = typing.get_args(orig_tp)[:1] or (typing.Any,)
         if not isinstance(value, list | tuple):
@@ -385,9 +372,11 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
     return True, value
 
 
-def _suggest(word: str, options: Iterable[str], prefix: str = "") -> str:
-    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
-    return f"; did you mean {prefix}{close[0]}?" if close else ""
+def suggest(word: str, options: Iterable[str], prefix: str = "", cutoff: float = 0.6, n: int = 1) -> str:
+    """``; did you mean {prefix}{option}?`` naming the ``n`` closest options (joined by "or"), or ``""``
+    when none is close enough."""
+    close = difflib.get_close_matches(word, list(options), n=n, cutoff=cutoff)
+    return f"; did you mean {' or '.join(prefix + c for c in close)}?" if close else ""
 
 
 def _num(x: float) -> str:
@@ -397,7 +386,7 @@ def _num(x: float) -> str:
 def _check_range(name: str, value: Any, meta: Mapping[str, Any]) -> str | None:
     choices = meta.get("choices")
     if choices is not None and value not in choices:
-        return f"{name} must be one of {', '.join(choices)}; got {value!r}{_suggest(str(value), choices)}"
+        return f"{name} must be one of {', '.join(choices)}; got {value!r}{suggest(str(value), choices)}"
     lo, hi = meta.get("lo"), meta.get("hi")
     if value is None or (lo is None and hi is None) or not isinstance(value, int | float):
         return None
@@ -455,7 +444,7 @@ def _build(
             if takes_extra:
                 extra[key] = value  # e.g. environment kwargs; checked by the section's owner
                 continue
-            hint = _elsewhere(str(key), root, prefix) or _suggest(str(key), fields, prefix)
+            hint = _elsewhere(str(key), root, prefix) or suggest(str(key), fields, prefix)
             problems.append(f"unknown key {name}{hint} (allowed: {', '.join(fields)})")
             continue
         tp = hints[key]
@@ -488,8 +477,6 @@ def _build(
 def rebase(message: str, prefix: str) -> str:
     """A section's message with the section's own keys named in full: a model section nested at
     ``worker.actor.model.`` says ``model.path`` in its checks, which becomes ``worker.actor.model.path``."""
-    import re
-
     local = prefix.rstrip(".").rsplit(".", 1)[-1]
     if not local or prefix == f"{local}.":
         return message

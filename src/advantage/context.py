@@ -89,6 +89,11 @@ def _run_state(restored: Checkpoint) -> dict[str, Any]:
     return run
 
 
+def _next_multiple(step: int, every: int) -> float:
+    """The first multiple of ``every`` after ``step`` (never, for ``every=0``)."""
+    return step - step % every + every if every else math.inf
+
+
 def _progress_fields(algo: Algorithm) -> Fields:
     """What the progress line shows: the algorithm's own curves when it names them (e.g. ‖w‖ and the value
     error of the linear TD methods, whose return is always 0), else the return or the LM fields."""
@@ -115,11 +120,9 @@ class RunContext:
         self._window = _Window(run_state.get("window_returns", []), run_state.get("window_lengths", []))
         # The mean return of the last 100 episodes (``recent_return``), carried across resume.
         self._recent: deque[float] = deque(run_state.get("recent_returns", []), maxlen=100)
-        self._next_log = start - start % t.log_every + t.log_every
-        self._next_eval = start - start % t.eval_every + t.eval_every if t.eval_every else math.inf
-        self._next_ckpt = (
-            start - start % t.checkpoint_every + t.checkpoint_every if t.checkpoint_every else math.inf
-        )
+        self._next_log = _next_multiple(start, t.log_every)
+        self._next_eval = _next_multiple(start, t.eval_every)
+        self._next_ckpt = _next_multiple(start, t.checkpoint_every)
         self._stop_signal: str | None = None
         self._stepped = False
         self._old_handlers: dict[int, Any] = {}
@@ -261,19 +264,18 @@ class RunContext:
         the loop should stop now (a signal arrived)."""
         self._stepped = True
         self.progress.at(step)
+        t = self.cfg.trainer
         if step >= self._next_log:
             self._log_train(step)
-            self._next_log = step - step % self.cfg.trainer.log_every + self.cfg.trainer.log_every
+            self._next_log = _next_multiple(step, t.log_every)
         due_eval, due_ckpt = step >= self._next_eval, step >= self._next_ckpt
         if due_eval or due_ckpt:
             snap = snapshot()
             if due_eval:
-                e = self.cfg.trainer.eval_every
-                self._next_eval = step - step % e + e
+                self._next_eval = _next_multiple(step, t.eval_every)
                 self.evaluate(step, snap.policy)
             if due_ckpt:
-                c = self.cfg.trainer.checkpoint_every
-                self._next_ckpt = step - step % c + c
+                self._next_ckpt = _next_multiple(step, t.checkpoint_every)
                 self.save(step, snap)
         self.progress.update(step)  # after logging and evaluating: it shows this step's values
         return self._stop_signal is not None

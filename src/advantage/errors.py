@@ -13,11 +13,8 @@ class ConfigError(AdvantageError, ValueError):
 
     def __init__(self, problems: list[str] | str):
         self.problems = [problems] if isinstance(problems, str) else list(problems)
-        if len(self.problems) == 1:
-            msg = self.problems[0]
-        else:
-            msg = f"{len(self.problems)} config problems: " + "; ".join(self.problems)
-        super().__init__(msg)
+        many = f"{len(self.problems)} config problems: " + "; ".join(self.problems)
+        super().__init__(self.problems[0] if len(self.problems) == 1 else many)
 
 
 class EnvError(AdvantageError, ValueError):

@@ -75,7 +75,6 @@ class Progress:
         self.mode = mode
         self.fields = tuple(fields)
         self.values: dict[str, Any] = {}
-        self.recent: float | None = None
         # The clock starts at the first update: setup before the first step is not training speed.
         self._t0: float | None = None
         self._s0 = start
@@ -127,11 +126,7 @@ class Progress:
 
     def info(self) -> str:
         """The fields' latest values, e.g. ``return 195 | eval return 500`` (``-`` before any)."""
-        if self.recent is not None and "return" not in self.values:
-            values = {**self.values, "return": self.recent}
-        else:
-            values = self.values
-        shown = [_fmt(label, values[label]) for label, _ in self.fields if label in values]
+        shown = [_fmt(label, self.values[label]) for label, _ in self.fields if label in self.values]
         return " | ".join(shown) if shown else f"{self.fields[0][0]} -" if self.fields else ""
 
     def at(self, step: int) -> None:
@@ -141,25 +136,24 @@ class Progress:
             self._line_mark = (self._t0, step)
         self.step = step
 
-    def update(self, step: int, recent_return: float | None = None) -> None:
+    def update(self, step: int) -> None:
         """Called every step: cheap unless a redraw (at most 10 per second) or a line is due."""
         self.at(step)
-        if recent_return is not None:
-            self.recent = recent_return
         if self._bar is not None:
             now = time.perf_counter()
             if now - self._last_draw >= 0.1 or step >= self.total:
                 self._last_draw = now
-                self._bar.update(
-                    self._task,
-                    total=self.shown_total,
-                    completed=step,
-                    rate=format_rate(self.rate),
-                    info=self.info(),
-                )
+                self._draw()
         elif self.mode == "lines" and step >= self._next_line and step < self.total:
             self._next_line = step + max(self.total // 10, 1)
             self._line()  # (the last line is written by close, with the final evaluation)
+
+    def _draw(self) -> None:
+        assert self._bar is not None  # drawn only in bar mode
+        info = self.info()
+        self._bar.update(
+            self._task, total=self.shown_total, completed=self.step, rate=format_rate(self.rate), info=info
+        )
 
     def eta(self) -> float:
         """Seconds left at the speed since the previous line (NaN before any progress)."""
@@ -188,13 +182,7 @@ class Progress:
 
     def close(self) -> None:
         if self._bar is not None:
-            self._bar.update(
-                self._task,
-                total=self.shown_total,
-                completed=self.step,
-                rate=format_rate(self.rate),
-                info=self.info(),
-            )
+            self._draw()
             self._bar.stop()
             self._bar = None
         elif self.mode == "lines" and self._t0 is not None and self._last_line != (self.step, self.info()):

@@ -12,13 +12,12 @@ trained policy from checkpoint tensors (for ``eval`` and ``Run.act``).
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from advantage.config import Preset
+from advantage.config import Preset, suggest
 from advantage.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -133,10 +132,8 @@ def get_algorithm(name: str) -> Algorithm:
     load(name)  # its config module only (imports no training code)
     if name not in ALGORITHMS:
         load_all()  # every name, for the suggestions
-        close = difflib.get_close_matches(name, list(ALGORITHMS), n=3, cutoff=0.5)
-        hint = f"; did you mean {' or '.join(close)}?" if close else ""
         raise ConfigError(
-            f"unknown algorithm {name!r}{hint} "
+            f"unknown algorithm {name!r}{suggest(name, ALGORITHMS, cutoff=0.5, n=3)} "
             f"(available: {', '.join(sorted(ALGORITHMS))}; see `advantage list`)"
         )
     return ALGORITHMS[name]

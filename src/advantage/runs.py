@@ -29,6 +29,7 @@ from advantage.config import (
     merge,
     nest,
     set_dotted,
+    suggest,
     to_dict,
 )
 from advantage.errors import AdvantageError, CheckpointError, ConfigError, RunDirError
@@ -80,21 +81,17 @@ def resolve_config(
     preset: dict[str, Any] = {}
     if preset_name is not None:
         if preset_name not in spec.presets:
-            import difflib
-
-            close = difflib.get_close_matches(str(preset_name), list(spec.presets), n=1, cutoff=0.5)
-            hint = f"; did you mean {close[0]}?" if close else ""
+            hint = suggest(str(preset_name), spec.presets, cutoff=0.5)
             raise ConfigError(
                 f"preset {preset_name!r} is not a preset of {name}{hint} "
                 f"(available: {', '.join(spec.presets) or 'none'})"
             )
         preset = nest(dict(spec.presets[preset_name].overrides))
-    entry, hp_note, record = _hyperparams(
-        spec, over, tree, merge(nest(dict(spec.defaults)), preset, tree, over)
-    )
+    defaults = nest(dict(spec.defaults))
+    entry, hp_note, record = _hyperparams(spec, over, tree, merge(defaults, preset, tree, over))
     tuned = nest(dict(entry.overrides)) if entry is not None else {}
-    merged = merge(nest(dict(spec.defaults)), tuned, preset, tree, over)
-    interpolated = interpolations(nest(dict(spec.defaults)), tuned, preset, tree, over)
+    merged = merge(defaults, tuned, preset, tree, over)
+    interpolated = interpolations(defaults, tuned, preset, tree, over)
     try:
         cfg, problems = build(spec.config, merged)
         if spec.uses_env and _env_chosen(cfg, preset, tree, over):
@@ -361,10 +358,7 @@ def _resume(
                 file=sys.stderr,
             )
     cfg.trainer.run_dir = str(run_dir)
-    if (
-        not (run_dir / "checkpoints" / LATEST).exists()
-        and not (run_dir / "checkpoints" / LATEST).is_symlink()
-    ):
+    if not os.path.lexists(run_dir / "checkpoints" / LATEST):
         # killed before its first checkpoint: start it again from its saved config, in the same folder
         truncate_metrics(run_dir, -1)  # every row: the run starts again
         if not quiet:

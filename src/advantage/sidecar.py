@@ -17,6 +17,7 @@ sidecar's own errors (a plot that fails) go to ``RUN/sidecar.log``, which exists
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -184,11 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if warning:
         print(warning, file=sys.stderr)
     log = ns.run_dir / LOG_FILE
-    try:
+    with contextlib.suppress(OSError):
         if log.stat().st_size == 0:
             log.unlink()
-    except OSError:
-        pass
     return 1 if warning else 0
 
 

@@ -28,7 +28,7 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +56,8 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[Any]]:
 
 def trials(grid: dict[str, list[Any]], seeds: int) -> list[dict[str, Any]]:
     """The cartesian product of the grid, each point repeated for seeds 0..seeds-1 (point-major order)."""
-    keys = list(grid)
-    out = []
-    for values in itertools.product(*(grid[k] for k in keys)):
-        point = dict(zip(keys, values, strict=True))
-        for seed in range(seeds):
-            out.append({"point": point, "seed": seed})
-    return out
+    points = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
+    return [{"point": point, "seed": seed} for point in points for seed in range(seeds)]
 
 
 def _run_trial(algo: str | None, config: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -122,8 +117,12 @@ def sweep(
     if problems:
         raise ConfigError(sorted(set(problems)))
     out_dir.mkdir(parents=True, exist_ok=True)
-    say: Callable[[str], None] = (lambda m: print(m, file=sys.stderr, flush=True)) if progress else _silent
     n = len(plan)
+
+    def say(message: str) -> None:
+        if progress:
+            print(message, file=sys.stderr, flush=True)
+
     say(f"sweep folder: {out_dir} ({n} trials: {n // seeds} grid points x {seeds} seeds)")
     rows: list[dict[str, Any] | None] = [None] * n
     started = [time.perf_counter()] * n
@@ -161,10 +160,6 @@ def sweep(
             if (row := rows[i]) and row.get("stopped_by"):
                 break  # the remaining trials are not started
     return [r for r in rows if r is not None]
-
-
-def _silent(message: str) -> None:
-    pass
 
 
 def _point(trial: dict[str, Any]) -> str:

@@ -28,14 +28,9 @@ def load_module(
         for k in sorted(set(own) & set(got))
         if got[k].shape != own[k].shape
     ]
-    if missing or unexpected or shapes:
-        parts = []
-        if missing:
-            parts.append(f"missing keys {missing}")
-        if unexpected:
-            parts.append(f"unexpected keys {unexpected}")
-        if shapes:
-            parts.append(f"wrong shapes {shapes}")
+    found = {"missing keys": missing, "unexpected keys": unexpected, "wrong shapes": shapes}
+    parts = [f"{what} {items}" for what, items in found.items() if items]
+    if parts:
         raise CheckpointError(
             f"{where}: the checkpoint's {prefix!r} tensors do not fit the network built from the config: "
             + "; ".join(parts)
@@ -80,9 +75,9 @@ class LearnerState:
 
     Key names are those the trainers have always written: a module ``name`` gives tensors ``name.<param>``;
     an optimizer ``name`` gives tensors ``name.<index>.<moment>`` and a JSON entry ``name`` (its param
-    groups and scalar state); the RNG is the tensor ``torch_rng``. :meth:`meta` returns
-    ``{optimizer name: JSON}``; a trainer stores it flat in its algorithm state (``{**learner.meta(), ...}``)
-    or under one key (``{"learner": learner.meta()}``) and hands the same mapping back to :meth:`load`.
+    groups and scalar state); the RNG is the tensor ``torch_rng``. :meth:`save` returns the tensors and
+    ``{optimizer name: JSON}``; a trainer stores the latter flat in its algorithm state (``{**meta, ...}``)
+    or under one key (``{"learner": meta}``) and hands the same mapping back to :meth:`load`.
 
     An optimizer may be a ``torch.optim.Optimizer`` or a wrapper that holds one as ``.opt`` (the lean
     steppers of :mod:`advantage.nn.lean` and ``LeanAdam``); the wrapped optimizer's state is what is saved.
@@ -100,23 +95,9 @@ class LearnerState:
         self.optimizers = {k: getattr(o, "opt", o) for k, o in (optimizers or {}).items()}
         self.rng = rng
 
-    def tensors(self) -> dict[str, torch.Tensor]:
-        """Module weights, optimizer moments and (``rng=True``) the torch RNG state as named tensors."""
-        out: dict[str, torch.Tensor] = {}
-        for name, module in self.modules.items():
-            out.update(module_tensors(name, module))
-        for name, opt in self.optimizers.items():
-            out.update(optimizer_state(name, opt)[0])
-        if self.rng:
-            out["torch_rng"] = torch.get_rng_state()
-        return out
-
-    def meta(self) -> dict[str, Any]:
-        """``{optimizer name: param groups and scalar state}``, JSON-serialisable."""
-        return {name: optimizer_state(name, opt)[1] for name, opt in self.optimizers.items()}
-
     def save(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """``(tensors(), meta())``, reading each optimizer's state once."""
+        """Module weights, optimizer moments and (``rng=True``) the torch RNG state as named tensors, and
+        ``{optimizer name: param groups and scalar state}`` (JSON-serialisable)."""
         tensors: dict[str, torch.Tensor] = {}
         meta: dict[str, Any] = {}
         for name, module in self.modules.items():

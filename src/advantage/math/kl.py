@@ -144,6 +144,13 @@ def k3_from_ratio(log_ratio: Tensor, ratio: Tensor) -> Tensor:
 KL_ESTIMATORS: dict[str, Callable[..., Tensor]] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
 
 
+def _check_beta_target(beta: float, target: float) -> None:
+    if beta < 0:
+        raise ValueError(f"beta must be >= 0, got {beta}")
+    if not target > 0:
+        raise ValueError(f"target must be > 0, got {target}")
+
+
 def adaptive_kl_beta(beta: float, kl: float | Tensor, target: float) -> float:
     r"""One step of PPO-Penalty's adaptive coefficient (Schulman et al. 2017 §4).
 
@@ -160,10 +167,7 @@ def adaptive_kl_beta(beta: float, kl: float | Tensor, target: float) -> float:
         ValueError: ``beta < 0``, ``target <= 0`` or a non-finite ``kl``.
     """
     d = float(kl)
-    if beta < 0:
-        raise ValueError(f"beta must be >= 0, got {beta}")
-    if not target > 0:
-        raise ValueError(f"target must be > 0, got {target}")
+    _check_beta_target(beta, target)
     if not math.isfinite(d):
         raise ValueError(f"kl must be finite, got {d}")
     if d < target / 1.5:
@@ -182,10 +186,7 @@ class AdaptiveKLController:
     """
 
     def __init__(self, beta: float, target: float) -> None:
-        if beta < 0:
-            raise ValueError(f"beta must be >= 0, got {beta}")
-        if not target > 0:
-            raise ValueError(f"target must be > 0, got {target}")
+        _check_beta_target(beta, target)
         self.beta = float(beta)
         self.target = float(target)
 

@@ -19,6 +19,7 @@ never reach the loss or the gradient.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -37,10 +38,7 @@ def _valid(mask: Tensor, like: Tensor) -> Tensor:
 
 
 def _compute_dtype(*xs: Tensor) -> torch.dtype:
-    dtype = torch.float32
-    for x in xs:
-        dtype = torch.promote_types(dtype, x.dtype)
-    return dtype
+    return functools.reduce(torch.promote_types, (x.dtype for x in xs), torch.float32)
 
 
 def _log_ratio(logp: Tensor, old_logp: Tensor, valid: Tensor, clamp: float) -> tuple[Tensor, Tensor]:

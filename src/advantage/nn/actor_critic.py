@@ -129,14 +129,13 @@ class ActorCritic(nn.Module):
         assert obs_space.shape is not None, "observation spaces here have a shape (Box, Discrete)"
         self.obs_shape = tuple(obs_space.shape)
         obs_dim = int(np.prod(obs_space.shape))
-        self.pi_body = mlp([obs_dim, *hidden], activation)
-        self.pi_body.append(_ACTIVATIONS[activation]())
+
+        def trunk() -> nn.Sequential:  # the hidden layers, each followed by the activation
+            return mlp([obs_dim, *hidden], activation).append(_ACTIVATIONS[activation]())
+
+        self.pi_body = trunk()
         self.shared = shared
-        if shared:
-            self.v_body = self.pi_body
-        else:
-            self.v_body = mlp([obs_dim, *hidden], activation)
-            self.v_body.append(_ACTIVATIONS[activation]())
+        self.v_body = self.pi_body if shared else trunk()
         self.value_head = mlp([hidden[-1], 1], out_gain=1.0)
         if isinstance(action_space, gym.spaces.Discrete):
             self.head: CategoricalHead | GaussianHead = CategoricalHead(hidden[-1], int(action_space.n))

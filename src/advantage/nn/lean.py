@@ -38,14 +38,13 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
-from torch.optim import optimizer as _optimizer_module
 
 from advantage.nn import eager
 
@@ -70,11 +69,9 @@ _CACHE: weakref.WeakKeyDictionary[nn.Module, LeanDecoder | None] = weakref.WeakK
 
 def _decoder_of(model: PreTrainedModel) -> PreTrainedModel | None:
     """The transformer stack (``Qwen2Model`` / ``LlamaModel``) of a causal LM or of the stack itself."""
-    if hasattr(model, "layers") and hasattr(model, "embed_tokens"):
-        return model
-    inner = getattr(model, "model", None)
-    if inner is not None and hasattr(inner, "layers") and hasattr(inner, "embed_tokens"):
-        return inner
+    for stack in (model, getattr(model, "model", None)):
+        if hasattr(stack, "layers") and hasattr(stack, "embed_tokens"):
+            return stack
     return None
 
 
@@ -179,15 +176,12 @@ class DecodeWeights:
     head_bias: Tensor | None
 
 
-def _cat(*tensors: Tensor | None) -> Tensor | None:
-    return None if tensors[0] is None else torch.cat(tensors)  # type: ignore[arg-type]
-
-
 class LeanDecoder:
     """The decoder forward on a transformers Qwen2/Llama model's parameters (module docstring).
 
     ``hidden`` gives final-norm hidden states for training and scoring; ``logits`` applies the LM head;
-    ``new_cache`` / ``step`` decode with a preallocated cache. Build it with :func:`lean_decoder`.
+    ``new_cache`` and ``hidden(..., cache=...)`` decode with a preallocated cache. Build it with
+    :func:`lean_decoder`.
     """
 
     def __init__(self, model: PreTrainedModel, decoder: PreTrainedModel):
@@ -221,12 +215,12 @@ class LeanDecoder:
                 _Weights(
                     layer.input_layernorm.weight,
                     torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
-                    _cat(a.q_proj.bias, a.k_proj.bias, a.v_proj.bias),
+                    _cat_or_none(a.q_proj.bias, a.k_proj.bias, a.v_proj.bias),
                     a.o_proj.weight,
                     a.o_proj.bias,
                     layer.post_attention_layernorm.weight,
                     torch.cat([m.gate_proj.weight, m.up_proj.weight]),
-                    _cat(m.gate_proj.bias, m.up_proj.bias),
+                    _cat_or_none(m.gate_proj.bias, m.up_proj.bias),
                     m.down_proj.weight,
                     m.down_proj.bias,
                 )
@@ -264,18 +258,7 @@ class LeanDecoder:
                 qkv_bias = None if lw.qkv_bias is None else lw.qkv_bias[order]
                 gate_up = lw.gate_up * lw.mlp_norm
                 layers.append(
-                    _Weights(
-                        None,
-                        qkv,
-                        qkv_bias,
-                        lw.o,
-                        lw.o_bias,
-                        None,
-                        gate_up,
-                        lw.gate_up_bias,
-                        lw.down,
-                        lw.down_bias,
-                    )
+                    replace(lw, attn_norm=None, qkv=qkv, qkv_bias=qkv_bias, mlp_norm=None, gate_up=gate_up)
                 )
             head = self.lm_head.weight * self.decoder.norm.weight
         return DecodeWeights(layers, head, self.lm_head.bias)
@@ -299,11 +282,6 @@ class LeanDecoder:
                 tables = (emb.cos() * scaling, emb.sin() * scaling, cis)
             self._rope[device] = tables
         return tables
-
-    def _rotary(self, position_ids: Tensor, dtype: torch.dtype, size: int | None) -> tuple[Tensor, Tensor]:
-        """``cos, sin`` ``[B, L, 1, head_dim]`` at ``position_ids``, in ``dtype``."""
-        cos, sin, _ = self._tables(position_ids, size)
-        return cos[position_ids].unsqueeze(2).to(dtype), sin[position_ids].unsqueeze(2).to(dtype)
 
     # -- forward ------------------------------------------------------------------------------------------
     def hidden(
@@ -356,10 +334,11 @@ class LeanDecoder:
         x = F.embedding(input_ids, self.decoder.embed_tokens.weight)  # [B, L, H]
         B, L = input_ids.shape
         nh, nkv, d = self.heads, self.kv_heads, self.head_dim
+        cos, sin, cis = self._tables(position_ids, max_position)
         if decode:
-            cis = self._tables(position_ids, max_position)[2][position_ids].unsqueeze(2)  # [B, L, 1, d/2]
-        else:
-            cos, sin = self._rotary(position_ids, x.dtype, max_position)
+            cis = cis[position_ids].unsqueeze(2)  # [B, L, 1, d/2]
+        else:  # [B, L, 1, head_dim], in the activations' dtype
+            cos, sin = cos[position_ids].unsqueeze(2).to(x.dtype), sin[position_ids].unsqueeze(2).to(x.dtype)
         start = cache.length if cache is not None else 0
         for i, lw in enumerate(layers):
             h = F.rms_norm(x, (self.hidden_size,), lw.attn_norm, self.eps)
@@ -465,22 +444,9 @@ class LeanDecoder:
             row_mask = own.expand(nkv, g, S, N).reshape(nkv, g * S, N)
             at = table.index_select(0, rows)
             row_cos, row_sin = at[:, None, :d], at[:, None, d:]
+        ids = input_ids.reshape(N)
         batch = _Batch(
-            input_ids.reshape(N),
-            B,
-            L,
-            nh,
-            nkv,
-            d,
-            self.scale,
-            *consts,
-            cos,
-            sin,
-            full,
-            rows,
-            row_mask,
-            row_cos,
-            row_sin,
+            ids, B, L, nh, nkv, d, self.scale, *consts, cos, sin, full, rows, row_mask, row_cos, row_sin
         )
         return (batch, *params)
 
@@ -538,6 +504,14 @@ def _cat_or_none(*tensors: Tensor | None) -> Tensor | None:
     return torch.cat(tensors)  # type: ignore[arg-type]
 
 
+def _split(
+    weight: Tensor, bias: Tensor | None, at: int
+) -> tuple[tuple[Tensor, Tensor | None], tuple[Tensor, Tensor | None]]:
+    """The rows before and after ``at`` of a fused projection's weight (or gradient) and bias."""
+    head = (weight[:at], None if bias is None else bias[:at])
+    return head, (weight[at:], None if bias is None else bias[at:])
+
+
 def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None = None) -> Tensor:
     """``residual + x Wᵀ + b`` (``x`` ``[N, in]``, ``W`` ``[out, in]``), the residual added by the matmul."""
     if residual is None:
@@ -572,24 +546,16 @@ def _rms_norm_backward(
     return (dx.mul_(r) if residual is None else torch.addcmul(residual, dx, r)), dweight
 
 
-def _rope(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor) -> Tensor:
+def _rope(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor, transpose: bool = False) -> Tensor:
     r"""RoPE into ``out``: :math:`x \cos + \mathrm{rot}(x) \sin`, :math:`\mathrm{rot}(x) = (-x_2, x_1)` for
     the halves :math:`x_1, x_2` of the head dim. ``x``, ``out`` ``[..., d]`` (``out``'s strides set the
-    layout attention reads), ``cos`` ``[..., d]``, ``sin`` ``[..., d/2]`` (the table's halves are equal)."""
-    h = x.shape[-1] // 2
-    torch.mul(x, cos, out=out)
-    out[..., :h].addcmul_(x[..., h:], sin, value=-1)
-    out[..., h:].addcmul_(x[..., :h], sin)
-    return out
-
-
-def _rope_backward(dy: Tensor, cos: Tensor, sin: Tensor, out: Tensor) -> Tensor:
-    r"""The transpose of :func:`_rope` (a rotation per frequency): :math:`dx = dy \cos +
+    layout attention reads), ``cos`` ``[..., d]``, ``sin`` ``[..., d/2]`` (the table's halves are equal).
+    ``transpose``: its transpose, the backward (a rotation per frequency): :math:`dx = dy \cos +
     \mathrm{rot}^\top(dy) \sin`, :math:`\mathrm{rot}^\top(y) = (y_2, -y_1)`."""
-    h = dy.shape[-1] // 2
-    torch.mul(dy, cos, out=out)
-    out[..., :h].addcmul_(dy[..., h:], sin)
-    out[..., h:].addcmul_(dy[..., :h], sin, value=-1)
+    h, sign = x.shape[-1] // 2, -1 if transpose else 1
+    torch.mul(x, cos, out=out)
+    out[..., :h].addcmul_(x[..., h:], sin, value=-sign)
+    out[..., h:].addcmul_(x[..., :h], sin, value=sign)
     return out
 
 
@@ -661,7 +627,7 @@ class _Stack(torch.autograd.Function):
       :math:`dg = da \odot u \odot \sigma(g)(1 + g(1 - \sigma(g)))`, :math:`dW_{gu} = d(g,u)^\top h_2`,
       :math:`dh_2 = d(g,u)\,W_{gu}`, then the RMSNorm's (:func:`_rms_norm_backward`) plus :math:`dx`;
     * attention :math:`x_2 = x + W_o O + b_o`: :math:`dW_o = dx_2^\top O`, :math:`dO = dx_2 W_o`,
-      :func:`_attend_backward`, the RoPE transpose (:func:`_rope_backward`), :math:`dW_{qkv} = d(q,k,v)^\top
+      :func:`_attend_backward`, the RoPE transpose (:func:`_rope`), :math:`dW_{qkv} = d(q,k,v)^\top
       h_1`, :math:`dh_1 = d(q,k,v)\,W_{qkv}`, the RMSNorm's plus :math:`dx_2`;
     * the embedding: :math:`dE_t = \sum_{n:\ \mathrm{ids}_n = t} dx_n`.
     """
@@ -761,14 +727,12 @@ class _Stack(torch.autograd.Function):
                     dqk[:, :nh] = dq3.view(B, nh, L, d)
                     dqk[:, nh:] = dk3.view(B, nkv, L, d)
                 dqkv = do.new_empty((B, L, nh + 2 * nkv, d))
-                _rope_backward(dqk.transpose(1, 2), batch.cos, batch.sin, dqkv[:, :, : nh + nkv])
+                _rope(dqk.transpose(1, 2), batch.cos, batch.sin, dqkv[:, :, : nh + nkv], transpose=True)
                 dqkv[:, :, nh + nkv :] = dv3.view(B, nkv, L, d).transpose(1, 2)
                 dqkv = dqkv.view(N, -1)
                 dw_in, db_in = torch.mm(dqkv.t(), h1), None if bq is None else dqkv.sum(0)
                 dx, dg1 = _rms_norm_backward(torch.mm(dqkv, w_in), xn1, r1, g1, dx2)
-                q_rows = nh * d
-                dwq, dbq = dw_in[:q_rows], None if db_in is None else db_in[:q_rows]
-                dwkv, dbkv = dw_in[q_rows:], None if db_in is None else db_in[q_rows:]
+                (dwq, dbq), (dwkv, dbkv) = _split(dw_in, db_in, nh * d)
             else:
                 rows = batch.rows
                 assert batch.row_cos is not None and batch.row_sin is not None  # set with rows
@@ -777,12 +741,11 @@ class _Stack(torch.autograd.Function):
                 dq3, dk3 = torch.empty_like(q3), torch.empty_like(k3)
                 dv3 = _attend_backward(do3, q3, k3, v3, p, scale, dq3, dk3)
                 dqs = do.new_empty((S, nh, d))
-                _rope_backward(dq3.view(nh, S, d).transpose(0, 1), batch.row_cos, batch.row_sin, dqs)
+                _rope(dq3.view(nh, S, d).transpose(0, 1), batch.row_cos, batch.row_sin, dqs, transpose=True)
                 dqs = dqs.view(S, nh * d)
                 dkv = do.new_empty((N, 2 * nkv, d))
-                _rope_backward(
-                    dk3.transpose(0, 1), batch.cos.view(N, 1, d), batch.sin.view(N, 1, -1), dkv[:, :nkv]
-                )
+                cos, sin = batch.cos.view(N, 1, d), batch.sin.view(N, 1, -1)
+                _rope(dk3.transpose(0, 1), cos, sin, dkv[:, :nkv], transpose=True)
                 dkv[:, nkv:] = dv3.transpose(0, 1)
                 dkv = dkv.view(N, -1)
                 dwq, dbq = torch.mm(dqs.t(), hq), None if bq is None else dqs.sum(0)
@@ -790,25 +753,11 @@ class _Stack(torch.autograd.Function):
                 dh1 = torch.mm(dkv, w_in).index_add_(0, rows, torch.mm(dqs, wq))
                 dx, dg1 = _rms_norm_backward(dh1, xn1, r1, g1, None)
                 dx.index_add_(0, rows, dx2)
-            kv_rows = nkv * d
-            grads[1 + i * _PER_LAYER : 1 + (i + 1) * _PER_LAYER] = [
-                dg1,
-                dwq,
-                dbq,
-                dwkv[:kv_rows],
-                None if dbkv is None else dbkv[:kv_rows],
-                dwkv[kv_rows:],
-                None if dbkv is None else dbkv[kv_rows:],
-                dwo,
-                dbo,
-                dg2,
-                dwgu[:inter],
-                None if dbgu is None else dbgu[:inter],
-                dwgu[inter:],
-                None if dbgu is None else dbgu[inter:],
-                dwd,
-                dbd,
-            ]
+            # the fused projections' gradients split back into the separate parameters (_LAYER_SLOTS order)
+            (dwk, dbk), (dwv, dbv) = _split(dwkv, dbkv, nkv * d)
+            (dwg, dbg), (dwu, dbu) = _split(dwgu, dbgu, inter)
+            layer = [dg1, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo, dg2, dwg, dbg, dwu, dbu, dwd, dbd]
+            grads[1 + i * _PER_LAYER : 1 + (i + 1) * _PER_LAYER] = layer
         if ctx.needs_input_grad[1]:
             grads[0] = torch.zeros_like(params[0]).index_add_(0, batch.ids, dx)
         return (None, *grads)
@@ -853,6 +802,7 @@ def adamw_step(opt: torch.optim.Optimizer) -> None:
     else (several groups or dtypes, amsgrad, step hooks, another optimizer) calls ``opt.step()``."""
     groups = opt.param_groups
     group = groups[0]
+    params = [p for p in group["params"] if p.grad is not None]
     if (
         type(opt) is not torch.optim.AdamW
         or len(groups) != 1
@@ -863,20 +813,15 @@ def adamw_step(opt: torch.optim.Optimizer) -> None:
         or group["differentiable"]
         or any(isinstance(group[k], Tensor) for k in ("lr", "weight_decay", "eps"))
         or any(isinstance(b, Tensor) for b in group["betas"])
-        or opt._optimizer_step_pre_hooks
-        or opt._optimizer_step_post_hooks
-        or _optimizer_module._global_optimizer_pre_hooks
-        or _optimizer_module._global_optimizer_post_hooks
+        or eager._hooked(opt)
         or getattr(opt, "grad_scale", None) is not None
         or getattr(opt, "found_inf", None) is not None
+        or len({(p.device, p.dtype) for p in params}) > 1
+        or any(p.is_complex() for p in params[:1])
     ):
         eager.step(opt)
         return
-    params = [p for p in group["params"] if p.grad is not None]
     if not params:
-        return
-    if len({(p.device, p.dtype) for p in params}) > 1 or params[0].is_complex():
-        eager.step(opt)
         return
     state = opt.state
     for p in params:
