@@ -11,9 +11,11 @@ per-token quantity (log-probs, rewards, advantages, the response mask) is ``[B, 
 
 from __future__ import annotations
 
+import copy
 import math
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +51,14 @@ def make_task(data: DataConfig) -> Task:
     from advantage.envs.text import make_task as _make
 
     return _make(data.task, **data.kwargs)
+
+
+def preference_task(data: Any) -> Any:
+    """The preference task named by ``data.task`` with its options
+    (:func:`advantage.envs.text.preference.make_preference_task`)."""
+    from advantage.envs.text.preference import make_preference_task
+
+    return make_preference_task(data.task, **data.kwargs)
 
 
 def split_size(d: Any, split: str, task: Task) -> int:
@@ -182,7 +192,8 @@ def check(
 
             tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
     except ConfigError as e:
-        problems.extend(e.problems)
+        # Name the key as the user wrote it (grpo and ppo_rlhf: worker.actor.model.path).
+        problems.extend(rebase(p, model_prefix(cfg)) for p in e.problems)
     if examples is not None and tok is not None:
         problems.extend(check_lengths(cfg, examples, tok, responses))
     context = m.max_position_embeddings
@@ -198,14 +209,6 @@ def check(
             f"data.max_prompt_length={d.max_prompt_length} + data.max_response_length="
             f"{d.max_response_length} exceeds the model's context of {context} tokens"
         )
-    if folder is not None:
-        from advantage.nn.lm import load_tokenizer
-
-        try:
-            load_tokenizer(folder, trust_remote_code=m.trust_remote_code, pad_to_eos=m.pad_to_eos)
-        except ConfigError as e:
-            # Name the key as the user wrote it (grpo and ppo_rlhf: worker.actor.model.path).
-            problems.extend(rebase(p, model_prefix(cfg)) for p in e.problems)
     if d.validation_size is not None and cfg.trainer.eval_episodes > d.validation_size:
         problems.append(
             f"trainer.eval_episodes={cfg.trainer.eval_episodes} is more than "
@@ -302,6 +305,25 @@ def policy_model(
     return model, tok
 
 
+def frozen_reference(cfg: Any, task: Task, model: PreTrainedModel | None) -> PreTrainedModel:
+    """The frozen reference: a copy of the starting policy ``model``, or (None) rebuilt as it was at the
+    start (a resumed run)."""
+    ref = copy.deepcopy(model) if model is not None else build_model(cfg, task)[0]
+    return ref.eval().requires_grad_(False)
+
+
+def scalar_head(hidden: int, seed: int) -> torch.nn.Linear:
+    """``Linear(hidden, 1)`` in fp32 with weights :math:`\\mathcal N(0, 1/(H+1))` drawn with ``seed`` (the
+    global generator is left as it was) and a zero bias, as in OpenAI's lm-human-preferences: the head of
+    a reward model and of PPO-RLHF's critic."""
+    head = torch.nn.Linear(hidden, 1, dtype=torch.float32)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        torch.nn.init.normal_(head.weight, std=1.0 / math.sqrt(hidden + 1))
+    torch.nn.init.zeros_(head.bias)
+    return head
+
+
 def adapter_tensors(model: PreTrainedModel) -> dict[str, torch.Tensor]:
     """The LoRA parameters for a checkpoint, as :func:`policy_model` reads them back."""
     return {f"adapter.{k}": v for k, v in trainable_tensors(model).items()}
@@ -315,8 +337,6 @@ def trainable_tensors(model: PreTrainedModel) -> dict[str, torch.Tensor]:
 def hf_files(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> dict[str, bytes]:
     """The ``save_pretrained`` files of the model (LoRA merged into the weights) and the tokenizer, as
     bytes for the checkpoint, so a checkpoint folder is itself a model folder."""
-    import copy
-
     if hasattr(model, "merge_and_unload"):  # peft: save a plain model a later run can load as is
         model = copy.deepcopy(model).merge_and_unload()
     from transformers.utils import logging as hf_logging
@@ -426,9 +446,28 @@ def prompt_text(tokenizer: PreTrainedTokenizerBase, prompt: str, chat_template: 
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-class LMPolicy:
+class TaskExamples:
+    """A policy's examples of its task, ``self.task`` with ``self.cfg.data`` (its ``_examples`` dict, the
+    cache, is set by its ``__init__``)."""
+
+    task: Any
+    cfg: Any
+    _examples: dict[tuple[str, int], list[Any]]
+
+    def examples(self, split: str, n: int | None = None) -> list[Any]:
+        """The first ``n`` examples of ``split`` (cached; the same for every training seed)."""
+        if split not in SPLITS:
+            raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        d = self.cfg.data
+        size = split_size(d, split, self.task)
+        if (split, size) not in self._examples:
+            self._examples[(split, size)] = self.task.examples(split, size, d.seed)
+        return self._examples[(split, size)][: n or size]
+
+
+class LMPolicy(TaskExamples):
     """A trained language model with its tokenizer and task: ``act(prompt)`` is the greedy completion,
-    :meth:`complete` batches and samples."""
+    :meth:`complete` batches and samples, :meth:`examples` gives the task's prompts."""
 
     # Set by the trainers and evaluations that use them (DPO, PPO-RLHF, GRPO with a reward model);
     # declared, not assigned: an LMPolicy without them has no such attribute.
@@ -443,16 +482,6 @@ class LMPolicy:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
-
-    def examples(self, split: str, n: int | None = None) -> list[Example]:
-        """The first ``n`` prompts of ``split`` (cached; the same for every training seed)."""
-        if split not in SPLITS:
-            raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-        d = self.cfg.data
-        size = split_size(d, split, self.task)
-        if (split, size) not in self._examples:
-            self._examples[(split, size)] = self.task.examples(split, size, d.seed)
-        return self._examples[(split, size)][: n or size]
 
     def complete(
         self,
@@ -525,12 +554,13 @@ class LMPolicy:
         return texts[0]
 
 
-def load_policy(cfg: Any, ckpt: Checkpoint) -> LMPolicy:
-    """The policy of a checkpoint: its folder is a ``save_pretrained`` model folder."""
+def load_policy(cfg: Any, ckpt: Checkpoint, task_factory: Callable[[Any], Any] = make_task) -> LMPolicy:
+    """The policy of a checkpoint: its folder is a ``save_pretrained`` model folder; its task is
+    ``task_factory(cfg.data)`` (default :func:`make_task`; the trainers bind theirs)."""
     from advantage.nn.lm import load_pretrained
 
     model, tok = load_pretrained(ckpt.path, trust_remote_code=False, dtype=getattr(torch, cfg.model.dtype))
-    return LMPolicy(model.to(cfg.trainer.device), tok, make_task(cfg.data), cfg)
+    return LMPolicy(model.to(cfg.trainer.device), tok, task_factory(cfg.data), cfg)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -559,12 +589,7 @@ def evaluate(
     from advantage.math.pass_at_k import maj_at_k, pass_at_k
 
     t = cfg.trainer
-    if limit is not None and limit < 1:
-        raise ConfigError(f"limit must be >= 1, got {limit}")
-    if samples is not None and samples < 1:
-        raise ConfigError(f"samples must be >= 1, got {samples}")
-    n = limit or (t.eval_episodes if split == "validation" else None)
-    examples = policy.examples(split, n)
+    examples = eval_examples(cfg, policy, split, limit, samples)
     k = samples or t.eval_samples
     temp = t.eval_temperature if temperature is None else temperature
     bs = max(1, t.eval_batch_size)
@@ -601,6 +626,34 @@ def evaluate(
                 mk.append(maj_at_k([r.answer for r in rs], [r.correct for r in rs], k))
         res.update({"samples": k, "pass@1": _mean(p1), f"pass@{k}": _mean(pk), f"maj@{k}": _mean(mk)})
     return res
+
+
+def eval_examples(
+    cfg: Any, policy: Any, split: str, limit: int | None, samples: int | None, greedy: str = ""
+) -> list[Any]:
+    """The examples an evaluation scores: the first ``limit`` of ``split`` (default
+    ``trainer.eval_episodes`` for validation, the whole split otherwise). A ``limit`` or ``samples``
+    below 1 is an error; so is ``samples`` above 1 for an evaluation that does not sample, the error
+    then starting with ``greedy`` (why not)."""
+    if limit is not None and limit < 1:
+        raise ConfigError(f"limit must be >= 1, got {limit}")
+    if greedy and samples not in (None, 1):
+        raise ConfigError(f"{greedy}; --samples must be 1, got {samples}")
+    if samples is not None and samples < 1:
+        raise ConfigError(f"samples must be >= 1, got {samples}")
+    return policy.examples(split, limit or (cfg.trainer.eval_episodes if split == "validation" else None))
+
+
+@contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """``model`` in eval mode and without grad inside the block, back in the mode it was in after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
 
 
 def _mean(xs: Sequence[float]) -> float:

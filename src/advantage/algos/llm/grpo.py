@@ -75,7 +75,6 @@ Implementation details:
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections.abc import Callable
@@ -180,12 +179,8 @@ def check(cfg: GRPOConfig) -> list[str]:
     return problems + reward_model_problems(cfg, make_task)
 
 
-def load_policy(cfg: GRPOConfig, ckpt: Any) -> LMPolicy:
-    """:func:`advantage.algos.llm.common.load_policy` with this trainer's tasks."""
-    from advantage.nn.lm import load_pretrained
-
-    model, tok = load_pretrained(ckpt.path, trust_remote_code=False, dtype=getattr(torch, cfg.model.dtype))
-    return LMPolicy(model.to(cfg.trainer.device), tok, make_task(cfg.data), cfg)
+# :func:`advantage.algos.llm.common.load_policy` with this trainer's tasks.
+load_policy = partial(common.load_policy, task_factory=make_task)
 
 
 def evaluate(cfg: GRPOConfig, policy: LMPolicy, **options: Any) -> dict[str, Any]:
@@ -861,15 +856,12 @@ def build(
     (the optimizer ``optim`` and the torch RNG), restored from ``restored``. Built in this order on
     purpose: scratch models draw their initial weights from the global generator, which a resumed run
     then sets back."""
-    a, t, actor = cfg.algorithm, cfg.trainer, cfg.worker.actor
+    a, actor = cfg.algorithm, cfg.worker.actor
     task = make_task(cfg.data)
     model, tok = common.policy_model(cfg, task, restored)
     ref_model = None
     if (actor.kl_coef > 0 or a.kl_reward_coef > 0) and actor.model.lora.rank == 0:  # the starting policy
-        ref_model = (
-            common.build_model(cfg, task)[0].to(t.device) if restored is not None else copy.deepcopy(model)
-        )
-        ref_model.eval().requires_grad_(False)
+        ref_model = common.frozen_reference(cfg, task, model if restored is None else None)
     policy = LMPolicy(model, tok, task, cfg)
     if cfg.worker.reward.model:
         policy.reward_model = load_reward(cfg, tok)

@@ -61,7 +61,7 @@ from advantage.algos.llm import common
 from advantage.checkpoint import Checkpoint
 from advantage.configs.reward_model import PRESETS, RMAlgorithm, RMConfig, RMDataConfig  # noqa: F401  (their old place)
 from advantage.context import RunContext, Snapshot
-from advantage.envs.text.preference import PreferenceExample, make_preference_task
+from advantage.envs.text.preference import PreferenceExample
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math.preference import bradley_terry_loss, kwise_ranking_loss
 from advantage.nn.lean import adamw_step, clip_grad_norm, zero_grad
@@ -97,12 +97,7 @@ class RewardModel(nn.Module):
     ):
         super().__init__()
         self.backbone, self.tokenizer, self.chat_template = backbone, tokenizer, chat_template
-        hidden = self._base().config.hidden_size
-        self.head = nn.Linear(hidden, 1, dtype=torch.float32)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            nn.init.normal_(self.head.weight, std=1.0 / math.sqrt(hidden + 1))
-        nn.init.zeros_(self.head.bias)
+        self.head = common.scalar_head(self._base().config.hidden_size, seed)
 
     def _base(self) -> PreTrainedModel:
         return self.backbone.get_base_model() if hasattr(self.backbone, "get_base_model") else self.backbone
@@ -153,15 +148,11 @@ class RewardModel(nn.Module):
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
         seqs = [[*ids, *rest] for ids, rest in map(self.encode, prompts, responses)]
-        was_training = self.training
-        self.eval()
         out = []
-        try:
+        with common.eval_mode(self):
             for i in range(0, len(seqs), batch_size):
                 ids, mask = collate(seqs[i : i + batch_size], self.tokenizer.pad_token_id)
                 out.append(self(ids.to(self.device), mask.to(self.device)))
-        finally:
-            self.train(was_training)
         return torch.cat(out) if out else torch.zeros(0, device=self.device)
 
     def files(self) -> dict[str, bytes]:
@@ -209,23 +200,13 @@ def load_reward_model(
     return rm.to(device).eval()
 
 
-class RewardPolicy:
+class RewardPolicy(common.TaskExamples):
     """A trained reward model with its task: ``act((prompt, response))`` — or ``act(text)``, a response
-    to the empty prompt — is the reward, a float."""
+    to the empty prompt — is the reward, a float; :meth:`examples` gives the task's comparisons."""
 
     def __init__(self, model: RewardModel, task: Any, cfg: Any):
         self.model, self.task, self.cfg = model, task, cfg
-        self._examples: dict[tuple[str, int], list[PreferenceExample]] = {}
-
-    def examples(self, split: str, n: int | None = None) -> list[PreferenceExample]:
-        """The first ``n`` examples of ``split`` (cached; the same for every training seed)."""
-        if split not in common.SPLITS:
-            raise ConfigError(f"split must be one of {', '.join(common.SPLITS)}, got {split!r}")
-        d = self.cfg.data
-        size = common.split_size(d, split, self.task)
-        if (split, size) not in self._examples:
-            self._examples[(split, size)] = self.task.examples(split, size, d.seed)
-        return self._examples[(split, size)][: n or size]
+        self._examples = {}
 
     def act(self, obs: Any, deterministic: bool = True) -> float:
         prompt, response = ("", obs) if isinstance(obs, str) else obs
@@ -234,7 +215,7 @@ class RewardPolicy:
 
 def load_policy(cfg: RMConfig, ckpt: Checkpoint) -> RewardPolicy:
     rm = load_reward_model(ckpt.path, device=cfg.trainer.device, dtype=getattr(torch, cfg.model.dtype))
-    return RewardPolicy(rm, make_preference_task(cfg.data.task, **cfg.data.kwargs), cfg)
+    return RewardPolicy(rm, common.preference_task(cfg.data), cfg)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -366,7 +347,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     a, t, d = cfg.algorithm, cfg.trainer, cfg.data
     torch.set_num_threads(t.torch_threads)
     torch.manual_seed(t.seed)
-    task = make_preference_task(d.task, **d.kwargs)
+    task = common.preference_task(d)
     restored = ctx.restored
     backbone, tok = common.policy_model(cfg, task, restored)
     model = RewardModel(backbone, tok, chat_template=d.chat_template, seed=t.seed).to(t.device)
@@ -487,12 +468,7 @@ def evaluate(
 
     A reward model does not sample: ``samples`` must be None or 1; ``seed`` and ``temperature`` are
     accepted for the CLI's sake and unused."""
-    if limit is not None and limit < 1:
-        raise ConfigError(f"limit must be >= 1, got {limit}")
-    if samples not in (None, 1):
-        raise ConfigError(f"a reward model does not sample; --samples must be 1, got {samples}")
-    n = limit or (cfg.trainer.eval_episodes if split == "validation" else None)
-    examples = policy.examples(split, n)
+    examples = common.eval_examples(cfg, policy, split, limit, samples, "a reward model does not sample")
     prompts = [ex.prompt for ex in examples for _ in ex.responses]
     responses = [r for ex in examples for r in ex.responses]
     rewards = policy.model.score(prompts, responses, batch_size=cfg.trainer.eval_batch_size).cpu().double()
@@ -529,7 +505,7 @@ def evaluate(
 
 def check(cfg: RMConfig) -> list[str]:
     """:func:`advantage.algos.llm.common.check` with the preference task."""
-    return common.check(cfg, lambda d: make_preference_task(d.task, **d.kwargs), preference_responses)
+    return common.check(cfg, common.preference_task, preference_responses)
 
 
 def preference_responses(examples: list[PreferenceExample]) -> list[tuple[PreferenceExample, str]]:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
@@ -86,11 +87,7 @@ def preference_targets(d: DataConfig) -> str | None:
 
 def make_task(d: DataConfig) -> Any:
     """The task of ``data``: a preference task (:func:`preference_targets`) or a text task."""
-    if preference_targets(d) is None:
-        return common.make_task(d)
-    from advantage.envs.text.preference import make_preference_task
-
-    return make_preference_task(d.task, **d.kwargs)
+    return common.make_task(d) if preference_targets(d) is None else common.preference_task(d)
 
 
 def demonstrations(examples: list[Any], d: DataConfig) -> list[Any]:
@@ -297,45 +294,21 @@ def evaluate(
         return common.evaluate(
             cfg, policy, split=split, samples=samples, limit=limit, seed=seed, temperature=temperature
         )
-    from advantage.algos.llm.preference_eval import greedy_responses
+    from advantage.algos.llm.preference_eval import greedy_options, greedy_responses
 
-    if limit is not None and limit < 1:
-        raise ConfigError(f"limit must be >= 1, got {limit}")
-    if samples not in (None, 1):
-        raise ConfigError(
-            f"SFT on preference data evaluates greedy responses; --samples must be 1, got {samples}"
-        )
-    d, t = cfg.data, cfg.trainer
-    examples = policy.examples(split, limit or (t.eval_episodes if split == "validation" else None))
+    greedy = "SFT on preference data evaluates greedy responses"
+    examples = common.eval_examples(cfg, policy, split, limit, samples, greedy)
+    d, bs = cfg.data, cfg.trainer.eval_batch_size
     prompts = [e.prompt for e in examples]
-    texts, lengths = greedy_responses(
-        policy.model,
-        policy.tokenizer,
-        prompts,
-        max_prompt_length=d.max_prompt_length,
-        max_response_length=d.max_response_length,
-        chat_template=d.chat_template,
-        batch_size=t.eval_batch_size,
-    )
+    texts, lengths = greedy_responses(policy.model, policy.tokenizer, prompts, **greedy_options(cfg))
     ps, rs = tokenize_examples(
         policy, demonstrations(examples, d), d.max_prompt_length, d.max_response_length
     )
-    was_training = policy.model.training
-    policy.model.eval()
     nll_sum, tokens = 0.0, float(sum(map(len, rs)))
-    try:
-        with torch.no_grad():
-            for i in range(0, len(ps), t.eval_batch_size):
-                mb = collate(
-                    ps[i : i + t.eval_batch_size],
-                    rs[i : i + t.eval_batch_size],
-                    policy.tokenizer.pad_token_id,
-                )
-                nll_sum += float(
-                    sft_loss(policy.model, {k: v.to(policy.device) for k, v in mb.items()}, tokens)
-                )
-    finally:
-        policy.model.train(was_training)
+    with common.eval_mode(policy.model):
+        for i in range(0, len(ps), bs):
+            mb = collate(ps[i : i + bs], rs[i : i + bs], policy.tokenizer.pad_token_id)
+            nll_sum += float(sft_loss(policy.model, {k: v.to(policy.device) for k, v in mb.items()}, tokens))
     res: dict[str, Any] = {
         "split": split,
         "n": len(examples),
@@ -350,12 +323,8 @@ def evaluate(
     return res
 
 
-def load_policy(cfg: SFTConfig, ckpt: Any) -> LMPolicy:
-    """The policy of a checkpoint (a ``save_pretrained`` folder) with the run's task."""
-    from advantage.nn.lm import load_pretrained
-
-    model, tok = load_pretrained(ckpt.path, dtype=getattr(torch, cfg.model.dtype))
-    return LMPolicy(model.to(cfg.trainer.device), tok, make_task(cfg.data), cfg)
+# The policy of a checkpoint (a ``save_pretrained`` folder) with the run's task.
+load_policy = partial(common.load_policy, task_factory=make_task)
 
 
 def check(cfg: SFTConfig) -> list[str]:
