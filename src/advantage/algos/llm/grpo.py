@@ -479,21 +479,11 @@ class GRPORollout:
         restored: Checkpoint | None,
     ):
         a, t, roll = cfg.algorithm, cfg.trainer, cfg.worker.rollout
-        self.cfg, self.a, self.policy, self.examples, self.ref_logprobs = (
-            cfg,
-            a,
-            policy,
-            examples,
-            ref_logprobs,
-        )
+        self.cfg, self.a, self.policy, self.examples = cfg, a, policy, examples
+        self.ref_logprobs = ref_logprobs
         self.G, self.process = roll.n, a.supervision == "process"
         self.easy_k, self.hard_n = cfg.difficulty_samples()
-        self.sampling: dict[str, Any] = {
-            "temperature": roll.temperature,
-            "top_p": roll.top_p,
-            "top_k": roll.top_k,
-            "min_new_tokens": roll.min_new_tokens,
-        }
+        self.sampling = roll.sampling()
         self.gen_rng = torch.Generator(device=policy.device).manual_seed(t.seed)
         self.pick_rng = torch.Generator().manual_seed(t.seed + 1)
         self.passes = torch.zeros(len(examples))  # curriculum: correct samples per prompt

@@ -343,14 +343,7 @@ class PPORollout:
         t0 = time.perf_counter()
         exs = [self.examples[i] for i in self.cursor.next(cfg.data.rollout_batch_size)]
         prompts = [e.prompt for e in exs]
-        gen, texts = policy.complete(
-            prompts,
-            temperature=roll.temperature,
-            generator=self.gen_rng,
-            top_p=roll.top_p,
-            top_k=roll.top_k,
-            min_new_tokens=roll.min_new_tokens,
-        )
+        gen, texts = policy.complete(prompts, generator=self.gen_rng, **roll.sampling())
         t1 = time.perf_counter()
         rm = policy.reward_model
         scores = rm.score(prompts, texts, batch_size=cfg.worker.reward.batch_size).float().cpu()  # [B]
