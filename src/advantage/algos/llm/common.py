@@ -23,13 +23,7 @@ import torch
 
 from advantage.checkpoint import Checkpoint
 from advantage.config import rebase
-from advantage.configs.llm import (  # noqa: F401  (their old place)
-    DataConfig,
-    LMModelConfig,
-    LMTrainerConfig,
-    LoRAConfig,
-    task_rows,
-)
+from advantage.configs.llm import DataConfig
 from advantage.errors import ConfigError
 from advantage.schedules import warmup_decay
 from advantage.torch_state import LearnerState

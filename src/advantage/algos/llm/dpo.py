@@ -49,7 +49,7 @@ from torch import Tensor
 from advantage.algos.llm import common
 from advantage.algos.llm.common import DataConfig, LMPolicy
 from advantage.algos.llm.sft import collate
-from advantage.configs.dpo import DPOAlgorithm, DPOConfig, DPOData  # noqa: F401  (their old place)
+from advantage.configs.dpo import DPOAlgorithm, DPOConfig
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import DPO_LOSSES, dpo_metrics

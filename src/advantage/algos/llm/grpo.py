@@ -97,17 +97,12 @@ from advantage.algos.llm.shared import (  # noqa: F401  (step_normalizer, trimme
     trimmed,
 )
 from advantage.checkpoint import Checkpoint
-from advantage.configs.grpo import (  # noqa: F401  (re-exported: the config is part of the API)
+from advantage.configs.grpo import (  # noqa: F401  (PRESETS: re-exported)
     PREFERENCE_TASKS,
     PRESETS,
     ActorConfig,
     GRPOAlgorithm,
     GRPOConfig,
-    GRPOData,
-    RefConfig,
-    RewardConfig,
-    RolloutConfig,
-    WorkerConfig,
 )
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError

@@ -83,15 +83,7 @@ from advantage.algos.llm.shared import (
     trimmed,
 )
 from advantage.checkpoint import Checkpoint
-from advantage.configs.ppo_rlhf import (  # noqa: F401  (re-exported: the config is part of the API)
-    DEFAULTS,
-    PRESETS,
-    PPOActor,
-    PPOAlgorithm,
-    PPOCritic,
-    PPOData,
-    PPORLHFConfig,
-)
+from advantage.configs.ppo_rlhf import PPOActor, PPOCritic, PPORLHFConfig
 from advantage.context import RunContext, Snapshot
 from advantage.errors import NonFiniteError
 from advantage.math import KL_ESTIMATORS, VALUE_LOSSES, AdaptiveKLController, aggregate, gae, ppo_clip

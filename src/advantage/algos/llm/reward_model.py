@@ -59,7 +59,7 @@ from torch import Tensor, nn
 
 from advantage.algos.llm import common
 from advantage.checkpoint import Checkpoint
-from advantage.configs.reward_model import PRESETS, RMAlgorithm, RMConfig, RMDataConfig  # noqa: F401  (their old place)
+from advantage.configs.reward_model import RMConfig, RMDataConfig
 from advantage.context import RunContext, Snapshot
 from advantage.envs.text.preference import PreferenceExample
 from advantage.errors import ConfigError, NonFiniteError

@@ -49,17 +49,7 @@ import torch
 
 from advantage.algos.llm import common
 from advantage.algos.llm.common import DataConfig, LMPolicy
-from advantage.configs.sft import (  # noqa: F401  (their old place)
-    DEFAULTS,
-    PRESETS,
-    SFTAlgorithm,
-    SFTConfig,
-    SFTData,
-    task_options,
-)
-from advantage.configs.sft import (
-    PREFERENCE_ONLY as _PREFERENCE_ONLY,
-)
+from advantage.configs.sft import PREFERENCE_ONLY, SFTAlgorithm, SFTConfig  # noqa: F401  (SFTAlgorithm: its old place)
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import aggregate
@@ -81,7 +71,7 @@ def preference_targets(d: DataConfig) -> str | None:
     """``"chosen"`` or ``"all"`` when SFT imitates a preference task's responses, None for a text task."""
     targets = getattr(d, "targets", "target")
     if targets == "auto":
-        return "all" if d.task in _PREFERENCE_ONLY else None
+        return "all" if d.task in PREFERENCE_ONLY else None
     return targets if targets in ("chosen", "all") else None
 
 
