@@ -1,7 +1,7 @@
 """What every language-model algorithm shares: building the policy (a scratch model with a local tokenizer,
 or a local ``save_pretrained`` folder, optionally with LoRA), its checkpoint files, and evaluation by
 greedy accuracy, pass@K and maj@K. The ``data``, ``model`` and ``trainer`` config sections are in
-:mod:`advantage.configs.llm` (re-exported here).
+:mod:`advantage.configs.llm`.
 
 A language model is a policy whose state is the prompt plus the tokens generated so far and whose action is
 the next token (see ``docs/algorithms/language_models.md``). A batch is laid out as everywhere else in
@@ -31,6 +31,7 @@ from advantage.torch_state import LearnerState
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from advantage.context import Snapshot
     from advantage.envs.text.core import Example, Task
 
 SPLITS = ("train", "validation", "test")
@@ -399,7 +400,7 @@ def resume(learner: LearnerState, restored: Checkpoint | None, n: int, seed: int
     """Where a trainer over a fixed training set of ``n`` items starts: step 0 at the start of the first
     epoch, or where ``restored`` stopped, with ``learner`` (optimizer moments, torch RNG, any modules)
     loaded from it. The algorithm state holds the learner's JSON (``optim``) and the cursor's ``epoch``
-    and ``pos`` (:func:`learner_state`)."""
+    and ``pos`` (:func:`snapshot`)."""
     if restored is None:
         return 0, DataCursor(n, seed)
     s = restored.state["algo"]
@@ -407,12 +408,20 @@ def resume(learner: LearnerState, restored: Checkpoint | None, n: int, seed: int
     return restored.step, DataCursor(n, seed, s["epoch"], s["pos"])
 
 
-def learner_state(
-    learner: LearnerState, cursor: DataCursor
-) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """``(tensors, algorithm state)`` of a checkpoint of such a trainer, as :func:`resume` reads them."""
+def snapshot(
+    policy: Any, learner: LearnerState, part: Any, files: Callable[[], dict[str, bytes]], lora: Any = None
+) -> Snapshot:
+    """A checkpoint of a language-model trainer: the learner's tensors and JSON; the state of ``part``, the
+    trainer's :class:`DataCursor` (as :func:`resume` reads it back) or its rollout, whose ``tensors()``
+    join the learner's; with ``lora``, the adapter tensors of that model (:func:`policy_model` reads them
+    back); and the model folder's ``files()``."""
+    from advantage.context import Snapshot
+
     tensors, meta = learner.save()
-    return tensors, {**meta, **cursor.state()}
+    tensors.update(getattr(part, "tensors", dict)())
+    if lora is not None:
+        tensors.update(adapter_tensors(lora))
+    return Snapshot(policy, tensors, {**meta, **part.state()}, files=files)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ from advantage.algos.llm import common
 from advantage.algos.llm.common import DataConfig, LMPolicy
 from advantage.algos.llm.sft import collate
 from advantage.configs.dpo import DPOAlgorithm, DPOConfig
-from advantage.context import RunContext, Snapshot
+from advantage.context import RunContext
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import DPO_LOSSES, dpo_metrics
 from advantage.nn.lean import adamw_step, clip_grad_norm, zero_grad
@@ -188,9 +188,7 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
     step, cursor = common.resume(learner, restored, len(items), t.seed)
     policy.reference = ref  # evaluation needs it for the implicit rewards
 
-    def snapshot() -> Snapshot:
-        tensors, state = common.learner_state(learner, cursor)
-        return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
+    snapshot = partial(common.snapshot, policy, learner, cursor, lambda: common.hf_files(model, tok))
 
     loss_fn = dpo_loss_fn(a)
     model.train()
@@ -292,18 +290,10 @@ def evaluate(
         from advantage.algos.llm.preference_eval import compare_to_reference, greedy_options
 
         c = compare_to_reference(policy.model, ref, tok, examples, scorer, **greedy_options(cfg))
-        out.update(
-            {
-                "win_rate": c["win_rate"],
-                "wins": c["wins"],
-                "ties": c["ties"],
-                "losses": c["losses"],
-                "hidden_score": c["score_mean"],
-                "reference_hidden_score": c["reference_score_mean"],
-                "response_length": c["response_length"],
-                "reference_response_length": c["reference_response_length"],
-            }
-        )
+        names = {"score_mean": "hidden_score", "reference_score_mean": "reference_hidden_score"}
+        lengths = ("response_length", "reference_response_length")
+        for k in ("win_rate", "wins", "ties", "losses", *names, *lengths):
+            out[names.get(k, k)] = c[k]
     return out
 
 

@@ -104,7 +104,7 @@ from advantage.configs.grpo import (  # noqa: F401  (PRESETS: re-exported)
     GRPOAlgorithm,
     GRPOConfig,
 )
-from advantage.context import RunContext, Snapshot
+from advantage.context import RunContext
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import KL_ESTIMATORS, POLICY_LOSSES, aggregate, masked_mean
 from advantage.nn.lean import clip_grad_norm
@@ -130,7 +130,6 @@ class Rollout:
     rewards: Tensor  # [B] scalar reward of each completion (shaped)
     correct: Tensor  # [B] bool
     advantages: Tensor  # [B] (outcome supervision) or [B, T] (process)
-    metrics: dict[str, float] = field(default_factory=dict)
     texts: list[str] = field(default_factory=list)  # [B] decoded completions
     raw_rewards: Tensor | None = None  # [B] rewards before shaping
 
@@ -242,14 +241,10 @@ def step_tensors(
             out.append((min(t, n - 1), float(value)))
         out.append((n - 1, float(steps[-1][1]) + float(delta[i])))
         rows.append(out)
-    S = max(len(r) for r in rows)
-    reward = torch.zeros(len(rows), S)
-    mask = torch.zeros(len(rows), S, dtype=torch.bool)
-    end = torch.zeros(len(rows), S, dtype=torch.long)
-    for i, r in enumerate(rows):
-        end[i, : len(r)] = torch.tensor([e for e, _ in r])
-        reward[i, : len(r)] = torch.tensor([v for _, v in r])
-        mask[i, : len(r)] = True
+    pad = partial(torch.nn.utils.rnn.pad_sequence, batch_first=True)  # [B, S], zeros after each row's steps
+    reward = pad([torch.tensor([v for _, v in r]) for r in rows])
+    end = pad([torch.tensor([e for e, _ in r]) for r in rows])
+    mask = torch.arange(reward.shape[1]) < torch.tensor([len(r) for r in rows])[:, None]
     return reward, mask, end
 
 
@@ -873,13 +868,8 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
     rollout = GRPORollout(cfg, policy, policy.examples("train"), ref_logprobs, restored)
     step = 0 if restored is None else restored.step
 
-    def snapshot() -> Snapshot:
-        tensors, meta = learner.save()
-        tensors.update(rollout.tensors())
-        if actor.model.lora.rank > 0:
-            tensors.update(common.adapter_tensors(model))
-        state = {**meta, **rollout.state()}
-        return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
+    lora = model if actor.model.lora.rank > 0 else None
+    snapshot = partial(common.snapshot, policy, learner, rollout, lambda: common.hf_files(model, tok), lora)
 
     model.train()
     while step < t.total_steps:

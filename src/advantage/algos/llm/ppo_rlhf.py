@@ -84,7 +84,7 @@ from advantage.algos.llm.shared import (
 )
 from advantage.checkpoint import Checkpoint
 from advantage.configs.ppo_rlhf import PPOActor, PPOCritic, PPORLHFConfig
-from advantage.context import RunContext, Snapshot
+from advantage.context import RunContext
 from advantage.errors import NonFiniteError
 from advantage.math import KL_ESTIMATORS, VALUE_LOSSES, AdaptiveKLController, aggregate, gae, ppo_clip
 from advantage.math.masked import masked_mean, masked_whiten
@@ -484,11 +484,8 @@ def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
     rollout = PPORollout(cfg, policy, models, policy.examples("train"), restored)
     step = 0 if restored is None else restored.step
 
-    def snapshot() -> Snapshot:
-        tensors, meta = learner.save()
-        tensors.update(rollout.tensors())
-        state = {**meta, **rollout.state()}
-        return Snapshot(policy, tensors, state, files=lambda: common.hf_files(policy.model, policy.tokenizer))
+    files = partial(common.hf_files, policy.model, policy.tokenizer)
+    snapshot = partial(common.snapshot, policy, learner, rollout, files)
 
     policy.model.train()
     while step < t.total_steps:

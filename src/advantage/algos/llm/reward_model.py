@@ -51,6 +51,7 @@ import json
 import math
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +61,7 @@ from torch import Tensor, nn
 from advantage.algos.llm import common
 from advantage.checkpoint import Checkpoint
 from advantage.configs.reward_model import RMConfig, RMDataConfig
-from advantage.context import RunContext, Snapshot
+from advantage.context import RunContext
 from advantage.envs.text.preference import PreferenceExample
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math.preference import bradley_terry_loss, kwise_ranking_loss
@@ -366,11 +367,8 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     learner = LearnerState({"value_head": model.head}, {"optim": opt})
     step, cursor = common.resume(learner, restored, len(items), t.seed)
 
-    def snapshot() -> Snapshot:
-        tensors, state = common.learner_state(learner, cursor)
-        if cfg.model.lora.rank > 0:
-            tensors.update(common.adapter_tensors(model.backbone))
-        return Snapshot(policy, tensors, state, files=model.files)
+    lora = model.backbone if cfg.model.lora.rank > 0 else None
+    snapshot = partial(common.snapshot, policy, learner, cursor, model.files, lora)
 
     micro = a.micro_batch_size or a.batch_size
     packed = model.packable()

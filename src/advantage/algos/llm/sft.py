@@ -50,7 +50,7 @@ import torch
 from advantage.algos.llm import common
 from advantage.algos.llm.common import DataConfig, LMPolicy
 from advantage.configs.sft import PREFERENCE_ONLY, SFTAlgorithm, SFTConfig  # noqa: F401  (SFTAlgorithm: its old place)
-from advantage.context import RunContext, Snapshot
+from advantage.context import RunContext
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import aggregate
 from advantage.nn.lean import clip_grad_norm
@@ -204,11 +204,8 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
     learner = LearnerState(optimizers={"optim": opt})
     step, cursor = common.resume(learner, restored, len(examples), t.seed)
 
-    def snapshot() -> Snapshot:
-        tensors, state = common.learner_state(learner, cursor)
-        if cfg.model.lora.rank > 0:
-            tensors.update(common.adapter_tensors(model))
-        return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
+    lora = model if cfg.model.lora.rank > 0 else None
+    snapshot = partial(common.snapshot, policy, learner, cursor, lambda: common.hf_files(model, tok), lora)
 
     micro = a.micro_batch_size or a.batch_size
     model.train()

@@ -234,16 +234,14 @@ def evaluate_preference(
         "reference_rm_score": sum(ref_rm) / len(ref_rm),
         "response_length": sum(lengths) / len(lengths),
     }
+    ours, theirs, by = rm_scores, ref_rm, "reward_model"
     rule = getattr(policy.task, "hidden_score", None)
     if rule is not None:
-        hs = [rule(p, y) for p, y in zip(prompts, texts, strict=True)]
-        ref_hs = [rule(p, y) for p, y in zip(prompts, ref_texts, strict=True)]
-        res.update({"hidden_score": sum(hs) / len(hs), "reference_hidden_score": sum(ref_hs) / len(ref_hs)})
-        res.update({k: v for k, v in win_rate(hs, ref_hs).items()})
-        res["win_rate_by"] = "hidden_score"
-    else:
-        res.update(win_rate(rm_scores, ref_rm))
-        res["win_rate_by"] = "reward_model"
+        ours = [rule(p, y) for p, y in zip(prompts, texts, strict=True)]
+        theirs = [rule(p, y) for p, y in zip(prompts, ref_texts, strict=True)]
+        res["hidden_score"], res["reference_hidden_score"] = sum(ours) / len(ours), sum(theirs) / len(theirs)
+        by = "hidden_score"
+    res.update({**win_rate(ours, theirs), "win_rate_by": by})
     # KL of sampled responses (the quantity the penalty controls), with a seeded generator.
     g = torch.Generator(device=policy.device).manual_seed(t.seed if seed is None else seed)
     tau = cfg.worker.rollout.temperature
