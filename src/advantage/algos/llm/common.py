@@ -165,8 +165,7 @@ def check(
     evaluation size. ``task_factory(cfg.data)`` builds the task (default :func:`make_task`; preference
     algorithms pass theirs); ``responses`` see :func:`check_lengths`."""
     problems: list[str] = []
-    d = cfg.data
-    m = cfg.model
+    d, m = cfg.data, cfg.model
     task, examples = None, None
     try:
         task = (task_factory or make_task)(d)
@@ -504,9 +503,7 @@ class LMPolicy(TaskExamples):
         d = self.cfg.data
         texts = [prompt_text(self.tokenizer, p, d.chat_template) for p in prompts]
         try:  # each prompt once, then repeated: the tokenizer is a visible share of a small model's step
-            ids, mask = encode_prompts(
-                self.tokenizer, texts, max_length=d.max_prompt_length
-            )  # None: no limit
+            ids, mask = encode_prompts(self.tokenizer, texts, max_length=d.max_prompt_length)  # None: no cap
         except ConfigError as e:  # name the setting to change, not the sampler's argument
             raise ConfigError(f"{e} (data.max_prompt_length={d.max_prompt_length}; raise it)") from None
         if samples > 1:

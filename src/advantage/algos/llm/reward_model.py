@@ -366,7 +366,6 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     )
     learner = LearnerState({"value_head": model.head}, {"optim": opt})
     step, cursor = common.resume(learner, restored, len(items), t.seed)
-
     lora = model.backbone if cfg.model.lora.rank > 0 else None
     snapshot = partial(common.snapshot, policy, learner, cursor, model.files, lora)
 
@@ -374,10 +373,8 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     packed = model.packable()
     pad_id, mask_dtype = tok.pad_token_id, model.backbone.get_input_embeddings().weight.dtype
     model.train()
-    totals = dict.fromkeys(
-        ("loss", "grad_norm", "n", "pairs", "correct", "margin", "reward", "reward_sq"), 0.0
-    )
-    totals["sequences"] = 0.0
+    names = ("loss", "grad_norm", "n", "pairs", "correct", "margin", "reward", "reward_sq", "sequences")
+    totals = dict.fromkeys(names, 0.0)
     clock = time.perf_counter()
     while step < t.total_steps:
         idx = cursor.next(a.batch_size)
@@ -470,12 +467,12 @@ def evaluate(
     prompts = [ex.prompt for ex in examples for _ in ex.responses]
     responses = [r for ex in examples for r in ex.responses]
     rewards = policy.model.score(prompts, responses, batch_size=cfg.trainer.eval_batch_size).cpu().double()
-    diffs, hidden_diffs, start = [], [], 0
+    pairs, start = [], 0  # every labelled pair (better, worse): indices into the flat list of responses
     for ex in examples:
-        r = rewards[start : start + len(ex.responses)]
-        for i, j in ex.pairs():
-            diffs.append(float(r[i] - r[j]))
+        pairs += [(start + i, start + j) for i, j in ex.pairs()]
         start += len(ex.responses)
+    better, worse = torch.tensor(pairs, dtype=torch.long).view(-1, 2).unbind(-1)
+    diffs = (rewards[better] - rewards[worse]).tolist()
     res: dict[str, Any] = {
         "split": split,
         "n": len(examples),
@@ -491,12 +488,9 @@ def evaluate(
         hidden = torch.tensor(
             [score(p, y) for p, y in zip(prompts, responses, strict=True)], dtype=torch.float64
         )
-        start = 0
-        for ex in examples:
-            h, r = hidden[start : start + len(ex.responses)], rewards[start : start + len(ex.responses)]
-            hidden_diffs += [(float(h[i] - h[j]), float(r[i] - r[j])) for i, j in ex.pairs() if h[i] != h[j]]
-            start += len(ex.responses)
-        res["hidden_agreement"] = sum(hd * rd > 0 for hd, rd in hidden_diffs) / max(len(hidden_diffs), 1)
+        hd, rd = hidden[better] - hidden[worse], rewards[better] - rewards[worse]
+        ordered = hd != 0  # the pairs the hidden score orders (it ties some that the noisy labels order)
+        res["hidden_agreement"] = int((hd * rd > 0)[ordered].sum()) / max(int(ordered.sum()), 1)
         res["hidden_correlation"] = float(torch.corrcoef(torch.stack([rewards, hidden]))[0, 1])
     return res
 

@@ -203,7 +203,6 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
     )
     learner = LearnerState(optimizers={"optim": opt})
     step, cursor = common.resume(learner, restored, len(examples), t.seed)
-
     lora = model if cfg.model.lora.rank > 0 else None
     snapshot = partial(common.snapshot, policy, learner, cursor, lambda: common.hf_files(model, tok), lora)
 
