@@ -154,6 +154,11 @@ def check_lengths(
     return problems
 
 
+def preference_responses(examples: list[Any]) -> list[tuple[Any, str]]:
+    """Every ranked response of preference ``examples``, for :func:`check_lengths`."""
+    return [(e, r) for e in examples for r in e.responses]
+
+
 def check(
     cfg: Any,
     task_factory: Callable[[DataConfig], Any] | None = None,

@@ -301,8 +301,5 @@ def evaluate(
 load_policy = partial(common.load_policy, task_factory=make_task)
 
 
-def check(cfg: DPOConfig) -> list[str]:
-    """:func:`advantage.algos.llm.common.check` with the preference task."""
-    from advantage.algos.llm.reward_model import preference_responses
-
-    return common.check(cfg, make_task, preference_responses)
+# :func:`advantage.algos.llm.common.check` with the preference task.
+check = partial(common.check, task_factory=make_task, responses=common.preference_responses)

@@ -495,11 +495,5 @@ def evaluate(
     return res
 
 
-def check(cfg: RMConfig) -> list[str]:
-    """:func:`advantage.algos.llm.common.check` with the preference task."""
-    return common.check(cfg, common.preference_task, preference_responses)
-
-
-def preference_responses(examples: list[PreferenceExample]) -> list[tuple[PreferenceExample, str]]:
-    """Every ranked response of ``examples``, for the length check before the run starts."""
-    return [(e, r) for e in examples for r in e.responses]
+# :func:`advantage.algos.llm.common.check` with the preference task.
+check = partial(common.check, task_factory=common.preference_task, responses=common.preference_responses)
