@@ -248,37 +248,25 @@ def build_model(cfg: Any, task: Task) -> tuple[PreTrainedModel, PreTrainedTokeni
     dtype = getattr(torch, m.dtype)
     if m.pretrained:
         model, tok = load_pretrained(
-            model_folder(m.path),
-            trust_remote_code=m.trust_remote_code,
-            dtype=dtype,
-            pad_to_eos=m.pad_to_eos,
+            model_folder(m.path), trust_remote_code=m.trust_remote_code, dtype=dtype, pad_to_eos=m.pad_to_eos
         )
     else:
         tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
-        model = build_scratch_model(
-            m.arch,
-            tok,
-            hidden_size=m.hidden_size,
-            layers=m.layers,
-            heads=m.heads,
-            kv_heads=m.kv_heads,
-            intermediate_size=m.intermediate_size,
-            max_position_embeddings=m.max_position_embeddings,
-            seed=cfg.trainer.seed,
-        ).to(dtype)
+        # The scratch model's sizes: model.<name> is build_scratch_model's argument of the same name.
+        sizes = ("hidden_size", "layers", "heads", "kv_heads", "intermediate_size", "max_position_embeddings")
+        kwargs = {name: getattr(m, name) for name in sizes}
+        model = build_scratch_model(m.arch, tok, seed=cfg.trainer.seed, **kwargs).to(dtype)
     if m.lora.rank > 0:
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(
-            model,
-            LoraConfig(
-                r=m.lora.rank,
-                lora_alpha=m.lora.alpha,
-                lora_dropout=m.lora.dropout,
-                target_modules=list(m.lora.target_modules),
-                task_type="CAUSAL_LM",
-            ),
+        lora = LoraConfig(
+            r=m.lora.rank,
+            lora_alpha=m.lora.alpha,
+            lora_dropout=m.lora.dropout,
+            target_modules=list(m.lora.target_modules),
+            task_type="CAUSAL_LM",
         )
+        model = get_peft_model(model, lora)
     return model.to(cfg.trainer.device), tok
 
 

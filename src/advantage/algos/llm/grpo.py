@@ -867,7 +867,6 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
     ref_logprobs = partial(reference_logprobs, cfg, model, ref_model)
     rollout = GRPORollout(cfg, policy, policy.examples("train"), ref_logprobs, restored)
     step = 0 if restored is None else restored.step
-
     lora = model if actor.model.lora.rank > 0 else None
     snapshot = partial(common.snapshot, policy, learner, rollout, lambda: common.hf_files(model, tok), lora)
 

@@ -100,28 +100,19 @@ def compare_to_reference(
     tokenizer: PreTrainedTokenizerBase,
     examples: Sequence[Any],
     scorer: Scorer,
-    *,
-    max_prompt_length: int | None,
-    max_response_length: int,
-    chat_template: bool = False,
-    batch_size: int = 64,
+    **options: Any,
 ) -> dict[str, Any]:
     """Greedy responses of ``model`` and ``reference`` to the prompts of ``examples`` (anything with a
-    ``.prompt``), both scored by ``scorer(prompt, response)``.
+    ``.prompt``), both scored by ``scorer(prompt, response)``; ``options`` are :func:`greedy_responses`'
+    (``max_prompt_length`` and ``max_response_length`` required).
 
     Returns ``win_rate`` / ``wins`` / ``ties`` / ``losses`` (:func:`win_rate`), ``score_mean`` and
     ``reference_score_mean``, the mean greedy ``response_length`` of each, and the texts themselves
     (``responses``, ``reference_responses``) for callers that score them again (e.g. with a reward model).
     """
     prompts = [e.prompt for e in examples]
-    gen: dict[str, Any] = {
-        "max_prompt_length": max_prompt_length,
-        "max_response_length": max_response_length,
-        "chat_template": chat_template,
-        "batch_size": batch_size,
-    }
-    texts, lengths = greedy_responses(model, tokenizer, prompts, **gen)
-    ref_texts, ref_lengths = greedy_responses(reference, tokenizer, prompts, **gen)
+    texts, lengths = greedy_responses(model, tokenizer, prompts, **options)
+    ref_texts, ref_lengths = greedy_responses(reference, tokenizer, prompts, **options)
     scores = [float(scorer(p, y)) for p, y in zip(prompts, texts, strict=True)]
     ref_scores = [float(scorer(p, y)) for p, y in zip(prompts, ref_texts, strict=True)]
     return {
