@@ -260,9 +260,8 @@ def evaluate(
     (:func:`advantage.algos.llm.preference_eval.compare_to_reference`), with both mean hidden scores."""
     if samples is not None and samples > 1:
         raise ConfigError("dpo evaluation scores given pairs; --samples is for generated answers")
-    n = limit or (cfg.trainer.eval_episodes if split == "validation" else None)
     tok = policy.tokenizer
-    examples = policy.examples(split, n)
+    examples = common.eval_examples(cfg, policy, split, limit, None)
     items = tokenize_pairs(tok, pairs_of(examples), cfg.data)
     ref = getattr(policy, "reference", None)
     if ref is None:
