@@ -29,11 +29,11 @@ from advantage.configs.llm import (
     LMModelConfig,
     LMOptim,
     LMTrainerConfig,
-    RefConfig,
-    SamplingConfig,
     SamplingTrainerConfig,
     preference_task_options,
 )
+from advantage.configs.llm import RefConfig as PPORef
+from advantage.configs.llm import SamplingConfig as PPORollout
 from advantage.registry import Algorithm, Entry, register
 
 
@@ -135,8 +135,8 @@ class PPOReward:
 class PPOWorker:
     actor: PPOActor = section(PPOActor)
     critic: PPOCritic = section(PPOCritic)
-    rollout: SamplingConfig = section(SamplingConfig)
-    ref: RefConfig = section(RefConfig)
+    rollout: PPORollout = section(PPORollout)
+    ref: PPORef = section(PPORef)
     reward: PPOReward = section(PPOReward)
 
 
