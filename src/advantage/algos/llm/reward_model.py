@@ -291,15 +291,10 @@ def build_items(examples: Sequence[PreferenceExample], loss: str) -> list[tuple[
 def micro_batch(
     items: Sequence[tuple[int, tuple[int, ...]]], tokens: Sequence[tuple[list[int], list[list[int]]]]
 ) -> tuple[list[list[int]], Tensor]:
-    """The sequences (prompt + response + EOS) of ``items`` and their ``[N, K]`` index (-1 padded)."""
-    seqs: list[list[int]] = []
-    index = torch.full((len(items), max(len(r) for _, r in items)), -1, dtype=torch.long)
-    for n, (e, ranked) in enumerate(items):
-        prompt, responses = tokens[e]
-        for k, r in enumerate(ranked):
-            index[n, k] = len(seqs)
-            seqs.append(prompt + responses[r])
-    return seqs, index
+    """The sequences (prompt + response + EOS) of ``items`` and their ``[N, K]`` index (-1 padded): those
+    of :func:`micro_groups`, each response joined to its prompt."""
+    groups, index = micro_groups(items, tokens)
+    return [prompt + r for prompt, responses in groups for r in responses], index
 
 
 def micro_groups(
