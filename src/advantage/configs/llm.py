@@ -28,19 +28,19 @@ class DataConfig:
         "generated task (addition, multiplication, countdown, reverse, sort, code) or a dataset "
         "(dataset, math) read from data.path; `advantage list ALGO data.task=NAME` shows its options",
     )
-    seed: int = option(0, "seed of the generated problems (fixed across training seeds)", lo=0)
+    seed: int = option(0, "seed of the generated examples (fixed across training seeds)", lo=0)
     train_size: int | None = option(
         None, "training prompts (unset: every train row of a data file; 20000 generated)", lo=1
     )
     validation_size: int | None = option(
-        None, "validation prompts, evaluated during training (unset: every validation row; 200)", lo=1
+        None, "validation examples, evaluated during training (unset: every validation row; 200)", lo=1
     )
     test_size: int | None = option(
-        None, "test prompts, for advantage eval (unset: every test row; 500)", lo=1
+        None, "test examples, for advantage eval (unset: every test row; 500)", lo=1
     )
     max_prompt_length: int | None = option(
         None,
-        "longest prompt in tokens (unset: measured from the data with the policy's tokenizer before the "
+        "longest prompt in tokens (unset: measured from the data with the model's tokenizer before the "
         "run starts; a longer prompt is an error)",
         lo=1,
     )
