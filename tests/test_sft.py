@@ -236,6 +236,22 @@ def test_tokenizer_without_pad_token(tmp_path):
         _train(tmp_path, "other", **{"model.path": str(folder)})
 
 
+@pytest.mark.parametrize("algo, key", [("sft", "model"), ("grpo", "worker.actor.model")])
+def test_a_bad_tokenizer_is_one_problem_naming_the_key_as_written(tmp_path, algo, key):
+    from advantage.nn.lm import build_char_tokenizer, build_scratch_model
+    from advantage.runs import resolve_config
+
+    tok = build_char_tokenizer("0123456789+=")
+    folder = tmp_path / "nopad"
+    build_scratch_model("qwen2", tok, hidden_size=32, layers=1, heads=2).save_pretrained(folder)
+    tok.pad_token = None
+    tok.save_pretrained(folder)
+    with pytest.raises(ConfigError) as e:
+        resolve_config(algo, overrides={f"{key}.path": str(folder), f"{key}.pad_to_eos": False})
+    assert len(e.value.problems) == 1, e.value.problems
+    assert f"({key}.pad_to_eos=true)" in e.value.problems[0]
+
+
 def test_bad_model_options_are_listed_together():
     from advantage.runs import resolve_config
 

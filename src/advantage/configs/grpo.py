@@ -8,7 +8,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from advantage.config import Preset, option, section
-from advantage.configs.llm import DataConfig, LMModelConfig, LMOptim, LMTrainerConfig, task_rows
+from advantage.configs.llm import (
+    DataConfig,
+    LMModelConfig,
+    LMOptim,
+    LMTrainerConfig,
+    RefConfig,
+    SamplingConfig,
+    SamplingTrainerConfig,
+    task_rows,
+)
 from advantage.registry import Algorithm, Entry, register
 
 # Tasks with no verifier: prompts from the synthetic preference task, rewards from a reward model.
@@ -137,22 +146,8 @@ class ActorConfig:
 
 
 @dataclass
-class RolloutConfig:
+class RolloutConfig(SamplingConfig):
     n: int = option(8, "G: completions sampled per prompt", lo=1)
-    temperature: float = option(1.0, "sampling temperature", lo=0, lo_open=True)
-    top_p: float = option(1.0, "nucleus sampling", lo=0, hi=1, lo_open=True)
-    top_k: int = option(0, "top-k sampling (0: off)", lo=0)
-    min_new_tokens: int = option(
-        0,
-        "EOS forbidden for each response's first N tokens (0: off; = data.max_response_length: fixed-length "
-        "responses, the same work per step, e.g. to benchmark); log-probs stay the unfiltered ones",
-        lo=0,
-    )
-
-
-@dataclass
-class RefConfig:
-    micro_batch_size: int = option(0, "completions per reference forward pass (0: all)", lo=0)
 
 
 @dataclass
@@ -177,16 +172,11 @@ class WorkerConfig:
 
 
 @dataclass
-class GRPOConfig:
+class GRPOConfig(SamplingTrainerConfig):
     data: GRPOData = section(GRPOData)
     algorithm: GRPOAlgorithm = section(GRPOAlgorithm)
     worker: WorkerConfig = section(WorkerConfig)
     trainer: LMTrainerConfig = section(LMTrainerConfig)
-
-    @property
-    def model(self) -> LMModelConfig:
-        """The policy's model section (``worker.actor.model``), where the shared LM code looks for it."""
-        return self.worker.actor.model
 
     def difficulty_samples(self) -> tuple[int, int]:
         """Adaptive difficulty's ``(easy_samples, hard_samples)`` with the nulls resolved: G/2 rounded up
@@ -215,12 +205,6 @@ class GRPOConfig:
                     f"algorithm.hard_samples={hard} is less than worker.rollout.n={G}: a hard prompt gets "
                     f"its G samples and hard_samples - G more; allowed: >= {G}"
                 )
-        if self.worker.rollout.min_new_tokens > self.data.max_response_length:
-            out.append(
-                f"worker.rollout.min_new_tokens={self.worker.rollout.min_new_tokens} is more than "
-                f"data.max_response_length={self.data.max_response_length}; allowed: 0 to "
-                f"{self.data.max_response_length}"
-            )
         if self.worker.rollout.n < 2 and self.algorithm.advantage in ("grpo", "rloo", "batch_std"):
             out.append(
                 f"worker.rollout.n=1 with algorithm.advantage={self.algorithm.advantage}: group advantages "
@@ -242,13 +226,7 @@ class GRPOConfig:
                     "algorithm.supervision=process with worker.reward.model set: a reward model gives one "
                     "score per completion; process supervision needs the task's step rewards"
                 )
-        mb = self.worker.actor.mini_batch_size
-        if mb > self.data.rollout_batch_size:
-            out.append(
-                f"worker.actor.mini_batch_size={mb} prompts is more than data.rollout_batch_size="
-                f"{self.data.rollout_batch_size}"
-            )
-        return out
+        return out + self.rollout_problems(" prompts")
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -28,19 +28,19 @@ class DataConfig:
         "generated task (addition, multiplication, countdown, reverse, sort, code) or a dataset "
         "(dataset, math) read from data.path; `advantage list ALGO data.task=NAME` shows its options",
     )
-    seed: int = option(0, "seed of the generated problems (fixed across training seeds)", lo=0)
+    seed: int = option(0, "seed of the generated examples (fixed across training seeds)", lo=0)
     train_size: int | None = option(
         None, "training prompts (unset: every train row of a data file; 20000 generated)", lo=1
     )
     validation_size: int | None = option(
-        None, "validation prompts, evaluated during training (unset: every validation row; 200)", lo=1
+        None, "validation examples, evaluated during training (unset: every validation row; 200)", lo=1
     )
     test_size: int | None = option(
-        None, "test prompts, for advantage eval (unset: every test row; 500)", lo=1
+        None, "test examples, for advantage eval (unset: every test row; 500)", lo=1
     )
     max_prompt_length: int | None = option(
         None,
-        "longest prompt in tokens (unset: measured from the data with the policy's tokenizer before the "
+        "longest prompt in tokens (unset: measured from the data with the model's tokenizer before the "
         "run starts; a longer prompt is an error)",
         lo=1,
     )
@@ -194,5 +194,60 @@ class LMBatchAlgorithm:
             out.append(
                 f"algorithm.micro_batch_size={self.micro_batch_size} is larger than "
                 f"algorithm.batch_size={self.batch_size}"
+            )
+        return out
+
+
+@dataclass
+class SamplingConfig:
+    """The ``worker.rollout`` section of the trainers that sample responses (ppo_rlhf; grpo adds ``n``)."""
+
+    temperature: float = option(1.0, "sampling temperature (log-probs and KL use it too)", lo=0, lo_open=True)
+    top_p: float = option(1.0, "nucleus sampling", lo=0, hi=1, lo_open=True)
+    top_k: int = option(0, "top-k sampling (0: off)", lo=0)
+    min_new_tokens: int = option(
+        0,
+        "EOS forbidden for each response's first N tokens (0: off; = data.max_response_length: fixed-length "
+        "responses, the same work per step, e.g. to benchmark); log-probs stay the unfiltered ones",
+        lo=0,
+    )
+
+    def sampling(self) -> dict[str, Any]:
+        """These options as the keyword arguments of :meth:`advantage.algos.llm.common.LMPolicy.complete`."""
+        names = ("temperature", "top_p", "top_k", "min_new_tokens")
+        return {name: getattr(self, name) for name in names}
+
+
+@dataclass
+class RefConfig:
+    micro_batch_size: int = option(0, "responses per reference forward pass (0: all)", lo=0)
+
+
+class SamplingTrainerConfig:
+    """What the configs of the trainers that sample (grpo, ppo_rlhf) share beside their sections: the
+    policy's model section under ``worker.actor`` and the checks across sections."""
+
+    data: Any
+    worker: Any
+
+    @property
+    def model(self) -> LMModelConfig:
+        """The policy's model section (``worker.actor.model``), where the shared LM code looks for it."""
+        return self.worker.actor.model
+
+    def rollout_problems(self, unit: str = "") -> list[str]:
+        """``worker.actor.mini_batch_size`` (counted in ``unit``) and ``worker.rollout.min_new_tokens``
+        against the ``data`` section."""
+        out = []
+        d, w = self.data, self.worker
+        if w.actor.mini_batch_size > d.rollout_batch_size:
+            out.append(
+                f"worker.actor.mini_batch_size={w.actor.mini_batch_size}{unit} is more than "
+                f"data.rollout_batch_size={d.rollout_batch_size}"
+            )
+        if w.rollout.min_new_tokens > d.max_response_length:
+            out.append(
+                f"worker.rollout.min_new_tokens={w.rollout.min_new_tokens} is more than "
+                f"data.max_response_length={d.max_response_length}; allowed: 0 to {d.max_response_length}"
             )
         return out

@@ -24,7 +24,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advantage.config import Preset, option, section
-from advantage.configs.llm import DataConfig, LMModelConfig, LMOptim, LMTrainerConfig, preference_task_options
+from advantage.configs.llm import (
+    DataConfig,
+    LMModelConfig,
+    LMOptim,
+    LMTrainerConfig,
+    SamplingTrainerConfig,
+    preference_task_options,
+)
+from advantage.configs.llm import RefConfig as PPORef
+from advantage.configs.llm import SamplingConfig as PPORollout
 from advantage.registry import Algorithm, Entry, register
 
 
@@ -115,24 +124,6 @@ class PPOCritic:
 
 
 @dataclass
-class PPORollout:
-    temperature: float = option(1.0, "sampling temperature (log-probs and KL use it too)", lo=0, lo_open=True)
-    top_p: float = option(1.0, "nucleus sampling", lo=0, hi=1, lo_open=True)
-    top_k: int = option(0, "top-k sampling (0: off)", lo=0)
-    min_new_tokens: int = option(
-        0,
-        "EOS forbidden for each response's first N tokens (0: off; = data.max_response_length: fixed-length "
-        "responses, the same work per step, e.g. to benchmark); log-probs stay the unfiltered ones",
-        lo=0,
-    )
-
-
-@dataclass
-class PPORef:
-    micro_batch_size: int = option(0, "responses per reference forward pass (0: all)", lo=0)
-
-
-@dataclass
 class PPOReward:
     model: str | None = option(
         None, "the reward model: a reward_model run folder (its latest checkpoint) or checkpoint folder"
@@ -150,32 +141,14 @@ class PPOWorker:
 
 
 @dataclass
-class PPORLHFConfig:
+class PPORLHFConfig(SamplingTrainerConfig):
     data: PPOData = section(PPOData)
     algorithm: PPOAlgorithm = section(PPOAlgorithm)
     worker: PPOWorker = section(PPOWorker)
     trainer: LMTrainerConfig = section(LMTrainerConfig)
 
-    @property
-    def model(self) -> LMModelConfig:
-        """The policy's model section (``worker.actor.model``), where the shared LM code looks for it."""
-        return self.worker.actor.model
-
     def problems(self) -> list[str]:
-        out = []
-        mb = self.worker.actor.mini_batch_size
-        if mb > self.data.rollout_batch_size:
-            out.append(
-                f"worker.actor.mini_batch_size={mb} is more than data.rollout_batch_size="
-                f"{self.data.rollout_batch_size}"
-            )
-        if self.worker.rollout.min_new_tokens > self.data.max_response_length:
-            out.append(
-                f"worker.rollout.min_new_tokens={self.worker.rollout.min_new_tokens} is more than "
-                f"data.max_response_length={self.data.max_response_length}; allowed: 0 to "
-                f"{self.data.max_response_length}"
-            )
-        return out
+        return self.rollout_problems()
 
 
 # Steps are rollouts; a small scratch policy on the synthetic task needs a larger learning rate than the

@@ -29,23 +29,10 @@ class RMDataConfig(DataConfig):
         "preference task: synthetic (a hidden scoring rule) or dataset (read from data.path)",
         choices=PREFERENCE_TASK_NAMES,
     )
-    seed: int = option(0, "seed of the generated comparisons (fixed across training seeds)", lo=0)
     train_size: int | None = option(
         None,
         "training examples, a prompt with its ranked responses (unset: every train row of a data file; "
         "8000 generated)",
-        lo=1,
-    )
-    validation_size: int | None = option(
-        None, "validation examples, evaluated during training (unset: every validation row; 200)", lo=1
-    )
-    test_size: int | None = option(
-        None, "test examples, for advantage eval (unset: every test row; 500)", lo=1
-    )
-    max_prompt_length: int | None = option(
-        None,
-        "longest prompt in tokens (unset: measured from the data with the tokenizer before the run "
-        "starts; a longer prompt is an error)",
         lo=1,
     )
     max_response_length: int = option(32, "longest response in tokens with its EOS (longer: an error)", lo=1)

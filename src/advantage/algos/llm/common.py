@@ -1,7 +1,7 @@
 """What every language-model algorithm shares: building the policy (a scratch model with a local tokenizer,
 or a local ``save_pretrained`` folder, optionally with LoRA), its checkpoint files, and evaluation by
 greedy accuracy, pass@K and maj@K. The ``data``, ``model`` and ``trainer`` config sections are in
-:mod:`advantage.configs.llm` (re-exported here).
+:mod:`advantage.configs.llm`.
 
 A language model is a policy whose state is the prompt plus the tokens generated so far and whose action is
 the next token (see ``docs/algorithms/language_models.md``). A batch is laid out as everywhere else in
@@ -11,9 +11,11 @@ per-token quantity (log-probs, rewards, advantages, the response mask) is ``[B, 
 
 from __future__ import annotations
 
+import copy
 import math
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,13 +23,7 @@ import torch
 
 from advantage.checkpoint import Checkpoint
 from advantage.config import rebase
-from advantage.configs.llm import (  # noqa: F401  (their old place)
-    DataConfig,
-    LMModelConfig,
-    LMTrainerConfig,
-    LoRAConfig,
-    task_rows,
-)
+from advantage.configs.llm import DataConfig
 from advantage.errors import ConfigError
 from advantage.schedules import warmup_decay
 from advantage.torch_state import LearnerState
@@ -35,6 +31,7 @@ from advantage.torch_state import LearnerState
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from advantage.context import Snapshot
     from advantage.envs.text.core import Example, Task
 
 SPLITS = ("train", "validation", "test")
@@ -49,6 +46,14 @@ def make_task(data: DataConfig) -> Task:
     from advantage.envs.text import make_task as _make
 
     return _make(data.task, **data.kwargs)
+
+
+def preference_task(data: Any) -> Any:
+    """The preference task named by ``data.task`` with its options
+    (:func:`advantage.envs.text.preference.make_preference_task`)."""
+    from advantage.envs.text.preference import make_preference_task
+
+    return make_preference_task(data.task, **data.kwargs)
 
 
 def split_size(d: Any, split: str, task: Task) -> int:
@@ -149,6 +154,11 @@ def check_lengths(
     return problems
 
 
+def preference_responses(examples: list[Any]) -> list[tuple[Any, str]]:
+    """Every ranked response of preference ``examples``, for :func:`check_lengths`."""
+    return [(e, r) for e in examples for r in e.responses]
+
+
 def check(
     cfg: Any,
     task_factory: Callable[[DataConfig], Any] | None = None,
@@ -160,8 +170,7 @@ def check(
     evaluation size. ``task_factory(cfg.data)`` builds the task (default :func:`make_task`; preference
     algorithms pass theirs); ``responses`` see :func:`check_lengths`."""
     problems: list[str] = []
-    d = cfg.data
-    m = cfg.model
+    d, m = cfg.data, cfg.model
     task, examples = None, None
     try:
         task = (task_factory or make_task)(d)
@@ -182,7 +191,8 @@ def check(
 
             tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
     except ConfigError as e:
-        problems.extend(e.problems)
+        # Name the key as the user wrote it (grpo and ppo_rlhf: worker.actor.model.path).
+        problems.extend(rebase(p, model_prefix(cfg)) for p in e.problems)
     if examples is not None and tok is not None:
         problems.extend(check_lengths(cfg, examples, tok, responses))
     context = m.max_position_embeddings
@@ -198,14 +208,6 @@ def check(
             f"data.max_prompt_length={d.max_prompt_length} + data.max_response_length="
             f"{d.max_response_length} exceeds the model's context of {context} tokens"
         )
-    if folder is not None:
-        from advantage.nn.lm import load_tokenizer
-
-        try:
-            load_tokenizer(folder, trust_remote_code=m.trust_remote_code, pad_to_eos=m.pad_to_eos)
-        except ConfigError as e:
-            # Name the key as the user wrote it (grpo and ppo_rlhf: worker.actor.model.path).
-            problems.extend(rebase(p, model_prefix(cfg)) for p in e.problems)
     if d.validation_size is not None and cfg.trainer.eval_episodes > d.validation_size:
         problems.append(
             f"trainer.eval_episodes={cfg.trainer.eval_episodes} is more than "
@@ -246,37 +248,25 @@ def build_model(cfg: Any, task: Task) -> tuple[PreTrainedModel, PreTrainedTokeni
     dtype = getattr(torch, m.dtype)
     if m.pretrained:
         model, tok = load_pretrained(
-            model_folder(m.path),
-            trust_remote_code=m.trust_remote_code,
-            dtype=dtype,
-            pad_to_eos=m.pad_to_eos,
+            model_folder(m.path), trust_remote_code=m.trust_remote_code, dtype=dtype, pad_to_eos=m.pad_to_eos
         )
     else:
         tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
-        model = build_scratch_model(
-            m.arch,
-            tok,
-            hidden_size=m.hidden_size,
-            layers=m.layers,
-            heads=m.heads,
-            kv_heads=m.kv_heads,
-            intermediate_size=m.intermediate_size,
-            max_position_embeddings=m.max_position_embeddings,
-            seed=cfg.trainer.seed,
-        ).to(dtype)
+        # The scratch model's sizes: model.<name> is build_scratch_model's argument of the same name.
+        sizes = ("hidden_size", "layers", "heads", "kv_heads", "intermediate_size", "max_position_embeddings")
+        kwargs = {name: getattr(m, name) for name in sizes}
+        model = build_scratch_model(m.arch, tok, seed=cfg.trainer.seed, **kwargs).to(dtype)
     if m.lora.rank > 0:
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(
-            model,
-            LoraConfig(
-                r=m.lora.rank,
-                lora_alpha=m.lora.alpha,
-                lora_dropout=m.lora.dropout,
-                target_modules=list(m.lora.target_modules),
-                task_type="CAUSAL_LM",
-            ),
+        lora = LoraConfig(
+            r=m.lora.rank,
+            lora_alpha=m.lora.alpha,
+            lora_dropout=m.lora.dropout,
+            target_modules=list(m.lora.target_modules),
+            task_type="CAUSAL_LM",
         )
+        model = get_peft_model(model, lora)
     return model.to(cfg.trainer.device), tok
 
 
@@ -302,6 +292,25 @@ def policy_model(
     return model, tok
 
 
+def frozen_reference(cfg: Any, task: Task, model: PreTrainedModel | None) -> PreTrainedModel:
+    """The frozen reference: a copy of the starting policy ``model``, or (None) rebuilt as it was at the
+    start (a resumed run)."""
+    ref = copy.deepcopy(model) if model is not None else build_model(cfg, task)[0]
+    return ref.eval().requires_grad_(False)
+
+
+def scalar_head(hidden: int, seed: int) -> torch.nn.Linear:
+    """``Linear(hidden, 1)`` in fp32 with weights :math:`\\mathcal N(0, 1/(H+1))` drawn with ``seed`` (the
+    global generator is left as it was) and a zero bias, as in OpenAI's lm-human-preferences: the head of
+    a reward model and of PPO-RLHF's critic."""
+    head = torch.nn.Linear(hidden, 1, dtype=torch.float32)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        torch.nn.init.normal_(head.weight, std=1.0 / math.sqrt(hidden + 1))
+    torch.nn.init.zeros_(head.bias)
+    return head
+
+
 def adapter_tensors(model: PreTrainedModel) -> dict[str, torch.Tensor]:
     """The LoRA parameters for a checkpoint, as :func:`policy_model` reads them back."""
     return {f"adapter.{k}": v for k, v in trainable_tensors(model).items()}
@@ -315,8 +324,6 @@ def trainable_tensors(model: PreTrainedModel) -> dict[str, torch.Tensor]:
 def hf_files(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> dict[str, bytes]:
     """The ``save_pretrained`` files of the model (LoRA merged into the weights) and the tokenizer, as
     bytes for the checkpoint, so a checkpoint folder is itself a model folder."""
-    import copy
-
     if hasattr(model, "merge_and_unload"):  # peft: save a plain model a later run can load as is
         model = copy.deepcopy(model).merge_and_unload()
     from transformers.utils import logging as hf_logging
@@ -385,7 +392,7 @@ def resume(learner: LearnerState, restored: Checkpoint | None, n: int, seed: int
     """Where a trainer over a fixed training set of ``n`` items starts: step 0 at the start of the first
     epoch, or where ``restored`` stopped, with ``learner`` (optimizer moments, torch RNG, any modules)
     loaded from it. The algorithm state holds the learner's JSON (``optim``) and the cursor's ``epoch``
-    and ``pos`` (:func:`learner_state`)."""
+    and ``pos`` (:func:`snapshot`)."""
     if restored is None:
         return 0, DataCursor(n, seed)
     s = restored.state["algo"]
@@ -393,12 +400,20 @@ def resume(learner: LearnerState, restored: Checkpoint | None, n: int, seed: int
     return restored.step, DataCursor(n, seed, s["epoch"], s["pos"])
 
 
-def learner_state(
-    learner: LearnerState, cursor: DataCursor
-) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """``(tensors, algorithm state)`` of a checkpoint of such a trainer, as :func:`resume` reads them."""
+def snapshot(
+    policy: Any, learner: LearnerState, part: Any, files: Callable[[], dict[str, bytes]], lora: Any = None
+) -> Snapshot:
+    """A checkpoint of a language-model trainer: the learner's tensors and JSON; the state of ``part``, the
+    trainer's :class:`DataCursor` (as :func:`resume` reads it back) or its rollout, whose ``tensors()``
+    join the learner's; with ``lora``, the adapter tensors of that model (:func:`policy_model` reads them
+    back); and the model folder's ``files()``."""
+    from advantage.context import Snapshot
+
     tensors, meta = learner.save()
-    return tensors, {**meta, **cursor.state()}
+    tensors.update(getattr(part, "tensors", dict)())
+    if lora is not None:
+        tensors.update(adapter_tensors(lora))
+    return Snapshot(policy, tensors, {**meta, **part.state()}, files=files)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -426,9 +441,28 @@ def prompt_text(tokenizer: PreTrainedTokenizerBase, prompt: str, chat_template: 
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-class LMPolicy:
+class TaskExamples:
+    """A policy's examples of its task, ``self.task`` with ``self.cfg.data`` (its ``_examples`` dict, the
+    cache, is set by its ``__init__``)."""
+
+    task: Any
+    cfg: Any
+    _examples: dict[tuple[str, int], list[Any]]
+
+    def examples(self, split: str, n: int | None = None) -> list[Any]:
+        """The first ``n`` examples of ``split`` (cached; the same for every training seed)."""
+        if split not in SPLITS:
+            raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        d = self.cfg.data
+        size = split_size(d, split, self.task)
+        if (split, size) not in self._examples:
+            self._examples[(split, size)] = self.task.examples(split, size, d.seed)
+        return self._examples[(split, size)][: n or size]
+
+
+class LMPolicy(TaskExamples):
     """A trained language model with its tokenizer and task: ``act(prompt)`` is the greedy completion,
-    :meth:`complete` batches and samples."""
+    :meth:`complete` batches and samples, :meth:`examples` gives the task's prompts."""
 
     # Set by the trainers and evaluations that use them (DPO, PPO-RLHF, GRPO with a reward model);
     # declared, not assigned: an LMPolicy without them has no such attribute.
@@ -443,16 +477,6 @@ class LMPolicy:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
-
-    def examples(self, split: str, n: int | None = None) -> list[Example]:
-        """The first ``n`` prompts of ``split`` (cached; the same for every training seed)."""
-        if split not in SPLITS:
-            raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-        d = self.cfg.data
-        size = split_size(d, split, self.task)
-        if (split, size) not in self._examples:
-            self._examples[(split, size)] = self.task.examples(split, size, d.seed)
-        return self._examples[(split, size)][: n or size]
 
     def complete(
         self,
@@ -472,9 +496,7 @@ class LMPolicy:
         d = self.cfg.data
         texts = [prompt_text(self.tokenizer, p, d.chat_template) for p in prompts]
         try:  # each prompt once, then repeated: the tokenizer is a visible share of a small model's step
-            ids, mask = encode_prompts(
-                self.tokenizer, texts, max_length=d.max_prompt_length
-            )  # None: no limit
+            ids, mask = encode_prompts(self.tokenizer, texts, max_length=d.max_prompt_length)  # None: no cap
         except ConfigError as e:  # name the setting to change, not the sampler's argument
             raise ConfigError(f"{e} (data.max_prompt_length={d.max_prompt_length}; raise it)") from None
         if samples > 1:
@@ -525,12 +547,13 @@ class LMPolicy:
         return texts[0]
 
 
-def load_policy(cfg: Any, ckpt: Checkpoint) -> LMPolicy:
-    """The policy of a checkpoint: its folder is a ``save_pretrained`` model folder."""
+def load_policy(cfg: Any, ckpt: Checkpoint, task_factory: Callable[[Any], Any] = make_task) -> LMPolicy:
+    """The policy of a checkpoint: its folder is a ``save_pretrained`` model folder; its task is
+    ``task_factory(cfg.data)`` (default :func:`make_task`; the trainers bind theirs)."""
     from advantage.nn.lm import load_pretrained
 
     model, tok = load_pretrained(ckpt.path, trust_remote_code=False, dtype=getattr(torch, cfg.model.dtype))
-    return LMPolicy(model.to(cfg.trainer.device), tok, make_task(cfg.data), cfg)
+    return LMPolicy(model.to(cfg.trainer.device), tok, task_factory(cfg.data), cfg)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -559,12 +582,7 @@ def evaluate(
     from advantage.math.pass_at_k import maj_at_k, pass_at_k
 
     t = cfg.trainer
-    if limit is not None and limit < 1:
-        raise ConfigError(f"limit must be >= 1, got {limit}")
-    if samples is not None and samples < 1:
-        raise ConfigError(f"samples must be >= 1, got {samples}")
-    n = limit or (t.eval_episodes if split == "validation" else None)
-    examples = policy.examples(split, n)
+    examples = eval_examples(cfg, policy, split, limit, samples)
     k = samples or t.eval_samples
     temp = t.eval_temperature if temperature is None else temperature
     bs = max(1, t.eval_batch_size)
@@ -601,6 +619,34 @@ def evaluate(
                 mk.append(maj_at_k([r.answer for r in rs], [r.correct for r in rs], k))
         res.update({"samples": k, "pass@1": _mean(p1), f"pass@{k}": _mean(pk), f"maj@{k}": _mean(mk)})
     return res
+
+
+def eval_examples(
+    cfg: Any, policy: Any, split: str, limit: int | None, samples: int | None, greedy: str = ""
+) -> list[Any]:
+    """The examples an evaluation scores: the first ``limit`` of ``split`` (default
+    ``trainer.eval_episodes`` for validation, the whole split otherwise). A ``limit`` or ``samples``
+    below 1 is an error; so is ``samples`` above 1 for an evaluation that does not sample, the error
+    then starting with ``greedy`` (why not)."""
+    if limit is not None and limit < 1:
+        raise ConfigError(f"limit must be >= 1, got {limit}")
+    if greedy and samples not in (None, 1):
+        raise ConfigError(f"{greedy}; --samples must be 1, got {samples}")
+    if samples is not None and samples < 1:
+        raise ConfigError(f"samples must be >= 1, got {samples}")
+    return policy.examples(split, limit or (cfg.trainer.eval_episodes if split == "validation" else None))
+
+
+@contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """``model`` in eval mode and without grad inside the block, back in the mode it was in after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
 
 
 def _mean(xs: Sequence[float]) -> float:

@@ -36,7 +36,6 @@ Implementation details:
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 import time
@@ -50,8 +49,8 @@ from torch import Tensor
 from advantage.algos.llm import common
 from advantage.algos.llm.common import DataConfig, LMPolicy
 from advantage.algos.llm.sft import collate
-from advantage.configs.dpo import DPOAlgorithm, DPOConfig, DPOData  # noqa: F401  (their old place)
-from advantage.context import RunContext, Snapshot
+from advantage.configs.dpo import DPOAlgorithm, DPOConfig
+from advantage.context import RunContext
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import DPO_LOSSES, dpo_metrics
 from advantage.nn.lean import adamw_step, clip_grad_norm, zero_grad
@@ -65,10 +64,7 @@ if TYPE_CHECKING:  # transformers is the optional `llm` extra
 # Data: preference pairs as token ids
 
 
-def make_task(data: DataConfig) -> Any:
-    from advantage.envs.text.preference import make_preference_task
-
-    return make_preference_task(data.task, **data.kwargs)
+make_task = common.preference_task
 
 
 def pairs_of(examples: list[Any]) -> list[tuple[str, str, str]]:
@@ -174,12 +170,6 @@ def dpo_loss_fn(a: DPOAlgorithm) -> Any:
 # Training
 
 
-def _reference(cfg: DPOConfig, task: Any, model: PreTrainedModel, fresh: bool) -> PreTrainedModel:
-    """The frozen reference: the starting policy (a copy now, or rebuilt as it was at the start)."""
-    ref = copy.deepcopy(model) if fresh else common.build_model(cfg, task)[0]
-    return ref.eval().requires_grad_(False)
-
-
 def train(cfg: DPOConfig, ctx: RunContext) -> None:
     a, t, d = cfg.algorithm, cfg.trainer, cfg.data
     torch.set_num_threads(t.torch_threads)
@@ -189,7 +179,7 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
     if cfg.model.lora.rank > 0:
         raise ConfigError("dpo does not support model.lora yet; set model.lora.rank=0")
     model, tok = common.policy_model(cfg, task, restored)
-    ref = _reference(cfg, task, model, fresh=restored is None)
+    ref = common.frozen_reference(cfg, task, model if restored is None else None)
     policy = LMPolicy(model, tok, task, cfg)
     items = tokenize_pairs(tok, pairs_of(policy.examples("train")), d)
     if not items:
@@ -204,9 +194,7 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
     step, cursor = common.resume(learner, restored, len(items), t.seed)
     policy.reference = ref  # evaluation needs it for the implicit rewards
 
-    def snapshot() -> Snapshot:
-        tensors, state = common.learner_state(learner, cursor)
-        return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
+    snapshot = partial(common.snapshot, policy, learner, cursor, lambda: common.hf_files(model, tok))
 
     loss_fn = dpo_loss_fn(a)
     model.train()
@@ -278,22 +266,16 @@ def evaluate(
     (:func:`advantage.algos.llm.preference_eval.compare_to_reference`), with both mean hidden scores."""
     if samples is not None and samples > 1:
         raise ConfigError("dpo evaluation scores given pairs; --samples is for generated answers")
-    n = limit or (cfg.trainer.eval_episodes if split == "validation" else None)
     tok = policy.tokenizer
-    examples = policy.examples(split, n)
+    examples = common.eval_examples(cfg, policy, split, limit, None)
     items = tokenize_pairs(tok, pairs_of(examples), cfg.data)
     ref = getattr(policy, "reference", None)
     if ref is None:
-        ref = policy.reference = _reference(cfg, policy.task, policy.model, fresh=False)
-    was_training = policy.model.training
-    policy.model.eval()
-    try:
-        with torch.no_grad():
-            mb = cfg.trainer.eval_batch_size
-            lp = pair_logps(policy.model, items, tok.pad_token_id, mb, sequence_logps)
-            rp = pair_logps(ref, items, tok.pad_token_id, mb, sequence_logps)
-    finally:
-        policy.model.train(was_training)
+        ref = policy.reference = common.frozen_reference(cfg, policy.task, None)
+    with common.eval_mode(policy.model):
+        mb = cfg.trainer.eval_batch_size
+        lp = pair_logps(policy.model, items, tok.pad_token_id, mb, sequence_logps)
+        rp = pair_logps(ref, items, tok.pad_token_id, mb, sequence_logps)
     m = dpo_metrics(lp[:, 0], lp[:, 1], rp[:, 0], rp[:, 1], cfg.algorithm.beta)
     loss = dpo_loss_fn(cfg.algorithm)(lp[:, 0], lp[:, 1], rp[:, 0], rp[:, 1]).mean()
     # A count over the pairs, not a float32 mean (0.86, not 0.8600000143).
@@ -310,44 +292,19 @@ def evaluate(
     }
     scorer = getattr(policy.task, "hidden_score", None)
     if scorer is not None:
-        from advantage.algos.llm.preference_eval import compare_to_reference
+        from advantage.algos.llm.preference_eval import compare_to_reference, greedy_options
 
-        d = cfg.data
-        c = compare_to_reference(
-            policy.model,
-            ref,
-            tok,
-            examples,
-            scorer,
-            max_prompt_length=d.max_prompt_length,
-            max_response_length=d.max_response_length,
-            chat_template=d.chat_template,
-            batch_size=cfg.trainer.eval_batch_size,
-        )
-        out.update(
-            {
-                "win_rate": c["win_rate"],
-                "wins": c["wins"],
-                "ties": c["ties"],
-                "losses": c["losses"],
-                "hidden_score": c["score_mean"],
-                "reference_hidden_score": c["reference_score_mean"],
-                "response_length": c["response_length"],
-                "reference_response_length": c["reference_response_length"],
-            }
-        )
+        c = compare_to_reference(policy.model, ref, tok, examples, scorer, **greedy_options(cfg))
+        names = {"score_mean": "hidden_score", "reference_score_mean": "reference_hidden_score"}
+        lengths = ("response_length", "reference_response_length")
+        for k in ("win_rate", "wins", "ties", "losses", *names, *lengths):
+            out[names.get(k, k)] = c[k]
     return out
 
 
-def load_policy(cfg: DPOConfig, ckpt: Any) -> LMPolicy:
-    from advantage.nn.lm import load_pretrained
-
-    model, tok = load_pretrained(ckpt.path, dtype=getattr(torch, cfg.model.dtype))
-    return LMPolicy(model.to(cfg.trainer.device), tok, make_task(cfg.data), cfg)
+# The policy of a checkpoint (a ``save_pretrained`` folder) with the run's preference task.
+load_policy = partial(common.load_policy, task_factory=make_task)
 
 
-def check(cfg: DPOConfig) -> list[str]:
-    """:func:`advantage.algos.llm.common.check` with the preference task."""
-    from advantage.algos.llm.reward_model import preference_responses
-
-    return common.check(cfg, make_task, preference_responses)
+# :func:`advantage.algos.llm.common.check` with the preference task.
+check = partial(common.check, task_factory=make_task, responses=common.preference_responses)

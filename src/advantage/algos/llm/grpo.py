@@ -75,7 +75,6 @@ Implementation details:
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections.abc import Callable
@@ -98,19 +97,14 @@ from advantage.algos.llm.shared import (  # noqa: F401  (step_normalizer, trimme
     trimmed,
 )
 from advantage.checkpoint import Checkpoint
-from advantage.configs.grpo import (  # noqa: F401  (re-exported: the config is part of the API)
+from advantage.configs.grpo import (  # noqa: F401  (PRESETS: re-exported)
     PREFERENCE_TASKS,
     PRESETS,
     ActorConfig,
     GRPOAlgorithm,
     GRPOConfig,
-    GRPOData,
-    RefConfig,
-    RewardConfig,
-    RolloutConfig,
-    WorkerConfig,
 )
-from advantage.context import RunContext, Snapshot
+from advantage.context import RunContext
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import KL_ESTIMATORS, POLICY_LOSSES, aggregate, masked_mean
 from advantage.nn.lean import clip_grad_norm
@@ -136,7 +130,6 @@ class Rollout:
     rewards: Tensor  # [B] scalar reward of each completion (shaped)
     correct: Tensor  # [B] bool
     advantages: Tensor  # [B] (outcome supervision) or [B, T] (process)
-    metrics: dict[str, float] = field(default_factory=dict)
     texts: list[str] = field(default_factory=list)  # [B] decoded completions
     raw_rewards: Tensor | None = None  # [B] rewards before shaping
 
@@ -180,12 +173,8 @@ def check(cfg: GRPOConfig) -> list[str]:
     return problems + reward_model_problems(cfg, make_task)
 
 
-def load_policy(cfg: GRPOConfig, ckpt: Any) -> LMPolicy:
-    """:func:`advantage.algos.llm.common.load_policy` with this trainer's tasks."""
-    from advantage.nn.lm import load_pretrained
-
-    model, tok = load_pretrained(ckpt.path, trust_remote_code=False, dtype=getattr(torch, cfg.model.dtype))
-    return LMPolicy(model.to(cfg.trainer.device), tok, make_task(cfg.data), cfg)
+# :func:`advantage.algos.llm.common.load_policy` with this trainer's tasks.
+load_policy = partial(common.load_policy, task_factory=make_task)
 
 
 def evaluate(cfg: GRPOConfig, policy: LMPolicy, **options: Any) -> dict[str, Any]:
@@ -252,14 +241,10 @@ def step_tensors(
             out.append((min(t, n - 1), float(value)))
         out.append((n - 1, float(steps[-1][1]) + float(delta[i])))
         rows.append(out)
-    S = max(len(r) for r in rows)
-    reward = torch.zeros(len(rows), S)
-    mask = torch.zeros(len(rows), S, dtype=torch.bool)
-    end = torch.zeros(len(rows), S, dtype=torch.long)
-    for i, r in enumerate(rows):
-        end[i, : len(r)] = torch.tensor([e for e, _ in r])
-        reward[i, : len(r)] = torch.tensor([v for _, v in r])
-        mask[i, : len(r)] = True
+    pad = partial(torch.nn.utils.rnn.pad_sequence, batch_first=True)  # [B, S], zeros after each row's steps
+    reward = pad([torch.tensor([v for _, v in r]) for r in rows])
+    end = pad([torch.tensor([e for e, _ in r]) for r in rows])
+    mask = torch.arange(reward.shape[1]) < torch.tensor([len(r) for r in rows])[:, None]
     return reward, mask, end
 
 
@@ -484,21 +469,11 @@ class GRPORollout:
         restored: Checkpoint | None,
     ):
         a, t, roll = cfg.algorithm, cfg.trainer, cfg.worker.rollout
-        self.cfg, self.a, self.policy, self.examples, self.ref_logprobs = (
-            cfg,
-            a,
-            policy,
-            examples,
-            ref_logprobs,
-        )
+        self.cfg, self.a, self.policy, self.examples = cfg, a, policy, examples
+        self.ref_logprobs = ref_logprobs
         self.G, self.process = roll.n, a.supervision == "process"
         self.easy_k, self.hard_n = cfg.difficulty_samples()
-        self.sampling: dict[str, Any] = {
-            "temperature": roll.temperature,
-            "top_p": roll.top_p,
-            "top_k": roll.top_k,
-            "min_new_tokens": roll.min_new_tokens,
-        }
+        self.sampling = roll.sampling()
         self.gen_rng = torch.Generator(device=policy.device).manual_seed(t.seed)
         self.pick_rng = torch.Generator().manual_seed(t.seed + 1)
         self.passes = torch.zeros(len(examples))  # curriculum: correct samples per prompt
@@ -861,15 +836,12 @@ def build(
     (the optimizer ``optim`` and the torch RNG), restored from ``restored``. Built in this order on
     purpose: scratch models draw their initial weights from the global generator, which a resumed run
     then sets back."""
-    a, t, actor = cfg.algorithm, cfg.trainer, cfg.worker.actor
+    a, actor = cfg.algorithm, cfg.worker.actor
     task = make_task(cfg.data)
     model, tok = common.policy_model(cfg, task, restored)
     ref_model = None
     if (actor.kl_coef > 0 or a.kl_reward_coef > 0) and actor.model.lora.rank == 0:  # the starting policy
-        ref_model = (
-            common.build_model(cfg, task)[0].to(t.device) if restored is not None else copy.deepcopy(model)
-        )
-        ref_model.eval().requires_grad_(False)
+        ref_model = common.frozen_reference(cfg, task, model if restored is None else None)
     policy = LMPolicy(model, tok, task, cfg)
     if cfg.worker.reward.model:
         policy.reward_model = load_reward(cfg, tok)
@@ -895,14 +867,8 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
     ref_logprobs = partial(reference_logprobs, cfg, model, ref_model)
     rollout = GRPORollout(cfg, policy, policy.examples("train"), ref_logprobs, restored)
     step = 0 if restored is None else restored.step
-
-    def snapshot() -> Snapshot:
-        tensors, meta = learner.save()
-        tensors.update(rollout.tensors())
-        if actor.model.lora.rank > 0:
-            tensors.update(common.adapter_tensors(model))
-        state = {**meta, **rollout.state()}
-        return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
+    lora = model if actor.model.lora.rank > 0 else None
+    snapshot = partial(common.snapshot, policy, learner, rollout, lambda: common.hf_files(model, tok), lora)
 
     model.train()
     while step < t.total_steps:

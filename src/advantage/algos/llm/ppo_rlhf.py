@@ -77,24 +77,14 @@ from advantage.algos.llm import common
 from advantage.algos.llm.common import LMPolicy
 from advantage.algos.llm.shared import (
     evaluate_preference,
-    frozen_reference,
     load_reward,
-    preference_task,
     reward_model_problems,
     step_normalizer,
     trimmed,
 )
 from advantage.checkpoint import Checkpoint
-from advantage.configs.ppo_rlhf import (  # noqa: F401  (re-exported: the config is part of the API)
-    DEFAULTS,
-    PRESETS,
-    PPOActor,
-    PPOAlgorithm,
-    PPOCritic,
-    PPOData,
-    PPORLHFConfig,
-)
-from advantage.context import RunContext, Snapshot
+from advantage.configs.ppo_rlhf import PPOActor, PPOCritic, PPORLHFConfig
+from advantage.context import RunContext
 from advantage.errors import NonFiniteError
 from advantage.math import KL_ESTIMATORS, VALUE_LOSSES, AdaptiveKLController, aggregate, gae, ppo_clip
 from advantage.math.masked import masked_mean, masked_whiten
@@ -102,7 +92,7 @@ from advantage.math.value_losses import explained_variance
 from advantage.nn.lean import clip_grad_norm
 from advantage.torch_state import LearnerState
 
-make_task = preference_task  # the preference task whose prompts PPO answers
+make_task = common.preference_task  # the preference task whose prompts PPO answers
 
 
 def check(cfg: PPORLHFConfig) -> list[str]:
@@ -171,11 +161,7 @@ class ValueHead(nn.Module):
 
     def __init__(self, hidden: int, seed: int = 0):
         super().__init__()
-        self.linear = nn.Linear(hidden, 1, dtype=torch.float32)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            nn.init.normal_(self.linear.weight, std=1.0 / math.sqrt(hidden + 1))
-        nn.init.zeros_(self.linear.bias)
+        self.linear = common.scalar_head(hidden, seed)
 
     def forward(self, hidden: Tensor) -> Tensor:
         return self.linear(hidden.float()).squeeze(-1)
@@ -349,14 +335,7 @@ class PPORollout:
         t0 = time.perf_counter()
         exs = [self.examples[i] for i in self.cursor.next(cfg.data.rollout_batch_size)]
         prompts = [e.prompt for e in exs]
-        gen, texts = policy.complete(
-            prompts,
-            temperature=roll.temperature,
-            generator=self.gen_rng,
-            top_p=roll.top_p,
-            top_k=roll.top_k,
-            min_new_tokens=roll.min_new_tokens,
-        )
+        gen, texts = policy.complete(prompts, generator=self.gen_rng, **roll.sampling())
         t1 = time.perf_counter()
         rm = policy.reward_model
         scores = rm.score(prompts, texts, batch_size=cfg.worker.reward.batch_size).float().cpu()  # [B]
@@ -471,7 +450,7 @@ def build(cfg: PPORLHFConfig, restored: Checkpoint | None) -> tuple[LMPolicy, Mo
     t, critic = cfg.trainer, cfg.worker.critic
     task = make_task(cfg.data)
     model, tok = common.policy_model(cfg, task, restored)
-    ref = frozen_reference(cfg, task, None if restored is not None else model)
+    ref = common.frozen_reference(cfg, task, None if restored is not None else model)
     rm = load_reward(cfg, tok)
     # The critic starts as a copy of the starting policy (actor and critic may share a trunk).
     trunk = None if critic.shared else copy.deepcopy(ref).requires_grad_(True).train()
@@ -505,11 +484,8 @@ def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
     rollout = PPORollout(cfg, policy, models, policy.examples("train"), restored)
     step = 0 if restored is None else restored.step
 
-    def snapshot() -> Snapshot:
-        tensors, meta = learner.save()
-        tensors.update(rollout.tensors())
-        state = {**meta, **rollout.state()}
-        return Snapshot(policy, tensors, state, files=lambda: common.hf_files(policy.model, policy.tokenizer))
+    files = partial(common.hf_files, policy.model, policy.tokenizer)
+    snapshot = partial(common.snapshot, policy, learner, rollout, files)
 
     policy.model.train()
     while step < t.total_steps:
@@ -543,9 +519,5 @@ def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
 evaluate = evaluate_preference
 
 
-def load_policy(cfg: PPORLHFConfig, ckpt: Any) -> LMPolicy:
-    """The actor of a checkpoint (a ``save_pretrained`` folder) with the run's prompts."""
-    from advantage.nn.lm import load_pretrained
-
-    model, tok = load_pretrained(ckpt.path, dtype=getattr(torch, cfg.model.dtype))
-    return LMPolicy(model.to(cfg.trainer.device), tok, make_task(cfg.data), cfg)
+# The actor of a checkpoint (a ``save_pretrained`` folder) with the run's prompts.
+load_policy = partial(common.load_policy, task_factory=make_task)

@@ -23,12 +23,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from advantage.algos.llm.common import prompt_text
+from advantage.algos.llm.common import eval_mode, prompt_text
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["compare_to_reference", "greedy_responses", "win_rate"]
+__all__ = ["compare_to_reference", "greedy_options", "greedy_responses", "win_rate"]
 
 Scorer = Callable[[str, str], float]  # scorer(prompt, response) -> score, higher is better
 
@@ -51,9 +51,7 @@ def greedy_responses(
     device = next(model.parameters()).device
     texts: list[str] = []
     lengths: list[int] = []
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         for i in range(0, len(prompts), max(1, batch_size)):
             chunk = [prompt_text(tokenizer, p, chat_template) for p in prompts[i : i + batch_size]]
             ids, mask = encode_prompts(tokenizer, chunk, max_length=max_prompt_length)
@@ -67,9 +65,19 @@ def greedy_responses(
             )
             texts.extend(gen.texts(tokenizer))
             lengths.extend(gen.lengths.tolist())
-    finally:
-        model.train(was_training)
     return texts, lengths
+
+
+def greedy_options(cfg: Any) -> dict[str, Any]:
+    """The options of :func:`greedy_responses` and :func:`compare_to_reference` in a run's config: the
+    ``data`` section's lengths and chat template, ``trainer.eval_batch_size``."""
+    d = cfg.data
+    return {
+        "max_prompt_length": d.max_prompt_length,
+        "max_response_length": d.max_response_length,
+        "chat_template": d.chat_template,
+        "batch_size": cfg.trainer.eval_batch_size,
+    }
 
 
 def win_rate(scores: Sequence[float], reference_scores: Sequence[float]) -> dict[str, float]:
@@ -92,28 +100,19 @@ def compare_to_reference(
     tokenizer: PreTrainedTokenizerBase,
     examples: Sequence[Any],
     scorer: Scorer,
-    *,
-    max_prompt_length: int | None,
-    max_response_length: int,
-    chat_template: bool = False,
-    batch_size: int = 64,
+    **options: Any,
 ) -> dict[str, Any]:
     """Greedy responses of ``model`` and ``reference`` to the prompts of ``examples`` (anything with a
-    ``.prompt``), both scored by ``scorer(prompt, response)``.
+    ``.prompt``), both scored by ``scorer(prompt, response)``; ``options`` are :func:`greedy_responses`'
+    (``max_prompt_length`` and ``max_response_length`` required).
 
     Returns ``win_rate`` / ``wins`` / ``ties`` / ``losses`` (:func:`win_rate`), ``score_mean`` and
     ``reference_score_mean``, the mean greedy ``response_length`` of each, and the texts themselves
     (``responses``, ``reference_responses``) for callers that score them again (e.g. with a reward model).
     """
     prompts = [e.prompt for e in examples]
-    gen: dict[str, Any] = {
-        "max_prompt_length": max_prompt_length,
-        "max_response_length": max_response_length,
-        "chat_template": chat_template,
-        "batch_size": batch_size,
-    }
-    texts, lengths = greedy_responses(model, tokenizer, prompts, **gen)
-    ref_texts, ref_lengths = greedy_responses(reference, tokenizer, prompts, **gen)
+    texts, lengths = greedy_responses(model, tokenizer, prompts, **options)
+    ref_texts, ref_lengths = greedy_responses(reference, tokenizer, prompts, **options)
     scores = [float(scorer(p, y)) for p, y in zip(prompts, texts, strict=True)]
     ref_scores = [float(scorer(p, y)) for p, y in zip(prompts, ref_texts, strict=True)]
     return {

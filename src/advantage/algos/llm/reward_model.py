@@ -51,6 +51,7 @@ import json
 import math
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,9 +60,9 @@ from torch import Tensor, nn
 
 from advantage.algos.llm import common
 from advantage.checkpoint import Checkpoint
-from advantage.configs.reward_model import PRESETS, RMAlgorithm, RMConfig, RMDataConfig  # noqa: F401  (their old place)
-from advantage.context import RunContext, Snapshot
-from advantage.envs.text.preference import PreferenceExample, make_preference_task
+from advantage.configs.reward_model import RMConfig, RMDataConfig
+from advantage.context import RunContext
+from advantage.envs.text.preference import PreferenceExample
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math.preference import bradley_terry_loss, kwise_ranking_loss
 from advantage.nn.lean import adamw_step, clip_grad_norm, zero_grad
@@ -97,12 +98,7 @@ class RewardModel(nn.Module):
     ):
         super().__init__()
         self.backbone, self.tokenizer, self.chat_template = backbone, tokenizer, chat_template
-        hidden = self._base().config.hidden_size
-        self.head = nn.Linear(hidden, 1, dtype=torch.float32)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            nn.init.normal_(self.head.weight, std=1.0 / math.sqrt(hidden + 1))
-        nn.init.zeros_(self.head.bias)
+        self.head = common.scalar_head(self._base().config.hidden_size, seed)
 
     def _base(self) -> PreTrainedModel:
         return self.backbone.get_base_model() if hasattr(self.backbone, "get_base_model") else self.backbone
@@ -153,15 +149,11 @@ class RewardModel(nn.Module):
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
         seqs = [[*ids, *rest] for ids, rest in map(self.encode, prompts, responses)]
-        was_training = self.training
-        self.eval()
         out = []
-        try:
+        with common.eval_mode(self):
             for i in range(0, len(seqs), batch_size):
                 ids, mask = collate(seqs[i : i + batch_size], self.tokenizer.pad_token_id)
                 out.append(self(ids.to(self.device), mask.to(self.device)))
-        finally:
-            self.train(was_training)
         return torch.cat(out) if out else torch.zeros(0, device=self.device)
 
     def files(self) -> dict[str, bytes]:
@@ -209,23 +201,13 @@ def load_reward_model(
     return rm.to(device).eval()
 
 
-class RewardPolicy:
+class RewardPolicy(common.TaskExamples):
     """A trained reward model with its task: ``act((prompt, response))`` — or ``act(text)``, a response
-    to the empty prompt — is the reward, a float."""
+    to the empty prompt — is the reward, a float; :meth:`examples` gives the task's comparisons."""
 
     def __init__(self, model: RewardModel, task: Any, cfg: Any):
         self.model, self.task, self.cfg = model, task, cfg
-        self._examples: dict[tuple[str, int], list[PreferenceExample]] = {}
-
-    def examples(self, split: str, n: int | None = None) -> list[PreferenceExample]:
-        """The first ``n`` examples of ``split`` (cached; the same for every training seed)."""
-        if split not in common.SPLITS:
-            raise ConfigError(f"split must be one of {', '.join(common.SPLITS)}, got {split!r}")
-        d = self.cfg.data
-        size = common.split_size(d, split, self.task)
-        if (split, size) not in self._examples:
-            self._examples[(split, size)] = self.task.examples(split, size, d.seed)
-        return self._examples[(split, size)][: n or size]
+        self._examples = {}
 
     def act(self, obs: Any, deterministic: bool = True) -> float:
         prompt, response = ("", obs) if isinstance(obs, str) else obs
@@ -234,7 +216,7 @@ class RewardPolicy:
 
 def load_policy(cfg: RMConfig, ckpt: Checkpoint) -> RewardPolicy:
     rm = load_reward_model(ckpt.path, device=cfg.trainer.device, dtype=getattr(torch, cfg.model.dtype))
-    return RewardPolicy(rm, make_preference_task(cfg.data.task, **cfg.data.kwargs), cfg)
+    return RewardPolicy(rm, common.preference_task(cfg.data), cfg)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -309,15 +291,10 @@ def build_items(examples: Sequence[PreferenceExample], loss: str) -> list[tuple[
 def micro_batch(
     items: Sequence[tuple[int, tuple[int, ...]]], tokens: Sequence[tuple[list[int], list[list[int]]]]
 ) -> tuple[list[list[int]], Tensor]:
-    """The sequences (prompt + response + EOS) of ``items`` and their ``[N, K]`` index (-1 padded)."""
-    seqs: list[list[int]] = []
-    index = torch.full((len(items), max(len(r) for _, r in items)), -1, dtype=torch.long)
-    for n, (e, ranked) in enumerate(items):
-        prompt, responses = tokens[e]
-        for k, r in enumerate(ranked):
-            index[n, k] = len(seqs)
-            seqs.append(prompt + responses[r])
-    return seqs, index
+    """The sequences (prompt + response + EOS) of ``items`` and their ``[N, K]`` index (-1 padded): those
+    of :func:`micro_groups`, each response joined to its prompt."""
+    groups, index = micro_groups(items, tokens)
+    return [prompt + r for prompt, responses in groups for r in responses], index
 
 
 def micro_groups(
@@ -366,7 +343,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     a, t, d = cfg.algorithm, cfg.trainer, cfg.data
     torch.set_num_threads(t.torch_threads)
     torch.manual_seed(t.seed)
-    task = make_preference_task(d.task, **d.kwargs)
+    task = common.preference_task(d)
     restored = ctx.restored
     backbone, tok = common.policy_model(cfg, task, restored)
     model = RewardModel(backbone, tok, chat_template=d.chat_template, seed=t.seed).to(t.device)
@@ -384,21 +361,15 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     )
     learner = LearnerState({"value_head": model.head}, {"optim": opt})
     step, cursor = common.resume(learner, restored, len(items), t.seed)
-
-    def snapshot() -> Snapshot:
-        tensors, state = common.learner_state(learner, cursor)
-        if cfg.model.lora.rank > 0:
-            tensors.update(common.adapter_tensors(model.backbone))
-        return Snapshot(policy, tensors, state, files=model.files)
+    lora = model.backbone if cfg.model.lora.rank > 0 else None
+    snapshot = partial(common.snapshot, policy, learner, cursor, model.files, lora)
 
     micro = a.micro_batch_size or a.batch_size
     packed = model.packable()
     pad_id, mask_dtype = tok.pad_token_id, model.backbone.get_input_embeddings().weight.dtype
     model.train()
-    totals = dict.fromkeys(
-        ("loss", "grad_norm", "n", "pairs", "correct", "margin", "reward", "reward_sq"), 0.0
-    )
-    totals["sequences"] = 0.0
+    names = ("loss", "grad_norm", "n", "pairs", "correct", "margin", "reward", "reward_sq", "sequences")
+    totals = dict.fromkeys(names, 0.0)
     clock = time.perf_counter()
     while step < t.total_steps:
         idx = cursor.next(a.batch_size)
@@ -487,21 +458,16 @@ def evaluate(
 
     A reward model does not sample: ``samples`` must be None or 1; ``seed`` and ``temperature`` are
     accepted for the CLI's sake and unused."""
-    if limit is not None and limit < 1:
-        raise ConfigError(f"limit must be >= 1, got {limit}")
-    if samples not in (None, 1):
-        raise ConfigError(f"a reward model does not sample; --samples must be 1, got {samples}")
-    n = limit or (cfg.trainer.eval_episodes if split == "validation" else None)
-    examples = policy.examples(split, n)
+    examples = common.eval_examples(cfg, policy, split, limit, samples, "a reward model does not sample")
     prompts = [ex.prompt for ex in examples for _ in ex.responses]
     responses = [r for ex in examples for r in ex.responses]
     rewards = policy.model.score(prompts, responses, batch_size=cfg.trainer.eval_batch_size).cpu().double()
-    diffs, hidden_diffs, start = [], [], 0
+    pairs, start = [], 0  # every labelled pair (better, worse): indices into the flat list of responses
     for ex in examples:
-        r = rewards[start : start + len(ex.responses)]
-        for i, j in ex.pairs():
-            diffs.append(float(r[i] - r[j]))
+        pairs += [(start + i, start + j) for i, j in ex.pairs()]
         start += len(ex.responses)
+    better, worse = torch.tensor(pairs, dtype=torch.long).view(-1, 2).unbind(-1)
+    diffs = (rewards[better] - rewards[worse]).tolist()
     res: dict[str, Any] = {
         "split": split,
         "n": len(examples),
@@ -517,21 +483,12 @@ def evaluate(
         hidden = torch.tensor(
             [score(p, y) for p, y in zip(prompts, responses, strict=True)], dtype=torch.float64
         )
-        start = 0
-        for ex in examples:
-            h, r = hidden[start : start + len(ex.responses)], rewards[start : start + len(ex.responses)]
-            hidden_diffs += [(float(h[i] - h[j]), float(r[i] - r[j])) for i, j in ex.pairs() if h[i] != h[j]]
-            start += len(ex.responses)
-        res["hidden_agreement"] = sum(hd * rd > 0 for hd, rd in hidden_diffs) / max(len(hidden_diffs), 1)
+        hd, rd = hidden[better] - hidden[worse], rewards[better] - rewards[worse]
+        ordered = hd != 0  # the pairs the hidden score orders (it ties some that the noisy labels order)
+        res["hidden_agreement"] = int((hd * rd > 0)[ordered].sum()) / max(int(ordered.sum()), 1)
         res["hidden_correlation"] = float(torch.corrcoef(torch.stack([rewards, hidden]))[0, 1])
     return res
 
 
-def check(cfg: RMConfig) -> list[str]:
-    """:func:`advantage.algos.llm.common.check` with the preference task."""
-    return common.check(cfg, lambda d: make_preference_task(d.task, **d.kwargs), preference_responses)
-
-
-def preference_responses(examples: list[PreferenceExample]) -> list[tuple[PreferenceExample, str]]:
-    """Every ranked response of ``examples``, for the length check before the run starts."""
-    return [(e, r) for e in examples for r in e.responses]
+# :func:`advantage.algos.llm.common.check` with the preference task.
+check = partial(common.check, task_factory=common.preference_task, responses=common.preference_responses)

@@ -42,24 +42,15 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from advantage.algos.llm import common
 from advantage.algos.llm.common import DataConfig, LMPolicy
-from advantage.configs.sft import (  # noqa: F401  (their old place)
-    DEFAULTS,
-    PRESETS,
-    SFTAlgorithm,
-    SFTConfig,
-    SFTData,
-    task_options,
-)
-from advantage.configs.sft import (
-    PREFERENCE_ONLY as _PREFERENCE_ONLY,
-)
-from advantage.context import RunContext, Snapshot
+from advantage.configs.sft import PREFERENCE_ONLY, SFTAlgorithm, SFTConfig  # noqa: F401  (SFTAlgorithm: its old place)
+from advantage.context import RunContext
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import aggregate
 from advantage.nn.lean import clip_grad_norm
@@ -80,17 +71,13 @@ def preference_targets(d: DataConfig) -> str | None:
     """``"chosen"`` or ``"all"`` when SFT imitates a preference task's responses, None for a text task."""
     targets = getattr(d, "targets", "target")
     if targets == "auto":
-        return "all" if d.task in _PREFERENCE_ONLY else None
+        return "all" if d.task in PREFERENCE_ONLY else None
     return targets if targets in ("chosen", "all") else None
 
 
 def make_task(d: DataConfig) -> Any:
     """The task of ``data``: a preference task (:func:`preference_targets`) or a text task."""
-    if preference_targets(d) is None:
-        return common.make_task(d)
-    from advantage.envs.text.preference import make_preference_task
-
-    return make_preference_task(d.task, **d.kwargs)
+    return common.make_task(d) if preference_targets(d) is None else common.preference_task(d)
 
 
 def demonstrations(examples: list[Any], d: DataConfig) -> list[Any]:
@@ -216,12 +203,8 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
     )
     learner = LearnerState(optimizers={"optim": opt})
     step, cursor = common.resume(learner, restored, len(examples), t.seed)
-
-    def snapshot() -> Snapshot:
-        tensors, state = common.learner_state(learner, cursor)
-        if cfg.model.lora.rank > 0:
-            tensors.update(common.adapter_tensors(model))
-        return Snapshot(policy, tensors, state, files=lambda: common.hf_files(model, tok))
+    lora = model if cfg.model.lora.rank > 0 else None
+    snapshot = partial(common.snapshot, policy, learner, cursor, lambda: common.hf_files(model, tok), lora)
 
     micro = a.micro_batch_size or a.batch_size
     model.train()
@@ -297,45 +280,21 @@ def evaluate(
         return common.evaluate(
             cfg, policy, split=split, samples=samples, limit=limit, seed=seed, temperature=temperature
         )
-    from advantage.algos.llm.preference_eval import greedy_responses
+    from advantage.algos.llm.preference_eval import greedy_options, greedy_responses
 
-    if limit is not None and limit < 1:
-        raise ConfigError(f"limit must be >= 1, got {limit}")
-    if samples not in (None, 1):
-        raise ConfigError(
-            f"SFT on preference data evaluates greedy responses; --samples must be 1, got {samples}"
-        )
-    d, t = cfg.data, cfg.trainer
-    examples = policy.examples(split, limit or (t.eval_episodes if split == "validation" else None))
+    greedy = "SFT on preference data evaluates greedy responses"
+    examples = common.eval_examples(cfg, policy, split, limit, samples, greedy)
+    d, bs = cfg.data, cfg.trainer.eval_batch_size
     prompts = [e.prompt for e in examples]
-    texts, lengths = greedy_responses(
-        policy.model,
-        policy.tokenizer,
-        prompts,
-        max_prompt_length=d.max_prompt_length,
-        max_response_length=d.max_response_length,
-        chat_template=d.chat_template,
-        batch_size=t.eval_batch_size,
-    )
+    texts, lengths = greedy_responses(policy.model, policy.tokenizer, prompts, **greedy_options(cfg))
     ps, rs = tokenize_examples(
         policy, demonstrations(examples, d), d.max_prompt_length, d.max_response_length
     )
-    was_training = policy.model.training
-    policy.model.eval()
     nll_sum, tokens = 0.0, float(sum(map(len, rs)))
-    try:
-        with torch.no_grad():
-            for i in range(0, len(ps), t.eval_batch_size):
-                mb = collate(
-                    ps[i : i + t.eval_batch_size],
-                    rs[i : i + t.eval_batch_size],
-                    policy.tokenizer.pad_token_id,
-                )
-                nll_sum += float(
-                    sft_loss(policy.model, {k: v.to(policy.device) for k, v in mb.items()}, tokens)
-                )
-    finally:
-        policy.model.train(was_training)
+    with common.eval_mode(policy.model):
+        for i in range(0, len(ps), bs):
+            mb = collate(ps[i : i + bs], rs[i : i + bs], policy.tokenizer.pad_token_id)
+            nll_sum += float(sft_loss(policy.model, {k: v.to(policy.device) for k, v in mb.items()}, tokens))
     res: dict[str, Any] = {
         "split": split,
         "n": len(examples),
@@ -350,12 +309,8 @@ def evaluate(
     return res
 
 
-def load_policy(cfg: SFTConfig, ckpt: Any) -> LMPolicy:
-    """The policy of a checkpoint (a ``save_pretrained`` folder) with the run's task."""
-    from advantage.nn.lm import load_pretrained
-
-    model, tok = load_pretrained(ckpt.path, dtype=getattr(torch, cfg.model.dtype))
-    return LMPolicy(model.to(cfg.trainer.device), tok, make_task(cfg.data), cfg)
+# The policy of a checkpoint (a ``save_pretrained`` folder) with the run's task.
+load_policy = partial(common.load_policy, task_factory=make_task)
 
 
 def check(cfg: SFTConfig) -> list[str]:

@@ -4,7 +4,6 @@ r"""What the reinforcement-learning trainers of language models share: :mod:`~ad
 * **Tasks and rewards**: the task a run's prompts come from (a task with a verifier, or a preference task
   whose completions a reward model scores) and the scoring of sampled completions (:func:`score`).
 * **The reward model**: its folder, the check that it reads the policy's tokenizer, loading it frozen.
-* **The reference**: the starting policy, frozen.
 * **Batching**: one optimizer step's normaliser and the rows of a micro-batch without their padding.
 * **Evaluation against the reference** (:func:`evaluate_preference`) for a task scored by a reward model.
 
@@ -13,7 +12,6 @@ Nothing here imports a trainer, so the trainers and the workers import this modu
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 from collections.abc import Callable
@@ -24,25 +22,18 @@ import torch
 from torch import Tensor
 
 from advantage.algos.llm import common
-from advantage.algos.llm.common import LMPolicy
+from advantage.algos.llm.common import LMPolicy, preference_task
 from advantage.configs.grpo import PREFERENCE_TASKS  # tasks scored by a reward model (one definition)
 from advantage.errors import ConfigError, NonFiniteError
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedTokenizerBase
 
     from advantage.envs.text.core import Task
     from advantage.rollout.generate import Generation
 
 # ----------------------------------------------------------------------------------------------------
 # Tasks and rewards
-
-
-def preference_task(data: Any) -> Any:
-    """The preference task whose prompts PPO answers (``data.task`` with its options)."""
-    from advantage.envs.text.preference import make_preference_task
-
-    return make_preference_task(data.task, **data.kwargs)
 
 
 def scored_task(d: Any) -> Any:
@@ -166,16 +157,6 @@ def load_reward(cfg: Any, policy_tok: PreTrainedTokenizerBase) -> Any:
 
 
 # ----------------------------------------------------------------------------------------------------
-# The reference
-
-
-def frozen_reference(cfg: Any, task: Task, model: PreTrainedModel | None) -> PreTrainedModel:
-    """The frozen reference: a copy of the starting policy, or rebuilt as it was at the start."""
-    ref = copy.deepcopy(model) if model is not None else common.build_model(cfg, task)[0]
-    return ref.eval().requires_grad_(False)
-
-
-# ----------------------------------------------------------------------------------------------------
 # Batching
 
 
@@ -230,27 +211,19 @@ def evaluate_preference(
       response of :math:`\\sum_t \\log\\pi - \\log\\pi_\\text{ref}`, an unbiased estimate), seeded;
     * ``return_mean``: ``hidden_score`` when there is one, else ``rm_score``.
     """
-    from advantage.algos.llm.preference_eval import greedy_responses, win_rate
+    from advantage.algos.llm.preference_eval import greedy_options, greedy_responses, win_rate
     from advantage.nn.lm import sequence_logprobs
 
-    if limit is not None and limit < 1:
-        raise ConfigError(f"limit must be >= 1, got {limit}")
-    if samples not in (None, 1):
-        raise ConfigError(f"ppo_rlhf evaluates greedy responses; --samples must be 1, got {samples}")
-    d, t = cfg.data, cfg.trainer
-    examples = policy.examples(split, limit or (t.eval_episodes if split == "validation" else None))
+    greedy = "ppo_rlhf evaluates greedy responses"
+    examples = common.eval_examples(cfg, policy, split, limit, samples, greedy)
+    t = cfg.trainer
     prompts = [e.prompt for e in examples]
-    ref = getattr(policy, "reference", None) or frozen_reference(cfg, policy.task, None).to(policy.device)
+    ref = getattr(policy, "reference", None)
+    ref = ref or common.frozen_reference(cfg, policy.task, None).to(policy.device)
     rm = getattr(policy, "reward_model", None) or load_reward(cfg, policy.tokenizer)
     policy.reference, policy.reward_model = ref, rm
-    opts = {
-        "max_prompt_length": d.max_prompt_length,
-        "max_response_length": d.max_response_length,
-        "chat_template": d.chat_template,
-        "batch_size": t.eval_batch_size,
-    }
-    texts, lengths = greedy_responses(policy.model, policy.tokenizer, prompts, **opts)
-    ref_texts, _ = greedy_responses(ref, policy.tokenizer, prompts, **opts)
+    texts, lengths = greedy_responses(policy.model, policy.tokenizer, prompts, **greedy_options(cfg))
+    ref_texts, _ = greedy_responses(ref, policy.tokenizer, prompts, **greedy_options(cfg))
     bs = cfg.worker.reward.batch_size
     rm_scores = rm.score(prompts, texts, batch_size=bs).tolist()
     ref_rm = rm.score(prompts, ref_texts, batch_size=bs).tolist()
@@ -261,16 +234,14 @@ def evaluate_preference(
         "reference_rm_score": sum(ref_rm) / len(ref_rm),
         "response_length": sum(lengths) / len(lengths),
     }
+    ours, theirs, by = rm_scores, ref_rm, "reward_model"
     rule = getattr(policy.task, "hidden_score", None)
     if rule is not None:
-        hs = [rule(p, y) for p, y in zip(prompts, texts, strict=True)]
-        ref_hs = [rule(p, y) for p, y in zip(prompts, ref_texts, strict=True)]
-        res.update({"hidden_score": sum(hs) / len(hs), "reference_hidden_score": sum(ref_hs) / len(ref_hs)})
-        res.update({k: v for k, v in win_rate(hs, ref_hs).items()})
-        res["win_rate_by"] = "hidden_score"
-    else:
-        res.update(win_rate(rm_scores, ref_rm))
-        res["win_rate_by"] = "reward_model"
+        ours = [rule(p, y) for p, y in zip(prompts, texts, strict=True)]
+        theirs = [rule(p, y) for p, y in zip(prompts, ref_texts, strict=True)]
+        res["hidden_score"], res["reference_hidden_score"] = sum(ours) / len(ours), sum(theirs) / len(theirs)
+        by = "hidden_score"
+    res.update({**win_rate(ours, theirs), "win_rate_by": by})
     # KL of sampled responses (the quantity the penalty controls), with a seeded generator.
     g = torch.Generator(device=policy.device).manual_seed(t.seed if seed is None else seed)
     tau = cfg.worker.rollout.temperature
