@@ -49,7 +49,7 @@ import gymnasium as gym
 import torch
 from torch import Tensor
 
-from advantage.configs.a2c import PRESETS, A2CAlgorithm, A2CConfig  # noqa: F401  (their old place)
+from advantage.configs.a2c import A2CAlgorithm, A2CConfig
 from advantage.context import RunContext
 from advantage.envs import make_vec_env
 from advantage.errors import NonFiniteError

@@ -27,10 +27,3 @@ DDPG trains with TD3's code (:func:`advantage.algos.td3.train`, :func:`advantage
 its ``algorithm`` section (:class:`advantage.configs.ddpg.DDPGAlgorithm`) switches TD3's three changes
 off — one critic, actor and targets moved on every update, no target policy noise.
 """
-
-from advantage.configs.ddpg import (  # noqa: F401  (their old place)
-    PRESETS,
-    DDPGAlgorithm,
-    DDPGConfig,
-    DDPGModel,
-)

@@ -53,12 +53,7 @@ from gymnasium.spaces import Box, Discrete
 from torch import nn
 
 from advantage.algos.offpolicy_common import LeanAdam, buffer_state, load_buffer
-from advantage.configs.dqn import (  # noqa: F401  (their old place)
-    PRESETS,
-    DQNAlgorithm,
-    DQNConfig,
-    DQNModel,
-)
+from advantage.configs.dqn import DQNAlgorithm, DQNConfig, DQNModel
 from advantage.context import RunContext, Snapshot
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
 from advantage.envs import describe_space, env_state, make_env, make_vec_env, set_env_state

@@ -29,7 +29,6 @@ import torch
 from torch import nn
 
 from advantage.config import VecEnvConfig
-from advantage.configs.offpolicy import config_problems  # noqa: F401  (its old place)
 from advantage.context import RunContext
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
 from advantage.envs import describe_space, env_state, make_vec_env, set_env_state

@@ -38,7 +38,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from advantage.configs.ppo import PRESETS, PPOAlgorithm, PPOConfig  # noqa: F401  (their old place)
+from advantage.configs.ppo import PPOAlgorithm, PPOConfig
 from advantage.context import RunContext, Snapshot
 from advantage.envs import describe_space, make_vec_env
 from advantage.errors import EnvError, NonFiniteError

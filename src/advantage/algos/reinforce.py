@@ -73,15 +73,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from advantage.configs.reinforce import (  # noqa: F401  (their old place)
-    PRESETS,
-    PRESETS_IS,
-    ReinforceAlgorithm,
-    ReinforceConfig,
-    ReinforceISAlgorithm,
-    ReinforceISConfig,
-    ReinforceModel,
-)
 from advantage.context import RunContext, Snapshot
 from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
 from advantage.errors import EnvError, NonFiniteError

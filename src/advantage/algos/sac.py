@@ -52,12 +52,7 @@ from advantage.algos.offpolicy_common import (
     check_finite,
     load_policy,
 )
-from advantage.configs.sac import (  # noqa: F401  (their old place)
-    PRESETS,
-    SACAlgorithm,
-    SACConfig,
-    SACModel,
-)
+from advantage.configs.sac import SACConfig
 from advantage.context import RunContext, Snapshot
 from advantage.math.q_targets import polyak_update, soft_q_target
 from advantage.nn.continuous import EnsembleQ, SquashedGaussianActor

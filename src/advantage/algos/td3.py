@@ -47,12 +47,7 @@ from advantage.algos.offpolicy_common import (
     load_policy,
 )
 from advantage.configs.ddpg import DDPGAlgorithm, DDPGConfig
-from advantage.configs.td3 import (  # noqa: F401  (their old place)
-    PRESETS,
-    TD3Algorithm,
-    TD3Config,
-    TD3Model,
-)
+from advantage.configs.td3 import TD3Algorithm, TD3Config
 from advantage.context import RunContext, Snapshot
 from advantage.math.q_targets import clipped_double_q_target, polyak_update
 from advantage.nn.continuous import DeterministicActor, EnsembleQ

@@ -41,7 +41,7 @@ import gymnasium as gym
 import torch
 from torch import Tensor
 
-from advantage.configs.trpo import PRESETS, TRPOAlgorithm, TRPOConfig  # noqa: F401  (their old place)
+from advantage.configs.trpo import TRPOAlgorithm, TRPOConfig
 from advantage.context import RunContext
 from advantage.envs import make_vec_env
 from advantage.errors import NonFiniteError

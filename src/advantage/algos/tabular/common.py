@@ -9,7 +9,6 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.spaces import Discrete
 
-from advantage.configs.tabular import EpsilonSchedule, TableModel  # noqa: F401  (their old place)
 from advantage.envs import env_state, require_space, set_env_state
 from advantage.schedules import linear_schedule  # noqa: F401  (its old place)
 

@@ -27,16 +27,6 @@ import numpy as np
 import torch
 
 from advantage.algos.tabular.common import check_discrete, table_shape
-from advantage.configs.linear import (  # noqa: F401  (their old place)
-    BEHAVIOR_HELP,
-    DEFAULTS,
-    FEATURES_HELP,
-    PLOT_METRICS,
-    UPDATE_HELP,
-    LinearAlgorithm,
-    LinearModel,
-    check_features,
-)
 from advantage.context import RunContext
 from advantage.envs import TabularModel, baird_features, tabular_model
 from advantage.envs.baird import INITIAL_WEIGHTS
@@ -93,7 +83,8 @@ def action_features(phi: np.ndarray, n_actions: int) -> np.ndarray:
 
 
 def initial_weights(cfg: Any, size: int, blocks: int = 1) -> np.ndarray:
-    """``model.init_weights``, or its default (see :class:`LinearModel`); ``size`` is the weight count."""
+    """``model.init_weights``, or its default (see :class:`advantage.configs.linear.LinearModel`);
+    ``size`` is the weight count."""
     given = cfg.model.init_weights
     if given is not None:
         if len(given) != size:

@@ -40,7 +40,7 @@ from advantage.algos.tabular.common import (
     table_shape,
 )
 from advantage.algos.tabular.planning import policy_evaluation, q_from_v, value_iteration
-from advantage.configs.linear import LinearControlAlgorithm, LinearControlConfig  # noqa: F401  (their old place)
+from advantage.configs.linear import LinearControlConfig
 from advantage.context import RunContext, Snapshot
 from advantage.envs import tabular_model
 from advantage.errors import ConfigError

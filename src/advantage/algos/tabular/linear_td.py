@@ -47,13 +47,6 @@ import torch
 from advantage.algos.tabular import linear_common
 from advantage.algos.tabular.common import TablePolicy, restore_sampler, sampler_state, table_shape
 from advantage.algos.tabular.planning import policy_evaluation
-from advantage.configs.linear import (  # noqa: F401  (their old place)
-    GradientTDAlgorithm,
-    GradientTDConfig,
-    LinearPredictionAlgorithm,
-    SemiGradientTDAlgorithm,
-    SemiGradientTDConfig,
-)
 from advantage.context import RunContext, Snapshot
 from advantage.envs import tabular_model
 from advantage.errors import ConfigError

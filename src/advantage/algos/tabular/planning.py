@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from advantage.algos.tabular.common import TablePolicy, check_discrete, table_shape
-from advantage.configs.tabular import PlanningAlgorithm, PlanningConfig  # noqa: F401  (their old place)
+from advantage.configs.tabular import PlanningConfig
 from advantage.context import RunContext, Snapshot
 from advantage.envs import TabularModel, tabular_model
 from advantage.errors import ConfigError

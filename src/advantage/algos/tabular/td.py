@@ -36,7 +36,7 @@ from advantage.algos.tabular.common import (
     sampler_state,
     table_shape,
 )
-from advantage.configs.tabular import TDAlgorithm, TDConfig  # noqa: F401  (their old place)
+from advantage.configs.tabular import TDConfig
 from advantage.context import RunContext, Snapshot
 
 
