@@ -61,7 +61,7 @@ from advantage.errors import EnvError, NonFiniteError
 from advantage.math import double_q_target, dueling_combine, polyak_update, td_target
 from advantage.nn import eager, mlp
 from advantage.nn.lean import clip_grad_norm
-from advantage.rollout.envsteps import EnvSteps
+from advantage.rollout.envsteps import EnvSteps, setup_torch
 from advantage.torch_state import LearnerState, load_module
 
 
@@ -366,9 +366,7 @@ def learn(
 
 def train(cfg: DQNConfig, ctx: RunContext) -> None:
     a, t = cfg.algorithm, cfg.trainer
-    torch.set_num_threads(t.torch_threads)
-    torch.set_flush_denormal(True)
-    torch.manual_seed(t.seed)
+    setup_torch(t)
     env = make_vec_env(cfg.env)
     N = cfg.env.num_envs
     obs_space, n_actions = (

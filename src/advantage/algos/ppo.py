@@ -45,15 +45,12 @@ from advantage.errors import EnvError, NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, masked_whiten
 from advantage.math.kl import k3_from_ratio
 from advantage.math.value_losses import explained_variance
-from advantage.nn import ActorCritic, ActorCriticPolicy, eager
+from advantage.nn import ActorCritic, eager
 from advantage.nn.lean import clip_grad_norm
+from advantage.rollout.envsteps import setup_torch
 from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.schedules import remaining
 from advantage.torch_state import LearnerState
-
-
-def make_model(cfg: PPOConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
-    return cfg.model.build(obs_space, action_space)
 
 
 def check_env(cfg: PPOConfig, env: gym.Env, algo: str = "ppo") -> None:
@@ -77,12 +74,10 @@ def check_env(cfg: PPOConfig, env: gym.Env, algo: str = "ppo") -> None:
 
 def train(cfg: PPOConfig, ctx: RunContext) -> None:
     a, t = cfg.algorithm, cfg.trainer
-    torch.set_num_threads(t.torch_threads)
-    torch.set_flush_denormal(True)  # tiny Adam moments turn denormal and slow CPU math down several-fold
-    torch.manual_seed(t.seed)
+    setup_torch(t)
     env = make_vec_env(cfg.env)
     obs_space, act_space = env.single_observation_space, env.single_action_space
-    model = make_model(cfg, obs_space, act_space)
+    model = cfg.model.build(obs_space, act_space)
     # The fused kernel updates every parameter in one call: a large share of a small network's step time.
     opt = torch.optim.Adam(model.parameters(), lr=a.learning_rate, eps=1e-5, fused=True)
     learner = LearnerState({"model": model}, {"optim": opt})
@@ -208,10 +203,3 @@ def penalty_kl(model: ActorCritic, batch: Batch) -> float:
     new_logp, _, _ = model.evaluate(batch.obs, batch.actions)
     log_r = new_logp - batch.logp
     return float(k3_from_ratio(log_r, log_r.exp()).mean())
-
-
-def _policy(cfg: PPOConfig, env: gym.Env, tensors: Any) -> ActorCriticPolicy:
-    model = make_model(cfg, env.observation_space, env.action_space)
-    return ActorCriticPolicy.from_checkpoint(
-        model, cfg.algorithm.normalize_obs, cfg.algorithm.clip_obs, tensors
-    )

@@ -91,7 +91,7 @@ from advantage.math import (
 )
 from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer, eager
 from advantage.nn.lean import clip_grad_norm
-from advantage.rollout.envsteps import EnvSteps
+from advantage.rollout.envsteps import EnvSteps, setup_torch
 from advantage.torch_state import LearnerState, load_module
 
 MAX_BATCH_STEPS = 1_000_000  # a batch waits for whole episodes; an env that never ends must not hang it
@@ -296,9 +296,7 @@ def check_env(cfg: Any, env: gym.Env, name: str = "reinforce") -> None:
 
 def train(cfg: Any, ctx: RunContext, off_policy: bool = False) -> None:
     a, t = cfg.algorithm, cfg.trainer
-    torch.set_num_threads(t.torch_threads)
-    torch.set_flush_denormal(True)
-    torch.manual_seed(t.seed)
+    setup_torch(t)
     env = make_vec_env(cfg.env)
     model = make_model(cfg, env.single_observation_space, env.single_action_space)
     parts = ReinforceModelParts(model)

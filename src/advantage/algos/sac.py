@@ -56,6 +56,7 @@ from advantage.configs.sac import SACConfig
 from advantage.context import RunContext, Snapshot
 from advantage.math.q_targets import polyak_update, soft_q_target
 from advantage.nn.continuous import EnsembleQ, SquashedGaussianActor
+from advantage.rollout.envsteps import setup_torch
 from advantage.torch_state import LearnerState
 
 
@@ -155,9 +156,7 @@ def check_env(cfg: SACConfig, env: gym.Env, algo: str = "sac") -> None:
 
 def train(cfg: SACConfig, ctx: RunContext) -> None:
     a, t = cfg.algorithm, cfg.trainer
-    torch.set_num_threads(t.torch_threads)
-    torch.set_flush_denormal(True)  # tiny Adam moments turn denormal and slow CPU math down several-fold
-    torch.manual_seed(t.seed)
+    setup_torch(t)
     exp = Experience(cfg.env, a.buffer_size, a.gamma, t.seed, a.normalize_obs, a.clip_obs)
     nets = make_nets(cfg, exp.obs_dim, exp.act_dim)
     learner = nets.learner()

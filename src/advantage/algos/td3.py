@@ -51,6 +51,7 @@ from advantage.configs.td3 import TD3Algorithm, TD3Config
 from advantage.context import RunContext, Snapshot
 from advantage.math.q_targets import clipped_double_q_target, polyak_update
 from advantage.nn.continuous import DeterministicActor, EnsembleQ
+from advantage.rollout.envsteps import setup_torch
 from advantage.torch_state import LearnerState
 
 
@@ -148,9 +149,7 @@ def check_env(cfg: TD3Config | DDPGConfig, env: gym.Env, algo: str = "td3") -> N
 
 def train(cfg: TD3Config | DDPGConfig, ctx: RunContext) -> None:
     a, t = cfg.algorithm, cfg.trainer
-    torch.set_num_threads(t.torch_threads)
-    torch.set_flush_denormal(True)  # tiny Adam moments turn denormal and slow CPU math down several-fold
-    torch.manual_seed(t.seed)
+    setup_torch(t)
     exp = Experience(cfg.env, a.buffer_size, a.gamma, t.seed, a.normalize_obs, a.clip_obs)
     nets = make_nets(cfg, exp.obs_dim, exp.act_dim)
     learner = nets.learner()

@@ -59,7 +59,7 @@ register(
         "(Mnih et al. 2016)",
         config=A2CConfig,
         train=Entry("advantage.algos.a2c:train"),
-        policy=Entry("advantage.algos.a2c:_policy"),
+        policy=Entry("advantage.rollout.onpolicy:actor_critic_policy"),
         check_env=Entry("advantage.algos.reinforce:check_env", name="a2c"),
         presets=PRESETS,
         workers=True,

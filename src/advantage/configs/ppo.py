@@ -143,7 +143,7 @@ register(
         "(Schulman et al. 2017)",
         config=PPOConfig,
         train=Entry("advantage.algos.ppo:train"),
-        policy=Entry("advantage.algos.ppo:_policy"),
+        policy=Entry("advantage.rollout.onpolicy:actor_critic_policy"),
         check_env=Entry("advantage.algos.ppo:check_env"),
         presets=PRESETS,
         workers=True,

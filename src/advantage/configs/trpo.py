@@ -84,7 +84,7 @@ register(
         "(Schulman et al. 2015)",
         config=TRPOConfig,
         train=Entry("advantage.algos.trpo:train"),
-        policy=Entry("advantage.algos.trpo:_policy"),
+        policy=Entry("advantage.rollout.onpolicy:actor_critic_policy"),
         check_env=Entry("advantage.algos.ppo:check_env", algo="trpo"),
         presets=PRESETS,
         workers=True,
