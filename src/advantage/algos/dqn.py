@@ -56,7 +56,7 @@ from advantage.algos.offpolicy_common import LeanAdam, buffer_state, load_buffer
 from advantage.configs.dqn import DQNAlgorithm, DQNConfig, DQNModel
 from advantage.context import RunContext, Snapshot
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
-from advantage.envs import describe_space, env_state, make_env, make_vec_env, set_env_state
+from advantage.envs import env_state, make_env, make_vec_env, require_space, set_env_state
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import double_q_target, dueling_combine, polyak_update, td_target
 from advantage.nn import eager, mlp
@@ -125,14 +125,8 @@ class DQNPolicy:
 
 
 def check_env(cfg: DQNConfig, env: gym.Env) -> None:
-    if not isinstance(env.action_space, gym.spaces.Discrete):
-        raise EnvError(
-            f"dqn needs a Discrete action space; {cfg.env.id} has {describe_space(env.action_space)}"
-        )
-    if not isinstance(env.observation_space, gym.spaces.Box):
-        raise EnvError(
-            f"dqn needs a Box observation space; {cfg.env.id} has {describe_space(env.observation_space)}"
-        )
+    require_space("dqn", cfg.env.id, "action", env.action_space, Discrete)
+    require_space("dqn", cfg.env.id, "observation", env.observation_space, Box)
     from advantage.algos.offpolicy_common import check_buffer_memory
 
     check_buffer_memory(cfg, env)

@@ -31,7 +31,7 @@ from torch import nn
 from advantage.config import VecEnvConfig
 from advantage.context import RunContext
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
-from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
+from advantage.envs import describe_space, env_state, make_vec_env, require_space, set_env_state
 from advantage.errors import ConfigError, EnvError, NonFiniteError
 from advantage.nn import eager  # noqa: F401  (installed before LeanAdam builds its torch.optim.Adam)
 from advantage.nn.continuous import to_env_action
@@ -55,10 +55,7 @@ def check_continuous_env(algo: str, cfg: Any, env: gym.Env) -> None:
             f"rescaled to them); {env_id} has {describe_space(space)}. Wrap the env with "
             "gymnasium.wrappers.RescaleAction or give the space finite bounds"
         )
-    if not isinstance(env.observation_space, gym.spaces.Box):
-        raise EnvError(
-            f"{algo} needs a Box observation space; {env_id} has {describe_space(env.observation_space)}"
-        )
+    require_space(algo, env_id, "observation", env.observation_space, gym.spaces.Box)
     check_buffer_memory(cfg, env)
 
 

@@ -40,7 +40,7 @@ import torch
 
 from advantage.configs.ppo import PPOAlgorithm, PPOConfig
 from advantage.context import RunContext, Snapshot
-from advantage.envs import describe_space, make_vec_env
+from advantage.envs import describe_space, make_vec_env, require_space
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, masked_whiten
 from advantage.math.kl import k3_from_ratio
@@ -53,23 +53,20 @@ from advantage.schedules import remaining
 from advantage.torch_state import LearnerState
 
 
-def check_env(cfg: PPOConfig, env: gym.Env, algo: str = "ppo") -> None:
-    """The spaces an :class:`~advantage.nn.ActorCritic` handles (PPO, TRPO): Box observations, Discrete or
-    Box actions; ``model.squash`` only with Box actions."""
-    if not isinstance(env.observation_space, gym.spaces.Box):
-        raise EnvError(
-            f"{algo} needs a Box observation space; {cfg.env.id} has {describe_space(env.observation_space)}"
-        )
-    if not isinstance(env.action_space, gym.spaces.Discrete | gym.spaces.Box):
-        has = describe_space(env.action_space)
-        raise EnvError(f"{algo} needs a Discrete or Box action space; {cfg.env.id} has {has}")
+def check_env(cfg: Any, env: gym.Env, algo: str = "ppo") -> None:
+    """The spaces an :class:`~advantage.nn.ActorCritic` handles (PPO, TRPO, A2C, REINFORCE): Box
+    observations, Discrete or Box actions; ``model.squash`` only with Box actions; then, for the
+    algorithms with ``algorithm.n_steps``, a rollout that fits in memory."""
+    require_space(algo, cfg.env.id, "observation", env.observation_space, gym.spaces.Box)
+    require_space(algo, cfg.env.id, "action", env.action_space, (gym.spaces.Discrete, gym.spaces.Box))
     if cfg.model.squash and not isinstance(env.action_space, gym.spaces.Box):
         raise EnvError(
             f"model.squash=true needs a Box action space; {cfg.env.id} has {describe_space(env.action_space)}"
         )
-    from advantage.data.replay import check_rollout_memory
+    if hasattr(cfg.algorithm, "n_steps"):  # not REINFORCE: its batches are whole episodes
+        from advantage.data.replay import check_rollout_memory
 
-    check_rollout_memory(cfg, env)
+        check_rollout_memory(cfg, env)
 
 
 def train(cfg: PPOConfig, ctx: RunContext) -> None:

@@ -74,7 +74,7 @@ import torch
 from torch import Tensor
 
 from advantage.context import RunContext, Snapshot
-from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
+from advantage.envs import env_state, make_vec_env, set_env_state
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import (
     POLICY_LOSSES,
@@ -268,26 +268,6 @@ def _step(opt: torch.optim.Optimizer, model: ActorCritic, loss: Tensor, max_grad
     if max_grad_norm > 0:
         clip_grad_norm(model.parameters(), max_grad_norm)
     eager.step(opt)
-
-
-def check_env(cfg: Any, env: gym.Env, name: str = "reinforce") -> None:
-    if hasattr(cfg.algorithm, "n_steps"):  # a2c
-        from advantage.data.replay import check_rollout_memory
-
-        check_rollout_memory(cfg, env)
-    if not isinstance(env.observation_space, gym.spaces.Box):
-        raise EnvError(
-            f"{name} needs a Box observation space; {cfg.env.id} has {describe_space(env.observation_space)}"
-        )
-    if not isinstance(env.action_space, gym.spaces.Discrete | gym.spaces.Box):
-        raise EnvError(
-            f"{name} needs a Discrete or Box action space; "
-            f"{cfg.env.id} has {describe_space(env.action_space)}"
-        )
-    if cfg.model.squash and not isinstance(env.action_space, gym.spaces.Box):
-        raise EnvError(
-            f"model.squash=true needs a Box action space; {cfg.env.id} has {describe_space(env.action_space)}"
-        )
 
 
 # ----------------------------------------------------------------------------------------------------

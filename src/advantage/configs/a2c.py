@@ -60,7 +60,7 @@ register(
         config=A2CConfig,
         train=Entry("advantage.algos.a2c:train"),
         policy=Entry("advantage.rollout.onpolicy:actor_critic_policy"),
-        check_env=Entry("advantage.algos.reinforce:check_env", name="a2c"),
+        check_env=Entry("advantage.algos.ppo:check_env", algo="a2c"),
         presets=PRESETS,
         workers=True,
         # General defaults: the dataclass's (SB3's A2C, Mnih et al. 2016's RMSprop); CartPole-v1's

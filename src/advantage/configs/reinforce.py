@@ -133,7 +133,7 @@ register(
         config=ReinforceConfig,
         train=Entry("advantage.algos.reinforce:train"),
         policy=Entry("advantage.algos.reinforce:_policy"),
-        check_env=Entry("advantage.algos.reinforce:check_env"),
+        check_env=Entry("advantage.algos.ppo:check_env", algo="reinforce"),
         presets=PRESETS,
         defaults=dict(PRESETS["cartpole"].overrides),
     )
@@ -147,7 +147,7 @@ register(
         config=ReinforceISConfig,
         train=Entry("advantage.algos.reinforce:train", off_policy=True),
         policy=Entry("advantage.algos.reinforce:_policy"),
-        check_env=Entry("advantage.algos.reinforce:check_env", name="reinforce_is"),
+        check_env=Entry("advantage.algos.ppo:check_env", algo="reinforce_is"),
         presets=PRESETS_IS,
         defaults=dict(PRESETS_IS["cartpole"].overrides),
     )

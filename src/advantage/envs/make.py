@@ -212,7 +212,12 @@ def describe_space(space: gym.Space) -> str:
     return type(space).__name__
 
 
-def require_space(algo: str, env_id: str, which: str, space: gym.Space, kind: type[gym.Space]) -> None:
-    """Raise ``EnvError("q_learning needs a Discrete observation space; CartPole-v1 has Box(4,)")``."""
-    if not isinstance(space, kind):
-        raise EnvError(f"{algo} needs a {kind.__name__} {which} space; {env_id} has {describe_space(space)}")
+def require_space(
+    algo: str, env_id: str, which: str, space: gym.Space, kind: type[gym.Space] | tuple[type[gym.Space], ...]
+) -> None:
+    """Raise ``EnvError("q_learning needs a Discrete observation space; CartPole-v1 has Box(4,)")``; with
+    several kinds, ``"ppo needs a Discrete or Box action space; ..."``."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(space, kinds):
+        names = " or ".join(k.__name__ for k in kinds)
+        raise EnvError(f"{algo} needs a {names} {which} space; {env_id} has {describe_space(space)}")
