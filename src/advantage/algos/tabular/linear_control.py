@@ -35,8 +35,8 @@ from advantage.algos.tabular import linear_common
 from advantage.algos.tabular.common import (
     TablePolicy,
     epsilon_greedy_probs,
-    restore_sampler,
     sampler_state,
+    start_sampler,
     table_shape,
 )
 from advantage.algos.tabular.planning import policy_evaluation, q_from_v, value_iteration
@@ -104,18 +104,14 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
             return q_next.max(axis=1)
         return (_greedy_probs(q_next, a.epsilon) * q_next).sum(axis=1)
 
+    rng, obs, step, s = start_sampler(ctx, env, t.seed)
+    ep_return, ep_len = s.get("ep_return", 0.0), s.get("ep_len", 0)
     if ctx.restored is None:
         w = torch.from_numpy(linear_common.initial_weights(cfg, x.shape[-1], n_actions).copy())
-        rng = np.random.default_rng(t.seed)
-        obs = int(env.reset(seed=t.seed)[0])
         action = int(rng.choice(n_actions, p=behaviour(q_table(w))[obs]))
-        step, ep_return, ep_len = 0, 0.0, 0
     else:
         w = ctx.restored.tensors["w"].clone()
-        s = ctx.restored.state["algo"]
-        rng = restore_sampler(s, env, t.seed)
-        obs, action, step = s["obs"], s["action"], ctx.restored.step
-        ep_return, ep_len = s["ep_return"], s["ep_len"]
+        action = s["action"]
 
     def snapshot() -> Snapshot:
         state = sampler_state(rng, env, obs, action=int(action), ep_return=ep_return, ep_len=ep_len)

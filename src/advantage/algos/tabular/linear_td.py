@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from advantage.algos.tabular import linear_common
-from advantage.algos.tabular.common import TablePolicy, restore_sampler, sampler_state, table_shape
+from advantage.algos.tabular.common import TablePolicy, sampler_state, start_sampler, table_shape
 from advantage.algos.tabular.planning import policy_evaluation
 from advantage.context import RunContext, Snapshot
 from advantage.envs import tabular_model
@@ -120,19 +120,15 @@ def train(cfg: Any, ctx: RunContext, method: str) -> None:
     bootstrap = getattr(a, "bootstrap", True)
     sampled = a.update == "sampled"
 
+    rng, obs, step, s = start_sampler(ctx, env, t.seed)
+    ep_return, ep_len = s.get("ep_return", 0.0), s.get("ep_len", 0)
+    episode = _Episode(**s.get("episode", {}))
     if ctx.restored is None:
         w = torch.from_numpy(linear_common.initial_weights(cfg, prob.phi.shape[1]).copy())
         h = torch.zeros_like(w)
-        rng = np.random.default_rng(t.seed)
-        obs = int(env.reset(seed=t.seed)[0])
-        step, ep_return, ep_len, episode = 0, 0.0, 0, _Episode()
     else:
         w = ctx.restored.tensors["w"].clone()
         h = ctx.restored.tensors["h"].clone() if gradient_td else torch.zeros_like(w)
-        s = ctx.restored.state["algo"]
-        rng = restore_sampler(s, env, t.seed)
-        obs, step, ep_return, ep_len = s["obs"], ctx.restored.step, s["ep_return"], s["ep_len"]
-        episode = _Episode(**s["episode"])
 
     def snapshot() -> Snapshot:
         state = sampler_state(rng, env, obs, ep_return=ep_return, ep_len=ep_len, episode=episode.as_dict())

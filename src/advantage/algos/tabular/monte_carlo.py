@@ -31,8 +31,8 @@ from advantage.algos.tabular.common import (
     epsilon_greedy,
     epsilon_greedy_probs,
     linear_schedule,
-    restore_sampler,
     sampler_state,
+    start_sampler,
     table_shape,
 )
 from advantage.configs.tabular import (
@@ -93,18 +93,14 @@ def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: b
         c = cast(MCControlAlgorithm, a_cfg)  # control only
         return linear_schedule(c.epsilon_start, c.epsilon_end, c.epsilon_decay_fraction, step, t.total_steps)
 
+    rng, obs, step, s = start_sampler(ctx, env, t.seed)
+    episode = _Episode(**s.get("episode", {}))
     if ctx.restored is None:
         est = torch.full((n_keys,), cfg.model.init_value, dtype=torch.float64)
         counts = torch.zeros(n_keys, dtype=torch.float64)
-        rng = np.random.default_rng(t.seed)
-        obs, _ = env.reset(seed=t.seed)
-        step, episode = 0, _Episode()
     else:
         est = ctx.restored.tensors["estimate"].clone()
         counts = ctx.restored.tensors["counts"].clone()
-        s = ctx.restored.state["algo"]
-        rng = restore_sampler(s, env, t.seed)
-        obs, step, episode = s["obs"], ctx.restored.step, _Episode(**s["episode"])
 
     def table() -> np.ndarray:
         return est.numpy().reshape(n_states, n_actions) if control else est.numpy()
