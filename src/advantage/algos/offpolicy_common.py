@@ -21,6 +21,7 @@ Conventions:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import gymnasium as gym
@@ -29,18 +30,18 @@ import torch
 from torch import nn
 
 from advantage.config import VecEnvConfig
-from advantage.context import RunContext
+from advantage.context import RunContext, Snapshot
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
 from advantage.envs import describe_space, env_state, make_vec_env, require_space, set_env_state
 from advantage.errors import ConfigError, EnvError, NonFiniteError
 from advantage.nn import eager  # noqa: F401  (installed before LeanAdam builds its torch.optim.Adam)
 from advantage.nn.continuous import to_env_action
 from advantage.nn.policy import ObsNormalizer
-from advantage.rollout.envsteps import EnvSteps
-from advantage.torch_state import load_module
+from advantage.rollout.envsteps import EnvSteps, setup_torch
+from advantage.torch_state import LearnerState, load_module
 
 
-def check_continuous_env(algo: str, cfg: Any, env: gym.Env) -> None:
+def check_env(cfg: Any, env: gym.Env, algo: str) -> None:
     """Raise :class:`EnvError` unless ``env`` has a bounded ``Box`` action space and a ``Box`` observation
     space: the actor's ``tanh`` output is mapped onto ``[low, high]``, which must be finite."""
     space, env_id = env.action_space, cfg.env.id
@@ -81,24 +82,17 @@ class ContinuousPolicy:
         self.low, self.high = action_space.low.astype(np.float64), action_space.high.astype(np.float64)
         self.shape = action_space.shape
 
-    @torch.inference_mode()
     def act(self, obs: Any, deterministic: bool = True) -> np.ndarray:
-        x = torch.as_tensor(self.obs_norm(np.asarray(obs, np.float64)[None]), dtype=torch.float32)
-        if hasattr(self.actor, "mode"):  # SAC: tanh(mean) when deterministic, a sample otherwise
-            a = self.actor.mode(x.flatten(1)) if deterministic else self.actor(x.flatten(1))[0]  # type: ignore[operator]  # SAC actor: has mode()
-        else:
-            a = self.actor(x.flatten(1))
-        return (
-            to_env_action(a[0].numpy().astype(np.float64), self.low.ravel(), self.high.ravel())
-            .reshape(self.shape)
-            .astype(np.float32)
-        )
+        return self.act_batch(np.asarray(obs, np.float64)[None], deterministic)[0]
 
     @torch.inference_mode()
-    def act_batch(self, obs: np.ndarray) -> list[np.ndarray]:
-        """Deterministic actions for a batch of observations ``[N, ...]`` (side-by-side evaluation)."""
-        x = torch.as_tensor(self.obs_norm(np.asarray(obs, np.float64)), dtype=torch.float32)
-        a = self.actor.mode(x.flatten(1)) if hasattr(self.actor, "mode") else self.actor(x.flatten(1))  # type: ignore[operator]  # SAC actor: has mode()
+    def act_batch(self, obs: np.ndarray, deterministic: bool = True) -> list[np.ndarray]:
+        """Actions for a batch of observations ``[N, ...]`` (side-by-side evaluation: deterministic)."""
+        x = torch.as_tensor(self.obs_norm(np.asarray(obs, np.float64)), dtype=torch.float32).flatten(1)
+        if not hasattr(self.actor, "mode"):
+            a = self.actor(x)
+        else:  # SAC: tanh(mean) when deterministic, a sample otherwise
+            a = self.actor.mode(x) if deterministic else self.actor(x)[0]  # type: ignore[operator]  # SAC actor: has mode()
         low, high = self.low.ravel(), self.high.ravel()
         return [
             to_env_action(row.numpy().astype(np.float64), low, high).reshape(self.shape).astype(np.float32)
@@ -107,14 +101,81 @@ class ContinuousPolicy:
 
 
 def load_policy(
-    actor: nn.Module, normalize_obs: bool, clip_obs: float, env: gym.Env, tensors: Any
+    actor_cls: Callable[[int, int, list[int]], nn.Module], cfg: Any, env: gym.Env, tensors: Any
 ) -> ContinuousPolicy:
-    """The evaluation policy of a checkpoint holding ``actor.*`` (and ``obs_rms.*``) tensors."""
+    """The evaluation policy of a checkpoint holding ``actor.*`` (and ``obs_rms.*``) tensors: an
+    ``actor_cls(obs_dim, act_dim, model.actor_hidden)`` for ``env``'s spaces."""
+    obs_space, act_space = cast(gym.spaces.Box, env.observation_space), cast(gym.spaces.Box, env.action_space)
+    actor = actor_cls(
+        int(np.prod(obs_space.shape)), int(np.prod(act_space.shape)), list(cfg.model.actor_hidden)
+    )
     load_module("actor", actor, tensors)
-    obs_norm = ObsNormalizer(cast(gym.spaces.Box, env.observation_space).shape, normalize_obs, clip_obs)
-    if normalize_obs:
+    a = cfg.algorithm
+    obs_norm = ObsNormalizer(obs_space.shape, a.normalize_obs, a.clip_obs)
+    if a.normalize_obs:
         obs_norm.rms.load("obs_rms", tensors)
-    return ContinuousPolicy(actor, obs_norm, cast(gym.spaces.Box, env.action_space))
+    return ContinuousPolicy(actor, obs_norm, act_space)
+
+
+def start(cfg: Any) -> Experience:
+    """What every off-policy trainer does first: :func:`~advantage.rollout.envsteps.setup_torch` and the
+    run's :class:`Experience`."""
+    a, t = cfg.algorithm, cfg.trainer
+    setup_torch(t)
+    return Experience(cfg.env, a.buffer_size, a.gamma, t.seed, a.normalize_obs, a.clip_obs)
+
+
+def run(
+    cfg: Any,
+    ctx: RunContext,
+    exp: Experience,
+    learner: LearnerState,
+    actor: nn.Module,
+    explore: Callable[[torch.Tensor], np.ndarray],
+    update: Callable[[bool], dict[str, torch.Tensor]],
+    extra: Callable[[], tuple[dict[str, torch.Tensor], dict[str, Any]]],
+) -> None:
+    """The loop of DDPG, TD3 and SAC, each with its own update: act (uniform before
+    ``algorithm.learning_starts``, then ``explore(obs)``) and step the envs; from ``learning_starts`` on,
+    ``gradient_steps`` calls of ``update(log)`` every ``train_freq`` steps (``log``: a metrics row is due,
+    one per ``trainer.log_every`` steps); checkpoints of ``learner``, ``exp`` and ``extra()`` (the
+    algorithm's own tensors and state, which it restores itself from ``ctx.restored``)."""
+    a, t = cfg.algorithm, cfg.trainer
+    next_train = a.learning_starts
+    if ctx.restored is not None:
+        ck, s = ctx.restored, ctx.restored.state["algo"]
+        learner.load(ck.tensors, s["learner"], str(ck.path))
+        exp.restore(ck.step, ck.tensors, s["experience"])
+        next_train = s["next_train"]
+
+    def snapshot() -> Snapshot:
+        tensors, meta = learner.save()
+        own_tensors, own_state = extra()
+        state = {"learner": meta, "experience": exp.state(), "next_train": next_train, **own_state}
+        policy = ContinuousPolicy(actor, exp.obs_norm, exp.action_space)
+        return Snapshot(policy, tensors | exp.tensors() | own_tensors, state)
+
+    metrics: dict[str, torch.Tensor] = {}
+    next_log = exp.step - exp.step % t.log_every + t.log_every  # metrics are read on these steps only
+    while exp.step < t.total_steps:
+        if exp.step < a.learning_starts:
+            actions = exp.random_actions()
+        else:
+            with torch.inference_mode():
+                actions = explore(exp.obs_tensor())
+        exp.env_step(actions, ctx)
+        while exp.step >= next_train:
+            next_train += a.train_freq
+            for _ in range(a.gradient_steps):
+                metrics |= update(exp.step >= next_log)
+        if metrics and exp.step >= next_log:
+            next_log = exp.step - exp.step % t.log_every + t.log_every
+            ctx.log(exp.step, {k: float(v) for k, v in metrics.items()})
+            metrics = {}
+        if ctx.tick(exp.step, snapshot):
+            break
+    ctx.finish(exp.step, snapshot())
+    exp.close()
 
 
 class Experience:

@@ -152,7 +152,7 @@ def register_offpolicy(
             config=config,
             train=Entry(f"advantage.algos.{module}:train"),
             policy=Entry(f"advantage.algos.{module}:_policy"),
-            check_env=Entry(f"advantage.algos.{module}:check_env", algo=name),
+            check_env=Entry("advantage.algos.offpolicy_common:check_env", algo=name),
             presets=presets,
             # General defaults: the dataclass's, one env; Pendulum-v1's values are its entry in
             # advantage/hyperparams/<name>.yml.
