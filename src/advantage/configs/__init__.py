@@ -10,6 +10,9 @@ answer in a fraction of a second.
 from __future__ import annotations
 
 import importlib
+from typing import Any
+
+from advantage.registry import Algorithm, Entry, register
 
 # algorithm name -> the module that registers it (tests/test_startup.py checks this against the modules)
 MODULES: dict[str, str] = {
@@ -32,6 +35,15 @@ MODULES: dict[str, str] = {
     **dict.fromkeys(("q_learning", "sarsa", "expected_sarsa", "mc_control", "mc_prediction"), "tabular"),
     **dict.fromkeys(("value_iteration", "policy_iteration", "policy_evaluation"), "tabular"),
 }
+
+
+def register_algorithm(name: str, summary: str, config: type, module: str, **fields: Any) -> None:
+    """Register ``name``, trained by ``advantage.algos.<module>:train`` and rebuilt by its ``_policy`` unless
+    ``fields`` name other :class:`~advantage.registry.Entry` objects; the other ``fields`` are the
+    :class:`~advantage.registry.Algorithm` record's as they are."""
+    fields.setdefault("train", Entry(f"advantage.algos.{module}:train"))
+    fields.setdefault("policy", Entry(f"advantage.algos.{module}:_policy"))
+    register(Algorithm(name=name, summary=summary, config=config, **fields))
 
 
 def load(name: str) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
+from advantage.configs import register_algorithm
 from advantage.configs.models import ActorCriticModel
-from advantage.registry import Algorithm, Entry, register
+from advantage.registry import Entry
 
 
 @dataclass
@@ -52,19 +53,16 @@ PRESETS = {
     ),
 }
 
-register(
-    Algorithm(
-        name="a2c",
-        summary="synchronous advantage actor-critic: n-step rollouts, GAE, TD or MC critic target "
-        "(Mnih et al. 2016)",
-        config=A2CConfig,
-        train=Entry("advantage.algos.a2c:train"),
-        policy=Entry("advantage.rollout.onpolicy:actor_critic_policy"),
-        check_env=Entry("advantage.algos.ppo:check_env", algo="a2c"),
-        presets=PRESETS,
-        workers=True,
-        # General defaults: the dataclass's (SB3's A2C, Mnih et al. 2016's RMSprop); CartPole-v1's
-        # values are its entry in advantage/hyperparams/a2c.yml.
-        defaults={"env.id": "CartPole-v1"},
-    )
+register_algorithm(
+    "a2c",
+    "synchronous advantage actor-critic: n-step rollouts, GAE, TD or MC critic target (Mnih et al. 2016)",
+    A2CConfig,
+    "a2c",
+    policy=Entry("advantage.rollout.onpolicy:actor_critic_policy"),
+    check_env=Entry("advantage.algos.ppo:check_env", algo="a2c"),
+    presets=PRESETS,
+    workers=True,
+    # General defaults: the dataclass's (SB3's A2C, Mnih et al. 2016's RMSprop); CartPole-v1's values are
+    # its entry in advantage/hyperparams/a2c.yml.
+    defaults={"env.id": "CartPole-v1"},
 )

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
-from advantage.registry import Algorithm, Entry, register
+from advantage.configs import register_algorithm
+from advantage.registry import Entry
 
 
 @dataclass
@@ -144,18 +145,14 @@ def register_offpolicy(
     name: str, summary: str, config: type, presets: Mapping[str, Preset], module: str | None = None
 ) -> None:
     """Register ``name``, trained by ``advantage.algos.<module>`` (default: ``name``)."""
-    module = module or name
-    register(
-        Algorithm(
-            name=name,
-            summary=summary,
-            config=config,
-            train=Entry(f"advantage.algos.{module}:train"),
-            policy=Entry(f"advantage.algos.{module}:_policy"),
-            check_env=Entry("advantage.algos.offpolicy_common:check_env", algo=name),
-            presets=presets,
-            # General defaults: the dataclass's, one env; Pendulum-v1's values are its entry in
-            # advantage/hyperparams/<name>.yml.
-            defaults={"env.id": "Pendulum-v1", "env.num_envs": 1},
-        )
+    register_algorithm(
+        name,
+        summary,
+        config,
+        module or name,
+        check_env=Entry("advantage.algos.offpolicy_common:check_env", algo=name),
+        presets=presets,
+        # General defaults: the dataclass's, one env; Pendulum-v1's values are its entry in
+        # advantage/hyperparams/<name>.yml.
+        defaults={"env.id": "Pendulum-v1", "env.num_envs": 1},
     )

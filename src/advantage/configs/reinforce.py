@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
-from advantage.registry import Algorithm, Entry, register
+from advantage.configs import register_algorithm
+from advantage.registry import Entry
 
 
 @dataclass
@@ -126,29 +127,23 @@ PRESETS_IS = {
     ),
 }
 
-register(
-    Algorithm(
-        name="reinforce",
-        summary="REINFORCE over whole episodes: reward-to-go, baselines (mean/value/optimal), γ^t weight",
-        config=ReinforceConfig,
-        train=Entry("advantage.algos.reinforce:train"),
-        policy=Entry("advantage.algos.reinforce:_policy"),
-        check_env=Entry("advantage.algos.ppo:check_env", algo="reinforce"),
-        presets=PRESETS,
-        defaults=dict(PRESETS["cartpole"].overrides),
-    )
+register_algorithm(
+    "reinforce",
+    "REINFORCE over whole episodes: reward-to-go, baselines (mean/value/optimal), γ^t weight",
+    ReinforceConfig,
+    "reinforce",
+    check_env=Entry("advantage.algos.ppo:check_env", algo="reinforce"),
+    presets=PRESETS,
+    defaults=dict(PRESETS["cartpole"].overrides),
 )
 
-register(
-    Algorithm(
-        name="reinforce_is",
-        summary="off-policy REINFORCE: batches reused with per-decision importance weights "
-        "(Precup et al. 2000)",
-        config=ReinforceISConfig,
-        train=Entry("advantage.algos.reinforce:train", off_policy=True),
-        policy=Entry("advantage.algos.reinforce:_policy"),
-        check_env=Entry("advantage.algos.ppo:check_env", algo="reinforce_is"),
-        presets=PRESETS_IS,
-        defaults=dict(PRESETS_IS["cartpole"].overrides),
-    )
+register_algorithm(
+    "reinforce_is",
+    "off-policy REINFORCE: batches reused with per-decision importance weights (Precup et al. 2000)",
+    ReinforceISConfig,
+    "reinforce",
+    train=Entry("advantage.algos.reinforce:train", off_policy=True),
+    check_env=Entry("advantage.algos.ppo:check_env", algo="reinforce_is"),
+    presets=PRESETS_IS,
+    defaults=dict(PRESETS_IS["cartpole"].overrides),
 )

@@ -105,18 +105,24 @@ def check_env_config(cfg: EnvConfig) -> list[str]:
     return problems
 
 
-def make_env(cfg: EnvConfig, *, render_mode: str | None = None) -> gym.Env:
-    """Build the environment described by the ``env`` section.
-
-    Raises:
-        EnvError: unknown id, bad keyword arguments, or a constructor that fails.
-    """
+def _make_kwargs(cfg: EnvConfig) -> dict[str, Any]:
+    """The keyword arguments of ``gym.make`` for a checked ``env`` section (:class:`EnvError` otherwise)."""
     problems = check_env_config(cfg)
     if problems:
         raise EnvError("; ".join(problems))
     kwargs = dict(cfg.kwargs)
     if cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
+    return kwargs
+
+
+def make_env(cfg: EnvConfig, *, render_mode: str | None = None) -> gym.Env:
+    """Build the environment described by the ``env`` section.
+
+    Raises:
+        EnvError: unknown id, bad keyword arguments, or a constructor that fails.
+    """
+    kwargs = _make_kwargs(cfg)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -141,12 +147,7 @@ def make_vec_env(cfg: VecEnvConfig) -> gym.vector.VectorEnv:
     ``vectorization=auto`` uses the environment's own vectorized implementation when Gymnasium has one
     (e.g. ``CartPoleVectorEnv``: all copies stepped in one numpy call), otherwise a ``SyncVectorEnv``.
     """
-    problems = check_env_config(cfg)
-    if problems:
-        raise EnvError("; ".join(problems))
-    kwargs = dict(cfg.kwargs)
-    if cfg.max_episode_steps is not None:
-        kwargs["max_episode_steps"] = cfg.max_episode_steps
+    kwargs = _make_kwargs(cfg)
     mode = cfg.vectorization
     if mode == "auto":
         mode = "vector_entry_point" if gym.spec(cfg.id).vector_entry_point is not None else "sync"
