@@ -77,20 +77,19 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
     def behaviour(q: np.ndarray) -> np.ndarray:
         return fixed_mu if fixed_mu is not None else _greedy_probs(q, a.epsilon)
 
-    fixed_weights = None
-    if fixed_mu is not None:  # d_μ(s)μ(a|s) of a fixed behaviour policy: computed once
-        fixed_weights = linear_common.visit_distribution(env, model, fixed_mu)[:, None] * fixed_mu
-
-    def sa_weights(mu: np.ndarray) -> np.ndarray:
+    def visits(mu: np.ndarray) -> np.ndarray:
         """d_μ(s)μ(a|s) ``[S, A]``: how often each state-action pair is updated."""
-        if fixed_weights is not None:
-            return fixed_weights
         return linear_common.visit_distribution(env, model, mu)[:, None] * mu
+
+    fixed_weights = None if fixed_mu is None else visits(fixed_mu)  # a fixed behaviour policy's: once
+
+    def sa_weights(q: np.ndarray) -> np.ndarray:
+        """d_μ(s)μ(a|s) ``[S, A]`` of the behaviour policy μ in ``q``."""
+        return fixed_weights if fixed_weights is not None else visits(behaviour(q))
 
     def metrics(w: torch.Tensor) -> dict[str, float]:
         q = q_table(w)
-        mu = behaviour(q)
-        weights = sa_weights(mu)
+        weights = sa_weights(q)
         if q_star is not None:
             truth = q_star
         else:
@@ -122,16 +121,9 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
     while step < t.total_steps:
         if a.update == "expected":
             q = q_table(w)
-            mu = behaviour(q)
-            weights = sa_weights(mu)
-            targets = q_from_v(model, next_value(q), a.gamma)
-            w = expected_semi_gradient_update(
-                w,
-                x_flat,
-                torch.from_numpy(weights).reshape(-1),
-                torch.from_numpy(targets).reshape(-1),
-                a.alpha,
-            )
+            weights = torch.from_numpy(sa_weights(q)).reshape(-1)
+            targets = torch.from_numpy(q_from_v(model, next_value(q), a.gamma)).reshape(-1)
+            w = expected_semi_gradient_update(w, x_flat, weights, targets, a.alpha)
             step += 1
         else:
             next_obs, reward, terminated, truncated, _ = env.step(action)

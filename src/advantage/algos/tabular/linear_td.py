@@ -39,6 +39,7 @@ Implementation details:
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -99,16 +100,10 @@ class _Problem:
         }
 
 
-class _Episode:
-    """The running episode of a Monte Carlo run: states, rewards and importance weights until its end."""
-
-    def __init__(self, states=None, rewards=None, rhos=None):
-        self.states: list[int] = states or []
-        self.rewards: list[float] = rewards or []
-        self.rhos: list[float] = rhos or []
-
-    def as_dict(self) -> dict[str, list]:
-        return {"states": self.states, "rewards": self.rewards, "rhos": self.rhos}
+def _episode(saved: dict[str, list] | None = None) -> SimpleNamespace:
+    """The running episode of a Monte Carlo run (``saved``: a checkpoint's): states, rewards and
+    importance weights until its end."""
+    return SimpleNamespace(**(saved or {"states": [], "rewards": [], "rhos": []}))
 
 
 def train(cfg: Any, ctx: RunContext, method: str) -> None:
@@ -122,7 +117,7 @@ def train(cfg: Any, ctx: RunContext, method: str) -> None:
 
     rng, obs, step, s = start_sampler(ctx, env, t.seed)
     ep_return, ep_len = s.get("ep_return", 0.0), s.get("ep_len", 0)
-    episode = _Episode(**s.get("episode", {}))
+    episode = _episode(s.get("episode"))
     if ctx.restored is None:
         w = torch.from_numpy(linear_common.initial_weights(cfg, prob.phi.shape[1]).copy())
         h = torch.zeros_like(w)
@@ -131,7 +126,7 @@ def train(cfg: Any, ctx: RunContext, method: str) -> None:
         h = ctx.restored.tensors["h"].clone() if gradient_td else torch.zeros_like(w)
 
     def snapshot() -> Snapshot:
-        state = sampler_state(rng, env, obs, ep_return=ep_return, ep_len=ep_len, episode=episode.as_dict())
+        state = sampler_state(rng, env, obs, ep_return=ep_return, ep_len=ep_len, episode=vars(episode))
         tensors = {"w": w.clone(), **({"h": h.clone()} if gradient_td else {})}
         return Snapshot(TablePolicy(prob.pi, kind="probs", seed=t.seed), tensors, state)
 
@@ -176,7 +171,7 @@ def train(cfg: Any, ctx: RunContext, method: str) -> None:
                     )
                     for s_t, g_t in zip(episode.states, returns, strict=True):
                         w = gradient_mc_step(w, prob.x[s_t], g_t, a.alpha)
-                    episode = _Episode()
+                    episode = _episode()
                 ctx.episode(step, ep_return, ep_len)
                 obs, ep_return, ep_len = int(env.reset()[0]), 0.0, 0
             else:
