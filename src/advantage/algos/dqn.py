@@ -132,10 +132,6 @@ def check_env(cfg: DQNConfig, env: gym.Env) -> None:
     check_buffer_memory(cfg, env)
 
 
-def make_q(cfg: DQNConfig, obs_space: gym.spaces.Box, n_actions: int) -> QNetwork:
-    return QNetwork(obs_space, n_actions, cfg.model)
-
-
 # ----------------------------------------------------------------------------------------------------
 # Overestimation (SPEC V4): max_a Q(s, a) against the greedy policy's Monte Carlo return from s
 
@@ -367,7 +363,7 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
         cast(Box, env.single_observation_space),
         int(cast(Discrete, env.single_action_space).n),
     )
-    q, q_target = make_q(cfg, obs_space, n_actions), make_q(cfg, obs_space, n_actions)
+    q, q_target = QNetwork(obs_space, n_actions, cfg.model), QNetwork(obs_space, n_actions, cfg.model)
     q_target.load_state_dict(q.state_dict())
     q_target.requires_grad_(False)
     params, target_params = list(q.parameters()), list(q_target.parameters())
@@ -541,6 +537,6 @@ def gradient_step(
 
 
 def _policy(cfg: DQNConfig, env: gym.Env, tensors: Any) -> DQNPolicy:
-    q = make_q(cfg, cast(Box, env.observation_space), int(cast(Discrete, env.action_space).n))
+    q = QNetwork(cast(Box, env.observation_space), int(cast(Discrete, env.action_space).n), cfg.model)
     load_module("q", q, tensors)
     return DQNPolicy(q)

@@ -45,7 +45,14 @@ class LinearAlgorithm:
     behavior: str = option("env", BEHAVIOR_HELP, choices=("env", "uniform", "target"))
 
     def problems(self) -> list[str]:
-        return check_features(self.features)
+        """Problems with the *form* of ``features`` (the function itself is checked against the
+        environment by :func:`advantage.algos.tabular.linear_common.feature_matrix`)."""
+        spec = self.features
+        module, sep, name = spec.partition(":")
+        if spec in ("onehot", "baird") or (sep and module and name):
+            return []
+        hint = "; did you mean onehot?" if spec.lower().startswith("one") else ""
+        return [f"algorithm.features must be onehot, baird or 'module:function', got {spec!r}{hint}"]
 
 
 @dataclass
@@ -67,20 +74,6 @@ class LinearConfig:
     algorithm: LinearAlgorithm = section(LinearAlgorithm)
     model: LinearModel = section(LinearModel)
     trainer: TrainerConfig = section(TrainerConfig)
-
-
-def check_features(spec: str) -> list[str]:
-    """Problems with the *form* of ``algorithm.features`` (the function itself is checked against the
-    environment by :func:`feature_matrix`)."""
-    if spec in ("onehot", "baird"):
-        return []
-    module, sep, name = spec.partition(":")
-    if not sep or not module or not name:
-        return [
-            f"algorithm.features must be onehot, baird or 'module:function', got {spec!r}"
-            f"{'; did you mean onehot?' if spec.lower().startswith('one') else ''}"
-        ]
-    return []
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -58,32 +58,6 @@ class ReinforceModel:
     squash: bool = option(False, "Box actions: tanh-squash to the bounds (with log-det correction)")
 
 
-def _problems(env: VecEnvConfig, a: ReinforceAlgorithm) -> list[str]:
-    out = []
-    if env.num_envs > a.episodes_per_update:
-        out.append(
-            f"env.num_envs ({env.num_envs}) must be <= algorithm.episodes_per_update "
-            f"({a.episodes_per_update}): every environment plays at least one episode of each batch"
-        )
-    if a.baseline == "value" and a.return_type != "reward_to_go":
-        out.append(
-            "algorithm.baseline=value needs algorithm.return_type=reward_to_go (V(s_t) estimates the return "
-            f"from t, not the whole return), got return_type={a.return_type}"
-        )
-    if a.discount_weight and a.return_type != "reward_to_go":
-        out.append(
-            "algorithm.discount_weight=true needs algorithm.return_type=reward_to_go: the whole return G_0 "
-            "already carries γ^t (with both, step t would be weighed by γ^2t, a biased estimator), "
-            f"got return_type={a.return_type}"
-        )
-    if isinstance(a, ReinforceISAlgorithm) and a.return_type != "reward_to_go":
-        out.append(
-            "reinforce_is needs algorithm.return_type=reward_to_go (per-decision importance weights), "
-            f"got {a.return_type}"
-        )
-    return out
-
-
 @dataclass
 class ReinforceConfig:
     env: VecEnvConfig = section(VecEnvConfig)
@@ -92,7 +66,30 @@ class ReinforceConfig:
     trainer: TrainerConfig = section(TrainerConfig)
 
     def problems(self) -> list[str]:
-        return _problems(self.env, self.algorithm)
+        env, a = self.env, self.algorithm
+        out = []
+        if env.num_envs > a.episodes_per_update:
+            out.append(
+                f"env.num_envs ({env.num_envs}) must be <= algorithm.episodes_per_update "
+                f"({a.episodes_per_update}): every environment plays at least one episode of each batch"
+            )
+        if a.baseline == "value" and a.return_type != "reward_to_go":
+            out.append(
+                "algorithm.baseline=value needs algorithm.return_type=reward_to_go (V(s_t) estimates the "
+                f"return from t, not the whole return), got return_type={a.return_type}"
+            )
+        if a.discount_weight and a.return_type != "reward_to_go":
+            out.append(
+                "algorithm.discount_weight=true needs algorithm.return_type=reward_to_go: the whole return "
+                "G_0 already carries γ^t (with both, step t would be weighed by γ^2t, a biased estimator), "
+                f"got return_type={a.return_type}"
+            )
+        if isinstance(a, ReinforceISAlgorithm) and a.return_type != "reward_to_go":
+            out.append(
+                "reinforce_is needs algorithm.return_type=reward_to_go (per-decision importance weights), "
+                f"got {a.return_type}"
+            )
+        return out
 
 
 @dataclass

@@ -133,7 +133,8 @@ def visit_distribution(env: gym.Env, model: TabularModel, mu: np.ndarray) -> np.
     is given), restarting at the env's start distribution on termination and after its time limit
     (:func:`advantage.math.linear_td.state_distribution`)."""
     p_mu = torch.from_numpy(np.einsum("sa,sat->st", mu, model.transitions))
-    return state_distribution(p_mu, torch.from_numpy(start_distribution(env)), time_limit(env)).numpy()
+    limit = getattr(getattr(env, "spec", None), "max_episode_steps", None)
+    return state_distribution(p_mu, torch.from_numpy(start_distribution(env)), limit).numpy()
 
 
 def value_metrics(
@@ -155,11 +156,6 @@ def value_metrics(
 def check_weights(ctx: RunContext, step: int, w: torch.Tensor) -> None:
     """Stops a run whose weights diverged to a non-finite ‖w‖ (:meth:`RunContext.check_finite`)."""
     ctx.check_finite(step, "‖w‖ (the weights diverged)", float(torch.linalg.vector_norm(w)))
-
-
-def time_limit(env: gym.Env) -> int | None:
-    spec = getattr(env, "spec", None)
-    return getattr(spec, "max_episode_steps", None)
 
 
 def check_linear(cfg: Any, env: gym.Env, name: str, control: bool = False) -> None:
