@@ -29,7 +29,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from advantage.config import VecEnvConfig
 from advantage.context import RunContext, Snapshot
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
 from advantage.envs import describe_space, env_state, make_vec_env, require_space, set_env_state
@@ -118,11 +117,10 @@ def load_policy(
 
 
 def start(cfg: Any) -> Experience:
-    """What every off-policy trainer does first: :func:`~advantage.rollout.envsteps.setup_torch` and the
+    """What every off-policy trainer does first: :func:`~advantage.rollout.envsteps.setup_torch`, then the
     run's :class:`Experience`."""
-    a, t = cfg.algorithm, cfg.trainer
-    setup_torch(t)
-    return Experience(cfg.env, a.buffer_size, a.gamma, t.seed, a.normalize_obs, a.clip_obs)
+    setup_torch(cfg.trainer)
+    return Experience(cfg)
 
 
 def run(
@@ -181,26 +179,17 @@ def run(
 class Experience:
     """The environment side of an off-policy run: vector env, replay buffer, observation normalizer.
 
-    Args:
-        env_cfg: the ``env`` section.
-        buffer_size: replay capacity in transitions.
-        gamma: discount (stored per transition, see :class:`advantage.data.ReplayBuffer`).
-        seed: seeds the env, the buffer's sampler and the exploration generator ``self.rng``.
-        normalize_obs, clip_obs: observation normalization by running mean/std, clipped to ±``clip_obs``.
+    Built from the config: the ``env`` section; ``algorithm.buffer_size`` (replay capacity in transitions),
+    ``gamma`` (the discount stored per transition, see :class:`advantage.data.ReplayBuffer`),
+    ``normalize_obs`` and ``clip_obs`` (normalization by running mean/std, clipped to ±``clip_obs``);
+    ``trainer.seed`` seeds the env, the buffer's sampler and the exploration generator ``self.rng``.
     """
 
-    def __init__(
-        self,
-        env_cfg: VecEnvConfig,
-        buffer_size: int,
-        gamma: float,
-        seed: int,
-        normalize_obs: bool,
-        clip_obs: float,
-    ):
-        self.env = make_vec_env(env_cfg)
+    def __init__(self, cfg: Any):
+        a, seed = cfg.algorithm, cfg.trainer.seed
+        self.env = make_vec_env(cfg.env)
         self.seed = seed
-        self.N = env_cfg.num_envs
+        self.N = cfg.env.num_envs
         obs_space, act_space = (
             self.env.single_observation_space,
             cast(gym.spaces.Box, self.env.single_action_space),
@@ -212,16 +201,16 @@ class Experience:
         self.high = act_space.high.astype(np.float64).reshape(-1)
         self.action_space = act_space
         self.buffer = ReplayBuffer(
-            capacity=buffer_size,
+            capacity=a.buffer_size,
             obs_shape=(self.obs_dim,),
             obs_dtype=np.float32,
             action_shape=(self.act_dim,),
             action_dtype=np.float32,
             num_envs=self.N,
-            gamma=gamma,
+            gamma=a.gamma,
             seed=seed,
         )
-        self.obs_norm = ObsNormalizer((self.obs_dim,), normalize_obs, clip_obs)
+        self.obs_norm = ObsNormalizer((self.obs_dim,), a.normalize_obs, a.clip_obs)
         self.rng = np.random.default_rng(seed)
         self.step = 0
         obs, _ = self.env.reset(seed=seed)
