@@ -52,7 +52,7 @@ import torch
 from gymnasium.spaces import Box, Discrete
 from torch import nn
 
-from advantage.algos.offpolicy_common import LeanAdam, buffer_state, load_buffer
+from advantage.algos.offpolicy_common import LeanAdam, buffer_state, check_buffer_memory, load_buffer
 from advantage.configs.dqn import DQNAlgorithm, DQNConfig, DQNModel
 from advantage.context import RunContext, Snapshot
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
@@ -127,8 +127,6 @@ class DQNPolicy:
 def check_env(cfg: DQNConfig, env: gym.Env) -> None:
     require_space("dqn", cfg.env.id, "action", env.action_space, Discrete)
     require_space("dqn", cfg.env.id, "observation", env.observation_space, Box)
-    from advantage.algos.offpolicy_common import check_buffer_memory
-
     check_buffer_memory(cfg, env)
 
 

@@ -258,14 +258,8 @@ class Experience:
         if self.obs_norm.enabled:
             obs = self.obs_norm(obs).astype(np.float32)
             next_obs = self.obs_norm(next_obs).astype(np.float32)
-        return (
-            torch.from_numpy(obs),
-            torch.from_numpy(b["actions"]),
-            torch.from_numpy(b["rewards"]),
-            torch.from_numpy(next_obs),
-            torch.from_numpy(b["terminated"]),
-            torch.from_numpy(b["discounts"]),
-        )
+        columns = (obs, b["actions"], b["rewards"], next_obs, b["terminated"], b["discounts"])
+        return tuple(torch.from_numpy(x) for x in columns)
 
     # ---- checkpoints --------------------------------------------------------------------------------
     def tensors(self) -> dict[str, torch.Tensor]:
