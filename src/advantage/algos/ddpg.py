@@ -27,3 +27,5 @@ DDPG trains with TD3's code (:func:`advantage.algos.td3.train`, :func:`advantage
 its ``algorithm`` section (:class:`advantage.configs.ddpg.DDPGAlgorithm`) switches TD3's three changes
 off — one critic, actor and targets moved on every update, no target policy noise.
 """
+
+from advantage.configs.ddpg import DDPGAlgorithm, DDPGConfig, DDPGModel  # noqa: F401  (on this API page)

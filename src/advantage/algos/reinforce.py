@@ -73,6 +73,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from advantage.configs.reinforce import (  # noqa: F401  (on this API page)
+    ReinforceAlgorithm,
+    ReinforceISAlgorithm,
+    ReinforceModel,
+)
 from advantage.context import RunContext, Snapshot
 from advantage.envs import env_state, make_vec_env, set_env_state
 from advantage.errors import EnvError, NonFiniteError

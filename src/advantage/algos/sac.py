@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from advantage.algos.offpolicy_common import ContinuousPolicy, LeanAdam, check_finite, load_policy, run, start
-from advantage.configs.sac import SACConfig
+from advantage.configs.sac import SACAlgorithm, SACConfig, SACModel  # noqa: F401  (on this API page)
 from advantage.context import RunContext
 from advantage.math.q_targets import polyak_update, soft_q_target
 from advantage.nn.continuous import EnsembleQ, SquashedGaussianActor

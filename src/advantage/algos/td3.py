@@ -40,7 +40,7 @@ import torch
 
 from advantage.algos.offpolicy_common import ContinuousPolicy, LeanAdam, check_finite, load_policy, run, start
 from advantage.configs.ddpg import DDPGAlgorithm, DDPGConfig
-from advantage.configs.td3 import TD3Algorithm, TD3Config
+from advantage.configs.td3 import TD3Algorithm, TD3Config, TD3Model  # noqa: F401  (on this API page)
 from advantage.context import RunContext
 from advantage.math.q_targets import clipped_double_q_target, polyak_update
 from advantage.nn.continuous import DeterministicActor, EnsembleQ
