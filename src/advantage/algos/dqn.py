@@ -114,9 +114,8 @@ class DQNPolicy:
     def __init__(self, q: QNetwork):
         self.q = q
 
-    @torch.inference_mode()
     def act(self, obs: Any, deterministic: bool = True) -> int:
-        return int(self.q(torch.as_tensor(np.asarray(obs)[None], dtype=torch.float32)).argmax(-1))
+        return self.act_batch(np.asarray(obs)[None])[0]
 
     @torch.inference_mode()
     def act_batch(self, obs: np.ndarray) -> list[int]:
@@ -357,10 +356,8 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
     setup_torch(t)
     env = make_vec_env(cfg.env)
     N = cfg.env.num_envs
-    obs_space, n_actions = (
-        cast(Box, env.single_observation_space),
-        int(cast(Discrete, env.single_action_space).n),
-    )
+    obs_space = cast(Box, env.single_observation_space)
+    n_actions = int(cast(Discrete, env.single_action_space).n)
     q, q_target = QNetwork(obs_space, n_actions, cfg.model), QNetwork(obs_space, n_actions, cfg.model)
     q_target.load_state_dict(q.state_dict())
     q_target.requires_grad_(False)

@@ -153,11 +153,10 @@ def collect_episodes(
 
 
 def _pad(rows: list, num_envs: int) -> Episodes:
-    obs = torch.stack([r[0] for r in rows])  # [L, N, ...]
-    act = torch.stack([r[1] for r in rows])
-    logp = torch.stack([r[2] for r in rows])
-    rew = torch.as_tensor(np.stack([r[3] for r in rows]), dtype=torch.float32)
-    use, ends = np.stack([r[4] for r in rows]), np.stack([r[5] for r in rows])
+    columns = list(zip(*rows, strict=True))
+    obs, act, logp = (torch.stack(c) for c in columns[:3])  # [L, N, ...]
+    rew = torch.as_tensor(np.stack(columns[3]), dtype=torch.float32)
+    use, ends = np.stack(columns[4]), np.stack(columns[5])
     spans = []  # (env, step indices of one episode), env by env, in order
     for j in range(num_envs):
         idx = np.flatnonzero(use[:, j])
