@@ -67,12 +67,7 @@ class TD3Nets:
 
     def learner(self) -> LearnerState:
         """Networks, optimizers and the torch RNG (the target noise's), under their checkpoint names."""
-        modules = {
-            "actor": self.actor,
-            "actor_target": self.actor_target,
-            "critic": self.critic,
-            "critic_target": self.critic_target,
-        }
+        modules = {name: getattr(self, name) for name in ("actor", "actor_target", "critic", "critic_target")}
         return LearnerState(modules, {"actor_optim": self.actor_opt, "critic_optim": self.critic_opt})
 
 

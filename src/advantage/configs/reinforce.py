@@ -113,14 +113,7 @@ PRESETS = {
 PRESETS_IS = {
     "cartpole": Preset(
         "CartPole-v1: each batch reused for 4 importance-weighted updates",
-        {
-            "env.id": "CartPole-v1",
-            "env.num_envs": 8,
-            "algorithm.episodes_per_update": 8,
-            "algorithm.baseline": "value",
-            "algorithm.reuse": 4,
-            "trainer.total_steps": 500_000,
-        },
+        {**PRESETS["cartpole"].overrides, "algorithm.reuse": 4},
     ),
 }
 
