@@ -335,6 +335,14 @@ class LeanAdam:
         for p in self.params:
             p.grad = None
 
+    def minimize(self, loss: torch.Tensor, step: int, what: str) -> None:
+        """One step down ``loss``, refused first when it is NaN/inf (:func:`check_finite`: the run stops at
+        ``step`` naming ``what``, and the weights are not updated)."""
+        check_finite(step, what, loss)
+        self.zero_grad()
+        loss.backward()
+        self.step()
+
     def step(self) -> None:
         group, state = self.opt.param_groups[0], self.opt.state
         states = [state[p] for p in self.params]  # re-read: load_state_dict replaces the state dicts

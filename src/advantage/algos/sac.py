@@ -44,7 +44,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from advantage.algos.offpolicy_common import ContinuousPolicy, LeanAdam, check_finite, load_policy, run, start
+from advantage.algos.offpolicy_common import ContinuousPolicy, LeanAdam, load_policy, run, start
 from advantage.configs.sac import SACAlgorithm, SACConfig, SACModel  # noqa: F401  (on this API page)
 from advantage.context import RunContext
 from advantage.math.q_targets import polyak_update, soft_q_target
@@ -115,10 +115,7 @@ def update(
         )
     q = nets.critic(obs, actions)  # [2, B]
     critic_loss = 0.5 * ((q - y) ** 2).mean(-1).sum()  # ½ Σ_k MSE_k, as SB3
-    check_finite(step, "critic loss", critic_loss)
-    nets.critic_opt.zero_grad()
-    critic_loss.backward()
-    nets.critic_opt.step()
+    nets.critic_opt.minimize(critic_loss, step, "critic loss")
 
     q_pi = nets.critic(obs, pi, detach=True).min(0).values  # [B], with the updated critics
     actor_loss = (alpha * logp - q_pi).mean()
@@ -126,10 +123,7 @@ def update(
     if nets.learn_alpha:
         alpha_loss = -(nets.log_alpha * (logp.detach() + nets.target_entropy)).mean()
         loss = actor_loss + alpha_loss  # disjoint parameters: one backward, one fused Adam step
-    check_finite(step, "actor loss", loss)
-    nets.actor_opt.zero_grad()
-    loss.backward()
-    nets.actor_opt.step()
+    nets.actor_opt.minimize(loss, step, "actor loss")
     polyak_update(nets.targets, nets.onlines, tau)
     if not metrics:
         return {}

@@ -38,7 +38,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from advantage.algos.offpolicy_common import ContinuousPolicy, LeanAdam, check_finite, load_policy, run, start
+from advantage.algos.offpolicy_common import ContinuousPolicy, LeanAdam, load_policy, run, start
 from advantage.configs.ddpg import DDPGAlgorithm, DDPGConfig
 from advantage.configs.td3 import TD3Algorithm, TD3Config, TD3Model  # noqa: F401  (on this API page)
 from advantage.context import RunContext
@@ -111,19 +111,13 @@ def update(
         )  # K = 1 (DDPG): r + γ(1-d) Q̄(s', μ̄(s'))
     q = nets.critic(obs, actions)  # [K, B]
     critic_loss = ((q - y) ** 2).mean(-1).sum()  # Σ_k MSE_k, as SB3
-    check_finite(step, "critic loss", critic_loss)
-    nets.critic_opt.zero_grad()
-    critic_loss.backward()
-    nets.critic_opt.step()
+    nets.critic_opt.minimize(critic_loss, step, "critic loss")
     nets.updates += 1
     out = {"train/critic_loss": critic_loss.detach(), "train/q_mean": q.detach().mean()} if metrics else {}
     if nets.updates % a.policy_delay == 0:
         # deterministic policy gradient through the first critic
         actor_loss = -nets.critic(obs, nets.actor(obs), first_only=True, detach=True).mean()
-        check_finite(step, "actor loss", actor_loss)
-        nets.actor_opt.zero_grad()
-        actor_loss.backward()
-        nets.actor_opt.step()
+        nets.actor_opt.minimize(actor_loss, step, "actor loss")
         polyak_update(nets.targets, nets.onlines, a.tau)  # critic and actor targets in one call
         if metrics:
             out["train/actor_loss"] = actor_loss.detach()
