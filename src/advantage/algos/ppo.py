@@ -144,9 +144,7 @@ def learn(
     if a.normalize_advantage and whole_batch and n > 1:
         b_adv = masked_whiten(b_adv, torch.ones_like(b_adv))
     stats: dict[str, list[float]] = {}
-    epochs_run = 0
     for epoch in range(a.n_epochs):
-        epochs_run += 1
         # Metrics cost about 15% of a small network's step: compute them in the last epoch only (or
         # in every epoch when the approximate KL decides an early stop).
         measure = epoch == a.n_epochs - 1 or a.target_kl is not None
@@ -179,19 +177,15 @@ def learn(
             eager.step(opt)
             if not measure:
                 continue
-            for k, v in {
-                "policy_loss": pl.mean(),
-                "value_loss": vl.mean(),
-                "entropy": entropy.mean(),
-                **pm,
-            }.items():
+            measured = {"policy_loss": pl.mean(), "value_loss": vl.mean(), "entropy": entropy.mean(), **pm}
+            for k, v in measured.items():
                 stats.setdefault(k, []).append(float(v.detach()))
             if a.target_kl is not None and float(pm["approx_kl"]) > 1.5 * a.target_kl:
                 stop = True
                 break
         if stop:
             break
-    return {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}, epochs_run
+    return {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}, epoch + 1
 
 
 @torch.no_grad()
