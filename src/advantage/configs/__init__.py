@@ -46,6 +46,21 @@ def register_algorithm(name: str, summary: str, config: type, module: str, **fie
     register(Algorithm(name=name, summary=summary, config=config, **fields))
 
 
+def register_actor_critic(name: str, summary: str, config: type, **fields: Any) -> None:
+    """Register an actor-critic trainer, ``advantage.algos.<name>`` (PPO, TRPO, A2C): it can collect with
+    Ray workers, and the shared functions check its env and rebuild its policy."""
+    register_algorithm(
+        name,
+        summary,
+        config,
+        name,
+        policy=Entry("advantage.rollout.onpolicy:actor_critic_policy"),
+        check_env=Entry("advantage.algos.ppo:check_env", algo=name),
+        workers=True,
+        **fields,
+    )
+
+
 def load(name: str) -> None:
     """Register algorithm ``name`` by importing its config module (nothing for an unknown name)."""
     module = MODULES.get(name)

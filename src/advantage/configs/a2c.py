@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
-from advantage.configs import register_algorithm
+from advantage.configs import register_actor_critic
 from advantage.configs.models import ActorCriticModel
-from advantage.registry import Entry
 
 
 @dataclass
@@ -53,15 +52,11 @@ PRESETS = {
     ),
 }
 
-register_algorithm(
+register_actor_critic(
     "a2c",
     "synchronous advantage actor-critic: n-step rollouts, GAE, TD or MC critic target (Mnih et al. 2016)",
     A2CConfig,
-    "a2c",
-    policy=Entry("advantage.rollout.onpolicy:actor_critic_policy"),
-    check_env=Entry("advantage.algos.ppo:check_env", algo="a2c"),
     presets=PRESETS,
-    workers=True,
     # General defaults: the dataclass's (SB3's A2C, Mnih et al. 2016's RMSprop); CartPole-v1's values are
     # its entry in advantage/hyperparams/a2c.yml.
     defaults={"env.id": "CartPole-v1"},

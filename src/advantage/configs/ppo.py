@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
-from advantage.configs import register_algorithm
+from advantage.configs import register_actor_critic
 from advantage.configs.models import ActorCriticModel
-from advantage.registry import Entry
 
 
 @dataclass
@@ -137,15 +136,11 @@ PRESETS = {
     ),
 }
 
-register_algorithm(
+register_actor_critic(
     "ppo",
     "PPO-Clip / PPO-Penalty with GAE over vectorized envs; Discrete and Box actions (Schulman et al. 2017)",
     PPOConfig,
-    "ppo",
-    policy=Entry("advantage.rollout.onpolicy:actor_critic_policy"),
-    check_env=Entry("advantage.algos.ppo:check_env"),
     presets=PRESETS,
-    workers=True,
     # General defaults (the dataclass's); CartPole-v1's tuned values are its entry in
     # advantage/hyperparams/ppo.yml, applied because env.id has one.
     defaults={"env.id": "CartPole-v1"},

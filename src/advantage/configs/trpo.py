@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
-from advantage.configs import register_algorithm
+from advantage.configs import register_actor_critic
 from advantage.configs.models import ActorCriticModel
-from advantage.registry import Entry
 
 
 @dataclass
@@ -78,15 +77,11 @@ PRESETS = {
     ),
 }
 
-register_algorithm(
+register_actor_critic(
     "trpo",
     "TRPO: natural-gradient step in a mean-KL trust region, CG + line search (Schulman et al. 2015)",
     TRPOConfig,
-    "trpo",
-    policy=Entry("advantage.rollout.onpolicy:actor_critic_policy"),
-    check_env=Entry("advantage.algos.ppo:check_env", algo="trpo"),
     presets=PRESETS,
-    workers=True,
     # General defaults: the dataclass's (sb3-contrib's TRPO, one env); CartPole-v1's values are its entry
     # in advantage/hyperparams/trpo.yml.
     defaults={"env.id": "CartPole-v1", "env.num_envs": 1},
