@@ -390,15 +390,8 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
     def snapshot() -> Snapshot:
         buf_tensors, buf_meta = buffer_state(buffer)
         tensors, meta = learner.save()
-        state = {
-            **meta,
-            "buffer": buf_meta,
-            "rng": rng.bit_generator.state,
-            "env": env_state(env),
-            "next_train": next_train,
-            "next_target": next_target,
-            "next_measure": next_measure,
-        }
+        state = {**meta, "buffer": buf_meta, "rng": rng.bit_generator.state, "env": env_state(env)}
+        state |= {"next_train": next_train, "next_target": next_target, "next_measure": next_measure}
         return Snapshot(
             DQNPolicy(q), {**tensors, **buf_tensors, "obs": torch.as_tensor(obs), **steps.tensors()}, state
         )
