@@ -43,26 +43,21 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Any
 
-import gymnasium as gym
 import torch
 from torch import Tensor
 
-from advantage.configs.a2c import PRESETS, A2CAlgorithm, A2CConfig  # noqa: F401  (their old place)
+from advantage.configs.a2c import A2CAlgorithm, A2CConfig
 from advantage.context import RunContext
 from advantage.envs import make_vec_env
 from advantage.errors import NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, masked_whiten, reward_to_go
-from advantage.nn import ActorCritic, ActorCriticPolicy, eager
+from advantage.nn import ActorCritic, eager
 from advantage.nn.lean import clip_grad_norm
+from advantage.rollout.envsteps import setup_torch
 from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.schedules import remaining
 from advantage.torch_state import LearnerState
-
-
-def make_model(cfg: A2CConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
-    return cfg.model.build(obs_space, action_space)
 
 
 def critic_targets(
@@ -128,11 +123,9 @@ def update(
 
 def train(cfg: A2CConfig, ctx: RunContext) -> None:
     a, t = cfg.algorithm, cfg.trainer
-    torch.set_num_threads(t.torch_threads)
-    torch.set_flush_denormal(True)
-    torch.manual_seed(t.seed)
+    setup_torch(t)
     env = make_vec_env(cfg.env)
-    model = make_model(cfg, env.single_observation_space, env.single_action_space)
+    model = cfg.model.build(env.single_observation_space, env.single_action_space)
     opt = make_optimizer(model, a)
     learner = LearnerState({"model": model}, {"optim": opt})
     rollout = make_collector(env, model, cfg, a.n_steps, ctx)
@@ -163,10 +156,3 @@ def train(cfg: A2CConfig, ctx: RunContext) -> None:
     env.close()
     if hasattr(rollout, "close"):  # Ray workers
         rollout.close()
-
-
-def _policy(cfg: A2CConfig, env: gym.Env, tensors: Any) -> ActorCriticPolicy:
-    model = make_model(cfg, env.observation_space, env.action_space)
-    return ActorCriticPolicy.from_checkpoint(
-        model, cfg.algorithm.normalize_obs, cfg.algorithm.clip_obs, tensors
-    )

@@ -28,9 +28,4 @@ its ``algorithm`` section (:class:`advantage.configs.ddpg.DDPGAlgorithm`) switch
 off — one critic, actor and targets moved on every update, no target policy noise.
 """
 
-from advantage.configs.ddpg import (  # noqa: F401  (their old place)
-    PRESETS,
-    DDPGAlgorithm,
-    DDPGConfig,
-    DDPGModel,
-)
+from advantage.configs.ddpg import DDPGAlgorithm, DDPGConfig, DDPGModel  # noqa: F401  (on this API page)

@@ -52,21 +52,16 @@ import torch
 from gymnasium.spaces import Box, Discrete
 from torch import nn
 
-from advantage.algos.offpolicy_common import LeanAdam, buffer_state, load_buffer
-from advantage.configs.dqn import (  # noqa: F401  (their old place)
-    PRESETS,
-    DQNAlgorithm,
-    DQNConfig,
-    DQNModel,
-)
+from advantage.algos.offpolicy_common import LeanAdam, buffer_state, check_buffer_memory, load_buffer
+from advantage.configs.dqn import DQNAlgorithm, DQNConfig, DQNModel
 from advantage.context import RunContext, Snapshot
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
-from advantage.envs import describe_space, env_state, make_env, make_vec_env, set_env_state
+from advantage.envs import env_state, make_env, make_vec_env, require_space, set_env_state
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import double_q_target, dueling_combine, polyak_update, td_target
 from advantage.nn import eager, mlp
 from advantage.nn.lean import clip_grad_norm
-from advantage.rollout.envsteps import EnvSteps
+from advantage.rollout.envsteps import EnvSteps, setup_torch
 from advantage.torch_state import LearnerState, load_module
 
 
@@ -119,9 +114,8 @@ class DQNPolicy:
     def __init__(self, q: QNetwork):
         self.q = q
 
-    @torch.inference_mode()
     def act(self, obs: Any, deterministic: bool = True) -> int:
-        return int(self.q(torch.as_tensor(np.asarray(obs)[None], dtype=torch.float32)).argmax(-1))
+        return self.act_batch(np.asarray(obs)[None])[0]
 
     @torch.inference_mode()
     def act_batch(self, obs: np.ndarray) -> list[int]:
@@ -130,21 +124,9 @@ class DQNPolicy:
 
 
 def check_env(cfg: DQNConfig, env: gym.Env) -> None:
-    if not isinstance(env.action_space, gym.spaces.Discrete):
-        raise EnvError(
-            f"dqn needs a Discrete action space; {cfg.env.id} has {describe_space(env.action_space)}"
-        )
-    if not isinstance(env.observation_space, gym.spaces.Box):
-        raise EnvError(
-            f"dqn needs a Box observation space; {cfg.env.id} has {describe_space(env.observation_space)}"
-        )
-    from advantage.algos.offpolicy_common import check_buffer_memory
-
+    require_space("dqn", cfg.env.id, "action", env.action_space, Discrete)
+    require_space("dqn", cfg.env.id, "observation", env.observation_space, Box)
     check_buffer_memory(cfg, env)
-
-
-def make_q(cfg: DQNConfig, obs_space: gym.spaces.Box, n_actions: int) -> QNetwork:
-    return QNetwork(obs_space, n_actions, cfg.model)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -371,16 +353,12 @@ def learn(
 
 def train(cfg: DQNConfig, ctx: RunContext) -> None:
     a, t = cfg.algorithm, cfg.trainer
-    torch.set_num_threads(t.torch_threads)
-    torch.set_flush_denormal(True)
-    torch.manual_seed(t.seed)
+    setup_torch(t)
     env = make_vec_env(cfg.env)
     N = cfg.env.num_envs
-    obs_space, n_actions = (
-        cast(Box, env.single_observation_space),
-        int(cast(Discrete, env.single_action_space).n),
-    )
-    q, q_target = make_q(cfg, obs_space, n_actions), make_q(cfg, obs_space, n_actions)
+    obs_space = cast(Box, env.single_observation_space)
+    n_actions = int(cast(Discrete, env.single_action_space).n)
+    q, q_target = QNetwork(obs_space, n_actions, cfg.model), QNetwork(obs_space, n_actions, cfg.model)
     q_target.load_state_dict(q.state_dict())
     q_target.requires_grad_(False)
     params, target_params = list(q.parameters()), list(q_target.parameters())
@@ -412,15 +390,8 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
     def snapshot() -> Snapshot:
         buf_tensors, buf_meta = buffer_state(buffer)
         tensors, meta = learner.save()
-        state = {
-            **meta,
-            "buffer": buf_meta,
-            "rng": rng.bit_generator.state,
-            "env": env_state(env),
-            "next_train": next_train,
-            "next_target": next_target,
-            "next_measure": next_measure,
-        }
+        state = {**meta, "buffer": buf_meta, "rng": rng.bit_generator.state, "env": env_state(env)}
+        state |= {"next_train": next_train, "next_target": next_target, "next_measure": next_measure}
         return Snapshot(
             DQNPolicy(q), {**tensors, **buf_tensors, "obs": torch.as_tensor(obs), **steps.tensors()}, state
         )
@@ -554,6 +525,6 @@ def gradient_step(
 
 
 def _policy(cfg: DQNConfig, env: gym.Env, tensors: Any) -> DQNPolicy:
-    q = make_q(cfg, cast(Box, env.observation_space), int(cast(Discrete, env.action_space).n))
+    q = QNetwork(cast(Box, env.observation_space), int(cast(Discrete, env.action_space).n), cfg.model)
     load_module("q", q, tensors)
     return DQNPolicy(q)

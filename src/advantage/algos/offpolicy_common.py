@@ -21,6 +21,7 @@ Conventions:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import gymnasium as gym
@@ -28,20 +29,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from advantage.config import VecEnvConfig
-from advantage.configs.offpolicy import config_problems  # noqa: F401  (its old place)
-from advantage.context import RunContext
+from advantage.context import RunContext, Snapshot
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
-from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
+from advantage.envs import describe_space, env_state, make_vec_env, require_space, set_env_state
 from advantage.errors import ConfigError, EnvError, NonFiniteError
 from advantage.nn import eager  # noqa: F401  (installed before LeanAdam builds its torch.optim.Adam)
 from advantage.nn.continuous import to_env_action
 from advantage.nn.policy import ObsNormalizer
-from advantage.rollout.envsteps import EnvSteps
-from advantage.torch_state import load_module
+from advantage.rollout.envsteps import EnvSteps, setup_torch
+from advantage.torch_state import LearnerState, load_module
 
 
-def check_continuous_env(algo: str, cfg: Any, env: gym.Env) -> None:
+def check_env(cfg: Any, env: gym.Env, algo: str) -> None:
     """Raise :class:`EnvError` unless ``env`` has a bounded ``Box`` action space and a ``Box`` observation
     space: the actor's ``tanh`` output is mapped onto ``[low, high]``, which must be finite."""
     space, env_id = env.action_space, cfg.env.id
@@ -56,10 +55,7 @@ def check_continuous_env(algo: str, cfg: Any, env: gym.Env) -> None:
             f"rescaled to them); {env_id} has {describe_space(space)}. Wrap the env with "
             "gymnasium.wrappers.RescaleAction or give the space finite bounds"
         )
-    if not isinstance(env.observation_space, gym.spaces.Box):
-        raise EnvError(
-            f"{algo} needs a Box observation space; {env_id} has {describe_space(env.observation_space)}"
-        )
+    require_space(algo, env_id, "observation", env.observation_space, gym.spaces.Box)
     check_buffer_memory(cfg, env)
 
 
@@ -85,24 +81,17 @@ class ContinuousPolicy:
         self.low, self.high = action_space.low.astype(np.float64), action_space.high.astype(np.float64)
         self.shape = action_space.shape
 
-    @torch.inference_mode()
     def act(self, obs: Any, deterministic: bool = True) -> np.ndarray:
-        x = torch.as_tensor(self.obs_norm(np.asarray(obs, np.float64)[None]), dtype=torch.float32)
-        if hasattr(self.actor, "mode"):  # SAC: tanh(mean) when deterministic, a sample otherwise
-            a = self.actor.mode(x.flatten(1)) if deterministic else self.actor(x.flatten(1))[0]  # type: ignore[operator]  # SAC actor: has mode()
-        else:
-            a = self.actor(x.flatten(1))
-        return (
-            to_env_action(a[0].numpy().astype(np.float64), self.low.ravel(), self.high.ravel())
-            .reshape(self.shape)
-            .astype(np.float32)
-        )
+        return self.act_batch(np.asarray(obs, np.float64)[None], deterministic)[0]
 
     @torch.inference_mode()
-    def act_batch(self, obs: np.ndarray) -> list[np.ndarray]:
-        """Deterministic actions for a batch of observations ``[N, ...]`` (side-by-side evaluation)."""
-        x = torch.as_tensor(self.obs_norm(np.asarray(obs, np.float64)), dtype=torch.float32)
-        a = self.actor.mode(x.flatten(1)) if hasattr(self.actor, "mode") else self.actor(x.flatten(1))  # type: ignore[operator]  # SAC actor: has mode()
+    def act_batch(self, obs: np.ndarray, deterministic: bool = True) -> list[np.ndarray]:
+        """Actions for a batch of observations ``[N, ...]`` (side-by-side evaluation: deterministic)."""
+        x = torch.as_tensor(self.obs_norm(np.asarray(obs, np.float64)), dtype=torch.float32).flatten(1)
+        if not hasattr(self.actor, "mode"):
+            a = self.actor(x)
+        else:  # SAC: tanh(mean) when deterministic, a sample otherwise
+            a = self.actor.mode(x) if deterministic else self.actor(x)[0]  # type: ignore[operator]  # SAC actor: has mode()
         low, high = self.low.ravel(), self.high.ravel()
         return [
             to_env_action(row.numpy().astype(np.float64), low, high).reshape(self.shape).astype(np.float32)
@@ -111,39 +100,96 @@ class ContinuousPolicy:
 
 
 def load_policy(
-    actor: nn.Module, normalize_obs: bool, clip_obs: float, env: gym.Env, tensors: Any
+    actor_cls: Callable[[int, int, list[int]], nn.Module], cfg: Any, env: gym.Env, tensors: Any
 ) -> ContinuousPolicy:
-    """The evaluation policy of a checkpoint holding ``actor.*`` (and ``obs_rms.*``) tensors."""
+    """The evaluation policy of a checkpoint holding ``actor.*`` (and ``obs_rms.*``) tensors: an
+    ``actor_cls(obs_dim, act_dim, model.actor_hidden)`` for ``env``'s spaces."""
+    obs_space, act_space = cast(gym.spaces.Box, env.observation_space), cast(gym.spaces.Box, env.action_space)
+    actor = actor_cls(
+        int(np.prod(obs_space.shape)), int(np.prod(act_space.shape)), list(cfg.model.actor_hidden)
+    )
     load_module("actor", actor, tensors)
-    obs_norm = ObsNormalizer(cast(gym.spaces.Box, env.observation_space).shape, normalize_obs, clip_obs)
-    if normalize_obs:
+    a = cfg.algorithm
+    obs_norm = ObsNormalizer(obs_space.shape, a.normalize_obs, a.clip_obs)
+    if a.normalize_obs:
         obs_norm.rms.load("obs_rms", tensors)
-    return ContinuousPolicy(actor, obs_norm, cast(gym.spaces.Box, env.action_space))
+    return ContinuousPolicy(actor, obs_norm, act_space)
+
+
+def start(cfg: Any) -> Experience:
+    """What every off-policy trainer does first: :func:`~advantage.rollout.envsteps.setup_torch`, then the
+    run's :class:`Experience`."""
+    setup_torch(cfg.trainer)
+    return Experience(cfg)
+
+
+def run(
+    cfg: Any,
+    ctx: RunContext,
+    exp: Experience,
+    learner: LearnerState,
+    actor: nn.Module,
+    explore: Callable[[torch.Tensor], np.ndarray],
+    update: Callable[[bool], dict[str, torch.Tensor]],
+    extra: Callable[[], tuple[dict[str, torch.Tensor], dict[str, Any]]],
+) -> None:
+    """The loop of DDPG, TD3 and SAC, each with its own update: act (uniform before
+    ``algorithm.learning_starts``, then ``explore(obs)``) and step the envs; from ``learning_starts`` on,
+    ``gradient_steps`` calls of ``update(log)`` every ``train_freq`` steps (``log``: a metrics row is due,
+    one per ``trainer.log_every`` steps); checkpoints of ``learner``, ``exp`` and ``extra()`` (the
+    algorithm's own tensors and state, which it restores itself from ``ctx.restored``)."""
+    a, t = cfg.algorithm, cfg.trainer
+    next_train = a.learning_starts
+    if ctx.restored is not None:
+        ck, s = ctx.restored, ctx.restored.state["algo"]
+        learner.load(ck.tensors, s["learner"], str(ck.path))
+        exp.restore(ck.step, ck.tensors, s["experience"])
+        next_train = s["next_train"]
+
+    def snapshot() -> Snapshot:
+        tensors, meta = learner.save()
+        own_tensors, own_state = extra()
+        state = {"learner": meta, "experience": exp.state(), "next_train": next_train, **own_state}
+        policy = ContinuousPolicy(actor, exp.obs_norm, exp.action_space)
+        return Snapshot(policy, tensors | exp.tensors() | own_tensors, state)
+
+    metrics: dict[str, torch.Tensor] = {}
+    next_log = exp.step - exp.step % t.log_every + t.log_every  # metrics are read on these steps only
+    while exp.step < t.total_steps:
+        if exp.step < a.learning_starts:
+            actions = exp.random_actions()
+        else:
+            with torch.inference_mode():
+                actions = explore(exp.obs_tensor())
+        exp.env_step(actions, ctx)
+        while exp.step >= next_train:
+            next_train += a.train_freq
+            for _ in range(a.gradient_steps):
+                metrics |= update(exp.step >= next_log)
+        if metrics and exp.step >= next_log:
+            next_log = exp.step - exp.step % t.log_every + t.log_every
+            ctx.log(exp.step, {k: float(v) for k, v in metrics.items()})
+            metrics = {}
+        if ctx.tick(exp.step, snapshot):
+            break
+    ctx.finish(exp.step, snapshot())
+    exp.close()
 
 
 class Experience:
     """The environment side of an off-policy run: vector env, replay buffer, observation normalizer.
 
-    Args:
-        env_cfg: the ``env`` section.
-        buffer_size: replay capacity in transitions.
-        gamma: discount (stored per transition, see :class:`advantage.data.ReplayBuffer`).
-        seed: seeds the env, the buffer's sampler and the exploration generator ``self.rng``.
-        normalize_obs, clip_obs: observation normalization by running mean/std, clipped to ±``clip_obs``.
+    Built from the config: the ``env`` section; ``algorithm.buffer_size`` (replay capacity in transitions),
+    ``gamma`` (the discount stored per transition, see :class:`advantage.data.ReplayBuffer`),
+    ``normalize_obs`` and ``clip_obs`` (normalization by running mean/std, clipped to ±``clip_obs``);
+    ``trainer.seed`` seeds the env, the buffer's sampler and the exploration generator ``self.rng``.
     """
 
-    def __init__(
-        self,
-        env_cfg: VecEnvConfig,
-        buffer_size: int,
-        gamma: float,
-        seed: int,
-        normalize_obs: bool,
-        clip_obs: float,
-    ):
-        self.env = make_vec_env(env_cfg)
+    def __init__(self, cfg: Any):
+        a, seed = cfg.algorithm, cfg.trainer.seed
+        self.env = make_vec_env(cfg.env)
         self.seed = seed
-        self.N = env_cfg.num_envs
+        self.N = cfg.env.num_envs
         obs_space, act_space = (
             self.env.single_observation_space,
             cast(gym.spaces.Box, self.env.single_action_space),
@@ -155,16 +201,16 @@ class Experience:
         self.high = act_space.high.astype(np.float64).reshape(-1)
         self.action_space = act_space
         self.buffer = ReplayBuffer(
-            capacity=buffer_size,
+            capacity=a.buffer_size,
             obs_shape=(self.obs_dim,),
             obs_dtype=np.float32,
             action_shape=(self.act_dim,),
             action_dtype=np.float32,
             num_envs=self.N,
-            gamma=gamma,
+            gamma=a.gamma,
             seed=seed,
         )
-        self.obs_norm = ObsNormalizer((self.obs_dim,), normalize_obs, clip_obs)
+        self.obs_norm = ObsNormalizer((self.obs_dim,), a.normalize_obs, a.clip_obs)
         self.rng = np.random.default_rng(seed)
         self.step = 0
         obs, _ = self.env.reset(seed=seed)
@@ -212,14 +258,8 @@ class Experience:
         if self.obs_norm.enabled:
             obs = self.obs_norm(obs).astype(np.float32)
             next_obs = self.obs_norm(next_obs).astype(np.float32)
-        return (
-            torch.from_numpy(obs),
-            torch.from_numpy(b["actions"]),
-            torch.from_numpy(b["rewards"]),
-            torch.from_numpy(next_obs),
-            torch.from_numpy(b["terminated"]),
-            torch.from_numpy(b["discounts"]),
-        )
+        columns = (obs, b["actions"], b["rewards"], next_obs, b["terminated"], b["discounts"])
+        return tuple(torch.from_numpy(x) for x in columns)
 
     # ---- checkpoints --------------------------------------------------------------------------------
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -294,6 +334,14 @@ class LeanAdam:
     def zero_grad(self) -> None:
         for p in self.params:
             p.grad = None
+
+    def minimize(self, loss: torch.Tensor, step: int, what: str) -> None:
+        """One step down ``loss``, refused first when it is NaN/inf (:func:`check_finite`: the run stops at
+        ``step`` naming ``what``, and the weights are not updated)."""
+        check_finite(step, what, loss)
+        self.zero_grad()
+        loss.backward()
+        self.step()
 
     def step(self) -> None:
         group, state = self.opt.param_groups[0], self.opt.state

@@ -38,51 +38,43 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from advantage.configs.ppo import PRESETS, PPOAlgorithm, PPOConfig  # noqa: F401  (their old place)
+from advantage.configs.ppo import PPOAlgorithm, PPOConfig
 from advantage.context import RunContext, Snapshot
-from advantage.envs import describe_space, make_vec_env
+from advantage.envs import describe_space, make_vec_env, require_space
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, masked_whiten
 from advantage.math.kl import k3_from_ratio
 from advantage.math.value_losses import explained_variance
-from advantage.nn import ActorCritic, ActorCriticPolicy, eager
+from advantage.nn import ActorCritic, eager
 from advantage.nn.lean import clip_grad_norm
+from advantage.rollout.envsteps import setup_torch
 from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.schedules import remaining
 from advantage.torch_state import LearnerState
 
 
-def make_model(cfg: PPOConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
-    return cfg.model.build(obs_space, action_space)
-
-
-def check_env(cfg: PPOConfig, env: gym.Env, algo: str = "ppo") -> None:
-    """The spaces an :class:`~advantage.nn.ActorCritic` handles (PPO, TRPO): Box observations, Discrete or
-    Box actions; ``model.squash`` only with Box actions."""
-    if not isinstance(env.observation_space, gym.spaces.Box):
-        raise EnvError(
-            f"{algo} needs a Box observation space; {cfg.env.id} has {describe_space(env.observation_space)}"
-        )
-    if not isinstance(env.action_space, gym.spaces.Discrete | gym.spaces.Box):
-        has = describe_space(env.action_space)
-        raise EnvError(f"{algo} needs a Discrete or Box action space; {cfg.env.id} has {has}")
+def check_env(cfg: Any, env: gym.Env, algo: str = "ppo") -> None:
+    """The spaces an :class:`~advantage.nn.ActorCritic` handles (PPO, TRPO, A2C, REINFORCE): Box
+    observations, Discrete or Box actions; ``model.squash`` only with Box actions; then, for the
+    algorithms with ``algorithm.n_steps``, a rollout that fits in memory."""
+    require_space(algo, cfg.env.id, "observation", env.observation_space, gym.spaces.Box)
+    require_space(algo, cfg.env.id, "action", env.action_space, (gym.spaces.Discrete, gym.spaces.Box))
     if cfg.model.squash and not isinstance(env.action_space, gym.spaces.Box):
         raise EnvError(
             f"model.squash=true needs a Box action space; {cfg.env.id} has {describe_space(env.action_space)}"
         )
-    from advantage.data.replay import check_rollout_memory
+    if hasattr(cfg.algorithm, "n_steps"):  # not REINFORCE: its batches are whole episodes
+        from advantage.data.replay import check_rollout_memory
 
-    check_rollout_memory(cfg, env)
+        check_rollout_memory(cfg, env)
 
 
 def train(cfg: PPOConfig, ctx: RunContext) -> None:
     a, t = cfg.algorithm, cfg.trainer
-    torch.set_num_threads(t.torch_threads)
-    torch.set_flush_denormal(True)  # tiny Adam moments turn denormal and slow CPU math down several-fold
-    torch.manual_seed(t.seed)
+    setup_torch(t)
     env = make_vec_env(cfg.env)
     obs_space, act_space = env.single_observation_space, env.single_action_space
-    model = make_model(cfg, obs_space, act_space)
+    model = cfg.model.build(obs_space, act_space)
     # The fused kernel updates every parameter in one call: a large share of a small network's step time.
     opt = torch.optim.Adam(model.parameters(), lr=a.learning_rate, eps=1e-5, fused=True)
     learner = LearnerState({"model": model}, {"optim": opt})
@@ -152,9 +144,7 @@ def learn(
     if a.normalize_advantage and whole_batch and n > 1:
         b_adv = masked_whiten(b_adv, torch.ones_like(b_adv))
     stats: dict[str, list[float]] = {}
-    epochs_run = 0
     for epoch in range(a.n_epochs):
-        epochs_run += 1
         # Metrics cost about 15% of a small network's step: compute them in the last epoch only (or
         # in every epoch when the approximate KL decides an early stop).
         measure = epoch == a.n_epochs - 1 or a.target_kl is not None
@@ -187,19 +177,15 @@ def learn(
             eager.step(opt)
             if not measure:
                 continue
-            for k, v in {
-                "policy_loss": pl.mean(),
-                "value_loss": vl.mean(),
-                "entropy": entropy.mean(),
-                **pm,
-            }.items():
+            measured = {"policy_loss": pl.mean(), "value_loss": vl.mean(), "entropy": entropy.mean(), **pm}
+            for k, v in measured.items():
                 stats.setdefault(k, []).append(float(v.detach()))
             if a.target_kl is not None and float(pm["approx_kl"]) > 1.5 * a.target_kl:
                 stop = True
                 break
         if stop:
             break
-    return {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}, epochs_run
+    return {f"train/{k}": sum(v) / len(v) for k, v in stats.items()}, epoch + 1
 
 
 @torch.no_grad()
@@ -208,10 +194,3 @@ def penalty_kl(model: ActorCritic, batch: Batch) -> float:
     new_logp, _, _ = model.evaluate(batch.obs, batch.actions)
     log_r = new_logp - batch.logp
     return float(k3_from_ratio(log_r, log_r.exp()).mean())
-
-
-def _policy(cfg: PPOConfig, env: gym.Env, tensors: Any) -> ActorCriticPolicy:
-    model = make_model(cfg, env.observation_space, env.action_space)
-    return ActorCriticPolicy.from_checkpoint(
-        model, cfg.algorithm.normalize_obs, cfg.algorithm.clip_obs, tensors
-    )

@@ -73,17 +73,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from advantage.configs.reinforce import (  # noqa: F401  (their old place)
-    PRESETS,
-    PRESETS_IS,
+from advantage.configs.reinforce import (  # noqa: F401  (on this API page)
     ReinforceAlgorithm,
-    ReinforceConfig,
     ReinforceISAlgorithm,
-    ReinforceISConfig,
     ReinforceModel,
 )
 from advantage.context import RunContext, Snapshot
-from advantage.envs import describe_space, env_state, make_vec_env, set_env_state
+from advantage.envs import env_state, make_vec_env, set_env_state
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import (
     POLICY_LOSSES,
@@ -100,7 +96,7 @@ from advantage.math import (
 )
 from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer, eager
 from advantage.nn.lean import clip_grad_norm
-from advantage.rollout.envsteps import EnvSteps
+from advantage.rollout.envsteps import EnvSteps, setup_torch
 from advantage.torch_state import LearnerState, load_module
 
 MAX_BATCH_STEPS = 1_000_000  # a batch waits for whole episodes; an env that never ends must not hang it
@@ -157,11 +153,10 @@ def collect_episodes(
 
 
 def _pad(rows: list, num_envs: int) -> Episodes:
-    obs = torch.stack([r[0] for r in rows])  # [L, N, ...]
-    act = torch.stack([r[1] for r in rows])
-    logp = torch.stack([r[2] for r in rows])
-    rew = torch.as_tensor(np.stack([r[3] for r in rows]), dtype=torch.float32)
-    use, ends = np.stack([r[4] for r in rows]), np.stack([r[5] for r in rows])
+    columns = list(zip(*rows, strict=True))
+    obs, act, logp = (torch.stack(c) for c in columns[:3])  # [L, N, ...]
+    rew = torch.as_tensor(np.stack(columns[3]), dtype=torch.float32)
+    use, ends = np.stack(columns[4]), np.stack(columns[5])
     spans = []  # (env, step indices of one episode), env by env, in order
     for j in range(num_envs):
         idx = np.flatnonzero(use[:, j])
@@ -279,35 +274,13 @@ def _step(opt: torch.optim.Optimizer, model: ActorCritic, loss: Tensor, max_grad
     eager.step(opt)
 
 
-def check_env(cfg: Any, env: gym.Env, name: str = "reinforce") -> None:
-    if hasattr(cfg.algorithm, "n_steps"):  # a2c
-        from advantage.data.replay import check_rollout_memory
-
-        check_rollout_memory(cfg, env)
-    if not isinstance(env.observation_space, gym.spaces.Box):
-        raise EnvError(
-            f"{name} needs a Box observation space; {cfg.env.id} has {describe_space(env.observation_space)}"
-        )
-    if not isinstance(env.action_space, gym.spaces.Discrete | gym.spaces.Box):
-        raise EnvError(
-            f"{name} needs a Discrete or Box action space; "
-            f"{cfg.env.id} has {describe_space(env.action_space)}"
-        )
-    if cfg.model.squash and not isinstance(env.action_space, gym.spaces.Box):
-        raise EnvError(
-            f"model.squash=true needs a Box action space; {cfg.env.id} has {describe_space(env.action_space)}"
-        )
-
-
 # ----------------------------------------------------------------------------------------------------
 # The loop
 
 
 def train(cfg: Any, ctx: RunContext, off_policy: bool = False) -> None:
     a, t = cfg.algorithm, cfg.trainer
-    torch.set_num_threads(t.torch_threads)
-    torch.set_flush_denormal(True)
-    torch.manual_seed(t.seed)
+    setup_torch(t)
     env = make_vec_env(cfg.env)
     model = make_model(cfg, env.single_observation_space, env.single_action_space)
     parts = ReinforceModelParts(model)

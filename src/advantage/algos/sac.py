@@ -38,27 +38,15 @@ Implementation details (with where they come from):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from advantage.algos.offpolicy_common import (
-    ContinuousPolicy,
-    Experience,
-    LeanAdam,
-    check_continuous_env,
-    check_finite,
-    load_policy,
-)
-from advantage.configs.sac import (  # noqa: F401  (their old place)
-    PRESETS,
-    SACAlgorithm,
-    SACConfig,
-    SACModel,
-)
-from advantage.context import RunContext, Snapshot
+from advantage.algos.offpolicy_common import ContinuousPolicy, LeanAdam, load_policy, run, start
+from advantage.configs.sac import SACAlgorithm, SACConfig, SACModel  # noqa: F401  (on this API page)
+from advantage.context import RunContext
 from advantage.math.q_targets import polyak_update, soft_q_target
 from advantage.nn.continuous import EnsembleQ, SquashedGaussianActor
 from advantage.torch_state import LearnerState
@@ -127,10 +115,7 @@ def update(
         )
     q = nets.critic(obs, actions)  # [2, B]
     critic_loss = 0.5 * ((q - y) ** 2).mean(-1).sum()  # ½ Σ_k MSE_k, as SB3
-    check_finite(step, "critic loss", critic_loss)
-    nets.critic_opt.zero_grad()
-    critic_loss.backward()
-    nets.critic_opt.step()
+    nets.critic_opt.minimize(critic_loss, step, "critic loss")
 
     q_pi = nets.critic(obs, pi, detach=True).min(0).values  # [B], with the updated critics
     actor_loss = (alpha * logp - q_pi).mean()
@@ -138,10 +123,7 @@ def update(
     if nets.learn_alpha:
         alpha_loss = -(nets.log_alpha * (logp.detach() + nets.target_entropy)).mean()
         loss = actor_loss + alpha_loss  # disjoint parameters: one backward, one fused Adam step
-    check_finite(step, "actor loss", loss)
-    nets.actor_opt.zero_grad()
-    loss.backward()
-    nets.actor_opt.step()
+    nets.actor_opt.minimize(loss, step, "actor loss")
     polyak_update(nets.targets, nets.onlines, tau)
     if not metrics:
         return {}
@@ -154,61 +136,28 @@ def update(
     }
 
 
-def check_env(cfg: SACConfig, env: gym.Env, algo: str = "sac") -> None:
-    check_continuous_env(algo, cfg, env)
-
-
 def train(cfg: SACConfig, ctx: RunContext) -> None:
-    a, t = cfg.algorithm, cfg.trainer
-    torch.set_num_threads(t.torch_threads)
-    torch.set_flush_denormal(True)  # tiny Adam moments turn denormal and slow CPU math down several-fold
-    torch.manual_seed(t.seed)
-    exp = Experience(cfg.env, a.buffer_size, a.gamma, t.seed, a.normalize_obs, a.clip_obs)
+    """The shared off-policy loop (:func:`~advantage.algos.offpolicy_common.run`), acting with a sample of
+    the policy and learning by :func:`update`; ``log_alpha``, a bare parameter, is checkpointed beside
+    the learner."""
+    a = cfg.algorithm
+    exp = start(cfg)
     nets = make_nets(cfg, exp.obs_dim, exp.act_dim)
-    learner = nets.learner()
-    next_train = a.learning_starts
     if ctx.restored is not None:
-        ck, s = ctx.restored, ctx.restored.state["algo"]
-        learner.load(ck.tensors, s["learner"], str(ck.path))
         with torch.no_grad():
-            nets.log_alpha.copy_(ck.tensors["log_alpha"])
-        exp.restore(ck.step, ck.tensors, s["experience"])
-        next_train = s["next_train"]
+            nets.log_alpha.copy_(ctx.restored.tensors["log_alpha"])
 
-    def snapshot() -> Snapshot:
-        tensors, meta = learner.save()
-        tensors |= exp.tensors() | {"log_alpha": nets.log_alpha.detach().clone()}
-        state = {"learner": meta, "experience": exp.state(), "next_train": next_train}
-        return Snapshot(ContinuousPolicy(nets.actor, exp.obs_norm, exp.action_space), tensors, state)
+    def explore(obs: torch.Tensor) -> np.ndarray:
+        return nets.actor(obs)[0].numpy()
 
-    metrics: dict[str, torch.Tensor] = {}
-    next_log = exp.step - exp.step % t.log_every + t.log_every  # metrics are read on these steps only
-    while exp.step < t.total_steps:
-        # ---- act: uniform warm-up, then a sample of the policy ---------------------------------------
-        if exp.step < a.learning_starts:
-            actions = exp.random_actions()
-        else:
-            with torch.inference_mode():
-                actions = nets.actor(exp.obs_tensor())[0].numpy()
-        exp.env_step(actions, ctx)
+    def learn(log: bool) -> dict[str, torch.Tensor]:
+        return update(nets, exp.sample(a.batch_size), a.tau, exp.step, log)
 
-        # ---- learn: gradient_steps updates every train_freq steps once learning_starts is reached ------
-        while exp.step >= next_train:
-            next_train += a.train_freq
-            for _ in range(a.gradient_steps):
-                metrics = update(nets, exp.sample(a.batch_size), a.tau, exp.step, exp.step >= next_log)
-        if metrics and exp.step >= next_log:
-            next_log = exp.step - exp.step % t.log_every + t.log_every
-            ctx.log(exp.step, {k: float(v) for k, v in metrics.items()})
-        if ctx.tick(exp.step, snapshot):
-            break
-    ctx.finish(exp.step, snapshot())
-    exp.close()
+    def extra() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        return {"log_alpha": nets.log_alpha.detach().clone()}, {}
+
+    run(cfg, ctx, exp, nets.learner(), nets.actor, explore, learn, extra)
 
 
 def _policy(cfg: SACConfig, env: gym.Env, tensors: Any) -> ContinuousPolicy:
-    obs_dim, act_dim = (
-        int(np.prod(cast(tuple[int, ...], s.shape))) for s in (env.observation_space, env.action_space)
-    )
-    actor = SquashedGaussianActor(obs_dim, act_dim, list(cfg.model.actor_hidden))
-    return load_policy(actor, cfg.algorithm.normalize_obs, cfg.algorithm.clip_obs, env, tensors)
+    return load_policy(SquashedGaussianActor, cfg, env, tensors)

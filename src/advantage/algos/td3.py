@@ -32,28 +32,16 @@ the actor loss uses detached critic weights (no critic weight gradients computed
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from advantage.algos.offpolicy_common import (
-    ContinuousPolicy,
-    Experience,
-    LeanAdam,
-    check_continuous_env,
-    check_finite,
-    load_policy,
-)
+from advantage.algos.offpolicy_common import ContinuousPolicy, LeanAdam, load_policy, run, start
 from advantage.configs.ddpg import DDPGAlgorithm, DDPGConfig
-from advantage.configs.td3 import (  # noqa: F401  (their old place)
-    PRESETS,
-    TD3Algorithm,
-    TD3Config,
-    TD3Model,
-)
-from advantage.context import RunContext, Snapshot
+from advantage.configs.td3 import TD3Algorithm, TD3Config, TD3Model  # noqa: F401  (on this API page)
+from advantage.context import RunContext
 from advantage.math.q_targets import clipped_double_q_target, polyak_update
 from advantage.nn.continuous import DeterministicActor, EnsembleQ
 from advantage.torch_state import LearnerState
@@ -79,12 +67,7 @@ class TD3Nets:
 
     def learner(self) -> LearnerState:
         """Networks, optimizers and the torch RNG (the target noise's), under their checkpoint names."""
-        modules = {
-            "actor": self.actor,
-            "actor_target": self.actor_target,
-            "critic": self.critic,
-            "critic_target": self.critic_target,
-        }
+        modules = {name: getattr(self, name) for name in ("actor", "actor_target", "critic", "critic_target")}
         return LearnerState(modules, {"actor_optim": self.actor_opt, "critic_optim": self.critic_opt})
 
 
@@ -128,88 +111,40 @@ def update(
         )  # K = 1 (DDPG): r + γ(1-d) Q̄(s', μ̄(s'))
     q = nets.critic(obs, actions)  # [K, B]
     critic_loss = ((q - y) ** 2).mean(-1).sum()  # Σ_k MSE_k, as SB3
-    check_finite(step, "critic loss", critic_loss)
-    nets.critic_opt.zero_grad()
-    critic_loss.backward()
-    nets.critic_opt.step()
+    nets.critic_opt.minimize(critic_loss, step, "critic loss")
     nets.updates += 1
     out = {"train/critic_loss": critic_loss.detach(), "train/q_mean": q.detach().mean()} if metrics else {}
     if nets.updates % a.policy_delay == 0:
         # deterministic policy gradient through the first critic
         actor_loss = -nets.critic(obs, nets.actor(obs), first_only=True, detach=True).mean()
-        check_finite(step, "actor loss", actor_loss)
-        nets.actor_opt.zero_grad()
-        actor_loss.backward()
-        nets.actor_opt.step()
+        nets.actor_opt.minimize(actor_loss, step, "actor loss")
         polyak_update(nets.targets, nets.onlines, a.tau)  # critic and actor targets in one call
         if metrics:
             out["train/actor_loss"] = actor_loss.detach()
     return out
 
 
-def check_env(cfg: TD3Config | DDPGConfig, env: gym.Env, algo: str = "td3") -> None:
-    check_continuous_env(algo, cfg, env)
-
-
 def train(cfg: TD3Config | DDPGConfig, ctx: RunContext) -> None:
-    a, t = cfg.algorithm, cfg.trainer
-    torch.set_num_threads(t.torch_threads)
-    torch.set_flush_denormal(True)  # tiny Adam moments turn denormal and slow CPU math down several-fold
-    torch.manual_seed(t.seed)
-    exp = Experience(cfg.env, a.buffer_size, a.gamma, t.seed, a.normalize_obs, a.clip_obs)
+    """The shared off-policy loop (:func:`~advantage.algos.offpolicy_common.run`), acting with the actor's
+    action plus Gaussian noise and learning by :func:`update`; the update count is checkpointed."""
+    a = cfg.algorithm
+    exp = start(cfg)
     nets = make_nets(cfg, exp.obs_dim, exp.act_dim)
-    learner = nets.learner()
-    next_train = a.learning_starts
     if ctx.restored is not None:
-        ck, s = ctx.restored, ctx.restored.state["algo"]
-        learner.load(ck.tensors, s["learner"], str(ck.path))
-        exp.restore(ck.step, ck.tensors, s["experience"])
         # DDPG checkpoints written before DDPG ran on this code have no count (no delay: it does not matter)
-        next_train, nets.updates = s["next_train"], s.get("updates", 0)
+        nets.updates = ctx.restored.state["algo"].get("updates", 0)
 
-    def snapshot() -> Snapshot:
-        tensors, meta = learner.save()
-        state = {
-            "learner": meta,
-            "experience": exp.state(),
-            "next_train": next_train,
-            "updates": nets.updates,
-        }
-        return Snapshot(
-            ContinuousPolicy(nets.actor, exp.obs_norm, exp.action_space), tensors | exp.tensors(), state
-        )
+    def explore(obs: torch.Tensor) -> np.ndarray:
+        return exp.gaussian_noise(nets.actor(obs).numpy(), a.exploration_noise)
 
-    metrics: dict[str, torch.Tensor] = {}
-    next_log = exp.step - exp.step % t.log_every + t.log_every  # metrics are read on these steps only
-    while exp.step < t.total_steps:
-        # ---- act: uniform warm-up, then the actor's action plus Gaussian noise ------------------------
-        if exp.step < a.learning_starts:
-            actions = exp.random_actions()
-        else:
-            with torch.inference_mode():
-                mu = nets.actor(exp.obs_tensor()).numpy()
-            actions = exp.gaussian_noise(mu, a.exploration_noise)
-        exp.env_step(actions, ctx)
+    def learn(log: bool) -> dict[str, torch.Tensor]:
+        return update(nets, exp.sample(a.batch_size), a, exp.step, log)
 
-        # ---- learn ---------------------------------------------------------------------------------
-        while exp.step >= next_train:
-            next_train += a.train_freq
-            for _ in range(a.gradient_steps):
-                row = update(nets, exp.sample(a.batch_size), a, exp.step, exp.step >= next_log)
-                metrics |= row
-        if metrics and exp.step >= next_log:
-            next_log = exp.step - exp.step % t.log_every + t.log_every
-            ctx.log(exp.step, {k: float(v) for k, v in metrics.items()})
-            metrics = {}
-        if ctx.tick(exp.step, snapshot):
-            break
-    ctx.finish(exp.step, snapshot())
-    exp.close()
+    def extra() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        return {}, {"updates": nets.updates}
+
+    run(cfg, ctx, exp, nets.learner(), nets.actor, explore, learn, extra)
 
 
 def _policy(cfg: TD3Config | DDPGConfig, env: gym.Env, tensors: Any) -> ContinuousPolicy:
-    obs_dim, act_dim = (
-        int(np.prod(cast(tuple[int, ...], s.shape))) for s in (env.observation_space, env.action_space)
-    )
-    actor = DeterministicActor(obs_dim, act_dim, list(cfg.model.actor_hidden))
-    return load_policy(actor, cfg.algorithm.normalize_obs, cfg.algorithm.clip_obs, env, tensors)
+    return load_policy(DeterministicActor, cfg, env, tensors)

@@ -37,11 +37,10 @@ import math
 from functools import partial
 from typing import Any, cast
 
-import gymnasium as gym
 import torch
 from torch import Tensor
 
-from advantage.configs.trpo import PRESETS, TRPOAlgorithm, TRPOConfig  # noqa: F401  (their old place)
+from advantage.configs.trpo import TRPOAlgorithm, TRPOConfig
 from advantage.context import RunContext
 from advantage.envs import make_vec_env
 from advantage.errors import NonFiniteError
@@ -54,8 +53,9 @@ from advantage.math import (
     natural_step,
 )
 from advantage.math.value_losses import explained_variance
-from advantage.nn import ActorCritic, ActorCriticPolicy, eager
+from advantage.nn import ActorCritic, eager
 from advantage.nn.actor_critic import CategoricalHead, GaussianHead
+from advantage.rollout.envsteps import setup_torch
 from advantage.rollout.onpolicy import actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.torch_state import LearnerState
 
@@ -94,9 +94,7 @@ def mean_kl(model: ActorCritic, obs: Tensor, old: Tensor, old_log_std: Tensor | 
 
 def train(cfg: TRPOConfig, ctx: RunContext) -> None:
     a, t = cfg.algorithm, cfg.trainer
-    torch.set_num_threads(t.torch_threads)
-    torch.set_flush_denormal(True)
-    torch.manual_seed(t.seed)
+    setup_torch(t)
     env = make_vec_env(cfg.env)
     model = cfg.model.build(env.single_observation_space, env.single_action_space)
     pi_params = [*model.pi_body.parameters(), *model.head.parameters()]
@@ -211,10 +209,3 @@ def value_step(
     explained = explained_variance(old_values, returns)
     last_epoch = losses[-math.ceil(n / a.vf_minibatch_size) :]
     return {"train/value_loss": sum(last_epoch) / len(last_epoch), "train/explained_variance": explained}
-
-
-def _policy(cfg: TRPOConfig, env: gym.Env, tensors: Any) -> ActorCriticPolicy:
-    model = cfg.model.build(env.observation_space, env.action_space)
-    return ActorCriticPolicy.from_checkpoint(
-        model, cfg.algorithm.normalize_obs, cfg.algorithm.clip_obs, tensors
-    )

@@ -10,6 +10,9 @@ answer in a fraction of a second.
 from __future__ import annotations
 
 import importlib
+from typing import Any
+
+from advantage.registry import Algorithm, Entry, register
 
 # algorithm name -> the module that registers it (tests/test_startup.py checks this against the modules)
 MODULES: dict[str, str] = {
@@ -32,6 +35,30 @@ MODULES: dict[str, str] = {
     **dict.fromkeys(("q_learning", "sarsa", "expected_sarsa", "mc_control", "mc_prediction"), "tabular"),
     **dict.fromkeys(("value_iteration", "policy_iteration", "policy_evaluation"), "tabular"),
 }
+
+
+def register_algorithm(name: str, summary: str, config: type, module: str, **fields: Any) -> None:
+    """Register ``name``, trained by ``advantage.algos.<module>:train`` and rebuilt by its ``_policy`` unless
+    ``fields`` name other :class:`~advantage.registry.Entry` objects; the other ``fields`` are the
+    :class:`~advantage.registry.Algorithm` record's as they are."""
+    fields.setdefault("train", Entry(f"advantage.algos.{module}:train"))
+    fields.setdefault("policy", Entry(f"advantage.algos.{module}:_policy"))
+    register(Algorithm(name=name, summary=summary, config=config, **fields))
+
+
+def register_actor_critic(name: str, summary: str, config: type, **fields: Any) -> None:
+    """Register an actor-critic trainer, ``advantage.algos.<name>`` (PPO, TRPO, A2C): it can collect with
+    Ray workers, and the shared functions check its env and rebuild its policy."""
+    register_algorithm(
+        name,
+        summary,
+        config,
+        name,
+        policy=Entry("advantage.rollout.onpolicy:actor_critic_policy"),
+        check_env=Entry("advantage.algos.ppo:check_env", algo=name),
+        workers=True,
+        **fields,
+    )
 
 
 def load(name: str) -> None:

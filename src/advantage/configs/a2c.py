@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
+from advantage.configs import register_actor_critic
 from advantage.configs.models import ActorCriticModel
-from advantage.registry import Algorithm, Entry, register
 
 
 @dataclass
@@ -52,19 +52,12 @@ PRESETS = {
     ),
 }
 
-register(
-    Algorithm(
-        name="a2c",
-        summary="synchronous advantage actor-critic: n-step rollouts, GAE, TD or MC critic target "
-        "(Mnih et al. 2016)",
-        config=A2CConfig,
-        train=Entry("advantage.algos.a2c:train"),
-        policy=Entry("advantage.algos.a2c:_policy"),
-        check_env=Entry("advantage.algos.reinforce:check_env", name="a2c"),
-        presets=PRESETS,
-        workers=True,
-        # General defaults: the dataclass's (SB3's A2C, Mnih et al. 2016's RMSprop); CartPole-v1's
-        # values are its entry in advantage/hyperparams/a2c.yml.
-        defaults={"env.id": "CartPole-v1"},
-    )
+register_actor_critic(
+    "a2c",
+    "synchronous advantage actor-critic: n-step rollouts, GAE, TD or MC critic target (Mnih et al. 2016)",
+    A2CConfig,
+    presets=PRESETS,
+    # General defaults: the dataclass's (SB3's A2C, Mnih et al. 2016's RMSprop); CartPole-v1's values are
+    # its entry in advantage/hyperparams/a2c.yml.
+    defaults={"env.id": "CartPole-v1"},
 )

@@ -7,12 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from advantage.config import Preset, option, section
+from advantage.config import option, section
 from advantage.configs.offpolicy import (
     OffPolicyAlgorithm,
     OffPolicyConfig,
     OffPolicyModel,
     clip_obs_option,
+    mujoco_presets,
     normalize_obs_option,
     register_offpolicy,
     td3_pendulum_presets,
@@ -51,20 +52,12 @@ PRESETS = {
         "Pendulum-v1 in 20k steps, tuned for wall-clock time (64-64 networks); the default",
         {},
     ),
-    "mujoco": Preset(
+    "mujoco": mujoco_presets(
         "MuJoCo locomotion (HalfCheetah-v5; Hopper-v5, Walker2d-v5, Ant-v5 via env.id; needs the mujoco "
         "extra): Fujimoto et al. 2018's DDPG settings, 1M steps",
-        {
-            "env.id": "HalfCheetah-v5",
-            "env.num_envs": 1,
-            "algorithm.learning_starts": 10_000,
-            "model.actor_hidden": [400, 300],
-            "model.critic_hidden": [400, 300],
-            "trainer.total_steps": 1_000_000,
-            "trainer.eval_every": 10_000,
-            "trainer.eval_episodes": 10,
-        },
-    ),
+        1e-3,  # the defaults' learning rate and buffer size: the mujoco settings set them explicitly
+        [400, 300],
+    )["mujoco"],
 }
 
 register_offpolicy(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
-from advantage.registry import Algorithm, Entry, register
+from advantage.configs import register_algorithm
+from advantage.registry import Entry
 
 
 @dataclass
@@ -140,21 +141,18 @@ PRESETS = {
     ),
 }
 
-register(
-    Algorithm(
-        name="dqn",
-        summary="DQN; Double, Dueling, prioritized replay, n-step options; overestimation logged "
-        "(Mnih et al. 2015; van Hasselt et al. 2016)",
-        config=DQNConfig,
-        train=Entry("advantage.algos.dqn:train"),
-        policy=Entry("advantage.algos.dqn:_policy"),
-        check_env=Entry("advantage.algos.dqn:check_env"),
-        presets=PRESETS,
-        # General defaults: SB3's (one env). CartPole-v1's tuned values are its entry in
-        # advantage/hyperparams/dqn.yml: the plain max target with 3-step returns on a 128-128 MLP, 16
-        # envs; every 256 env steps, 64 gradient steps (half the zoo's) on batches of 128 at lr 4e-3; ε
-        # decays over the first 8% of the run (4,000 steps). Measured over seeds 0-24: the 10-episode
-        # greedy mean first reaches 475 at 10k-35k steps, median 15k.
-        defaults={"env.id": "CartPole-v1", "env.num_envs": 1},
-    )
+register_algorithm(
+    "dqn",
+    "DQN; Double, Dueling, prioritized replay, n-step options; overestimation logged "
+    "(Mnih et al. 2015; van Hasselt et al. 2016)",
+    DQNConfig,
+    "dqn",
+    check_env=Entry("advantage.algos.dqn:check_env"),
+    presets=PRESETS,
+    # General defaults: SB3's (one env). CartPole-v1's tuned values are its entry in
+    # advantage/hyperparams/dqn.yml: the plain max target with 3-step returns on a 128-128 MLP, 16
+    # envs; every 256 env steps, 64 gradient steps (half the zoo's) on batches of 128 at lr 4e-3; ε
+    # decays over the first 8% of the run (4,000 steps). Measured over seeds 0-24: the 10-episode
+    # greedy mean first reaches 475 at 10k-35k steps, median 15k.
+    defaults={"env.id": "CartPole-v1", "env.num_envs": 1},
 )

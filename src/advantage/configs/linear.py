@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advantage.config import EnvConfig, Preset, TrainerConfig, option, section
-from advantage.registry import Algorithm, Entry, register
+from advantage.configs import register_algorithm
+from advantage.registry import Entry
 
 FEATURES_HELP = (
     "feature map x(s): onehot (tabular), baird (Sutton & Barto §11.2, Baird-v0 only), or a function "
@@ -44,7 +45,14 @@ class LinearAlgorithm:
     behavior: str = option("env", BEHAVIOR_HELP, choices=("env", "uniform", "target"))
 
     def problems(self) -> list[str]:
-        return check_features(self.features)
+        """Problems with the *form* of ``features`` (the function itself is checked against the
+        environment by :func:`advantage.algos.tabular.linear_common.feature_matrix`)."""
+        spec = self.features
+        module, sep, name = spec.partition(":")
+        if spec in ("onehot", "baird") or (sep and module and name):
+            return []
+        hint = "; did you mean onehot?" if spec.lower().startswith("one") else ""
+        return [f"algorithm.features must be onehot, baird or 'module:function', got {spec!r}{hint}"]
 
 
 @dataclass
@@ -66,20 +74,6 @@ class LinearConfig:
     algorithm: LinearAlgorithm = section(LinearAlgorithm)
     model: LinearModel = section(LinearModel)
     trainer: TrainerConfig = section(TrainerConfig)
-
-
-def check_features(spec: str) -> list[str]:
-    """Problems with the *form* of ``algorithm.features`` (the function itself is checked against the
-    environment by :func:`feature_matrix`)."""
-    if spec in ("onehot", "baird"):
-        return []
-    module, sep, name = spec.partition(":")
-    if not sep or not module or not name:
-        return [
-            f"algorithm.features must be onehot, baird or 'module:function', got {spec!r}"
-            f"{'; did you mean onehot?' if spec.lower().startswith('one') else ''}"
-        ]
-    return []
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -131,43 +125,42 @@ _LEGS = {
     "expected": Preset("the expected (DP) update instead of samples", {"algorithm.update": "expected"}),
 }
 
-register(
-    Algorithm(
-        name="semi_gradient_td",
-        summary="semi-gradient TD(0), linear features, off-policy by importance weights (diverges on Baird)",
-        config=SemiGradientTDConfig,
-        train=Entry("advantage.algos.tabular.linear_td:train", method="semi_gradient_td"),
-        policy=Entry("advantage.algos.tabular.linear_td:_policy"),
-        check_env=Entry("advantage.algos.tabular.linear_common:check_linear", name="semi_gradient_td"),
+
+def _register(
+    name: str, summary: str, config: type, module: str, presets: dict, control: bool = False
+) -> None:
+    """Register a linear method: ``advantage.algos.tabular.<module>:train`` with ``method=name``."""
+    register_algorithm(
+        name,
+        summary,
+        config,
+        f"tabular.{module}",
+        train=Entry(f"advantage.algos.tabular.{module}:train", method=name),
+        check_env=Entry("advantage.algos.tabular.linear_common:check_linear", name=name, control=control),
         defaults=DEFAULTS,
-        presets={
-            **_LEGS,
-            "monte_carlo": Preset(
-                "remove the bootstrapping leg: per-decision importance-sampled Monte Carlo returns",
-                {"algorithm.bootstrap": False},
-            ),
-        },
+        presets=presets,
         plot_metrics=PLOT_METRICS,
     )
-)
 
+
+_register(
+    "semi_gradient_td",
+    "semi-gradient TD(0), linear features, off-policy by importance weights (diverges on Baird)",
+    SemiGradientTDConfig,
+    "linear_td",
+    {
+        **_LEGS,
+        "monte_carlo": Preset(
+            "remove the bootstrapping leg: per-decision importance-sampled Monte Carlo returns",
+            {"algorithm.bootstrap": False},
+        ),
+    },
+)
 for _name, _summary in {
     "tdc": "TDC (TD with gradient correction): linear gradient-TD that converges off-policy",
     "gtd2": "GTD2: linear gradient-TD on the projected Bellman error, converges off-policy",
 }.items():
-    register(
-        Algorithm(
-            name=_name,
-            summary=_summary,
-            config=GradientTDConfig,
-            train=Entry("advantage.algos.tabular.linear_td:train", method=_name),
-            policy=Entry("advantage.algos.tabular.linear_td:_policy"),
-            check_env=Entry("advantage.algos.tabular.linear_common:check_linear", name=_name),
-            defaults=DEFAULTS,
-            presets=_LEGS,
-            plot_metrics=PLOT_METRICS,
-        )
-    )
+    _register(_name, _summary, GradientTDConfig, "linear_td", _LEGS)
 
 # ----------------------------------------------------------------------------------------------------
 # Control: semi-gradient Q-learning and SARSA
@@ -206,16 +199,4 @@ for _name, _summary in {
     "semi_gradient_q_learning": "semi-gradient Q-learning with linear features (control; the max target)",
     "semi_gradient_sarsa": "semi-gradient SARSA with linear features, off-policy by per-decision weights",
 }.items():
-    register(
-        Algorithm(
-            name=_name,
-            summary=_summary,
-            config=LinearControlConfig,
-            train=Entry("advantage.algos.tabular.linear_control:train", method=_name),
-            policy=Entry("advantage.algos.tabular.linear_control:_policy"),
-            check_env=Entry("advantage.algos.tabular.linear_common:check_linear", name=_name, control=True),
-            defaults=DEFAULTS,
-            presets=_CONTROL_PRESETS,
-            plot_metrics=PLOT_METRICS,
-        )
-    )
+    _register(_name, _summary, LinearControlConfig, "linear_control", _CONTROL_PRESETS, control=True)

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
-from advantage.registry import Algorithm, Entry, register
+from advantage.configs import register_algorithm
+from advantage.registry import Entry
 
 
 @dataclass
@@ -57,20 +58,16 @@ class OffPolicyConfig:
     trainer: TrainerConfig = section(TrainerConfig)
 
     def problems(self) -> list[str]:
-        return config_problems(self)
+        """Cross-field checks shared by the ddpg, td3 and sac configs: the batch fits in the buffer, the
+        first update has a full batch, and both network size lists are non-empty and positive."""
+        from advantage.data.replay import replay_problems  # numpy: not for `advantage list`
 
-
-def config_problems(cfg: Any) -> list[str]:
-    """Cross-field checks shared by the ddpg, td3 and sac configs: the batch fits in the buffer, the first
-    update has a full batch, and both network size lists are non-empty and positive."""
-    from advantage.data.replay import replay_problems  # numpy: not for `advantage list`
-
-    out = replay_problems(cfg.algorithm)
-    for name in ("actor_hidden", "critic_hidden"):
-        sizes = getattr(cfg.model, name)
-        if not sizes or min(sizes) < 1:
-            out.append(f"model.{name} must be a non-empty list of positive sizes, got {sizes}")
-    return out
+        out = replay_problems(self.algorithm)
+        for name in ("actor_hidden", "critic_hidden"):
+            sizes = getattr(self.model, name)
+            if not sizes or min(sizes) < 1:
+                out.append(f"model.{name} must be a non-empty list of positive sizes, got {sizes}")
+        return out
 
 
 def pendulum_preset(summary: str, overrides: Mapping[str, Any]) -> Preset:
@@ -144,18 +141,14 @@ def register_offpolicy(
     name: str, summary: str, config: type, presets: Mapping[str, Preset], module: str | None = None
 ) -> None:
     """Register ``name``, trained by ``advantage.algos.<module>`` (default: ``name``)."""
-    module = module or name
-    register(
-        Algorithm(
-            name=name,
-            summary=summary,
-            config=config,
-            train=Entry(f"advantage.algos.{module}:train"),
-            policy=Entry(f"advantage.algos.{module}:_policy"),
-            check_env=Entry(f"advantage.algos.{module}:check_env", algo=name),
-            presets=presets,
-            # General defaults: the dataclass's, one env; Pendulum-v1's values are its entry in
-            # advantage/hyperparams/<name>.yml.
-            defaults={"env.id": "Pendulum-v1", "env.num_envs": 1},
-        )
+    register_algorithm(
+        name,
+        summary,
+        config,
+        module or name,
+        check_env=Entry("advantage.algos.offpolicy_common:check_env", algo=name),
+        presets=presets,
+        # General defaults: the dataclass's, one env; Pendulum-v1's values are its entry in
+        # advantage/hyperparams/<name>.yml.
+        defaults={"env.id": "Pendulum-v1", "env.num_envs": 1},
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
+from advantage.configs import register_actor_critic
 from advantage.configs.models import ActorCriticModel
-from advantage.registry import Algorithm, Entry, register
 
 
 @dataclass
@@ -136,19 +136,12 @@ PRESETS = {
     ),
 }
 
-register(
-    Algorithm(
-        name="ppo",
-        summary="PPO-Clip / PPO-Penalty with GAE over vectorized envs; Discrete and Box actions "
-        "(Schulman et al. 2017)",
-        config=PPOConfig,
-        train=Entry("advantage.algos.ppo:train"),
-        policy=Entry("advantage.algos.ppo:_policy"),
-        check_env=Entry("advantage.algos.ppo:check_env"),
-        presets=PRESETS,
-        workers=True,
-        # General defaults (the dataclass's); CartPole-v1's tuned values are its entry in
-        # advantage/hyperparams/ppo.yml, applied because env.id has one.
-        defaults={"env.id": "CartPole-v1"},
-    )
+register_actor_critic(
+    "ppo",
+    "PPO-Clip / PPO-Penalty with GAE over vectorized envs; Discrete and Box actions (Schulman et al. 2017)",
+    PPOConfig,
+    presets=PRESETS,
+    # General defaults (the dataclass's); CartPole-v1's tuned values are its entry in
+    # advantage/hyperparams/ppo.yml, applied because env.id has one.
+    defaults={"env.id": "CartPole-v1"},
 )

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
-from advantage.registry import Algorithm, Entry, register
+from advantage.configs import register_algorithm
+from advantage.registry import Entry
 
 
 @dataclass
@@ -57,32 +58,6 @@ class ReinforceModel:
     squash: bool = option(False, "Box actions: tanh-squash to the bounds (with log-det correction)")
 
 
-def _problems(env: VecEnvConfig, a: ReinforceAlgorithm) -> list[str]:
-    out = []
-    if env.num_envs > a.episodes_per_update:
-        out.append(
-            f"env.num_envs ({env.num_envs}) must be <= algorithm.episodes_per_update "
-            f"({a.episodes_per_update}): every environment plays at least one episode of each batch"
-        )
-    if a.baseline == "value" and a.return_type != "reward_to_go":
-        out.append(
-            "algorithm.baseline=value needs algorithm.return_type=reward_to_go (V(s_t) estimates the return "
-            f"from t, not the whole return), got return_type={a.return_type}"
-        )
-    if a.discount_weight and a.return_type != "reward_to_go":
-        out.append(
-            "algorithm.discount_weight=true needs algorithm.return_type=reward_to_go: the whole return G_0 "
-            "already carries γ^t (with both, step t would be weighed by γ^2t, a biased estimator), "
-            f"got return_type={a.return_type}"
-        )
-    if isinstance(a, ReinforceISAlgorithm) and a.return_type != "reward_to_go":
-        out.append(
-            "reinforce_is needs algorithm.return_type=reward_to_go (per-decision importance weights), "
-            f"got {a.return_type}"
-        )
-    return out
-
-
 @dataclass
 class ReinforceConfig:
     env: VecEnvConfig = section(VecEnvConfig)
@@ -91,7 +66,30 @@ class ReinforceConfig:
     trainer: TrainerConfig = section(TrainerConfig)
 
     def problems(self) -> list[str]:
-        return _problems(self.env, self.algorithm)
+        env, a = self.env, self.algorithm
+        out = []
+        if env.num_envs > a.episodes_per_update:
+            out.append(
+                f"env.num_envs ({env.num_envs}) must be <= algorithm.episodes_per_update "
+                f"({a.episodes_per_update}): every environment plays at least one episode of each batch"
+            )
+        if a.baseline == "value" and a.return_type != "reward_to_go":
+            out.append(
+                "algorithm.baseline=value needs algorithm.return_type=reward_to_go (V(s_t) estimates the "
+                f"return from t, not the whole return), got return_type={a.return_type}"
+            )
+        if a.discount_weight and a.return_type != "reward_to_go":
+            out.append(
+                "algorithm.discount_weight=true needs algorithm.return_type=reward_to_go: the whole return "
+                "G_0 already carries γ^t (with both, step t would be weighed by γ^2t, a biased estimator), "
+                f"got return_type={a.return_type}"
+            )
+        if isinstance(a, ReinforceISAlgorithm) and a.return_type != "reward_to_go":
+            out.append(
+                "reinforce_is needs algorithm.return_type=reward_to_go (per-decision importance weights), "
+                f"got {a.return_type}"
+            )
+        return out
 
 
 @dataclass
@@ -115,40 +113,27 @@ PRESETS = {
 PRESETS_IS = {
     "cartpole": Preset(
         "CartPole-v1: each batch reused for 4 importance-weighted updates",
-        {
-            "env.id": "CartPole-v1",
-            "env.num_envs": 8,
-            "algorithm.episodes_per_update": 8,
-            "algorithm.baseline": "value",
-            "algorithm.reuse": 4,
-            "trainer.total_steps": 500_000,
-        },
+        {**PRESETS["cartpole"].overrides, "algorithm.reuse": 4},
     ),
 }
 
-register(
-    Algorithm(
-        name="reinforce",
-        summary="REINFORCE over whole episodes: reward-to-go, baselines (mean/value/optimal), γ^t weight",
-        config=ReinforceConfig,
-        train=Entry("advantage.algos.reinforce:train"),
-        policy=Entry("advantage.algos.reinforce:_policy"),
-        check_env=Entry("advantage.algos.reinforce:check_env"),
-        presets=PRESETS,
-        defaults=dict(PRESETS["cartpole"].overrides),
-    )
+register_algorithm(
+    "reinforce",
+    "REINFORCE over whole episodes: reward-to-go, baselines (mean/value/optimal), γ^t weight",
+    ReinforceConfig,
+    "reinforce",
+    check_env=Entry("advantage.algos.ppo:check_env", algo="reinforce"),
+    presets=PRESETS,
+    defaults=dict(PRESETS["cartpole"].overrides),
 )
 
-register(
-    Algorithm(
-        name="reinforce_is",
-        summary="off-policy REINFORCE: batches reused with per-decision importance weights "
-        "(Precup et al. 2000)",
-        config=ReinforceISConfig,
-        train=Entry("advantage.algos.reinforce:train", off_policy=True),
-        policy=Entry("advantage.algos.reinforce:_policy"),
-        check_env=Entry("advantage.algos.reinforce:check_env", name="reinforce_is"),
-        presets=PRESETS_IS,
-        defaults=dict(PRESETS_IS["cartpole"].overrides),
-    )
+register_algorithm(
+    "reinforce_is",
+    "off-policy REINFORCE: batches reused with per-decision importance weights (Precup et al. 2000)",
+    ReinforceISConfig,
+    "reinforce",
+    train=Entry("advantage.algos.reinforce:train", off_policy=True),
+    check_env=Entry("advantage.algos.ppo:check_env", algo="reinforce_is"),
+    presets=PRESETS_IS,
+    defaults=dict(PRESETS_IS["cartpole"].overrides),
 )

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from advantage.config import EnvConfig, Preset, TrainerConfig, option, section
-from advantage.registry import Algorithm, Entry, register
+from advantage.configs import register_algorithm
+from advantage.registry import Entry
 
 
 @dataclass
@@ -113,18 +114,16 @@ _TD_SUMMARIES = {
 }
 
 for _name, _summary in _TD_SUMMARIES.items():
-    register(
-        Algorithm(
-            name=_name,
-            summary=_summary,
-            config=TDConfig,
-            train=Entry("advantage.algos.tabular.td:train", method=_name),
-            policy=Entry("advantage.algos.tabular.td:_policy"),
-            check_env=Entry("advantage.algos.tabular.common:check_discrete", name=_name),
-            presets=TD_PRESETS,
-            # The defaults learn slippery FrozenLake-v1 (the default env) to value iteration's success rate.
-            defaults={"trainer.total_steps": 150_000},
-        )
+    register_algorithm(
+        _name,
+        _summary,
+        TDConfig,
+        "tabular.td",
+        train=Entry("advantage.algos.tabular.td:train", method=_name),
+        check_env=Entry("advantage.algos.tabular.common:check_discrete", name=_name),
+        presets=TD_PRESETS,
+        # The defaults learn slippery FrozenLake-v1 (the default env) to value iteration's success rate.
+        defaults={"trainer.total_steps": 150_000},
     )
 
 # ----------------------------------------------------------------------------------------------------
@@ -165,34 +164,32 @@ class MCPredictionConfig(TDConfig):
     algorithm: MCPredictionAlgorithm = section(MCPredictionAlgorithm)  # type: ignore[assignment]
 
 
-register(
-    Algorithm(
-        name="mc_control",
-        summary="Monte Carlo control: first-/every-visit returns, incremental mean, ε-soft policy "
-        "(Sutton & Barto 2018, ch. 5)",
-        config=MCControlConfig,
-        train=Entry("advantage.algos.tabular.monte_carlo:train", control=True),
-        policy=Entry("advantage.algos.tabular.monte_carlo:_control_policy"),
-        check_env=Entry("advantage.algos.tabular.common:check_discrete", name="mc_control"),
-        presets={
-            "frozenlake": Preset(
-                "deterministic FrozenLake 4x4", {"env.is_slippery": False, "trainer.total_steps": 50_000}
-            ),
-            "every_visit": Preset("every-visit instead of first-visit", {"algorithm.visit": "every"}),
-        },
-    )
+register_algorithm(
+    "mc_control",
+    "Monte Carlo control: first-/every-visit returns, incremental mean, ε-soft policy "
+    "(Sutton & Barto 2018, ch. 5)",
+    MCControlConfig,
+    "tabular.monte_carlo",
+    train=Entry("advantage.algos.tabular.monte_carlo:train", control=True),
+    policy=Entry("advantage.algos.tabular.monte_carlo:_control_policy"),
+    check_env=Entry("advantage.algos.tabular.common:check_discrete", name="mc_control"),
+    presets={
+        "frozenlake": Preset(
+            "deterministic FrozenLake 4x4", {"env.is_slippery": False, "trainer.total_steps": 50_000}
+        ),
+        "every_visit": Preset("every-visit instead of first-visit", {"algorithm.visit": "every"}),
+    },
 )
 
-register(
-    Algorithm(
-        name="mc_prediction",
-        summary="Monte Carlo prediction of V^π for a fixed policy (uniform random, or a run's)",
-        config=MCPredictionConfig,
-        train=Entry("advantage.algos.tabular.monte_carlo:train", control=False),
-        policy=Entry("advantage.algos.tabular.monte_carlo:_prediction_policy"),
-        check_env=Entry("advantage.algos.tabular.common:check_discrete", name="mc_prediction"),
-        presets={"every_visit": Preset("every-visit instead of first-visit", {"algorithm.visit": "every"})},
-    )
+register_algorithm(
+    "mc_prediction",
+    "Monte Carlo prediction of V^π for a fixed policy (uniform random, or a run's)",
+    MCPredictionConfig,
+    "tabular.monte_carlo",
+    train=Entry("advantage.algos.tabular.monte_carlo:train", control=False),
+    policy=Entry("advantage.algos.tabular.monte_carlo:_prediction_policy"),
+    check_env=Entry("advantage.algos.tabular.common:check_discrete", name="mc_prediction"),
+    presets={"every_visit": Preset("every-visit instead of first-visit", {"algorithm.visit": "every"})},
 )
 
 # ----------------------------------------------------------------------------------------------------
@@ -223,14 +220,12 @@ _PLANNING_SUMMARIES = {
 }
 
 for _name, _summary in _PLANNING_SUMMARIES.items():
-    register(
-        Algorithm(
-            name=_name,
-            summary=_summary,
-            config=PlanningConfig,
-            train=Entry("advantage.algos.tabular.planning:train", method=_name),
-            policy=Entry("advantage.algos.tabular.planning:_policy"),
-            check_env=Entry("advantage.algos.tabular.planning:check_env", name=_name),
-            defaults={"trainer.total_steps": 0, "trainer.eval_every": 0},
-        )
+    register_algorithm(
+        _name,
+        _summary,
+        PlanningConfig,
+        "tabular.planning",
+        train=Entry("advantage.algos.tabular.planning:train", method=_name),
+        check_env=Entry("advantage.algos.tabular.planning:check_env", name=_name),
+        defaults={"trainer.total_steps": 0, "trainer.eval_every": 0},
     )

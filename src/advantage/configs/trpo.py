@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
+from advantage.configs import register_actor_critic
 from advantage.configs.models import ActorCriticModel
-from advantage.registry import Algorithm, Entry, register
 
 
 @dataclass
@@ -77,19 +77,12 @@ PRESETS = {
     ),
 }
 
-register(
-    Algorithm(
-        name="trpo",
-        summary="TRPO: natural-gradient step in a mean-KL trust region, CG + line search "
-        "(Schulman et al. 2015)",
-        config=TRPOConfig,
-        train=Entry("advantage.algos.trpo:train"),
-        policy=Entry("advantage.algos.trpo:_policy"),
-        check_env=Entry("advantage.algos.ppo:check_env", algo="trpo"),
-        presets=PRESETS,
-        workers=True,
-        # General defaults: the dataclass's (sb3-contrib's TRPO, one env); CartPole-v1's values are its
-        # entry in advantage/hyperparams/trpo.yml.
-        defaults={"env.id": "CartPole-v1", "env.num_envs": 1},
-    )
+register_actor_critic(
+    "trpo",
+    "TRPO: natural-gradient step in a mean-KL trust region, CG + line search (Schulman et al. 2015)",
+    TRPOConfig,
+    presets=PRESETS,
+    # General defaults: the dataclass's (sb3-contrib's TRPO, one env); CartPole-v1's values are its entry
+    # in advantage/hyperparams/trpo.yml.
+    defaults={"env.id": "CartPole-v1", "env.num_envs": 1},
 )

@@ -226,13 +226,14 @@ class ReplayBuffer:
         live = np.ones(E, bool) if valid is None else self._as_batch("valid", valid, ()).astype(bool)
 
         env = np.flatnonzero(live)
+        slot = (self._p_start[env] + self._p_len[env]) % n  # always 0 when n == 1
+        self._p_obs[env, slot] = obs[env]
+        self._p_act[env, slot] = actions[env]
+        self._p_rew[env, slot] = rewards[env]
         if n == 1:
             # Fast path (continuous control adds one step per call): every live step is a finished 1-step
             # transition. Same transitions, slots and state as the general path below, with a third of
-            # the numpy calls; the pending window's slot 0 is written too, so state_dict() is identical.
-            self._p_obs[env, 0] = obs[env]
-            self._p_act[env, 0] = actions[env]
-            self._p_rew[env, 0] = rewards[env]
+            # its numpy calls; the pending window's slot 0 is written above, so state_dict() is identical.
             return self._write(
                 obs=obs[env],
                 actions=actions[env],
@@ -241,10 +242,6 @@ class ReplayBuffer:
                 terminated=term[env],
                 discounts=np.full(env.size, self._gamma_pow[1]),
             )
-        slot = (self._p_start[env] + self._p_len[env]) % n
-        self._p_obs[env, slot] = obs[env]
-        self._p_act[env, slot] = actions[env]
-        self._p_rew[env, slot] = rewards[env]
         self._p_len[env] += 1
 
         done = np.zeros(E, bool)

@@ -105,18 +105,24 @@ def check_env_config(cfg: EnvConfig) -> list[str]:
     return problems
 
 
-def make_env(cfg: EnvConfig, *, render_mode: str | None = None) -> gym.Env:
-    """Build the environment described by the ``env`` section.
-
-    Raises:
-        EnvError: unknown id, bad keyword arguments, or a constructor that fails.
-    """
+def _make_kwargs(cfg: EnvConfig) -> dict[str, Any]:
+    """The keyword arguments of ``gym.make`` for a checked ``env`` section (:class:`EnvError` otherwise)."""
     problems = check_env_config(cfg)
     if problems:
         raise EnvError("; ".join(problems))
     kwargs = dict(cfg.kwargs)
     if cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = cfg.max_episode_steps
+    return kwargs
+
+
+def make_env(cfg: EnvConfig, *, render_mode: str | None = None) -> gym.Env:
+    """Build the environment described by the ``env`` section.
+
+    Raises:
+        EnvError: unknown id, bad keyword arguments, or a constructor that fails.
+    """
+    kwargs = _make_kwargs(cfg)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -141,12 +147,7 @@ def make_vec_env(cfg: VecEnvConfig) -> gym.vector.VectorEnv:
     ``vectorization=auto`` uses the environment's own vectorized implementation when Gymnasium has one
     (e.g. ``CartPoleVectorEnv``: all copies stepped in one numpy call), otherwise a ``SyncVectorEnv``.
     """
-    problems = check_env_config(cfg)
-    if problems:
-        raise EnvError("; ".join(problems))
-    kwargs = dict(cfg.kwargs)
-    if cfg.max_episode_steps is not None:
-        kwargs["max_episode_steps"] = cfg.max_episode_steps
+    kwargs = _make_kwargs(cfg)
     mode = cfg.vectorization
     if mode == "auto":
         mode = "vector_entry_point" if gym.spec(cfg.id).vector_entry_point is not None else "sync"
@@ -212,7 +213,12 @@ def describe_space(space: gym.Space) -> str:
     return type(space).__name__
 
 
-def require_space(algo: str, env_id: str, which: str, space: gym.Space, kind: type[gym.Space]) -> None:
-    """Raise ``EnvError("q_learning needs a Discrete observation space; CartPole-v1 has Box(4,)")``."""
-    if not isinstance(space, kind):
-        raise EnvError(f"{algo} needs a {kind.__name__} {which} space; {env_id} has {describe_space(space)}")
+def require_space(
+    algo: str, env_id: str, which: str, space: gym.Space, kind: type[gym.Space] | tuple[type[gym.Space], ...]
+) -> None:
+    """Raise ``EnvError("q_learning needs a Discrete observation space; CartPole-v1 has Box(4,)")``; with
+    several kinds, ``"ppo needs a Discrete or Box action space; ..."``."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(space, kinds):
+        names = " or ".join(k.__name__ for k in kinds)
+        raise EnvError(f"{algo} needs a {names} {which} space; {env_id} has {describe_space(space)}")

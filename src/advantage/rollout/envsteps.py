@@ -20,12 +20,23 @@ PPO's, TRPO's and A2C's collector, the Ray rollout workers, REINFORCE, DQN and t
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
 
 from advantage.errors import NonFiniteError
+
+if TYPE_CHECKING:
+    from advantage.config import TrainerConfig
+
+
+def setup_torch(trainer: TrainerConfig) -> None:
+    """What every classic trainer does first: ``trainer.torch_threads`` CPU threads, denormals flushed
+    (tiny Adam moments turn denormal and slow CPU math down several-fold) and the torch seed."""
+    torch.set_num_threads(trainer.torch_threads)
+    torch.set_flush_denormal(True)
+    torch.manual_seed(trainer.seed)
 
 
 class EpisodeSink(Protocol):

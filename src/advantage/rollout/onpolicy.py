@@ -265,6 +265,14 @@ def actor_critic_snapshot(
     )
 
 
+def actor_critic_policy(cfg: Any, env: gym.Env, tensors: Any) -> ActorCriticPolicy:
+    """The trained policy of a PPO, TRPO or A2C checkpoint: ``cfg.model`` built for ``env``'s spaces, with
+    the checkpoint's weights and observation statistics."""
+    model = cfg.model.build(env.observation_space, env.action_space)
+    a = cfg.algorithm
+    return ActorCriticPolicy.from_checkpoint(model, a.normalize_obs, a.clip_obs, tensors)
+
+
 def make_collector(
     env: gym.vector.VectorEnv, model: ActorCritic, cfg: Any, n_steps: int, ctx: RunContext
 ) -> Any:

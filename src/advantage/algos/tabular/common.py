@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.spaces import Discrete
 
-from advantage.configs.tabular import EpsilonSchedule, TableModel  # noqa: F401  (their old place)
+from advantage.context import RunContext
 from advantage.envs import env_state, require_space, set_env_state
 from advantage.schedules import linear_schedule  # noqa: F401  (its old place)
 
@@ -63,25 +63,24 @@ def table_shape(env: gym.Env) -> tuple[int, int]:
     return int(cast(Discrete, env.observation_space).n), int(cast(Discrete, env.action_space).n)
 
 
-def rng_state(rng: np.random.Generator) -> dict[str, Any]:
-    return dict(rng.bit_generator.state)
-
-
-def restore_rng(state: dict[str, Any]) -> np.random.Generator:
-    rng = np.random.default_rng()
-    rng.bit_generator.state = state
-    return rng
-
-
 def sampler_state(rng: np.random.Generator, env: gym.Env, obs: int, **extra: Any) -> dict[str, Any]:
     """What a sampling tabular run checkpoints besides its tables: the rng, the env mid-episode, the current
     state and ``extra`` (the next action, the running episode, ...)."""
-    return {"rng": rng_state(rng), "env": env_state(env), "obs": int(obs), **extra}
+    return {"rng": dict(rng.bit_generator.state), "env": env_state(env), "obs": int(obs), **extra}
 
 
-def restore_sampler(state: dict[str, Any], env: gym.Env, seed: int) -> np.random.Generator:
-    """The inverse of :func:`sampler_state` on a checkpoint's ``state["algo"]``: puts ``env`` back
-    mid-episode and returns the rng (the caller reads ``obs`` and its ``extra`` fields from ``state``)."""
+def start_sampler(
+    ctx: RunContext, env: gym.Env, seed: int
+) -> tuple[np.random.Generator, int, int, dict[str, Any]]:
+    """``(rng, obs, step, saved)`` of a sampling tabular run: fresh (the rng seeded with ``seed``, the first
+    state of ``env.reset(seed=seed)``, step 0, nothing saved), or resumed, the inverse of
+    :func:`sampler_state` (``env`` put back mid-episode; ``saved`` is the checkpoint's ``state["algo"]``,
+    where the caller reads its ``extra`` fields)."""
+    if ctx.restored is None:
+        return np.random.default_rng(seed), int(env.reset(seed=seed)[0]), 0, {}
+    saved = ctx.restored.state["algo"]
     env.reset(seed=seed)
-    set_env_state(env, state["env"])
-    return restore_rng(state["rng"])
+    set_env_state(env, saved["env"])
+    rng = np.random.default_rng()
+    rng.bit_generator.state = saved["rng"]
+    return rng, saved["obs"], ctx.restored.step, saved

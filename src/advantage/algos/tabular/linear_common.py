@@ -27,16 +27,6 @@ import numpy as np
 import torch
 
 from advantage.algos.tabular.common import check_discrete, table_shape
-from advantage.configs.linear import (  # noqa: F401  (their old place)
-    BEHAVIOR_HELP,
-    DEFAULTS,
-    FEATURES_HELP,
-    PLOT_METRICS,
-    UPDATE_HELP,
-    LinearAlgorithm,
-    LinearModel,
-    check_features,
-)
 from advantage.context import RunContext
 from advantage.envs import TabularModel, baird_features, tabular_model
 from advantage.envs.baird import INITIAL_WEIGHTS
@@ -93,7 +83,8 @@ def action_features(phi: np.ndarray, n_actions: int) -> np.ndarray:
 
 
 def initial_weights(cfg: Any, size: int, blocks: int = 1) -> np.ndarray:
-    """``model.init_weights``, or its default (see :class:`LinearModel`); ``size`` is the weight count."""
+    """``model.init_weights``, or its default (see :class:`advantage.configs.linear.LinearModel`);
+    ``size`` is the weight count."""
     given = cfg.model.init_weights
     if given is not None:
         if len(given) != size:
@@ -109,32 +100,18 @@ def initial_weights(cfg: Any, size: int, blocks: int = 1) -> np.ndarray:
     return np.zeros(size)
 
 
-def env_policy(env: gym.Env, which: str, env_id: str) -> np.ndarray:
-    """The env's own ``behavior_policy`` or ``target_policy`` ``[S, A]`` (Baird-v0 has both)."""
+def policy_table(env: gym.Env, which: str, choice: str, env_id: str) -> np.ndarray:
+    """The policy ``[S, A]`` that ``algorithm.<which>=<choice>`` names: the env's own ``behavior_policy``
+    or ``target_policy`` (``env``; Baird-v0 has both) or the uniform one (``uniform``)."""
+    if choice != "env":
+        n_states, n_actions = table_shape(env)
+        return np.full((n_states, n_actions), 1.0 / n_actions)
     table = getattr(env.unwrapped, f"{which}_policy", None)
     if table is None:
-        field = "behavior" if which == "behavior" else "target"
         raise ConfigError(
-            f"algorithm.{field}=env, but {env_id} defines no {which} policy (only Baird-v0 does); use uniform"
+            f"algorithm.{which}=env, but {env_id} defines no {which} policy (only Baird-v0 does); use uniform"
         )
     return np.asarray(table, dtype=np.float64)
-
-
-def policy_table(env: gym.Env, which: str, choice: str, env_id: str) -> np.ndarray:
-    """The policy ``[S, A]`` that ``algorithm.<which>=<choice>`` names: the env's own (``env``, see
-    :func:`env_policy`) or the uniform one (``uniform``)."""
-    if choice == "env":
-        return env_policy(env, which, env_id)
-    n_states, n_actions = table_shape(env)
-    return np.full((n_states, n_actions), 1.0 / n_actions)
-
-
-def start_distribution(env: gym.Env) -> np.ndarray:
-    """The env's start distribution (``initial_state_distrib`` of the toy-text envs and Baird-v0)."""
-    h = getattr(env.unwrapped, "initial_state_distrib", None)
-    if h is None:
-        return np.full(table_shape(env)[0], 1.0 / table_shape(env)[0])
-    return np.asarray(h, dtype=np.float64)
 
 
 def visit_distribution(env: gym.Env, model: TabularModel, mu: np.ndarray) -> np.ndarray:
@@ -142,7 +119,11 @@ def visit_distribution(env: gym.Env, model: TabularModel, mu: np.ndarray) -> np.
     is given), restarting at the env's start distribution on termination and after its time limit
     (:func:`advantage.math.linear_td.state_distribution`)."""
     p_mu = torch.from_numpy(np.einsum("sa,sat->st", mu, model.transitions))
-    return state_distribution(p_mu, torch.from_numpy(start_distribution(env)), time_limit(env)).numpy()
+    n_states = table_shape(env)[0]
+    start = getattr(env.unwrapped, "initial_state_distrib", None)  # toy-text envs and Baird-v0 have one
+    h = np.full(n_states, 1.0 / n_states) if start is None else np.asarray(start, dtype=np.float64)
+    limit = getattr(getattr(env, "spec", None), "max_episode_steps", None)
+    return state_distribution(p_mu, torch.from_numpy(h), limit).numpy()
 
 
 def value_metrics(
@@ -166,11 +147,6 @@ def check_weights(ctx: RunContext, step: int, w: torch.Tensor) -> None:
     ctx.check_finite(step, "‖w‖ (the weights diverged)", float(torch.linalg.vector_norm(w)))
 
 
-def time_limit(env: gym.Env) -> int | None:
-    spec = getattr(env, "spec", None)
-    return getattr(spec, "max_episode_steps", None)
-
-
 def check_linear(cfg: Any, env: gym.Env, name: str, control: bool = False) -> None:
     """``check_env`` of the linear methods (``name``: the algorithm): Discrete spaces, a known model,
     features and weights that fit, and the env's own policies when the config asks for them.
@@ -184,7 +160,6 @@ def check_linear(cfg: Any, env: gym.Env, name: str, control: bool = False) -> No
     phi = feature_matrix(cfg.algorithm.features, n_states)
     blocks = n_actions if control else 1
     initial_weights(cfg, phi.shape[1] * blocks, blocks)
-    if cfg.algorithm.behavior == "env":
-        env_policy(env, "behavior", cfg.env.id)
-    if not control and cfg.algorithm.target == "env":
-        env_policy(env, "target", cfg.env.id)
+    policy_table(env, "behavior", cfg.algorithm.behavior, cfg.env.id)
+    if not control:
+        policy_table(env, "target", cfg.algorithm.target, cfg.env.id)

@@ -35,12 +35,12 @@ from advantage.algos.tabular import linear_common
 from advantage.algos.tabular.common import (
     TablePolicy,
     epsilon_greedy_probs,
-    restore_sampler,
     sampler_state,
+    start_sampler,
     table_shape,
 )
 from advantage.algos.tabular.planning import policy_evaluation, q_from_v, value_iteration
-from advantage.configs.linear import LinearControlAlgorithm, LinearControlConfig  # noqa: F401  (their old place)
+from advantage.configs.linear import LinearControlConfig
 from advantage.context import RunContext, Snapshot
 from advantage.envs import tabular_model
 from advantage.errors import ConfigError
@@ -77,20 +77,19 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
     def behaviour(q: np.ndarray) -> np.ndarray:
         return fixed_mu if fixed_mu is not None else _greedy_probs(q, a.epsilon)
 
-    fixed_weights = None
-    if fixed_mu is not None:  # d_μ(s)μ(a|s) of a fixed behaviour policy: computed once
-        fixed_weights = linear_common.visit_distribution(env, model, fixed_mu)[:, None] * fixed_mu
-
-    def sa_weights(mu: np.ndarray) -> np.ndarray:
+    def visits(mu: np.ndarray) -> np.ndarray:
         """d_μ(s)μ(a|s) ``[S, A]``: how often each state-action pair is updated."""
-        if fixed_weights is not None:
-            return fixed_weights
         return linear_common.visit_distribution(env, model, mu)[:, None] * mu
+
+    fixed_weights = None if fixed_mu is None else visits(fixed_mu)  # a fixed behaviour policy's: once
+
+    def sa_weights(q: np.ndarray) -> np.ndarray:
+        """d_μ(s)μ(a|s) ``[S, A]`` of the behaviour policy μ in ``q``."""
+        return fixed_weights if fixed_weights is not None else visits(behaviour(q))
 
     def metrics(w: torch.Tensor) -> dict[str, float]:
         q = q_table(w)
-        mu = behaviour(q)
-        weights = sa_weights(mu)
+        weights = sa_weights(q)
         if q_star is not None:
             truth = q_star
         else:
@@ -104,18 +103,14 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
             return q_next.max(axis=1)
         return (_greedy_probs(q_next, a.epsilon) * q_next).sum(axis=1)
 
+    rng, obs, step, s = start_sampler(ctx, env, t.seed)
+    ep_return, ep_len = s.get("ep_return", 0.0), s.get("ep_len", 0)
     if ctx.restored is None:
         w = torch.from_numpy(linear_common.initial_weights(cfg, x.shape[-1], n_actions).copy())
-        rng = np.random.default_rng(t.seed)
-        obs = int(env.reset(seed=t.seed)[0])
         action = int(rng.choice(n_actions, p=behaviour(q_table(w))[obs]))
-        step, ep_return, ep_len = 0, 0.0, 0
     else:
         w = ctx.restored.tensors["w"].clone()
-        s = ctx.restored.state["algo"]
-        rng = restore_sampler(s, env, t.seed)
-        obs, action, step = s["obs"], s["action"], ctx.restored.step
-        ep_return, ep_len = s["ep_return"], s["ep_len"]
+        action = s["action"]
 
     def snapshot() -> Snapshot:
         state = sampler_state(rng, env, obs, action=int(action), ep_return=ep_return, ep_len=ep_len)
@@ -126,16 +121,9 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
     while step < t.total_steps:
         if a.update == "expected":
             q = q_table(w)
-            mu = behaviour(q)
-            weights = sa_weights(mu)
-            targets = q_from_v(model, next_value(q), a.gamma)
-            w = expected_semi_gradient_update(
-                w,
-                x_flat,
-                torch.from_numpy(weights).reshape(-1),
-                torch.from_numpy(targets).reshape(-1),
-                a.alpha,
-            )
+            weights = torch.from_numpy(sa_weights(q)).reshape(-1)
+            targets = torch.from_numpy(q_from_v(model, next_value(q), a.gamma)).reshape(-1)
+            w = expected_semi_gradient_update(w, x_flat, weights, targets, a.alpha)
             step += 1
         else:
             next_obs, reward, terminated, truncated, _ = env.step(action)

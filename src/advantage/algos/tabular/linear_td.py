@@ -39,21 +39,15 @@ Implementation details:
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
 
 from advantage.algos.tabular import linear_common
-from advantage.algos.tabular.common import TablePolicy, restore_sampler, sampler_state, table_shape
+from advantage.algos.tabular.common import TablePolicy, sampler_state, start_sampler, table_shape
 from advantage.algos.tabular.planning import policy_evaluation
-from advantage.configs.linear import (  # noqa: F401  (their old place)
-    GradientTDAlgorithm,
-    GradientTDConfig,
-    LinearPredictionAlgorithm,
-    SemiGradientTDAlgorithm,
-    SemiGradientTDConfig,
-)
 from advantage.context import RunContext, Snapshot
 from advantage.envs import tabular_model
 from advantage.errors import ConfigError
@@ -106,16 +100,10 @@ class _Problem:
         }
 
 
-class _Episode:
-    """The running episode of a Monte Carlo run: states, rewards and importance weights until its end."""
-
-    def __init__(self, states=None, rewards=None, rhos=None):
-        self.states: list[int] = states or []
-        self.rewards: list[float] = rewards or []
-        self.rhos: list[float] = rhos or []
-
-    def as_dict(self) -> dict[str, list]:
-        return {"states": self.states, "rewards": self.rewards, "rhos": self.rhos}
+def _episode(saved: dict[str, list] | None = None) -> SimpleNamespace:
+    """The running episode of a Monte Carlo run (``saved``: a checkpoint's): states, rewards and
+    importance weights until its end."""
+    return SimpleNamespace(**(saved or {"states": [], "rewards": [], "rhos": []}))
 
 
 def train(cfg: Any, ctx: RunContext, method: str) -> None:
@@ -127,22 +115,18 @@ def train(cfg: Any, ctx: RunContext, method: str) -> None:
     bootstrap = getattr(a, "bootstrap", True)
     sampled = a.update == "sampled"
 
+    rng, obs, step, s = start_sampler(ctx, env, t.seed)
+    ep_return, ep_len = s.get("ep_return", 0.0), s.get("ep_len", 0)
+    episode = _episode(s.get("episode"))
     if ctx.restored is None:
         w = torch.from_numpy(linear_common.initial_weights(cfg, prob.phi.shape[1]).copy())
         h = torch.zeros_like(w)
-        rng = np.random.default_rng(t.seed)
-        obs = int(env.reset(seed=t.seed)[0])
-        step, ep_return, ep_len, episode = 0, 0.0, 0, _Episode()
     else:
         w = ctx.restored.tensors["w"].clone()
         h = ctx.restored.tensors["h"].clone() if gradient_td else torch.zeros_like(w)
-        s = ctx.restored.state["algo"]
-        rng = restore_sampler(s, env, t.seed)
-        obs, step, ep_return, ep_len = s["obs"], ctx.restored.step, s["ep_return"], s["ep_len"]
-        episode = _Episode(**s["episode"])
 
     def snapshot() -> Snapshot:
-        state = sampler_state(rng, env, obs, ep_return=ep_return, ep_len=ep_len, episode=episode.as_dict())
+        state = sampler_state(rng, env, obs, ep_return=ep_return, ep_len=ep_len, episode=vars(episode))
         tensors = {"w": w.clone(), **({"h": h.clone()} if gradient_td else {})}
         return Snapshot(TablePolicy(prob.pi, kind="probs", seed=t.seed), tensors, state)
 
@@ -187,7 +171,7 @@ def train(cfg: Any, ctx: RunContext, method: str) -> None:
                     )
                     for s_t, g_t in zip(episode.states, returns, strict=True):
                         w = gradient_mc_step(w, prob.x[s_t], g_t, a.alpha)
-                    episode = _Episode()
+                    episode = _episode()
                 ctx.episode(step, ep_return, ep_len)
                 obs, ep_return, ep_len = int(env.reset()[0]), 0.0, 0
             else:

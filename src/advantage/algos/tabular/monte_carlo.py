@@ -21,6 +21,7 @@ Implementation details:
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, cast
 
 import numpy as np
@@ -31,8 +32,8 @@ from advantage.algos.tabular.common import (
     epsilon_greedy,
     epsilon_greedy_probs,
     linear_schedule,
-    restore_sampler,
     sampler_state,
+    start_sampler,
     table_shape,
 )
 from advantage.configs.tabular import (
@@ -62,20 +63,9 @@ def fixed_policy_table(spec: str, n_states: int, n_actions: int) -> np.ndarray:
     return np.eye(n_actions)[policy.table.argmax(axis=1)]
 
 
-class _Episode:
-    """The running episode: what Monte Carlo must keep until the episode ends."""
-
-    def __init__(self, states=None, actions=None, rewards=None):
-        self.states: list[int] = states or []
-        self.actions: list[int] = actions or []
-        self.rewards: list[float] = rewards or []
-
-    def as_dict(self) -> dict[str, list]:
-        return {"states": self.states, "actions": self.actions, "rewards": self.rewards}
-
-    def returns(self, gamma: float, bootstrap: float) -> torch.Tensor:
-        r = torch.tensor(self.rewards, dtype=torch.float64)
-        return reward_to_go(r, gamma, bootstrap=torch.tensor(bootstrap, dtype=torch.float64))
+def _episode(saved: dict[str, list] | None = None) -> SimpleNamespace:
+    """The running episode (``saved``: a checkpoint's): what Monte Carlo must keep until the episode ends."""
+    return SimpleNamespace(**(saved or {"states": [], "actions": [], "rewards": []}))
 
 
 def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: bool) -> None:
@@ -93,18 +83,14 @@ def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: b
         c = cast(MCControlAlgorithm, a_cfg)  # control only
         return linear_schedule(c.epsilon_start, c.epsilon_end, c.epsilon_decay_fraction, step, t.total_steps)
 
+    rng, obs, step, s = start_sampler(ctx, env, t.seed)
+    episode = _episode(s.get("episode"))
     if ctx.restored is None:
         est = torch.full((n_keys,), cfg.model.init_value, dtype=torch.float64)
         counts = torch.zeros(n_keys, dtype=torch.float64)
-        rng = np.random.default_rng(t.seed)
-        obs, _ = env.reset(seed=t.seed)
-        step, episode = 0, _Episode()
     else:
         est = ctx.restored.tensors["estimate"].clone()
         counts = ctx.restored.tensors["counts"].clone()
-        s = ctx.restored.state["algo"]
-        rng = restore_sampler(s, env, t.seed)
-        obs, step, episode = s["obs"], ctx.restored.step, _Episode(**s["episode"])
 
     def table() -> np.ndarray:
         return est.numpy().reshape(n_states, n_actions) if control else est.numpy()
@@ -115,7 +101,7 @@ def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: b
         return int(rng.choice(n_actions, p=cast(np.ndarray, pi)[state]))  # prediction: a fixed policy
 
     def snapshot() -> Snapshot:
-        state = sampler_state(rng, env, obs, episode=episode.as_dict())
+        state = sampler_state(rng, env, obs, episode=vars(episode))
         policy = (
             TablePolicy(table().copy())
             if control
@@ -142,11 +128,11 @@ def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: b
             keys = torch.tensor(episode.states, dtype=torch.long)
             if control:
                 keys = keys * n_actions + torch.tensor(episode.actions, dtype=torch.long)
-            est, counts = mc_update(
-                est, counts, keys, episode.returns(a_cfg.gamma, boot), first_visit=a_cfg.visit == "first"
-            )
+            rewards = torch.tensor(episode.rewards, dtype=torch.float64)
+            returns = reward_to_go(rewards, a_cfg.gamma, bootstrap=torch.tensor(boot, dtype=torch.float64))
+            est, counts = mc_update(est, counts, keys, returns, first_visit=a_cfg.visit == "first")
             ctx.episode(step, sum(episode.rewards), len(episode.rewards))
-            episode = _Episode()
+            episode = _episode()
             obs, _ = env.reset()
         if control and step % 1000 == 0:
             ctx.log(step, {"train/epsilon": epsilon(step)})

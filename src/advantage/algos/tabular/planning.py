@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from advantage.algos.tabular.common import TablePolicy, check_discrete, table_shape
-from advantage.configs.tabular import PlanningAlgorithm, PlanningConfig  # noqa: F401  (their old place)
+from advantage.configs.tabular import PlanningConfig
 from advantage.context import RunContext, Snapshot
 from advantage.envs import TabularModel, tabular_model
 from advantage.errors import ConfigError
@@ -46,9 +46,7 @@ def policy_evaluation(model: TabularModel, pi: np.ndarray, gamma: float) -> np.n
     try:
         v = np.linalg.solve(a, r_pi)
     except np.linalg.LinAlgError:
-        raise ValueError(
-            f"(I - γ P_π) is singular for γ={gamma}: the policy can loop forever; use γ < 1"
-        ) from None
+        v = np.full(model.num_states, np.nan)  # singular: refused below
     if not np.all(np.isfinite(v)) or np.linalg.cond(a) > 1e12:
         raise ValueError(f"(I - γ P_π) is singular for γ={gamma}: the policy can loop forever; use γ < 1")
     return v
@@ -108,7 +106,6 @@ def train(cfg: PlanningConfig, ctx: RunContext, method: str) -> None:
     model = tabular_model(env, cfg.env.id)
     env.close()
     n_states, n_actions = table_shape(env)
-    metrics: dict[str, Any] = {}
     if method == "value_iteration":
         v, q, iters = value_iteration(model, a.gamma, a.theta, a.max_iterations)
         policy, tensors = TablePolicy(q), {"v": v, "q": q}
@@ -125,8 +122,7 @@ def train(cfg: PlanningConfig, ctx: RunContext, method: str) -> None:
             raise ConfigError(f"algorithm.gamma={a.gamma}: {e}") from None
         q, iters = q_from_v(model, v, a.gamma), 1
         policy, tensors = TablePolicy(pi, kind="probs", seed=cfg.trainer.seed), {"v": v, "q": q, "pi": pi}
-    metrics.update({"plan/iterations": iters, "plan/v_mean": float(v.mean()), "plan/v_max": float(v.max())})
-    ctx.log(0, metrics)
+    ctx.log(0, {"plan/iterations": iters, "plan/v_mean": float(v.mean()), "plan/v_max": float(v.max())})
     ctx.finish(0, Snapshot(policy, tensors, {}))
 
 

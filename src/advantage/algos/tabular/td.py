@@ -32,11 +32,11 @@ from advantage.algos.tabular.common import (
     epsilon_greedy,
     epsilon_greedy_probs,
     linear_schedule,
-    restore_sampler,
     sampler_state,
+    start_sampler,
     table_shape,
 )
-from advantage.configs.tabular import TDAlgorithm, TDConfig  # noqa: F401  (their old place)
+from advantage.configs.tabular import TDConfig
 from advantage.context import RunContext, Snapshot
 
 
@@ -64,23 +64,14 @@ def train(cfg: TDConfig, ctx: RunContext, method: str) -> None:
             return a_cfg.alpha
         return linear_schedule(a_cfg.alpha, a_cfg.alpha_end, 1.0, step, t.total_steps)
 
+    rng, obs, step, s = start_sampler(ctx, env, t.seed)
     if ctx.restored is None:
         q = np.full((n_states, n_actions), cfg.model.init_value, dtype=np.float64)
-        rng = np.random.default_rng(t.seed)
-        obs, _ = env.reset(seed=t.seed)
-        step, ep_return, ep_len = 0, 0.0, 0
         action = epsilon_greedy(q[obs], epsilon(0), rng)
     else:
         q = ctx.restored.tensors["q"].numpy().copy()
-        s = ctx.restored.state["algo"]
-        rng = restore_sampler(s, env, t.seed)
-        obs, action, step, ep_return, ep_len = (
-            s["obs"],
-            s["action"],
-            ctx.restored.step,
-            s["ep_return"],
-            s["ep_len"],
-        )
+        action = s["action"]
+    ep_return, ep_len = s.get("ep_return", 0.0), s.get("ep_len", 0)
 
     def snapshot() -> Snapshot:
         state = sampler_state(rng, env, obs, action=int(action), ep_return=ep_return, ep_len=ep_len)
