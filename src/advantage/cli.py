@@ -31,10 +31,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _split_algo(args: Sequence[str]) -> tuple[str | None, list[str]]:
-    """``train [ALGO] [key=value ...]``: the first word without '=' is the algorithm; every other word
-    must be an override."""
+    """``train [ALGO] [key=value ...]``: the first word without '=' is the algorithm."""
     args = list(args)
-    algo, rest = (args[0], args[1:]) if args and "=" not in args[0] else (None, args)
+    return (args[0], args[1:]) if args and "=" not in args[0] else (None, args)
+
+
+def _algo_and_overrides(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    """:func:`_split_algo`, checked: the algorithm is not a config file, every other word an override."""
+    algo, rest = _split_algo(args)
     _check_algo(algo)
     stray = [a for a in rest if "=" not in a]
     if stray:
@@ -65,7 +69,7 @@ def cmd_train(ns: argparse.Namespace) -> int:
     from advantage.config import parse_overrides
     from advantage.runs import train
 
-    algo, rest = _split_algo(ns.args)
+    algo, rest = _algo_and_overrides(ns.args)
     overrides = parse_overrides(rest)
     return _ended(train(algo, ns.config, progress=not ns.quiet, background=BACKGROUND, **overrides))
 
@@ -197,7 +201,7 @@ def cmd_sweep(ns: argparse.Namespace) -> int:
     from advantage.config import flatten, parse_overrides
     from advantage.sweep import parse_grid, sweep
 
-    algo, rest = _split_algo(ns.args)
+    algo, rest = _algo_and_overrides(ns.args)
     rows = sweep(
         algo,
         parse_grid(ns.grid or []),
