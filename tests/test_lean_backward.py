@@ -227,3 +227,23 @@ def test_gradients_accumulate_over_calls_and_tied_embeddings(tok):
     loss().backward()
     for n, p in model.named_parameters():
         assert (p.grad - 2 * once[n]).abs().max() <= 1e-5 * max(1.0, once[n].abs().max().item()), n
+
+
+def test_a_pad_token_read_as_a_token_adds_no_gradient_to_its_embedding_row(tok, monkeypatch):
+    """A sampled pad token (or the EOS where pad = EOS) is read like any token, and, by nn.Embedding's
+    ``padding_idx`` rule, its lookups add nothing to its row's gradient: the lean pass (hand-written and
+    autograd backward) equals the transformers forward, embedding included."""
+    model = model_of(tok, "qwen2", 2)
+    ids, pos, mask = padded(tok)
+    ids[:, -3:-1] = tok.pad_token_id  # real positions (every row's last three are real) holding the pad id
+    real = (mask[:, 0].diagonal(dim1=-2, dim2=-1) == 0).reshape(-1)
+    weights = torch.randn(32, generator=torch.Generator().manual_seed(2))
+    out = model.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
+    model.zero_grad(set_to_none=True)
+    loss_of(out.last_hidden_state.reshape(-1, 32), weights, real).backward()
+    ref = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    assert ref["model.embed_tokens.weight"][tok.pad_token_id].abs().max() == 0
+    for flag in ("1", "0"):
+        monkeypatch.setenv("ADVANTAGE_LEAN_BACKWARD", flag)
+        _, grads, _ = run(model, ids, pos, mask, None, weights, real)
+        assert_close(grads, ref)

@@ -331,7 +331,9 @@ class LeanDecoder:
             return h.reshape(-1, h.shape[-1])[rows]
         decode = isinstance(weights, DecodeWeights)
         layers = weights.layers if isinstance(weights, DecodeWeights) else weights or self.weights()
-        x = F.embedding(input_ids, self.decoder.embed_tokens.weight)  # [B, L, H]
+        # padding_idx as nn.Embedding: a lookup of the pad token adds no gradient to its row (a sampled pad
+        # token, or the EOS where pad = EOS, still reads it)
+        x = F.embedding(input_ids, self.decoder.embed_tokens.weight, self.decoder.embed_tokens.padding_idx)
         B, L = input_ids.shape
         nh, nkv, d = self.heads, self.kv_heads, self.head_dim
         cos, sin, cis = self._tables(position_ids, max_position)
@@ -446,7 +448,22 @@ class LeanDecoder:
             row_cos, row_sin = at[:, None, :d], at[:, None, d:]
         ids = input_ids.reshape(N)
         batch = _Batch(
-            ids, B, L, nh, nkv, d, self.scale, *consts, cos, sin, full, rows, row_mask, row_cos, row_sin
+            ids,
+            B,
+            L,
+            nh,
+            nkv,
+            d,
+            self.scale,
+            *consts,
+            cos,
+            sin,
+            full,
+            rows,
+            row_mask,
+            row_cos,
+            row_sin,
+            self.decoder.embed_tokens.padding_idx,
         )
         return (batch, *params)
 
@@ -607,6 +624,7 @@ class _Batch:
     row_mask: Tensor | None  # [kv, g * S, N]: their mask over all N positions (-inf in other rows)
     row_cos: Tensor | None  # [S, 1, d]
     row_sin: Tensor | None  # [S, 1, d/2]
+    padding_idx: int | None  # the embedding's: its row gets no gradient from lookups (nn.Embedding's rule)
 
 
 class _Stack(torch.autograd.Function):
@@ -629,7 +647,8 @@ class _Stack(torch.autograd.Function):
     * attention :math:`x_2 = x + W_o O + b_o`: :math:`dW_o = dx_2^\top O`, :math:`dO = dx_2 W_o`,
       :func:`_attend_backward`, the RoPE transpose (:func:`_rope`), :math:`dW_{qkv} = d(q,k,v)^\top
       h_1`, :math:`dh_1 = d(q,k,v)\,W_{qkv}`, the RMSNorm's plus :math:`dx_2`;
-    * the embedding: :math:`dE_t = \sum_{n:\ \mathrm{ids}_n = t} dx_n`.
+    * the embedding: :math:`dE_t = \sum_{n:\ \mathrm{ids}_n = t} dx_n`, and 0 for the padding index
+      (``nn.Embedding(padding_idx=...)``'s rule).
     """
 
     @staticmethod
@@ -760,6 +779,8 @@ class _Stack(torch.autograd.Function):
             grads[1 + i * _PER_LAYER : 1 + (i + 1) * _PER_LAYER] = layer
         if ctx.needs_input_grad[1]:
             grads[0] = torch.zeros_like(params[0]).index_add_(0, batch.ids, dx)
+            if batch.padding_idx is not None:
+                grads[0][batch.padding_idx] = 0.0
         return (None, *grads)
 
 
