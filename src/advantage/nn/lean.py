@@ -90,6 +90,8 @@ def _supported(model: PreTrainedModel, decoder: PreTrainedModel) -> bool:
     if rotary is None or getattr(rotary, "rope_type", "default") != "default":
         return False
     for layer in decoder.layers:
+        if type(layer).__name__.startswith("FSDP"):  # sharded parameters (trainer.strategy=fsdp)
+            return False
         attn, mlp = layer.self_attn, layer.mlp
         linears: tuple[nn.Module, ...] = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
         linears += (mlp.gate_proj, mlp.up_proj, mlp.down_proj)

@@ -1,0 +1,105 @@
+"""The language-model side of :mod:`advantage.distributed`: the module a rank trains, its full weights for
+evaluation and checkpoints, and an optimizer state that reads and writes today's checkpoint format.
+
+* ``single`` and ``ddp``: every rank trains the model itself (a whole replica; ``ddp`` sums the gradients
+  in :meth:`advantage.distributed.World.clip_grad_norm`), and its optimizer saves as it always has.
+* ``fsdp``: the ranks train an FSDP2 copy (``fully_shard`` on each decoder layer, then on the root;
+  ``param_dtype=bfloat16``, ``reduce_dtype=float32`` on a GPU), whose parameters, gradients and AdamW
+  moments are split across the ranks; the plain model stays beside it as the *inference replica*
+  (evaluation, ``save_pretrained`` files) and receives the full weights when a snapshot is taken
+  (:func:`unshard`). The replica costs one full copy of the weights per rank, next to 1/N of the
+  weights, gradients and two moments each; see ``docs/distributed.md``. The lean forward of
+  :mod:`advantage.nn.lean` does not run on sharded layers (it reads whole parameters): ``fsdp`` takes the
+  transformers forward.
+* Checkpoints hold the *full* optimizer state, keyed like a one-process optimizer's (``optim.<i>.exp_avg``
+  by the index of the trainable parameter), gathered with ``torch.distributed.checkpoint``'s full state
+  dict offloaded to the CPU (:class:`FullOptimizerState`), so a checkpoint written by N ranks resumes on
+  M ranks, M = 1 included, and the checkpoint folder is a model folder as before.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from advantage.distributed import World
+
+
+def wrap(world: World, model: PreTrainedModel) -> PreTrainedModel:
+    """The module this rank trains: ``model`` itself, or for ``fsdp`` its sharded copy (gradients summed
+    across the ranks, not averaged)."""
+    if world.strategy != "fsdp":
+        return model
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    net = copy.deepcopy(model)
+    cuda = next(model.parameters()).device.type == "cuda"
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if cuda else None
+    kw: dict[str, Any] = {"mp_policy": mp} if mp is not None else {}
+    base = getattr(net, "base_model", net)
+    decoder = getattr(base, "model", base)
+    for layer in getattr(decoder, "layers", []):
+        fully_shard(layer, **kw)
+    fully_shard(net, **kw)
+    # Summed, not averaged: each rank's loss already has the global normalizer. A plain SUM reduction
+    # (gloo has no pre-multiplied sum).
+    for module in net.modules():  # each fully_shard'ed module has its own setting
+        if hasattr(module, "set_force_sum_reduction_for_comms"):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)
+    return net
+
+
+def unshard(world: World, net: PreTrainedModel, model: PreTrainedModel, *, everywhere: bool = False) -> None:
+    """Put the trained weights of ``net`` into ``model`` (``fsdp``: gathered from the shards, a collective
+    every rank calls; on rank 0 only unless ``everywhere``). Nothing to do otherwise: they are one module."""
+    if net is model:
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=not everywhere)
+    full = get_model_state_dict(net, options=opts)
+    if full:
+        model.load_state_dict(full)
+
+
+class FullOptimizerState:
+    """``state_dict`` / ``load_state_dict`` of a sharded model's optimizer in the one-process layout (the
+    full moments, keyed by the index of the trainable parameter), for
+    :class:`~advantage.torch_state.LearnerState`. Collective: every rank calls them."""
+
+    def __init__(self, net: torch.nn.Module, optimizer: torch.optim.Optimizer):
+        self.net, self.optimizer = net, optimizer
+        self.names = [n for n, p in net.named_parameters() if p.requires_grad]
+
+    def state_dict(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        sd = get_optimizer_state_dict(self.net, self.optimizer, options=opts)
+        index = {n: i for i, n in enumerate(self.names)}
+        groups = [{**g, "params": [index[n] for n in g["params"]]} for g in sd.get("param_groups", [])]
+        return {"state": {index[n]: s for n, s in sd.get("state", {}).items()}, "param_groups": groups}
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        names = self.names
+        full = {
+            "state": {names[int(i)]: s for i, s in sd["state"].items()},
+            "param_groups": [{**g, "params": [names[int(i)] for i in g["params"]]} for g in sd["param_groups"]],
+        }
+        set_optimizer_state_dict(
+            self.net, self.optimizer, full, options=StateDictOptions(full_state_dict=True)
+        )
+
+
+def optimizer(world: World, net: torch.nn.Module, opt: torch.optim.Optimizer) -> Any:
+    """What a checkpoint saves of ``opt``: the optimizer itself, or for ``fsdp`` its full state
+    (:class:`FullOptimizerState`)."""
+    return FullOptimizerState(net, opt) if world.strategy == "fsdp" else opt
