@@ -41,9 +41,7 @@ def wrap(world: World, model: PreTrainedModel) -> PreTrainedModel:
     cuda = next(model.parameters()).device.type == "cuda"
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if cuda else None
     kw: dict[str, Any] = {"mp_policy": mp} if mp is not None else {}
-    base = getattr(net, "base_model", net)
-    decoder = getattr(base, "model", base)
-    for layer in getattr(decoder, "layers", []):
+    for layer in [m for m in net.modules() if type(m).__name__.endswith("DecoderLayer")]:
         fully_shard(layer, **kw)
     fully_shard(net, **kw)
     # Summed, not averaged: each rank's loss already has the global normalizer. A plain SUM reduction
@@ -66,6 +64,16 @@ def unshard(world: World, net: PreTrainedModel, model: PreTrainedModel, *, every
     full = get_model_state_dict(net, options=opts)
     if full:
         model.load_state_dict(full)
+
+
+def reshard(world: World, net: torch.nn.Module, model: torch.nn.Module) -> None:
+    """The inverse of :func:`unshard`: ``model``'s weights (e.g. a value head just restored from a
+    checkpoint) into the shards of ``net``."""
+    if net is model:
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    set_model_state_dict(net, model.state_dict(), options=StateDictOptions(full_state_dict=True))
 
 
 class FullOptimizerState:

@@ -1,0 +1,260 @@
+"""Language-model learners on torch.distributed (gloo, CPU): a run on 2 ranks (ddp, fsdp) takes the steps
+of one process on the same global batch; its checkpoints resume on 1 and 2 ranks; a rank killed mid-run
+ends the job with an error naming it; the bad inputs of a launch are clear errors before any process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import advantage
+from advantage import distributed
+from advantage.errors import ConfigError
+
+TINY = {
+    "data.task": "addition",
+    "data.digits": 2,
+    "data.train_size": 64,
+    "data.validation_size": 8,
+    "data.test_size": 8,
+    "model.hidden_size": 32,
+    "model.layers": 1,
+    "model.heads": 2,
+    "algorithm.batch_size": 8,
+    "algorithm.warmup_steps": 2,
+    "trainer.eval_episodes": 8,
+    "trainer.eval_every": 0,
+    "trainer.total_steps": 3,
+    "trainer.log_every": 1,
+    "trainer.tensorboard": False,
+    "trainer.plot": False,
+}
+# The preference algorithms: the synthetic task (their default) at the same model size.
+PREF = {
+    **{k: v for k, v in TINY.items() if k not in ("data.task", "data.digits")},
+    "data.response_length": 4,
+}
+SRC = str(Path(advantage.__file__).parents[1])
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in distributed.RENDEZVOUS}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=SRC + os.pathsep + env.get("PYTHONPATH", ""))
+    return env
+
+
+def _args(over: dict) -> list[str]:
+    return [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in over.items()]
+
+
+def _cli(command: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *command], env=_env(), capture_output=True, text=True, timeout=600, **kw
+    )
+
+
+def _launch(run_dir: Path, strategy: str, algo: str = "sft", **over) -> subprocess.CompletedProcess:
+    """``advantage train ALGO … trainer.nproc_per_node=2`` (the command line starts both ranks)."""
+    cfg = {**TINY, "trainer.strategy": strategy, "trainer.nproc_per_node": 2, "trainer.run_dir": run_dir}
+    res = _cli(["-m", "advantage", "train", algo, *_args({**cfg, **over}), "--quiet"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res
+
+
+def _losses(run_dir: Path, key: str = "train/loss") -> list[float]:
+    return [r[key] for r in advantage.Run(run_dir).metrics if key in r]
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    """The last checkpoint's model weights and its tensors (optimizer moments, a value head)."""
+    from safetensors.torch import load_file
+
+    ckpt = advantage.Run(run_dir).checkpoint
+    out = load_file(str(ckpt.path / "model.safetensors"))
+    out.update({f"ckpt.{k}": v for k, v in ckpt.tensors.items() if k != "torch_rng"})
+    return out
+
+
+def _close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], tol: float = 1e-5) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """The reference: SFT in one process (``single``) on the same global batch, 3 steps."""
+    run_dir = tmp_path_factory.mktemp("single") / "run"
+    advantage.train("sft", quiet=True, **{**TINY, "trainer.run_dir": str(run_dir)})
+    return run_dir
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_one_rank_group_matches_one_process(tmp_path, one_process, strategy):
+    """ddp and fsdp on a process group of one take the same steps as ``single`` (the same code path as N
+    ranks, without a launcher)."""
+    run = advantage.train(
+        "sft", quiet=True, **{**TINY, "trainer.strategy": strategy, "trainer.run_dir": str(tmp_path / "r")}
+    )
+    assert _losses(run.dir) == pytest.approx(_losses(one_process), abs=1e-5)
+    assert _close(_weights(run.dir), _weights(one_process)) < 1e-5
+    assert not distributed.current().group  # the group is left when the run ends
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+@pytest.mark.parametrize("algo", ["dpo", "reward_model"])
+def test_two_ranks_take_the_one_process_steps_on_preference_pairs(tmp_path, algo, strategy):
+    """DPO and the reward model on 2 ranks (each takes half of the pairs): the losses, gradient norms and
+    weights of one process on the same global batch, within 1e-5."""
+    one = advantage.train(algo, quiet=True, **{**PREF, "trainer.run_dir": str(tmp_path / "one")}).dir
+    cfg = {**PREF, "trainer.strategy": strategy, "trainer.nproc_per_node": 2}
+    res = _cli(["-m", "advantage", "train", algo, *_args({**cfg, "trainer.run_dir": tmp_path / "two"})])
+    assert res.returncode == 0, res.stderr[-3000:]
+    for key in ("train/loss", "train/grad_norm"):
+        assert _losses(tmp_path / "two", key) == pytest.approx(_losses(one, key), abs=1e-5)
+    assert _close(_weights(tmp_path / "two"), _weights(one)) < 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_ranks_take_the_one_process_steps_and_resume_on_one_and_two(
+    tmp_path, one_process, rewound, strategy
+):
+    """2 ranks: the losses, gradient norms and final weights of one process within 1e-5; the step-2
+    checkpoint they wrote resumes on 2 ranks and on 1 rank to the uninterrupted step-3 loss, and the
+    checkpoint folder loads with ``AutoModelForCausalLM.from_pretrained``."""
+    from transformers import AutoModelForCausalLM
+
+    run_dir = tmp_path / "two"
+    _launch(run_dir, strategy, **{"trainer.checkpoint_every": 2})
+    losses = _losses(run_dir)
+    assert losses == pytest.approx(_losses(one_process), abs=1e-5)
+    assert _losses(run_dir, "train/grad_norm") == pytest.approx(
+        _losses(one_process, "train/grad_norm"), abs=1e-5
+    )
+    assert _close(_weights(run_dir), _weights(one_process)) < 1e-5
+    AutoModelForCausalLM.from_pretrained(advantage.Run(run_dir).checkpoint.path)
+    # on 2 ranks, by the command line
+    half = rewound(run_dir, "half2")
+    res = _cli(["-m", "advantage", "resume", str(half), "--quiet"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert _losses(half)[-1] == pytest.approx(losses[-1], abs=1e-5)
+    # on 1 rank, in this process
+    half = rewound(run_dir, "half1")
+    advantage.resume(half, quiet=True, **{"trainer.nproc_per_node": 1, "trainer.strategy": "single"})
+    assert _losses(half)[-1] == pytest.approx(losses[-1], abs=1e-5)
+
+
+@pytest.mark.slow
+def test_torchrun_gives_the_metrics_of_nproc_per_node(tmp_path):
+    """``torchrun --nproc-per-node 2 -m advantage train sft …`` and ``advantage train sft …
+    trainer.nproc_per_node=2`` log the same losses."""
+    _launch(tmp_path / "cli", "ddp")
+    cfg = {**TINY, "trainer.strategy": "ddp", "trainer.run_dir": tmp_path / "torchrun"}
+    res = _cli(
+        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "advantage", "train"]
+        + ["sft", *_args(cfg), "--quiet"]
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert _losses(tmp_path / "torchrun") == pytest.approx(_losses(tmp_path / "cli"), abs=1e-6)
+
+
+def _rank_pid(parent: int, rank: int, deadline: float) -> int:
+    """The pid of the process with ``RANK=rank`` among the launcher's children (Linux /proc)."""
+    while time.monotonic() < deadline:
+        for pid in map(int, subprocess.run(["pgrep", "-P", str(parent)], capture_output=True,
+                                           text=True).stdout.split()):  # fmt: skip
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"RANK={rank}".encode() in env:
+                return pid
+        time.sleep(0.2)
+    raise AssertionError(f"no rank {rank} process")
+
+
+@pytest.mark.slow
+def test_a_rank_killed_mid_run_ends_the_job_naming_it_and_resume_continues(tmp_path):
+    """SIGKILL to rank 1 after the first checkpoint: the job ends with an error naming rank 1 and the
+    signal, exit code 1; the checkpoint loads and the run resumes (on 1 rank) to its last step."""
+    run_dir = tmp_path / "run"
+    cfg = {**TINY, "trainer.strategy": "ddp", "trainer.nproc_per_node": 2, "trainer.run_dir": run_dir}
+    cfg.update({"trainer.total_steps": 100_000, "trainer.checkpoint_every": 1, "trainer.worker_timeout": 30})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "advantage", "train", "sft", *_args(cfg), "--quiet"],
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not (run_dir / "checkpoints" / "latest").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        os.kill(_rank_pid(proc.pid, 1, deadline), signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1
+    assert "error: rank 1 of 2 was killed by SIGKILL" in err
+    step = advantage.Run(run_dir).step
+    assert step >= 1
+    run = advantage.resume(
+        run_dir, quiet=True, **{"trainer.total_steps": step + 1, "trainer.nproc_per_node": 1}
+    )
+    assert run.step == step + 1
+
+
+# ----------------------------------------------------------------------------------------------------
+# Bad input: clear errors before any process starts
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ({"trainer.strategy": "zero"}, "trainer.strategy"),
+        (
+            {"trainer.strategy": "ddp", "trainer.nproc_per_node": 16},
+            "16 ranks (trainer.nproc_per_node or WORLD_SIZE) are more than algorithm.batch_size=8 allows",
+        ),
+        (
+            {"trainer.strategy": "ddp", "trainer.nproc_per_node": 3},
+            "algorithm.batch_size=8 is not divisible by the 3 ranks",
+        ),
+        ({"trainer.nproc_per_node": 2}, "trainer.strategy=single runs in one process, but 2 ranks"),
+        ({"trainer.strategy": "fsdp", "model.lora.rank": 4}, "trainer.strategy=fsdp with LoRA"),
+    ],
+)
+def test_bad_launch_configs_are_clear_errors(tmp_path, over, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        advantage.train("sft", quiet=True, **{**TINY, "trainer.run_dir": str(tmp_path / "r"), **over})
+    assert not (tmp_path / "r").exists()
+
+
+def test_strategy_of_an_algorithm_that_learns_in_one_process_is_an_error():
+    from advantage.runs import resolve_config
+
+    with pytest.raises(ConfigError, match="trainer.strategy=ddp: grpo learns in one process"):
+        resolve_config("grpo", overrides={"trainer.strategy": "ddp"})
+
+
+def test_a_missing_rendezvous_variable_is_named(tmp_path, monkeypatch):
+    for name, value in [("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0"), ("MASTER_ADDR", "x")]:
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match="MASTER_PORT is not set"):
+        advantage.train("sft", quiet=True, **{**TINY, "trainer.strategy": "ddp", "trainer.run_dir": "r"})
+
+
+def test_nproc_per_node_from_python_points_to_the_launchers(tmp_path):
+    with pytest.raises(ConfigError, match="started by the command line .* or by torchrun"):
+        advantage.train(
+            "sft",
+            quiet=True,
+            **{**TINY, "trainer.strategy": "ddp", "trainer.nproc_per_node": 2, "trainer.run_dir": "r"},
+        )
