@@ -158,10 +158,8 @@ def test_torchrun_gives_the_metrics_of_nproc_per_node(tmp_path):
     trainer.nproc_per_node=2`` log the same losses."""
     _launch(tmp_path / "cli", "ddp")
     cfg = {**TINY, "trainer.strategy": "ddp", "trainer.run_dir": tmp_path / "torchrun"}
-    res = _cli(
-        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "advantage", "train"]
-        + ["sft", *_args(cfg), "--quiet"]
-    )
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    res = _cli([*torchrun, "-m", "advantage", "train", "sft", *_args(cfg), "--quiet"])
     assert res.returncode == 0, res.stderr[-3000:]
     assert _losses(tmp_path / "torchrun") == pytest.approx(_losses(tmp_path / "cli"), abs=1e-6)
 

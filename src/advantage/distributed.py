@@ -276,7 +276,11 @@ def launch(nproc: int, argv: Sequence[str]) -> int:
         run(args)
     except ChildFailedError as e:
         rank, failure = e.get_first_failure()  # the root cause: the others were stopped because of it
-        how = f"was killed by {failure.signal_name()}" if failure.exitcode < 0 else f"exited with code {failure.exitcode}"
+        how = (
+            f"was killed by {failure.signal_name()}"
+            if failure.exitcode < 0
+            else f"exited with code {failure.exitcode}"
+        )
         print(f"error: rank {rank} of {nproc} {how}; the other ranks were stopped", file=sys.stderr)
         return 1
     return 0

@@ -100,7 +100,9 @@ class FullOptimizerState:
         names = self.names
         full = {
             "state": {names[int(i)]: s for i, s in sd["state"].items()},
-            "param_groups": [{**g, "params": [names[int(i)] for i in g["params"]]} for g in sd["param_groups"]],
+            "param_groups": [
+                {**g, "params": [names[int(i)] for i in g["params"]]} for g in sd["param_groups"]
+            ],
         }
         set_optimizer_state_dict(
             self.net, self.optimizer, full, options=StateDictOptions(full_state_dict=True)
