@@ -275,12 +275,19 @@ def launch(nproc: int, argv: Sequence[str]) -> int:
     try:
         run(args)
     except ChildFailedError as e:
-        rank, failure = e.get_first_failure()  # the root cause: the others were stopped because of it
-        how = (
-            f"was killed by {failure.signal_name()}"
-            if failure.exitcode < 0
-            else f"exited with code {failure.exitcode}"
+
+        def how(f: Any) -> str:
+            return f"was killed by {f.signal_name()}" if f.exitcode < 0 else f"exited with code {f.exitcode}"
+
+        # The root cause first: a rank killed by a signal other than the launcher's SIGTERM, else the
+        # earliest failure; the others usually failed because of it (a collective lost its peer).
+        failed = sorted(
+            e.failures.items(),
+            key=lambda kv: (kv[1].exitcode >= 0 or kv[1].signal_name() == "SIGTERM", kv[1].timestamp),
         )
-        print(f"error: rank {rank} of {nproc} {how}; the other ranks were stopped", file=sys.stderr)
+        rank, failure = failed[0]
+        print(f"error: rank {rank} of {nproc} {how(failure)}; the other ranks were stopped", file=sys.stderr)
+        for rank, failure in failed[1:]:
+            print(f"  (then rank {rank} of {nproc} {how(failure)})", file=sys.stderr)
         return 1
     return 0

@@ -428,7 +428,8 @@ def _train(spec: Algorithm, cfg: Any, ctx: RunContext) -> None:
             return spec.train(cfg, ctx)
         restored = str(ctx.restored.path) if ctx.restored is not None else None
         world.broadcast({"run_dir": str(ctx.run_dir), "restored": restored})
-        spec.train(cfg, distributed.RankContext(world, ctx, ctx.restored))
+        rank_ctx: Any = distributed.RankContext(world, ctx, ctx.restored)  # a RunContext to the trainer
+        spec.train(cfg, rank_ctx)
     finally:
         distributed.shutdown()
 
@@ -445,7 +446,8 @@ def _follow() -> Run:
         spec, cfg = resolve_config(None, run_dir / CONFIG_FILE)
         cfg.trainer.run_dir = str(run_dir)
         restored = load_checkpoint(got["restored"]) if got["restored"] else None
-        spec.train(cfg, distributed.RankContext(world, None, restored))
+        rank_ctx: Any = distributed.RankContext(world, None, restored)
+        spec.train(cfg, rank_ctx)
     finally:
         distributed.shutdown()
     return Run(run_dir)

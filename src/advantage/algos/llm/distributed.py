@@ -89,7 +89,7 @@ class FullOptimizerState:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        sd = get_optimizer_state_dict(self.net, self.optimizer, options=opts)
+        sd: Any = get_optimizer_state_dict(self.net, self.optimizer, options=opts)
         index = {n: i for i, n in enumerate(self.names)}
         groups = [{**g, "params": [index[n] for n in g["params"]]} for g in sd.get("param_groups", [])]
         return {"state": {index[n]: s for n, s in sd.get("state", {}).items()}, "param_groups": groups}
@@ -98,7 +98,7 @@ class FullOptimizerState:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         names = self.names
-        full = {
+        full: Any = {
             "state": {names[int(i)]: s for i, s in sd["state"].items()},
             "param_groups": [
                 {**g, "params": [names[int(i)] for i in g["params"]]} for g in sd["param_groups"]

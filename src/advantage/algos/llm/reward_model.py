@@ -430,8 +430,8 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
                 sums[k] = sums[k] + v if k in sums else v
         values = dict(zip(sums, world.reduce(torch.stack(list(sums.values())).tolist()), strict=True))
         total = values.pop("loss")
-        for k, v in values.items():
-            totals[k] += v
+        for k, x in values.items():
+            totals[k] += x
         if not math.isfinite(total):
             raise NonFiniteError(
                 f"step {step + 1}: reward-model loss is {total}; stopping (the last checkpoint is kept)"
