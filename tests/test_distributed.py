@@ -122,18 +122,32 @@ def test_two_ranks_take_the_one_process_steps_on_preference_pairs(tmp_path, algo
     assert _close(_weights(tmp_path / "two"), _weights(one)) < 1e-5
 
 
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """``two_ranks(strategy)``: the folder of SFT on 2 ranks started by ``trainer.nproc_per_node=2`` (3
+    steps, checkpoints at steps 2 and 3), launched once per strategy for the tests of this module."""
+    runs: dict[str, Path] = {}
+
+    def get(strategy: str) -> Path:
+        if strategy not in runs:
+            runs[strategy] = tmp_path_factory.mktemp(strategy) / "two"
+            _launch(runs[strategy], strategy, **{"trainer.checkpoint_every": 2})
+        return runs[strategy]
+
+    return get
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_two_ranks_take_the_one_process_steps_and_resume_on_one_and_two(
-    tmp_path, one_process, rewound, strategy
+    one_process, two_ranks, rewound, strategy
 ):
-    """2 ranks: the losses, gradient norms and final weights of one process within 1e-5; the step-2
-    checkpoint they wrote resumes on 2 ranks and on 1 rank to the uninterrupted step-3 loss, and the
-    checkpoint folder loads with ``AutoModelForCausalLM.from_pretrained``."""
+    """2 ranks: the losses, gradient norms, final weights and AdamW moments of one process within 1e-5;
+    the step-2 checkpoint they wrote resumes on 2 ranks and on 1 rank to the uninterrupted step-3 loss,
+    and the checkpoint folder loads with ``AutoModelForCausalLM.from_pretrained``."""
     from transformers import AutoModelForCausalLM
 
-    run_dir = tmp_path / "two"
-    _launch(run_dir, strategy, **{"trainer.checkpoint_every": 2})
+    run_dir = two_ranks(strategy)
     losses = _losses(run_dir)
     assert losses == pytest.approx(_losses(one_process), abs=1e-5)
     assert _losses(run_dir, "train/grad_norm") == pytest.approx(
@@ -153,15 +167,15 @@ def test_two_ranks_take_the_one_process_steps_and_resume_on_one_and_two(
 
 
 @pytest.mark.slow
-def test_torchrun_gives_the_metrics_of_nproc_per_node(tmp_path):
+def test_torchrun_gives_the_metrics_of_nproc_per_node(tmp_path, two_ranks):
     """``torchrun --nproc-per-node 2 -m advantage train sft …`` and ``advantage train sft …
     trainer.nproc_per_node=2`` log the same losses."""
-    _launch(tmp_path / "cli", "ddp")
     cfg = {**TINY, "trainer.strategy": "ddp", "trainer.run_dir": tmp_path / "torchrun"}
+    cfg["trainer.checkpoint_every"] = 2
     torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     res = _cli([*torchrun, "-m", "advantage", "train", "sft", *_args(cfg), "--quiet"])
     assert res.returncode == 0, res.stderr[-3000:]
-    assert _losses(tmp_path / "torchrun") == pytest.approx(_losses(tmp_path / "cli"), abs=1e-6)
+    assert _losses(tmp_path / "torchrun") == _losses(two_ranks("ddp"))
 
 
 def _rank_pid(parent: int, rank: int, deadline: float) -> int:
@@ -236,10 +250,12 @@ def test_bad_launch_configs_are_clear_errors(tmp_path, over, message):
 
 
 def test_strategy_of_an_algorithm_that_learns_in_one_process_is_an_error():
-    from advantage.runs import resolve_config
+    from types import SimpleNamespace
 
-    with pytest.raises(ConfigError, match="trainer.strategy=ddp: grpo learns in one process"):
-        resolve_config("grpo", overrides={"trainer.strategy": "ddp"})
+    cfg = SimpleNamespace(trainer=SimpleNamespace(strategy="ddp", nproc_per_node=2))
+    assert distributed.problems("grpo", cfg) == [
+        "trainer.strategy=ddp: grpo learns in one process; ddp and fsdp are for sft, reward_model, dpo"
+    ]
 
 
 def test_a_missing_rendezvous_variable_is_named(tmp_path, monkeypatch):

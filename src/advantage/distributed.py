@@ -1,4 +1,4 @@
-"""Language-model learners across processes: ``trainer.strategy`` (``single``, ``ddp``, ``fsdp``) over
+r"""Language-model learners across processes: ``trainer.strategy`` (``single``, ``ddp``, ``fsdp``) over
 ``torch.distributed``, launched by ``torchrun`` or by ``advantage train … trainer.nproc_per_node=N``.
 
 Every rank runs the same training loop on a disjoint, deterministic share of each global batch
@@ -9,8 +9,8 @@ the ranks are **summed** (:meth:`World.clip_grad_norm`: ``ddp`` all-reduces them
 process on the same global batch, up to float rounding:
 
 .. math::
-    \\nabla L = \\sum_{r=1}^{N} \\nabla \\frac{1}{Z}\\sum_{i \\in \\text{share}_r} \\ell_i,
-    \\qquad Z = \\sum_{i \\in \\text{batch}} n_i
+    \nabla L = \sum_{r=1}^{N} \nabla \frac{1}{Z}\sum_{i \in \text{share}_r} \ell_i,
+    \qquad Z = \sum_{i \in \text{batch}} n_i
 
 Rank 0 alone writes the run folder, metrics, TensorBoard, progress and checkpoints
 (:class:`RankContext`); the others read the checkpoint to resume and write nothing. Each step the ranks
@@ -201,6 +201,10 @@ def init(t: Any) -> World:
 
     timeout = timedelta(seconds=float(t.worker_timeout))
     backend = "nccl" if str(t.device).startswith("cuda") else "gloo"
+    if backend == "nccl" and str(t.device) == "cuda" and have:
+        import torch
+
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))  # "cuda" is then this rank's own GPU
     if not dist.is_initialized():
         if have:
             dist.init_process_group(backend, init_method="env://", timeout=timeout)
@@ -240,11 +244,6 @@ class RankContext:
     def log(self, step: int, metrics: Any) -> None:
         if self.inner is not None:
             self.inner.log(step, metrics)
-
-    def check_finite(self, step: int, what: str, value: float) -> None:
-        from advantage.context import RunContext
-
-        RunContext.check_finite(self, step, what, value)  # type: ignore[arg-type]  # uses no state
 
     def tick(self, step: int, snapshot: Callable[[], Snapshot]) -> bool:
         inner = self.inner
