@@ -63,7 +63,7 @@ def _cli(command: list[str], **kw) -> subprocess.CompletedProcess:
 def _launch(run_dir: Path, strategy: str, algo: str = "sft", **over) -> subprocess.CompletedProcess:
     """``advantage train ALGO … trainer.nproc_per_node=2`` (the command line starts both ranks)."""
     cfg = {**TINY, "trainer.strategy": strategy, "trainer.nproc_per_node": 2, "trainer.run_dir": run_dir}
-    res = _cli(["-m", "advantage", "train", algo, *_args({**cfg, **over}), "--quiet"])
+    res = _cli(["-m", "advantage", "train", algo, *_args({**cfg, **over}), "--quiet"], cwd=run_dir.parent)
     assert res.returncode == 0, res.stderr[-3000:]
     return res
 
@@ -148,6 +148,9 @@ def test_two_ranks_take_the_one_process_steps_and_resume_on_one_and_two(
     from transformers import AutoModelForCausalLM
 
     run_dir = two_ranks(strategy)
+    # rank 0 wrote the run folder as one process does; the other rank wrote nothing, anywhere
+    assert os.listdir(run_dir.parent) == ["two"]
+    assert sorted(os.listdir(run_dir)) == sorted(os.listdir(one_process))
     losses = _losses(run_dir)
     assert losses == pytest.approx(_losses(one_process), abs=1e-5)
     assert _losses(run_dir, "train/grad_norm") == pytest.approx(
