@@ -275,3 +275,24 @@ def test_nproc_per_node_from_python_points_to_the_launchers(tmp_path):
             quiet=True,
             **{**TINY, "trainer.strategy": "ddp", "trainer.nproc_per_node": 2, "trainer.run_dir": "r"},
         )
+
+
+def test_the_launcher_names_the_killed_rank_first(monkeypatch, capsys):
+    """Rank 0 failed first (its collective lost its peer) and rank 1 was killed: the error names rank 1
+    and the signal as the cause, then rank 0."""
+    import torch.distributed.run as run
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    def failed(args):
+        f0 = ProcessFailure(local_rank=0, pid=10, exitcode=1, error_file="/nonexistent")
+        f1 = ProcessFailure(local_rank=1, pid=11, exitcode=-signal.SIGKILL, error_file="/nonexistent")
+        f1.timestamp = f0.timestamp + 1
+        raise ChildFailedError("advantage", {0: f0, 1: f1})
+
+    monkeypatch.setattr(run, "run", failed)
+    assert distributed.launch(2, ["train", "sft"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "error: rank 1 of 2 was killed by SIGKILL; the other ranks were stopped",
+        "  (then rank 0 of 2 exited with code 1)",
+    ]
