@@ -296,3 +296,19 @@ def test_the_launcher_names_the_killed_rank_first(monkeypatch, capsys):
         "error: rank 1 of 2 was killed by SIGKILL; the other ranks were stopped",
         "  (then rank 0 of 2 exited with code 1)",
     ]
+
+
+def test_an_error_on_a_rank_names_the_rank(monkeypatch, capsys):
+    """Under a launcher every rank's output reaches the console: its error line says which rank."""
+    import advantage.runs
+    from advantage.cli import main
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("lost the peer")
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(advantage.runs, "train", boom)
+    with pytest.raises(RuntimeError):
+        main(["train", "sft"])
+    assert "error: rank 1: RuntimeError: lost the peer" in capsys.readouterr().err

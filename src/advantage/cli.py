@@ -469,6 +469,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
+    except Exception as e:  # a bug or a lost peer: the traceback follows; under a launcher, say whose
+        if _rank():
+            print(f"error: {_rank()}{type(e).__name__}: {e}", file=sys.stderr)
+        raise
 
 
 def _rank() -> str:
