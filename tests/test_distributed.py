@@ -41,6 +41,9 @@ PREF = {
     **{k: v for k, v in TINY.items() if k not in ("data.task", "data.digits")},
     "data.response_length": 4,
 }
+# The tests that share the module's runs (one_process, two_ranks) stay on one pytest-xdist worker, so each
+# run is made once.
+SHARED = pytest.mark.xdist_group("distributed_sft")
 SRC = str(Path(advantage.__file__).parents[1])
 
 
@@ -95,6 +98,7 @@ def one_process(tmp_path_factory):
     return run_dir
 
 
+@SHARED
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_one_rank_group_matches_one_process(tmp_path, one_process, strategy):
     """ddp and fsdp on a process group of one take the same steps as ``single`` (the same code path as N
@@ -137,6 +141,7 @@ def two_ranks(tmp_path_factory):
     return get
 
 
+@SHARED
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_two_ranks_take_the_one_process_steps_and_resume_on_one_and_two(
@@ -169,6 +174,7 @@ def test_two_ranks_take_the_one_process_steps_and_resume_on_one_and_two(
     assert _losses(half)[-1] == pytest.approx(losses[-1], abs=1e-5)
 
 
+@SHARED
 @pytest.mark.slow
 def test_torchrun_gives_the_metrics_of_nproc_per_node(tmp_path, two_ranks):
     """``torchrun --nproc-per-node 2 -m advantage train sft …`` and ``advantage train sft …
