@@ -111,6 +111,18 @@ def test_one_rank_group_matches_one_process(tmp_path, one_process, strategy):
     assert not distributed.current().group  # the group is left when the run ends
 
 
+@pytest.mark.parametrize("algo", ["dpo", "reward_model"])
+def test_fsdp_checkpoint_resumes_exactly(tmp_path, rewound, algo):
+    """fsdp (a group of one): the step-2 checkpoint, its full optimizer state and (reward model) value
+    head put back into the shards, resumes to the uninterrupted run's step-3 loss and weights."""
+    over = {**PREF, "trainer.strategy": "fsdp", "trainer.checkpoint_every": 2}
+    run = advantage.train(algo, quiet=True, **{**over, "trainer.run_dir": str(tmp_path / "run")})
+    half = rewound(run.dir)
+    advantage.resume(half, quiet=True)
+    assert _losses(half) == pytest.approx(_losses(run.dir), abs=1e-6)
+    assert _close(_weights(half), _weights(run.dir)) < 1e-6
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 @pytest.mark.parametrize("algo", ["dpo", "reward_model"])
