@@ -244,6 +244,31 @@ def test_a_rank_killed_mid_run_ends_the_job_naming_it_and_resume_continues(tmp_p
     assert run.step == step + 1
 
 
+@pytest.mark.slow
+def test_sigterm_to_the_launcher_stops_every_rank_at_one_step_with_a_checkpoint(tmp_path):
+    """The launcher passes SIGTERM on: the ranks agree on the step, rank 0 checkpoints it and says how
+    to continue, and the command exits 143 as a one-process run does."""
+    run_dir = tmp_path / "run"
+    cfg = {**TINY, "trainer.strategy": "ddp", "trainer.nproc_per_node": 2, "trainer.run_dir": run_dir}
+    cfg.update({"trainer.total_steps": 100_000, "trainer.checkpoint_every": 1000})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "advantage", "train", "sft", *_args(cfg), "--quiet"],
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not (run_dir / "metrics.jsonl").exists() or not _losses(run_dir):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err[-3000:]
+    step = advantage.Run(run_dir).step
+    assert f"stopped at step {step} (checkpoint saved)" in out
+
+
 # ----------------------------------------------------------------------------------------------------
 # Bad input: clear errors before any process starts
 

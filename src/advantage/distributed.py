@@ -264,8 +264,11 @@ class RankContext:
 
 def launch(nproc: int, argv: Sequence[str]) -> int:
     """Run ``python -m advantage ARGV`` on ``nproc`` local ranks with torch's elastic launcher (a
-    standalone rendezvous on a free port); 0 when every rank finished, else 1 after naming the rank that
-    failed and why (its exit code or the signal that killed it; its own error line is above)."""
+    standalone rendezvous on a free port); 0 when every rank finished; 143 (130) after a SIGTERM (SIGINT),
+    which the launcher passes on to the ranks (they stop at the next step boundary with a checkpoint);
+    else 1 after naming the rank that failed and why (its exit code or the signal that killed it; its own
+    error line is above)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
@@ -289,4 +292,6 @@ def launch(nproc: int, argv: Sequence[str]) -> int:
         for rank, failure in failed[1:]:
             print(f"  (then rank {rank} of {nproc} {how(failure)})", file=sys.stderr)
         return 1
+    except SignalException as e:  # SIGTERM or SIGINT: passed on, the ranks stopped with a checkpoint
+        return 128 + int(e.sigval)
     return 0
