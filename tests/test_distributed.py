@@ -41,6 +41,18 @@ PREF = {
     **{k: v for k, v in TINY.items() if k not in ("data.task", "data.digits")},
     "data.response_length": 4,
 }
+# GRPO: rewards that differ within a group (DAPO's overlong punishment on length) so the steps are not 0.
+GRPO = {
+    **{k: v for k, v in TINY.items() if not k.startswith(("model.", "algorithm."))},
+    "data.rollout_batch_size": 4,
+    "data.max_response_length": 6,
+    "worker.rollout.n": 4,
+    "worker.reward.overlong_buffer": 5,
+    "worker.actor.model.hidden_size": 32,
+    "worker.actor.model.layers": 1,
+    "worker.actor.model.heads": 2,
+}
+CONFIGS = {"sft": TINY, "dpo": PREF, "reward_model": PREF, "grpo": GRPO}
 # The tests that share the module's runs (one_process, two_ranks) stay on one pytest-xdist worker, so each
 # run is made once.
 SHARED = pytest.mark.xdist_group("distributed_sft")
@@ -111,11 +123,11 @@ def test_one_rank_group_matches_one_process(tmp_path, one_process, strategy):
     assert not distributed.current().group  # the group is left when the run ends
 
 
-@pytest.mark.parametrize("algo", ["dpo", "reward_model"])
+@pytest.mark.parametrize("algo", ["dpo", "reward_model", "grpo"])
 def test_fsdp_checkpoint_resumes_exactly(tmp_path, rewound, algo):
     """fsdp (a group of one): the step-2 checkpoint, its full optimizer state and (reward model) value
     head put back into the shards, resumes to the uninterrupted run's step-3 loss and weights."""
-    over = {**PREF, "trainer.strategy": "fsdp", "trainer.checkpoint_every": 2}
+    over = {**CONFIGS[algo], "trainer.strategy": "fsdp", "trainer.checkpoint_every": 2}
     run = advantage.train(algo, quiet=True, **{**over, "trainer.run_dir": str(tmp_path / "run")})
     half = rewound(run.dir)
     advantage.resume(half, quiet=True)
@@ -125,12 +137,17 @@ def test_fsdp_checkpoint_resumes_exactly(tmp_path, rewound, algo):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-@pytest.mark.parametrize("algo", ["dpo", "reward_model"])
-def test_two_ranks_take_the_one_process_steps_on_preference_pairs(tmp_path, algo, strategy):
-    """DPO and the reward model on 2 ranks (each takes half of the pairs): the losses, gradient norms and
-    weights of one process on the same global batch, within 1e-5."""
-    one = advantage.train(algo, quiet=True, **{**PREF, "trainer.run_dir": str(tmp_path / "one")}).dir
-    cfg = {**PREF, "trainer.strategy": strategy, "trainer.nproc_per_node": 2}
+@pytest.mark.parametrize("algo", ["dpo", "reward_model", "grpo"])
+def test_two_ranks_take_the_one_process_steps(tmp_path, algo, strategy):
+    """DPO, the reward model (each rank takes half of the pairs) and GRPO (half of the prompt groups,
+    sampled on the rank) on 2 ranks: the losses, gradient norms and weights of one process on the same
+    global batch, within 1e-5. GRPO's one process is a group of one: with a process group each prompt is
+    sampled from its own slot's seed (single samples the batch from one generator)."""
+    one = {**CONFIGS[algo], "trainer.run_dir": str(tmp_path / "one")}
+    if algo == "grpo":
+        one["trainer.strategy"] = strategy
+    one = advantage.train(algo, quiet=True, **one).dir
+    cfg = {**CONFIGS[algo], "trainer.strategy": strategy, "trainer.nproc_per_node": 2}
     res = _cli(["-m", "advantage", "train", algo, *_args({**cfg, "trainer.run_dir": tmp_path / "two"})])
     assert res.returncode == 0, res.stderr[-3000:]
     for key in ("train/loss", "train/grad_norm"):
@@ -299,9 +316,28 @@ def test_strategy_of_an_algorithm_that_learns_in_one_process_is_an_error():
     from types import SimpleNamespace
 
     cfg = SimpleNamespace(trainer=SimpleNamespace(strategy="ddp", nproc_per_node=2))
-    assert distributed.problems("grpo", cfg) == [
-        "trainer.strategy=ddp: grpo learns in one process; ddp and fsdp are for sft, reward_model, dpo"
+    assert distributed.problems("ppo_rlhf", cfg) == [
+        "trainer.strategy=ddp: ppo_rlhf learns in one process; ddp and fsdp are for sft, reward_model, "
+        "dpo, grpo"
     ]
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ({"algorithm.dynamic_sampling": True}, "needs algorithm.dynamic_sampling=False, got True"),
+        ({"algorithm.curriculum": "hard"}, "needs algorithm.curriculum='none', got 'hard'"),
+        ({"worker.actor.mini_batch_size": 2}, "needs worker.actor.mini_batch_size=0, got 2"),
+        ({"algorithm.advantage": "batch_std"}, "needs a group advantage, not batch_std"),
+        ({"data.rollout_batch_size": 3}, "data.rollout_batch_size=3 is not divisible by the 2 ranks"),
+    ],
+)
+def test_grpo_options_that_need_the_whole_batch_are_errors_on_ranks(over, message):
+    from advantage.runs import resolve_config
+
+    over = {**GRPO, "trainer.strategy": "ddp", **over}
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        resolve_config("grpo", overrides={**over, "trainer.nproc_per_node": 2})
 
 
 def test_a_missing_rendezvous_variable_is_named(tmp_path, monkeypatch):

@@ -43,7 +43,20 @@ if TYPE_CHECKING:
 STRATEGIES = ("single", "ddp", "fsdp")
 RENDEZVOUS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 # The algorithms that learn across processes, and the option each one splits across the ranks.
-SHARDED_BATCH = {"sft": "batch_size", "reward_model": "batch_size", "dpo": "batch_size"}
+SHARDED_BATCH = {
+    "sft": "algorithm.batch_size",
+    "reward_model": "algorithm.batch_size",
+    "dpo": "algorithm.batch_size",
+    "grpo": "data.rollout_batch_size",
+}
+# GRPO options that need the whole batch on one rank (a batch statistic, a refill loop whose rounds the
+# ranks would not agree on, prompt picks from pass counts): (key, the value they need, why).
+GRPO_ONE_RANK = (
+    ("algorithm.dynamic_sampling", False, "its refill rounds differ between ranks"),
+    ("algorithm.curriculum", "none", "its prompt picks read the whole batch's pass counts"),
+    ("algorithm.adaptive_difficulty", False, "its thresholds read the whole batch"),
+    ("worker.actor.mini_batch_size", 0, "a mini-batch counts prompts of the whole batch"),
+)
 T = TypeVar("T")
 
 
@@ -77,17 +90,23 @@ def problems(algo: str, cfg: Any) -> list[str]:
         able = ", ".join(SHARDED_BATCH)
         return [f"trainer.strategy={strategy}: {algo} learns in one process; ddp and fsdp are for {able}"]
     out = []
-    batch = getattr(cfg.algorithm, key)
+    batch = _get(cfg, key)
     if batch < n:
         out.append(
-            f"{n} ranks (trainer.nproc_per_node or WORLD_SIZE) are more than algorithm.{key}={batch} "
+            f"{n} ranks (trainer.nproc_per_node or WORLD_SIZE) are more than {key}={batch} "
             f"allows: each rank needs at least one item of the batch"
         )
     elif batch % n:
         out.append(
-            f"algorithm.{key}={batch} is not divisible by the {n} ranks (trainer.nproc_per_node or "
+            f"{key}={batch} is not divisible by the {n} ranks (trainer.nproc_per_node or "
             f"WORLD_SIZE): each rank takes an equal share; use a multiple of {n}"
         )
+    if algo == "grpo":
+        for k, need, why in GRPO_ONE_RANK:
+            if _get(cfg, k) != need:
+                out.append(f"trainer.strategy={strategy} needs {k}={need!r}, got {_get(cfg, k)!r}: {why}")
+        if cfg.algorithm.advantage == "batch_std":
+            out.append(f"trainer.strategy={strategy} needs a group advantage, not batch_std (a batch std)")
     if strategy == "fsdp" and cfg.model.lora.rank > 0:
         out.append(
             f"trainer.strategy=fsdp with LoRA (model.lora.rank={cfg.model.lora.rank}) is not supported: "
@@ -96,6 +115,12 @@ def problems(algo: str, cfg: Any) -> list[str]:
     if getattr(t, "num_workers", 0) > 0:
         out.append(f"trainer.strategy={strategy} with trainer.num_workers > 0 is not supported yet")
     return out
+
+
+def _get(cfg: Any, key: str) -> Any:
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
 
 
 @dataclass
@@ -133,6 +158,14 @@ class World:
         x = torch.tensor([float(v) for v in values], dtype=torch.float64)
         dist.all_reduce(x, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
         return x.tolist()
+
+    def mean(self, row: dict[str, Any], summed: Sequence[str] = ()) -> dict[str, Any]:
+        """A metrics row averaged over the ranks (the ``summed`` keys added up), in one all-reduce."""
+        if not self.group:
+            return row
+        keys = [k for k, v in row.items() if isinstance(v, int | float) and not isinstance(v, bool)]
+        values = self.reduce([row[k] for k in keys])
+        return {**row, **{k: v if k in summed else v / self.size for k, v in zip(keys, values, strict=True)}}
 
     def broadcast(self, obj: Any) -> Any:
         """Rank 0's ``obj`` on every rank."""
