@@ -167,6 +167,17 @@ class World:
         values = self.reduce([row[k] for k in keys])
         return {**row, **{k: v if k in summed else v / self.size for k, v in zip(keys, values, strict=True)}}
 
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        """The ranks' tensors ``x`` (equal shapes) concatenated along the first dimension, in rank order."""
+        if self.size == 1:
+            return x
+        import torch
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(x) for _ in range(self.size)]
+        dist.all_gather(parts, x.contiguous())
+        return torch.cat(parts)
+
     def broadcast(self, obj: Any) -> Any:
         """Rank 0's ``obj`` on every rank."""
         if self.size == 1:

@@ -653,7 +653,7 @@ class GRPORollout:
                 rate = max((groups - dropped) / groups, 0.25)
                 n_ask = min(math.ceil(missing / rate), len(self.examples))
             first = self.cursor.epoch * self.cursor.n + self.cursor.pos  # prompts drawn before these
-            idx = self.next_prompts(n_ask if a.dynamic_sampling else B)
+            drawn = idx = self.next_prompts(n_ask if a.dynamic_sampling else B)
             slots = None
             if self.world.group:  # whole prompt groups per rank, each with its own slot's sampling noise
                 idx, slots = self.world.share(idx), self.world.share(range(first, first + len(idx)))
@@ -663,7 +663,7 @@ class GRPORollout:
             m["time/score"] += time.perf_counter() - t1
             m["time/generate"] += t1 - t0
             m.update(shaped)
-            self.count_passes(idx, correct, G)
+            self.count_passes(drawn, self.world.gather(correct.double()), G)  # every rank's verdicts
             all_r.append(rewards)
             all_c.append(correct)
             all_len.append(gen.lengths.float())
