@@ -17,6 +17,7 @@ import torch
 import advantage
 from advantage import distributed
 from advantage.errors import ConfigError
+from conftest import RM_SMALL, RM_TASK
 
 TINY = {
     "data.task": "addition",
@@ -52,7 +53,16 @@ GRPO = {
     "worker.actor.model.layers": 1,
     "worker.actor.model.heads": 2,
 }
-CONFIGS = {"sft": TINY, "dpo": PREF, "reward_model": PREF, "grpo": GRPO}
+# PPO-RLHF: the conftest's reward model (worker.reward.model, set by the test) and its task.
+PPO = {
+    **{k: v for k, v in TINY.items() if not k.startswith(("model.", "algorithm.", "data."))},
+    **RM_TASK,
+    "data.rollout_batch_size": 8,
+    "data.max_response_length": 5,
+    **{f"worker.actor.model.{k}": v for k, v in RM_SMALL.items()},
+    "worker.actor.ppo_epochs": 2,
+}
+CONFIGS = {"sft": TINY, "dpo": PREF, "reward_model": PREF, "grpo": GRPO, "ppo_rlhf": PPO}
 # The tests that share the module's runs (one_process, two_ranks) stay on one pytest-xdist worker, so each
 # run is made once.
 SHARED = pytest.mark.xdist_group("distributed_sft")
@@ -136,21 +146,28 @@ def test_fsdp_checkpoint_resumes_exactly(tmp_path, rewound, algo):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-@pytest.mark.parametrize("algo", ["dpo", "reward_model", "grpo"])
-def test_two_ranks_take_the_one_process_steps(tmp_path, algo, strategy):
-    """DPO, the reward model (each rank takes half of the pairs) and GRPO (half of the prompt groups,
-    sampled on the rank) on 2 ranks: the losses, gradient norms and weights of one process on the same
-    global batch, within 1e-5. GRPO's one process is a group of one: with a process group each prompt is
-    sampled from its own slot's seed (single samples the batch from one generator)."""
-    one = {**CONFIGS[algo], "trainer.run_dir": str(tmp_path / "one")}
-    if algo == "grpo":
+@pytest.mark.parametrize(
+    ("algo", "strategy"),
+    [(a, s) for a in ("dpo", "reward_model", "grpo") for s in ("ddp", "fsdp")] + [("ppo_rlhf", "ddp")],
+)
+def test_two_ranks_take_the_one_process_steps(tmp_path, request, algo, strategy):
+    """DPO, the reward model (each rank takes half of the pairs), GRPO (half of the prompt groups) and
+    PPO-RLHF (half of the prompts), sampled on their rank, on 2 ranks: the losses, gradient norms and
+    weights of one process on the same global batch, within 1e-5. For GRPO and PPO-RLHF the one process
+    is a group of one: with a process group each prompt is sampled from its own slot's seed (``single``
+    samples the whole batch from one generator)."""
+    over = dict(CONFIGS[algo])
+    if algo == "ppo_rlhf":
+        over["worker.reward.model"] = str(request.getfixturevalue("tiny_reward_model"))
+    one = {**over, "trainer.run_dir": str(tmp_path / "one")}
+    if algo in ("grpo", "ppo_rlhf"):
         one["trainer.strategy"] = strategy
     one = advantage.train(algo, quiet=True, **one).dir
-    cfg = {**CONFIGS[algo], "trainer.strategy": strategy, "trainer.nproc_per_node": 2}
+    cfg = {**over, "trainer.strategy": strategy, "trainer.nproc_per_node": 2}
     res = _cli(["-m", "advantage", "train", algo, *_args({**cfg, "trainer.run_dir": tmp_path / "two"})])
     assert res.returncode == 0, res.stderr[-3000:]
-    for key in ("train/loss", "train/grad_norm"):
+    losses = ("train/policy_loss", "train/value_loss") if algo == "ppo_rlhf" else ("train/loss",)
+    for key in (*losses, "train/grad_norm"):
         assert _losses(tmp_path / "two", key) == pytest.approx(_losses(one, key), abs=1e-5)
     assert _close(_weights(tmp_path / "two"), _weights(one)) < 1e-5
 
@@ -312,14 +329,12 @@ def test_bad_launch_configs_are_clear_errors(tmp_path, over, message):
     assert not (tmp_path / "r").exists()
 
 
-def test_strategy_of_an_algorithm_that_learns_in_one_process_is_an_error():
-    from types import SimpleNamespace
+def test_ppo_rlhf_with_fsdp_is_an_error(tmp_path):
+    from advantage.runs import resolve_config
 
-    cfg = SimpleNamespace(trainer=SimpleNamespace(strategy="ddp", nproc_per_node=2))
-    assert distributed.problems("ppo_rlhf", cfg) == [
-        "trainer.strategy=ddp: ppo_rlhf learns in one process; ddp and fsdp are for sft, reward_model, "
-        "dpo, grpo"
-    ]
+    over = {**PPO, "worker.reward.model": str(tmp_path), "trainer.strategy": "fsdp"}
+    with pytest.raises(ConfigError, match="trainer.strategy=fsdp is not available for ppo_rlhf yet"):
+        resolve_config("ppo_rlhf", overrides=over)
 
 
 @pytest.mark.parametrize(

@@ -48,15 +48,20 @@ SHARDED_BATCH = {
     "reward_model": "algorithm.batch_size",
     "dpo": "algorithm.batch_size",
     "grpo": "data.rollout_batch_size",
+    "ppo_rlhf": "data.rollout_batch_size",
 }
-# GRPO options that need the whole batch on one rank (a batch statistic, a refill loop whose rounds the
-# ranks would not agree on, prompt picks from pass counts): (key, the value they need, why).
-GRPO_ONE_RANK = (
-    ("algorithm.dynamic_sampling", False, "its refill rounds differ between ranks"),
-    ("algorithm.curriculum", "none", "its prompt picks read the whole batch's pass counts"),
-    ("algorithm.adaptive_difficulty", False, "its thresholds read the whole batch"),
-    ("worker.actor.mini_batch_size", 0, "a mini-batch counts prompts of the whole batch"),
-)
+# Options that need the whole batch on one rank (a refill loop whose rounds the ranks would not agree on,
+# prompt picks from the pass counts, mini-batches of the whole batch): (key, the value needed, why).
+_MINI = ("worker.actor.mini_batch_size", 0, "a mini-batch counts rows of the whole batch")
+ONE_RANK_OPTIONS = {
+    "grpo": (
+        ("algorithm.dynamic_sampling", False, "its refill rounds differ between ranks"),
+        ("algorithm.curriculum", "none", "its prompt picks read the whole batch's pass counts"),
+        ("algorithm.adaptive_difficulty", False, "its thresholds read the whole batch"),
+        _MINI,
+    ),
+    "ppo_rlhf": (_MINI,),
+}
 T = TypeVar("T")
 
 
@@ -101,12 +106,13 @@ def problems(algo: str, cfg: Any) -> list[str]:
             f"{key}={batch} is not divisible by the {n} ranks (trainer.nproc_per_node or "
             f"WORLD_SIZE): each rank takes an equal share; use a multiple of {n}"
         )
-    if algo == "grpo":
-        for k, need, why in GRPO_ONE_RANK:
-            if _get(cfg, k) != need:
-                out.append(f"trainer.strategy={strategy} needs {k}={need!r}, got {_get(cfg, k)!r}: {why}")
-        if cfg.algorithm.advantage == "batch_std":
-            out.append(f"trainer.strategy={strategy} needs a group advantage, not batch_std (a batch std)")
+    for k, need, why in ONE_RANK_OPTIONS.get(algo, ()):
+        if _get(cfg, k) != need:
+            out.append(f"trainer.strategy={strategy} needs {k}={need!r}, got {_get(cfg, k)!r}: {why}")
+    if algo == "ppo_rlhf" and strategy == "fsdp":
+        out.append("trainer.strategy=fsdp is not available for ppo_rlhf yet (its critic); use ddp")
+    if algo == "grpo" and cfg.algorithm.advantage == "batch_std":
+        out.append(f"trainer.strategy={strategy} needs a group advantage, not batch_std (a batch std)")
     if strategy == "fsdp" and cfg.model.lora.rank > 0:
         out.append(
             f"trainer.strategy=fsdp with LoRA (model.lora.rank={cfg.model.lora.rank}) is not supported: "

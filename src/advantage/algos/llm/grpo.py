@@ -571,20 +571,15 @@ class GRPORollout:
             return gen.to(self.policy.device), texts, rewards, correct, time.perf_counter()
         exs = [self.examples[i] for i in idx]
         prompts = [e.prompt for e in exs]
-        if slots is None:
-            gen, texts = self.policy.complete(prompts, samples=n, generator=self.gen_rng, **self.sampling)
-        else:
-            from advantage.rollout.generate import concat_generations
-
-            dev, seed = self.policy.device, self.cfg.trainer.seed * 1_000_003
-            parts = [
-                self.policy.complete(
-                    [p], samples=n, generator=torch.Generator(dev).manual_seed(seed + k), **self.sampling
-                )
-                for p, k in zip(prompts, slots, strict=True)
-            ]
-            gen = concat_generations([g for g, _ in parts], self.policy.tokenizer.pad_token_id)
-            texts = [x for _, ts in parts for x in ts]
+        gen, texts = lm_distributed.complete(
+            self.policy,
+            prompts,
+            slots,
+            self.cfg.trainer.seed,
+            samples=n,
+            generator=self.gen_rng,
+            **self.sampling,
+        )
         t1 = time.perf_counter()
         rewards, correct = score(self.policy, exs, texts, n)
         return gen, texts, rewards, correct, t1
