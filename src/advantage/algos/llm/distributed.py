@@ -6,8 +6,8 @@ evaluation and checkpoints, and an optimizer state that reads and writes today's
 * ``fsdp``: the ranks train an FSDP2 copy (``fully_shard`` on each decoder layer, then on the root;
   ``param_dtype=bfloat16``, ``reduce_dtype=float32`` on a GPU), whose parameters, gradients and AdamW
   moments are split across the ranks; the plain model stays beside it as the *inference replica*
-  (evaluation, ``save_pretrained`` files) and receives the full weights when a snapshot is taken
-  (:func:`unshard`). The replica costs one full copy of the weights per rank, next to 1/N of the
+  (evaluation, GRPO's and PPO-RLHF's sampling, ``save_pretrained`` files) and receives the full weights
+  when a snapshot is taken or a rollout begins (:func:`unshard`). The replica costs one full copy of the weights per rank, next to 1/N of the
   weights, gradients and two moments each; see ``docs/distributed.md``. The lean forward of
   :mod:`advantage.nn.lean` does not run on sharded layers (it reads whole parameters): ``fsdp`` takes the
   transformers forward.
