@@ -5,6 +5,8 @@ where it must step aside."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -109,7 +111,9 @@ def test_gradcheck_float64(tok, arch, kv, batch):
         assert ids.shape[0] > 1  # several rows: the row mask spans them
     inputs = lean._stack_inputs(ids, pos, mask.double(), rows, None)
     assert inputs is not None
-    batch_in, params = inputs[0], [p for p in inputs[1:]]
+    # the plain derivative: a pad slot's lookup differentiated too (the padding_idx rule, which drops it as
+    # nn.Embedding does, is tested against transformers in test_a_pad_token_read_as_a_token_...)
+    batch_in, params = dataclasses.replace(inputs[0], padding_idx=None), [p for p in inputs[1:]]
     assert (batch_in.rows is not None) == (batch == "packed_rows")  # the last layer at the rows only
     assert sum(p is None for p in params) == 2 * (4 if arch == "qwen2" else 7)  # absent biases
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -67,15 +68,32 @@ def _check_algo(algo: str | None) -> None:
 
 def cmd_train(ns: argparse.Namespace) -> int:
     from advantage.config import parse_overrides
-    from advantage.runs import train
+    from advantage.distributed import launch
+    from advantage.runs import resolve_config, train
 
     algo, rest = _algo_and_overrides(ns.args)
     overrides = parse_overrides(rest)
+    n = _nproc(ns.config, overrides, lambda: resolve_config(algo, ns.config, overrides)[1])
+    if n > 1:
+        return launch(n, ns.argv)
     return _ended(train(algo, ns.config, progress=not ns.quiet, background=BACKGROUND, **overrides))
+
+
+def _nproc(config: str | None, overrides: dict, cfg: Callable[[], Any]) -> int:
+    """``trainer.nproc_per_node`` of a command not yet under a launcher (1 under one, or when no key or
+    file names it: the config is then not built twice)."""
+    from advantage.distributed import launched
+
+    named = "nproc_per_node" in str(overrides) or (
+        config is not None and Path(config).is_file() and "nproc_per_node" in Path(config).read_text()
+    )
+    return 1 if launched() or not named else int(getattr(cfg().trainer, "nproc_per_node", 1))
 
 
 def _ended(run) -> int:
     """Print the last line of a run and return the exit code: 0 finished, 130/143 stopped by a signal."""
+    if os.environ.get("RANK", "0") != "0":
+        return 0  # the first rank prints the run's last line
     step = run.last_step if run.last_step is not None else run.step
     if run.stopped_by:
         print(
@@ -120,11 +138,15 @@ def _last_values(rows: Sequence[dict], names: Sequence[str]) -> list[str]:
 
 def cmd_resume(ns: argparse.Namespace) -> int:
     from advantage.config import parse_overrides
-    from advantage.runs import resume
+    from advantage.distributed import launch
+    from advantage.runs import CONFIG_FILE, resolve_config, resume
 
-    return _ended(
-        resume(ns.run_dir, progress=not ns.quiet, background=BACKGROUND, **parse_overrides(ns.overrides))
-    )
+    overrides = parse_overrides(ns.overrides)
+    saved = os.path.join(ns.run_dir, CONFIG_FILE)
+    n = _nproc(saved, overrides, lambda: resolve_config(None, saved, overrides)[1])
+    if n > 1:
+        return launch(n, ns.argv)
+    return _ended(resume(ns.run_dir, progress=not ns.quiet, background=BACKGROUND, **overrides))
 
 
 def cmd_eval(ns: argparse.Namespace) -> int:
@@ -414,6 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns, extra = parser.parse_known_args(argv)
+    ns.argv = list(sys.argv[1:] if argv is None else argv)  # what a launcher runs on every rank
     # Options may come between the overrides (`train sft a=1 --quiet b=2`): argparse leaves the
     # overrides after the option unparsed, so they join the others here.
     target = {"train": "args", "sweep": "args", "resume": "overrides"}.get(ns.command)
@@ -432,7 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for problem in e.problems:
                 print(f"  - {problem}", file=sys.stderr)
         else:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"error: {_rank()}{e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(
@@ -440,6 +463,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
+    except Exception as e:  # a bug or a lost peer: the traceback follows; under a launcher, say whose
+        if _rank():
+            print(f"error: {_rank()}{type(e).__name__}: {e}", file=sys.stderr)
+        raise
+
+
+def _rank() -> str:
+    """``rank R: `` in a process started by a launcher (every rank's error reaches the console)."""
+    return f"rank {os.environ['RANK']}: " if "RANK" in os.environ and "WORLD_SIZE" in os.environ else ""
 
 
 if __name__ == "__main__":

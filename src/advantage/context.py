@@ -259,6 +259,10 @@ class RunContext:
             files=snap.files() if callable(snap.files) else snap.files,
         )
 
+    def due(self, step: int) -> bool:
+        """Whether :meth:`tick` at ``step`` evaluates or checkpoints (so it takes a snapshot)."""
+        return step >= self._next_eval or step >= self._next_ckpt
+
     def tick(self, step: int, snapshot: Callable[[], Snapshot]) -> bool:
         """Call after every step (or rollout). Logs, evaluates and checkpoints when due; returns True if
         the loop should stop now (a signal arrived)."""

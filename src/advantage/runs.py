@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from advantage import distributed
 from advantage.checkpoint import LATEST, Checkpoint, atomic_write, load_checkpoint
 from advantage.config import (
     build,
@@ -101,6 +102,7 @@ def resolve_config(
         if spec.check is not None and not problems:
             problems.extend(spec.check(cfg))
         problems.extend(_worker_problems(spec, cfg))
+        problems.extend(distributed.problems(spec.name, cfg) if not spec.uses_env else [])
         if check_device and not problems:
             problem = device_problem(cfg.trainer.device)
             if problem:
@@ -272,6 +274,8 @@ def train(
     from advantage.context import RunContext
 
     _check_spaces(spec, cfg)
+    if not distributed.init(cfg.trainer).is_main:
+        return _follow()
     run_dir = Path(cfg.trainer.run_dir) if cfg.trainer.run_dir else _default_run_dir(spec, cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = RunLock(run_dir)  # taken before the emptiness check, so the check and the claim are one step
@@ -290,7 +294,7 @@ def train(
             print(hp_note, flush=True)
         ctx = RunContext(spec, cfg, run_dir, quiet=quiet or not progress, background=background)
         try:
-            spec.train(cfg, ctx)
+            _train(spec, cfg, ctx)
         finally:
             ctx.close()
     finally:
@@ -323,6 +327,10 @@ def resume(
     ``background`` as in :func:`train`."""
     run_dir = Path(run_dir)
     old = Run(run_dir)
+    if os.environ.get("RANK", "0") != "0":  # a rank of a launch other than the first
+        _, cfg = resolve_config(old.algo.name, run_dir / CONFIG_FILE, overrides)
+        distributed.init(cfg.trainer)
+        return _follow()
     lock = RunLock(run_dir)
     try:
         return _resume(run_dir, old, quiet, progress, background, overrides)
@@ -341,6 +349,7 @@ def _resume(
     spec, cfg = resolve_config(old.algo.name, run_dir / CONFIG_FILE, overrides)
     from advantage.context import RunContext
 
+    distributed.init(cfg.trainer)
     before, after = flatten(to_dict(old.config)), flatten(to_dict(cfg))
     fixed = [
         f"{key} cannot change on resume: the checkpoint was trained with {before.get(key)!r}, got "
@@ -366,7 +375,7 @@ def _resume(
         atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
         ctx = RunContext(spec, cfg, run_dir, quiet=quiet or not progress, background=background)
         try:
-            spec.train(cfg, ctx)
+            _train(spec, cfg, ctx)
         finally:
             ctx.close()
         return _ended(run_dir, ctx, background)
@@ -378,6 +387,8 @@ def _resume(
                 "pass a larger trainer.total_steps to train longer",
                 file=sys.stderr,
             )
+        distributed.current().broadcast(None)  # the other ranks: nothing to train
+        distributed.shutdown()
         return Run(run_dir)
     truncate_metrics(run_dir, ckpt.step)
     if not quiet:
@@ -386,7 +397,7 @@ def _resume(
     atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
     ctx = RunContext(spec, cfg, run_dir, restored=ckpt, quiet=quiet or not progress, background=background)
     try:
-        spec.train(cfg, ctx)
+        _train(spec, cfg, ctx)
     except BaseException as e:
         if ctx.saved_since_start is None:  # nothing was saved under the new config: keep the old one
             atomic_write(run_dir / CONFIG_FILE, previous)
@@ -400,6 +411,40 @@ def _resume(
     finally:
         ctx.close()
     return _ended(run_dir, ctx, background)
+
+
+def _train(spec: Algorithm, cfg: Any, ctx: RunContext) -> None:
+    """``spec.train`` on rank 0 (or alone): on several ranks it first tells the others where the run is
+    and what it resumes (:func:`_follow`), and trains with a :class:`~advantage.distributed.RankContext`."""
+    world = distributed.current()
+    try:
+        if not world.group:
+            return spec.train(cfg, ctx)
+        restored = str(ctx.restored.path) if ctx.restored is not None else None
+        world.broadcast({"run_dir": str(ctx.run_dir), "restored": restored})
+        rank_ctx: Any = distributed.RankContext(world, ctx, ctx.restored)  # a RunContext to the trainer
+        spec.train(cfg, rank_ctx)
+    finally:
+        distributed.shutdown()
+
+
+def _follow() -> Run:
+    """A rank other than the first: train beside rank 0 in its run folder (from its saved config and the
+    checkpoint it resumes), writing nothing."""
+    world = distributed.current()
+    try:
+        got = world.broadcast(None)
+        if got is None:  # rank 0 had nothing to train
+            raise SystemExit(0)
+        run_dir = Path(got["run_dir"])
+        spec, cfg = resolve_config(None, run_dir / CONFIG_FILE)
+        cfg.trainer.run_dir = str(run_dir)
+        restored = load_checkpoint(got["restored"]) if got["restored"] else None
+        rank_ctx: Any = distributed.RankContext(world, None, restored)
+        spec.train(cfg, rank_ctx)
+    finally:
+        distributed.shutdown()
+    return Run(run_dir)
 
 
 def fixed_on_resume(key: str) -> bool:

@@ -121,6 +121,12 @@ class LMTrainerConfig(TrainerConfig):
     log_every: int = option(10, "log training metrics every N optimizer steps", lo=1)
     run_dir: str | None = option(None, "run folder (default runs/<algo>-<task>-<YYYYmmdd-HHMMSS>)")
     device: str = option("cpu", "torch device of the models: cpu, cuda, cuda:N or mps")
+    strategy: str = option(
+        "single",
+        "learner across processes: single, ddp (replicas) or fsdp (FSDP2 shards); docs/distributed.md",
+        choices=("single", "ddp", "fsdp"),
+    )
+    nproc_per_node: int = option(1, "local processes the command line starts (torchrun sets its own)", lo=1)
 
     def problems(self) -> list[str]:
         # The spelling here; whether the device exists is checked before a run starts (resolve_config).

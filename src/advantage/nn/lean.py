@@ -87,6 +87,8 @@ def _supported(model: PreTrainedModel, decoder: PreTrainedModel) -> bool:
     if rotary is None or getattr(rotary, "rope_type", "default") != "default":
         return False
     for layer in decoder.layers:
+        if type(layer).__name__.startswith("FSDP"):  # sharded parameters (trainer.strategy=fsdp)
+            return False
         attn, mlp = layer.self_attn, layer.mlp
         linears: tuple[nn.Module, ...] = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
         linears += (mlp.gate_proj, mlp.up_proj, mlp.down_proj)
@@ -778,9 +780,10 @@ class _Stack(torch.autograd.Function):
             layer = [dg1, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo, dg2, dwg, dbg, dwu, dbu, dwd, dbd]
             grads[1 + i * _PER_LAYER : 1 + (i + 1) * _PER_LAYER] = layer
         if ctx.needs_input_grad[1]:
-            grads[0] = torch.zeros_like(params[0]).index_add_(0, batch.ids, dx)
+            d_embed = torch.zeros_like(params[0]).index_add_(0, batch.ids, dx)
             if batch.padding_idx is not None:
-                grads[0][batch.padding_idx] = 0.0
+                d_embed[batch.padding_idx] = 0.0
+            grads[0] = d_embed
         return (None, *grads)
 
 

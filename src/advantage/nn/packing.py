@@ -170,10 +170,12 @@ def _first_fit(sizes: Sequence[int], cap: int) -> tuple[list[int], list[tuple[in
 
 def packable(model: PreTrainedModel) -> bool:
     """Whether :func:`pack_prompts` batches can go through ``model``: a Qwen2 or Llama decoder with eager or
-    SDPA attention (they take a custom 4D mask as is) and no sliding-window layers."""
+    SDPA attention (they take a custom 4D mask as is) and no sliding-window layers, not sharded by FSDP."""
     cfg = getattr(model, "config", None)
     return (
         cfg is not None
+        # FSDP2 gathers a sharded root's weights in its own forward, which packed rows bypass
+        and not type(model).__name__.startswith("FSDP")
         and getattr(cfg, "model_type", None) in PACKABLE_TYPES
         and getattr(cfg, "_attn_implementation", None) in ("eager", "sdpa")
         and all(t == "full_attention" for t in getattr(cfg, "layer_types", None) or ())

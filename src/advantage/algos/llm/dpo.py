@@ -46,14 +46,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from advantage import distributed
 from advantage.algos.llm import common
+from advantage.algos.llm import distributed as lm_distributed
 from advantage.algos.llm.common import DataConfig, LMPolicy
 from advantage.algos.llm.sft import collate
 from advantage.configs.dpo import DPOAlgorithm, DPOConfig
-from advantage.context import RunContext
+from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import DPO_LOSSES, dpo_metrics
-from advantage.nn.lean import adamw_step, clip_grad_norm, zero_grad
+from advantage.nn.lean import adamw_step, zero_grad
 from advantage.nn.packing import PACK_ROW_LENGTH, pack_prompts, packable, packed_logprobs
 from advantage.torch_state import LearnerState
 
@@ -186,34 +188,41 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
         raise ConfigError(f"data.task={d.task!r} gave no training pairs")
     micro = a.micro_batch_size or a.batch_size
     ref_all = pair_logps(ref, items, tok.pad_token_id, micro) if a.precompute_ref else None
-    params = [p for p in model.parameters() if p.requires_grad]
+    world = distributed.current()
+    net = lm_distributed.wrap(world, model)  # what this rank trains: the model, or its FSDP shards
+    params = [p for p in net.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(
         params, lr=a.learning_rate, weight_decay=a.weight_decay, fused=common.fused_adamw(params)
     )
-    learner = LearnerState(optimizers={"optim": opt})
+    learner = LearnerState(optimizers={"optim": lm_distributed.optimizer(world, net, opt)})
     step, cursor = common.resume(learner, restored, len(items), t.seed)
     policy.reference = ref  # evaluation needs it for the implicit rewards
 
-    snapshot = partial(common.snapshot, policy, learner, cursor, lambda: common.hf_files(model, tok))
+    save = partial(common.snapshot, policy, learner, cursor, lambda: common.hf_files(model, tok))
+
+    def snapshot() -> Snapshot:
+        lm_distributed.unshard(world, net, model)  # the full weights, from every rank's shard
+        return save()
 
     loss_fn = dpo_loss_fn(a)
-    model.train()
+    net.train()
     while step < t.total_steps:
         idx = cursor.next(a.batch_size)
+        share = world.share(idx)  # this rank's pairs; the loss and metrics below are over all of idx
         lr = common.set_learning_rate(opt, a, step, t.total_steps)
         clock = time.perf_counter()
         zero_grad(params)  # opt.zero_grad(set_to_none=True), and the clip and step below: torch's kernels
         # without its per-call Python layers (advantage.nn.lean)
         sums: dict[str, Tensor] = {}  # the step's loss and metrics, tensors until the step ends
-        for j in range(0, len(idx), micro):
-            chunk = idx[j : j + micro]
+        for j in range(0, len(share), micro):
+            chunk = share[j : j + micro]
             batch = [items[i] for i in chunk]
             if ref_all is not None:
                 ref_c, ref_r = ref_all[chunk].unbind(-1)
             else:
                 with torch.no_grad():
                     ref_c, ref_r = train_logps(ref, batch, tok.pad_token_id)
-            pc, pr = train_logps(model, batch, tok.pad_token_id)
+            pc, pr = train_logps(net, batch, tok.pad_token_id)
             # The micro-batch's pair sum over the step's pair count: accumulation equals one big batch.
             loss = loss_fn(pc, pr, ref_c, ref_r).sum() / len(idx)
             loss.backward()
@@ -222,12 +231,12 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
                 parts[k] = v * (len(chunk) / len(idx))
             for k, v in parts.items():
                 sums[k] = sums[k] + v if k in sums else v
-        values = torch.stack(list(sums.values())).tolist()  # one conversion per step
+        values = world.reduce(torch.stack(list(sums.values())).tolist())  # one conversion per step
         stats = dict(zip(sums, values, strict=True))
         total = stats.pop("loss")
         if not math.isfinite(total):
             raise NonFiniteError(f"step {step + 1}: DPO loss is {total}; stopping")
-        grad_norm = float(clip_grad_norm(params, a.max_grad_norm))
+        grad_norm = world.clip_grad_norm(params, a.max_grad_norm)
         adamw_step(opt)
         step += 1
         if step % t.log_every == 0 or step == t.total_steps:

@@ -85,7 +85,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from advantage import distributed
 from advantage.algos.llm import common
+from advantage.algos.llm import distributed as lm_distributed
 from advantage.algos.llm.common import LMPolicy
 from advantage.algos.llm.shared import (  # noqa: F401  (step_normalizer, trimmed: part of the API here)
     evaluate_preference,
@@ -104,10 +106,9 @@ from advantage.configs.grpo import (  # noqa: F401  (PRESETS: re-exported)
     GRPOAlgorithm,
     GRPOConfig,
 )
-from advantage.context import RunContext
+from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import KL_ESTIMATORS, POLICY_LOSSES, aggregate, masked_mean
-from advantage.nn.lean import clip_grad_norm
 from advantage.torch_state import LearnerState
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
@@ -490,6 +491,7 @@ class GRPORollout:
                 self.thresholds = tensors["difficulty_thresholds"].clone()
             epoch, pos = restored.state["algo"]["epoch"], restored.state["algo"]["pos"]
         self.cursor = common.DataCursor(len(examples), t.seed, epoch, pos)
+        self.world = distributed.current()
         self.remote: Any = None  # trainer.num_workers > 0: generation and scoring in Ray workers
         self.weights_ref: Any = None
         if t.num_workers > 0:
@@ -531,16 +533,28 @@ class GRPORollout:
             self.passes[i] += float(correct[j * n : (j + 1) * n].sum())
             self.tries[i] += n
 
-    def sample(self, idx: list[int], n: int) -> tuple[Any, list[str], Tensor, Tensor, float]:
+    def sample(
+        self, idx: list[int], n: int, slots: list[int] | None = None
+    ) -> tuple[Any, list[str], Tensor, Tensor, float]:
         """``n`` completions of each training prompt in ``idx``, prompt by prompt: ``(Generation, texts,
         rewards [len(idx)·n] (unshaped), correct [len(idx)·n], t1)``, ``t1`` the ``perf_counter`` time
-        when generation ended (scoring is timed from it)."""
+        when generation ended (scoring is timed from it). With ``slots`` (the prompts' places in the
+        stream of drawn prompts: a run on several ranks) each prompt is sampled on its own from a
+        generator seeded by its slot, so its samples do not depend on the rank or the other prompts."""
         if self.remote is not None:  # workers generate and score (time/generate covers both)
             gen, texts, rewards, correct = self.remote.generate(self.weights_ref, idx, n, self.sampling)
             return gen.to(self.policy.device), texts, rewards, correct, time.perf_counter()
         exs = [self.examples[i] for i in idx]
         prompts = [e.prompt for e in exs]
-        gen, texts = self.policy.complete(prompts, samples=n, generator=self.gen_rng, **self.sampling)
+        gen, texts = lm_distributed.complete(
+            self.policy,
+            prompts,
+            slots,
+            self.cfg.trainer.seed,
+            samples=n,
+            generator=self.gen_rng,
+            **self.sampling,
+        )
         t1 = time.perf_counter()
         rewards, correct = score(self.policy, exs, texts, n)
         return gen, texts, rewards, correct, t1
@@ -608,14 +622,18 @@ class GRPORollout:
                 # prompts took one round per few kept prompts. Any surplus is trimmed below.
                 rate = max((groups - dropped) / groups, 0.25)
                 n_ask = min(math.ceil(missing / rate), len(self.examples))
-            idx = self.next_prompts(n_ask if a.dynamic_sampling else B)
+            first = self.cursor.epoch * self.cursor.n + self.cursor.pos  # prompts drawn before these
+            drawn = idx = self.next_prompts(n_ask if a.dynamic_sampling else B)
+            slots = None
+            if self.world.group:  # whole prompt groups per rank, each with its own slot's sampling noise
+                idx, slots = self.world.share(idx), self.world.share(range(first, first + len(idx)))
             t0 = time.perf_counter()
-            gen, texts, raw, correct, t1 = self.sample(idx, G)
+            gen, texts, raw, correct, t1 = self.sample(idx, G, slots)
             rewards, adv, shaped = self.group_advantages(gen, idx, texts, raw, G)
             m["time/score"] += time.perf_counter() - t1
             m["time/generate"] += t1 - t0
             m.update(shaped)
-            self.count_passes(idx, correct, G)
+            self.count_passes(drawn, self.world.gather(correct.double()), G)  # every rank's verdicts
             all_r.append(rewards)
             all_c.append(correct)
             all_len.append(gen.lengths.float())
@@ -773,6 +791,7 @@ def learn(
 
     a, d, actor, roll = cfg.algorithm, cfg.data, cfg.worker.actor, cfg.worker.rollout
     params = opt.param_groups[0]["params"]
+    world = distributed.current()
     packed = packable(model)  # rows of one prompt share one forward of it: no need to sort by length
     gen = ro.gen
     n_rows = gen.response_ids.shape[0]
@@ -796,7 +815,7 @@ def learn(
         perm = all_rows if on_policy else torch.randperm(n_rows)
         for start in range(0, n_rows, mini_rows):
             mini = perm[start : start + mini_rows]
-            Z = step_normalizer(mask[mini], actor.loss_agg)
+            Z = world.reduce([step_normalizer(mask[mini], actor.loss_agg)])[0]  # of the global batch
             opt.zero_grad(set_to_none=True)
             total = 0.0
             for r in micro_batches(mini, gen.lengths, micro, actor.micro_batch_size == 0 and not packed):
@@ -818,22 +837,24 @@ def learn(
                 lm["entropy"] = masked_mean(-logp.detach(), m_r)
                 for k, v in lm.items():
                     stats.setdefault(k, []).append(float(v))
+            total = world.reduce([total])[0]
             if not math.isfinite(total):
                 raise NonFiniteError(f"step {step + 1}: GRPO loss is {total}; stopping")
             stats.setdefault("loss", []).append(total)
+            gn = world.clip_grad_norm(params, actor.max_grad_norm)  # ddp: sums the ranks' gradients
             if actor.max_grad_norm > 0:
-                gn = clip_grad_norm(params, actor.max_grad_norm)
-                stats.setdefault("grad_norm", []).append(float(gn))
+                stats.setdefault("grad_norm", []).append(gn)
             opt.step()
     return stats
 
 
 def build(
     cfg: GRPOConfig, restored: Checkpoint | None
-) -> tuple[LMPolicy, PreTrainedModel | None, LearnerState]:
+) -> tuple[LMPolicy, PreTrainedModel | None, LearnerState, PreTrainedModel, torch.optim.Optimizer]:
     """The policy (with the reward model of ``worker.reward.model`` when set), the frozen reference (None
-    when no KL term uses it, or with LoRA: then the base model is the reference) and the learner state
-    (the optimizer ``optim`` and the torch RNG), restored from ``restored``. Built in this order on
+    when no KL term uses it, or with LoRA: then the base model is the reference), the learner state
+    (the optimizer ``optim`` and the torch RNG), restored from ``restored``, the module this rank trains
+    (:func:`advantage.algos.llm.distributed.wrap`) and its optimizer. Built in this order on
     purpose: scratch models draw their initial weights from the global generator, which a resumed run
     then sets back."""
     a, actor = cfg.algorithm, cfg.worker.actor
@@ -846,14 +867,16 @@ def build(
     if cfg.worker.reward.model:
         policy.reward_model = load_reward(cfg, tok)
     policy.examples("train")  # the training prompts, read once here (cached for the rollout)
-    params = [p for p in model.parameters() if p.requires_grad]
+    world = distributed.current()
+    net = lm_distributed.wrap(world, model)  # what this rank trains: the model, or its FSDP shards
+    params = [p for p in net.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(
         params, lr=actor.learning_rate, weight_decay=actor.weight_decay, fused=common.fused_adamw(params)
     )
-    learner = LearnerState(optimizers={"optim": opt})
+    learner = LearnerState(optimizers={"optim": lm_distributed.optimizer(world, net, opt)})
     if restored is not None:
         learner.load(restored.tensors, restored.state["algo"])
-    return policy, ref_model, learner
+    return policy, ref_model, learner, net, opt
 
 
 def train(cfg: GRPOConfig, ctx: RunContext) -> None:
@@ -861,18 +884,23 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
     torch.set_num_threads(t.torch_threads)
     torch.manual_seed(t.seed)
     restored = ctx.restored
-    policy, ref_model, learner = build(cfg, restored)
-    opt = learner.optimizers["optim"]
+    policy, ref_model, learner, net, opt = build(cfg, restored)
     model, tok = policy.model, policy.tokenizer
+    world = distributed.current()
     ref_logprobs = partial(reference_logprobs, cfg, model, ref_model)
     rollout = GRPORollout(cfg, policy, policy.examples("train"), ref_logprobs, restored)
     step = 0 if restored is None else restored.step
     lora = model if actor.model.lora.rank > 0 else None
-    snapshot = partial(common.snapshot, policy, learner, rollout, lambda: common.hf_files(model, tok), lora)
+    save = partial(common.snapshot, policy, learner, rollout, lambda: common.hf_files(model, tok), lora)
 
-    model.train()
+    def snapshot() -> Snapshot:
+        lm_distributed.unshard(world, net, model)  # the full weights, from every rank's shard
+        return save()
+
+    net.train()
     while step < t.total_steps:
         lr = common.set_learning_rate(opt, actor, step, t.total_steps)
+        lm_distributed.unshard(world, net, model, everywhere=True)  # fsdp: every rank samples
         ro, m = rollout.collect()
         if ro is None:  # every group had equal rewards, even after max_sampling_rounds: nothing to learn
             step += 1
@@ -881,7 +909,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
                 break
             continue
         t_learn = time.perf_counter()
-        stats = learn(cfg, model, opt, ro, ref_logprobs, step)
+        stats = learn(cfg, net, opt, ro, ref_logprobs, step)
         step += 1
         m["time/learn"] = time.perf_counter() - t_learn
         spent = m["time/generate"] + m["time/score"] + m["time/learn"]
@@ -889,6 +917,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
         row.update({f"train/{k}": sum(v) / len(v) for k, v in stats.items()})
         row["train/learning_rate"] = lr
         row["train/tokens_per_second"] = float(ro.gen.lengths.sum()) / max(spent, 1e-9)
+        row = world.mean(row, summed=("train/tokens_per_second", "train/rollout/prompts"))
         ctx.log(step, row)
         if ctx.tick(step, snapshot):
             break

@@ -73,7 +73,9 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor, nn
 
+from advantage import distributed
 from advantage.algos.llm import common
+from advantage.algos.llm import distributed as lm_distributed
 from advantage.algos.llm.common import LMPolicy
 from advantage.algos.llm.shared import (
     evaluate_preference,
@@ -87,9 +89,8 @@ from advantage.configs.ppo_rlhf import PPOActor, PPOCritic, PPORLHFConfig
 from advantage.context import RunContext
 from advantage.errors import NonFiniteError
 from advantage.math import KL_ESTIMATORS, VALUE_LOSSES, AdaptiveKLController, aggregate, gae, ppo_clip
-from advantage.math.masked import masked_mean, masked_whiten
+from advantage.math.masked import masked_mean
 from advantage.math.value_losses import explained_variance
-from advantage.nn.lean import clip_grad_norm
 from advantage.torch_state import LearnerState
 
 make_task = common.preference_task  # the preference task whose prompts PPO answers
@@ -333,9 +334,15 @@ class PPORollout:
         the step in errors."""
         cfg, policy, a, roll = self.cfg, self.policy, self.cfg.algorithm, self.cfg.worker.rollout
         t0 = time.perf_counter()
-        exs = [self.examples[i] for i in self.cursor.next(cfg.data.rollout_batch_size)]
+        first, world = self.cursor.epoch * self.cursor.n + self.cursor.pos, distributed.current()
+        idx, slots = self.cursor.next(cfg.data.rollout_batch_size), None
+        if world.group:  # this rank's prompts, each with its own slot's sampling noise
+            idx, slots = world.share(idx), world.share(range(first, first + len(idx)))
+        exs = [self.examples[i] for i in idx]
         prompts = [e.prompt for e in exs]
-        gen, texts = policy.complete(prompts, generator=self.gen_rng, **roll.sampling())
+        gen, texts = lm_distributed.complete(
+            policy, prompts, slots, cfg.trainer.seed, generator=self.gen_rng, **roll.sampling()
+        )
         t1 = time.perf_counter()
         rm = policy.reward_model
         scores = rm.score(prompts, texts, batch_size=cfg.worker.reward.batch_size).float().cpu()  # [B]
@@ -356,8 +363,8 @@ class PPORollout:
         rewards = token_rewards(scores, kl, mask, self.beta)  # [B, T]
         advantages = token_gae(rewards, old_values, mask, a.gamma, a.lam)  # [B, T]
         returns = advantages + old_values * mask  # [B, T], the critic's targets
-        if a.whiten_advantages:
-            advantages = masked_whiten(advantages, mask)
+        if a.whiten_advantages:  # over every rank's tokens
+            advantages = lm_distributed.masked_whiten(distributed.current(), advantages, mask)
         kl_seq = (kl * mask).sum(-1)  # [B] KL to the reference per response
         m = {
             "score/mean": float(scores.mean()),
@@ -392,6 +399,7 @@ def learn(
     every micro-batch's metrics and every optimizer step's losses and gradient norms."""
     actor, critic = cfg.worker.actor, cfg.worker.critic
     actor_params, critic_params = opt.param_groups[0]["params"], opt.param_groups[1]["params"]
+    world = distributed.current()
     mask = b.gen.response_mask  # [B, T]
     n_rows = mask.shape[0]
     mini, micro = actor.mini_batch_size or n_rows, actor.micro_batch_size or n_rows
@@ -400,8 +408,10 @@ def learn(
         perm = torch.randperm(n_rows)
         for start in range(0, n_rows, mini):
             rows_mb = perm[start : start + mini]
-            Z = max(step_normalizer(mask[rows_mb], actor.loss_agg), 1.0)
-            tokens = max(float(mask[rows_mb].sum()), 1.0)
+            Z, tokens = world.reduce(
+                [step_normalizer(mask[rows_mb], actor.loss_agg), float(mask[rows_mb].sum())]
+            )
+            Z, tokens = max(Z, 1.0), max(tokens, 1.0)  # of the global batch
             opt.zero_grad(set_to_none=True)
             totals = [0.0, 0.0]
             for j in range(0, len(rows_mb), micro):
@@ -429,6 +439,7 @@ def learn(
                 totals[1] += float(vf.detach())
                 for k, v in lm.items():
                     stats.setdefault(k, []).append(float(v))
+            totals = world.reduce(totals)
             if not all(map(math.isfinite, totals)):
                 raise NonFiniteError(f"step {step + 1}: PPO-RLHF losses are {totals}; stopping")
             stats.setdefault("policy_loss", []).append(totals[0])
@@ -437,8 +448,9 @@ def learn(
                 ("grad_norm", actor_params, actor.max_grad_norm),
                 ("critic_grad_norm", critic_params, critic.max_grad_norm),
             ):
+                norm = world.clip_grad_norm(params, clip)  # ddp: sums the ranks' gradients
                 if clip > 0:
-                    stats.setdefault(name, []).append(float(clip_grad_norm(params, clip)))
+                    stats.setdefault(name, []).append(norm)
             opt.step()
     return stats
 
@@ -495,7 +507,8 @@ def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
         batch, m = rollout.collect(step)
         t_learn = time.perf_counter()
         stats = learn(cfg, models, opt, batch, step)
-        rollout.update_beta(m["kl_ref"])
+        world = distributed.current()
+        rollout.update_beta(world.reduce([m["kl_ref"]])[0] / world.size)  # the rollout's mean KL
         step += 1
         m.update({**batch.times, "time/learn": time.perf_counter() - t_learn})
         # Generated tokens over the whole step (generate, score, learn), as grpo reports it.
@@ -506,7 +519,7 @@ def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
         row.update({f"train/{k}": sum(v) / len(v) for k, v in stats.items()})
         row["train/learning_rate"] = lr
         row["train/epoch"] = rollout.cursor.progress
-        ctx.log(step, row)
+        ctx.log(step, world.mean(row, summed=("train/tokens_per_second",)))
         if ctx.tick(step, snapshot):
             break
     ctx.finish(step, snapshot())

@@ -58,14 +58,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from advantage import distributed
 from advantage.algos.llm import common
+from advantage.algos.llm import distributed as lm_distributed
 from advantage.checkpoint import Checkpoint
 from advantage.configs.reward_model import RMConfig, RMDataConfig
-from advantage.context import RunContext
+from advantage.context import RunContext, Snapshot
 from advantage.envs.text.preference import PreferenceExample
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math.preference import bradley_terry_loss, kwise_ranking_loss
-from advantage.nn.lean import adamw_step, clip_grad_norm, zero_grad
+from advantage.nn.lean import adamw_step, zero_grad
 from advantage.nn.packing import PackedPrompts, long_tensor, pack_prompts, packable, packed_hidden
 from advantage.torch_state import LearnerState
 
@@ -351,7 +353,9 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     examples = policy.examples("train")
     tokens = tokenize(model, examples, d)
     items = build_items(examples, a.loss)
-    params = [p for p in model.parameters() if p.requires_grad]
+    world = distributed.current()
+    net = lm_distributed.wrap(world, model)  # what this rank trains: the model, or its FSDP shards
+    params = [p for p in net.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(
         params,
         lr=a.learning_rate,
@@ -359,48 +363,54 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
         weight_decay=a.weight_decay,
         fused=common.fused_adamw(params),
     )
-    learner = LearnerState({"value_head": model.head}, {"optim": opt})
+    learner = LearnerState({"value_head": model.head}, {"optim": lm_distributed.optimizer(world, net, opt)})
     step, cursor = common.resume(learner, restored, len(items), t.seed)
+    lm_distributed.reshard(world, net, model)  # the restored value head
     lora = model.backbone if cfg.model.lora.rank > 0 else None
-    snapshot = partial(common.snapshot, policy, learner, cursor, model.files, lora)
+    save = partial(common.snapshot, policy, learner, cursor, model.files, lora)
+
+    def snapshot() -> Snapshot:
+        lm_distributed.unshard(world, net, model)  # the full weights, from every rank's shard
+        return save()
 
     micro = a.micro_batch_size or a.batch_size
-    packed = model.packable()
+    packed = model.packable() and net is model  # packed rows bypass FSDP's root forward
     pad_id, mask_dtype = tok.pad_token_id, model.backbone.get_input_embeddings().weight.dtype
-    model.train()
+    net.train()
     names = ("loss", "grad_norm", "n", "pairs", "correct", "margin", "reward", "reward_sq", "sequences")
     totals = dict.fromkeys(names, 0.0)
     clock = time.perf_counter()
     while step < t.total_steps:
         idx = cursor.next(a.batch_size)
+        share = world.share(idx)  # this rank's comparisons; the loss is normalized by all of idx
         lr = common.set_learning_rate(opt, a, step, t.total_steps)
         zero_grad(params)  # opt.zero_grad(set_to_none=True), the optimizer step and the clip below: the
         # same kernels as torch's without its per-call Python layers (advantage.nn.lean)
         sums: dict[str, Tensor] = {}  # the step's loss and statistics, tensors until the step ends
-        for j in range(0, len(idx), micro):
-            chunk = [items[i] for i in idx[j : j + micro]]
+        for j in range(0, len(share), micro):
+            chunk = [items[i] for i in share[j : j + micro]]
             if packed:
                 groups, index = micro_groups(chunk, tokens)
-                rewards = model.forward_packed(pack_prompts(groups, pad_id, mask_dtype).to(model.device))
+                rewards = net.forward_packed(pack_prompts(groups, pad_id, mask_dtype).to(model.device))
             else:
                 seqs, index = micro_batch(chunk, tokens)
                 ids, mask = collate(seqs, pad_id)
-                rewards = model(ids.to(model.device), mask.to(model.device))
+                rewards = net(ids.to(model.device), mask.to(model.device))
             loss, stats = rank_loss(
                 rewards, index, float(len(idx)), loss=a.loss, center_coef=a.center_rewards_coef
             )
             loss.backward()
             for k, v in {"loss": loss.detach(), **stats}.items():
                 sums[k] = sums[k] + v if k in sums else v
-        values = dict(zip(sums, torch.stack(list(sums.values())).tolist(), strict=True))  # one conversion
+        values = dict(zip(sums, world.reduce(torch.stack(list(sums.values())).tolist()), strict=True))
         total = values.pop("loss")
-        for k, v in values.items():
-            totals[k] += v
+        for k, x in values.items():
+            totals[k] += x
         if not math.isfinite(total):
             raise NonFiniteError(
                 f"step {step + 1}: reward-model loss is {total}; stopping (the last checkpoint is kept)"
             )
-        grad_norm = float(clip_grad_norm(params, a.max_grad_norm))
+        grad_norm = world.clip_grad_norm(params, a.max_grad_norm)
         adamw_step(opt)
         step += 1
         totals["loss"] += total

@@ -47,13 +47,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
+from advantage import distributed
 from advantage.algos.llm import common
+from advantage.algos.llm import distributed as lm_distributed
 from advantage.algos.llm.common import DataConfig, LMPolicy
 from advantage.configs.sft import PREFERENCE_ONLY, SFTAlgorithm, SFTConfig  # noqa: F401  (SFTAlgorithm: its old place)
-from advantage.context import RunContext
+from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import aggregate
-from advantage.nn.lean import clip_grad_norm
 from advantage.torch_state import LearnerState
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
@@ -197,23 +198,30 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
     if not examples:
         raise ConfigError(f"data.task={d.task!r} gave no training examples")
     prompts, responses = tokenize_examples(policy, examples, d.max_prompt_length, d.max_response_length)
-    params = [p for p in model.parameters() if p.requires_grad]
+    world = distributed.current()
+    net = lm_distributed.wrap(world, model)  # what this rank trains: the model, or its FSDP shards
+    params = [p for p in net.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(
         params, lr=a.learning_rate, betas=(a.betas[0], a.betas[1]), weight_decay=a.weight_decay
     )
-    learner = LearnerState(optimizers={"optim": opt})
+    learner = LearnerState(optimizers={"optim": lm_distributed.optimizer(world, net, opt)})
     step, cursor = common.resume(learner, restored, len(examples), t.seed)
     lora = model if cfg.model.lora.rank > 0 else None
-    snapshot = partial(common.snapshot, policy, learner, cursor, lambda: common.hf_files(model, tok), lora)
+    save = partial(common.snapshot, policy, learner, cursor, lambda: common.hf_files(model, tok), lora)
+
+    def snapshot() -> Snapshot:
+        lm_distributed.unshard(world, net, model)  # the full weights, from every rank's shard
+        return save()
 
     micro = a.micro_batch_size or a.batch_size
-    model.train()
+    net.train()
     stats: dict[str, float] = {"loss": 0.0, "tokens": 0.0, "grad_norm": 0.0, "n": 0}
     clock = time.perf_counter()
     while step < t.total_steps:
-        idx = cursor.next(a.batch_size)
+        batch = cursor.next(a.batch_size)
         lr = common.set_learning_rate(opt, a, step, t.total_steps)
-        normalizer = float(sum(len(responses[i]) for i in idx))
+        normalizer = float(sum(len(responses[i]) for i in batch))  # of the global batch: every rank's Z
+        idx = world.share(batch)
         opt.zero_grad(set_to_none=True)
         total = 0.0
         for j in range(0, len(idx), micro):
@@ -221,17 +229,18 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
             ps, rs = [prompts[i] for i in chunk], [responses[i] for i in chunk]
             if a.packing:
                 mb = {k: v.to(t.device) for k, v in pack(ps, rs, tok.pad_token_id, a.pack_length).items()}
-                loss = packed_loss(model, mb, normalizer)
+                loss = packed_loss(net, mb, normalizer)
             else:
                 mb = {k: v.to(t.device) for k, v in collate(ps, rs, tok.pad_token_id).items()}
-                loss = sft_loss(model, mb, normalizer)
+                loss = sft_loss(net, mb, normalizer)
             loss.backward()
             total += float(loss.detach())
+        total = world.reduce([total])[0]
         if not math.isfinite(total):
             raise NonFiniteError(
                 f"step {step + 1}: SFT loss is {total}; stopping (the last checkpoint is kept)"
             )
-        grad_norm = float(clip_grad_norm(params, a.max_grad_norm))
+        grad_norm = world.clip_grad_norm(params, a.max_grad_norm)
         opt.step()
         step += 1
         stats["loss"] += total

@@ -1,0 +1,150 @@
+"""Tokens per second and peak memory per rank of SFT and GRPO on 1 and 2 ranks (gloo, one torch thread each).
+
+    python benchmarks/lm_data_parallel.py            # medium size (grpo_vs_trl.py's), 40 steps
+    python benchmarks/lm_data_parallel.py --quick    # a tiny model and 4 steps: checks the script only
+
+Each configuration is the command a user types, ``advantage train ALGO … trainer.strategy=S
+trainer.nproc_per_node=N`` (N = 1: ``single``), started by torch's launcher with this file as the entry
+point of each rank (``--rank``), which runs the command and then records its peak resident memory
+(``ru_maxrss``). Tokens per second are the run's own ``train/tokens_per_second`` (SFT: target tokens of
+the global batch; GRPO: generated tokens, summed over the ranks), the median over the logged rows after
+the first (warm-up). The model is ``benchmarks/grpo_vs_trl.py``'s medium one (4 layers × 128); GRPO takes
+its batch too (8 prompts × 8 samples, up to 32 new tokens). On several ranks GRPO samples each prompt
+on its own (its slot's seed, ``advantage.algos.llm.distributed.complete``), one prompt's G rows per
+decoding batch instead of the rank's whole share: part of what the table shows.
+Writes ``benchmarks/results/lm_data_parallel.{json,md}`` (``--quick`` only prints its table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from harness import ROOT, write_results
+
+MODEL = {
+    "medium": {"hidden_size": 128, "layers": 4, "heads": 4},
+    "quick": {"hidden_size": 32, "layers": 1, "heads": 2},
+}
+BATCH = {  # SFT sequences; GRPO prompts × G samples, new tokens; steps
+    "medium": {"batch": 32, "prompts": 8, "G": 8, "new_tokens": 32, "steps": 40},
+    "quick": {"batch": 8, "prompts": 4, "G": 2, "new_tokens": 8, "steps": 4},
+}
+SIZES = {k: {**MODEL[k], **BATCH[k]} for k in MODEL}  # grpo_vs_trl.py's medium; the quick check's tiny
+RUNS = [
+    (algo, strategy, n)
+    for algo in ("sft", "grpo")
+    for strategy, n in (("single", 1), ("ddp", 2), ("fsdp", 2))
+]
+
+
+def overrides(algo: str, size: dict[str, Any], strategy: str, nproc: int, run_dir: Path) -> list[str]:
+    model = "model" if algo == "sft" else "worker.actor.model"
+    batch = (
+        {"algorithm.batch_size": size["batch"]}
+        if algo == "sft"
+        else {
+            "data.rollout_batch_size": size["prompts"],
+            "worker.rollout.n": size["G"],
+            "data.max_response_length": size["new_tokens"],
+        }
+    )
+    over = {
+        "data.task": "addition",
+        "data.train_size": 4096,
+        f"{model}.hidden_size": size["hidden_size"],
+        f"{model}.layers": size["layers"],
+        f"{model}.heads": size["heads"],
+        **batch,
+        "trainer.total_steps": size["steps"],
+        "trainer.log_every": 1 if size["steps"] < 10 else 5,
+        "trainer.eval_every": 0,
+        "trainer.eval_episodes": 8,
+        "trainer.tensorboard": "false",
+        "trainer.plot": "false",
+        "trainer.torch_threads": 1,
+        "trainer.strategy": strategy,
+        "trainer.nproc_per_node": nproc,
+        "trainer.run_dir": run_dir,
+    }
+    return [f"{k}={v}" for k, v in over.items()]
+
+
+def measure(algo: str, size: dict[str, Any], strategy: str, nproc: int, work: Path) -> dict[str, Any]:
+    name = f"{algo}-{strategy}-{nproc}"
+    run_dir = work / name
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    cmd += [__file__, "--rank", str(work / f"rss-{name}"), "train", algo, "--quiet"]
+    cmd += overrides(algo, size, strategy, nproc, run_dir)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rates = [r["train/tokens_per_second"] for r in rows if "train/tokens_per_second" in r][1:]
+    rss = [json.loads((work / f"rss-{name}.{r}").read_text()) for r in range(nproc)]
+    return {
+        "algo": algo,
+        "strategy": strategy,
+        "ranks": nproc,
+        "tokens_per_second": statistics.median(rates),
+        "peak_rss_mib_per_rank": rss,
+    }
+
+
+def rank_main(out: str, argv: list[str]) -> int:
+    """One rank: the ``advantage`` command, then its peak resident memory in MiB to ``OUT.<rank>``."""
+    from advantage.cli import main
+
+    code = main(argv)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    Path(f"{out}.{os.environ.get('RANK', '0')}").write_text(json.dumps(round(peak, 1)))
+    return code
+
+
+def table(payload: dict[str, Any]) -> list[str]:
+    s = payload["size"]
+    lines = [
+        f"{s['layers']}L × h{s['hidden_size']}; SFT: global batch {s['batch']} sequences; GRPO: "
+        f"{s['prompts']} prompts × {s['G']} samples, up to {s['new_tokens']} new tokens; {s['steps']} steps, "
+        f"gloo, one torch thread per rank ({payload['cpus']} CPUs)",
+        "",
+        "| algorithm | strategy | ranks | tokens/s | × one rank | peak RSS per rank (MiB) |",
+        "|---|---|---|---|---|---|",
+    ]
+    base = {r["algo"]: r["tokens_per_second"] for r in payload["runs"] if r["ranks"] == 1}
+    for r in payload["runs"]:
+        rss = ", ".join(f"{x:.0f}" for x in r["peak_rss_mib_per_rank"])
+        lines.append(
+            f"| {r['algo']} | {r['strategy']} | {r['ranks']} | {r['tokens_per_second']:.0f} | "
+            f"{r['tokens_per_second'] / base[r['algo']]:.2f} | {rss} |"
+        )
+    return lines
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="a tiny model and 4 steps (checks the script)")
+    p.add_argument("--rank", help=argparse.SUPPRESS)  # internal: the entry point of one rank
+    ns, rest = p.parse_known_args()
+    if ns.rank:
+        sys.exit(rank_main(ns.rank, rest))
+    size = SIZES["quick" if ns.quick else "medium"]
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = [measure(algo, size, strategy, n, Path(tmp)) for algo, strategy, n in RUNS]
+    payload = {"size": size, "cpus": os.cpu_count(), "runs": runs}
+    if ns.quick:  # a check of the script, not a measurement: printed, not saved
+        print("\n".join(table(payload)))
+    else:
+        write_results(ROOT / "benchmarks" / "results", "lm_data_parallel", payload, table)
+
+
+if __name__ == "__main__":
+    main()
