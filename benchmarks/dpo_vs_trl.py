@@ -203,8 +203,6 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
 
-    from advantage.nn.lm import build_char_tokenizer, build_scratch_model
-
     s = SIZES[size]
     clock, rec = harness.trl_step_clock()
     with tempfile.TemporaryDirectory() as tmp:
@@ -214,17 +212,7 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
             os.mkdir(folder)
             tok, model = fixed_data(size, seed, folder)
         else:
-            task = task_of(size)
-            tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
-            model = build_scratch_model(
-                "qwen2",
-                tok,
-                hidden_size=s["hidden_size"],
-                layers=s["layers"],
-                heads=s["heads"],
-                max_position_embeddings=MAX_POSITIONS,
-                seed=seed,
-            )
+            tok, model = harness.scratch_lm(task_of(size), s, MAX_POSITIONS, seed)
         args = DPOConfig(
             output_dir=tmp,
             report_to=[],

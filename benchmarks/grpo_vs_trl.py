@@ -203,7 +203,6 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
     from trl import GRPOConfig, GRPOTrainer
 
     from advantage.envs.text import make_task
-    from advantage.nn.lm import build_char_tokenizer, build_scratch_model
 
     s = SIZES[size]
     task = make_task("addition", **TASK)
@@ -214,16 +213,7 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
             tok, model = fixed_model(size, seed, Path(folder))
         extra["generation_kwargs"] = {"min_new_tokens": s["new_tokens"]}
     else:
-        tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
-        model = build_scratch_model(
-            "qwen2",
-            tok,
-            hidden_size=s["hidden_size"],
-            layers=s["layers"],
-            heads=s["heads"],
-            max_position_embeddings=MAX_POSITIONS,
-            seed=seed,
-        )
+        tok, model = harness.scratch_lm(task, s, MAX_POSITIONS, seed)
     dataset = Dataset.from_list([{"prompt": e.prompt, "idx": i} for i, e in enumerate(examples)])
 
     def verifier(completions: list[str], idx: list[int], **_: Any) -> list[float]:

@@ -292,6 +292,18 @@ def trl_step_clock() -> tuple[Any, dict[str, list[float]]]:
     return Clock(), rec
 
 
+def scratch_lm(task: Any, size: dict[str, Any], max_position_embeddings: int, seed: int) -> tuple[Any, Any]:
+    """``(tokenizer, model)``: the character tokenizer over ``task``'s alphabet and a random Qwen2 model with
+    ``size``'s ``hidden_size``, ``layers`` and ``heads`` (the models the LM benchmarks train)."""
+    from advantage.nn.lm import build_char_tokenizer, build_scratch_model
+
+    tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
+    dims = {k: size[k] for k in ("hidden_size", "layers", "heads")}
+    return tok, build_scratch_model(
+        "qwen2", tok, **dims, max_position_embeddings=max_position_embeddings, seed=seed
+    )
+
+
 def lm_folder(
     folder: Path,
     alphabet: str,

@@ -118,20 +118,11 @@ def trl_model(size: str, seed: int) -> tuple[Any, Any]:
     from transformers import AutoModelForSequenceClassification
 
     from advantage.algos.llm.reward_model import RewardModel
-    from advantage.nn.lm import ATTN_IMPLEMENTATION, build_char_tokenizer, build_scratch_model
+    from advantage.nn.lm import ATTN_IMPLEMENTATION
 
     s = SIZES[size]
     task = task_of(size)
-    tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
-    backbone = build_scratch_model(
-        "qwen2",
-        tok,
-        hidden_size=s["hidden_size"],
-        layers=s["layers"],
-        heads=s["heads"],
-        max_position_embeddings=MAX_POSITIONS,
-        seed=seed,
-    )
+    tok, backbone = harness.scratch_lm(task, s, MAX_POSITIONS, seed)
     ours = RewardModel(backbone, tok, seed=seed)
     config = copy.deepcopy(backbone.config)
     config.num_labels = 1
