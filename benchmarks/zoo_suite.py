@@ -215,9 +215,23 @@ def _env_available(env_id: str) -> str | None:
     return None
 
 
-def run_suite(rows: list[Row], seeds: int, quick: bool, variants: tuple[str, ...]) -> dict[str, Any]:
+def _load_log(log: Path | None) -> list[dict[str, Any]]:
+    """The runs a previous invocation appended to ``log`` (one JSON object per line)."""
+    if log is None or not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def run_suite(
+    rows: list[Row], seeds: int, quick: bool, variants: tuple[str, ...], log: Path | None = None
+) -> dict[str, Any]:
+    """Run every (seed, row, variant) pair, SB3 then advantage back to back. With ``log``, each result is
+    appended to it as it ends and pairs it already holds (same budget) are not run again, so the suite
+    (about a day of CPU) can be built over several invocations and a killed one loses one run at most."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    results: list[dict[str, Any]] = []
+    results = _load_log(log)
+    done = {(r["row"], r["lib"], r["variant"], r["seed"], r["budget"]) for r in results if "score" in r}
+    results = [r for r in results if "score" in r]  # errors of earlier invocations are run again
     skipped = {r.name: why for r in rows if (why := _env_available(r.env_id))}
     for seed in range(seeds):
         for row in rows:
@@ -227,6 +241,8 @@ def run_suite(rows: list[Row], seeds: int, quick: bool, variants: tuple[str, ...
             episodes = QUICK_EPISODES if quick else EVAL_EPISODES
             for variant in variants:
                 for lib in ("sb3", "advantage"):  # interleaved
+                    if (row.name, lib, variant, seed, budget) in done:
+                        continue
                     cmd = [sys.executable, __file__, "--worker", lib, "--row", row.name, "--variant", variant]
                     cmd += ["--seed", str(seed), "--budget", str(budget), "--episodes", str(episodes)]
                     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -236,6 +252,9 @@ def run_suite(rows: list[Row], seeds: int, quick: bool, variants: tuple[str, ...
                     else:
                         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
                     print(json.dumps(results[-1]), flush=True)
+                    if log is not None and "score" in results[-1]:
+                        with log.open("a") as f:
+                            f.write(json.dumps(results[-1]) + "\n")
     return {"quick": quick, "seeds": seeds, "results": results, "skipped": skipped}
 
 
@@ -273,10 +292,10 @@ def report(data: dict[str, Any], rows: list[Row], out: Path, quick: bool) -> Non
         "",
         "Written by `python benchmarks/zoo_suite.py"
         + (" --quick" if quick else "")
-        + f"`; {data['seeds']} seed(s), final score = mean of deterministic episodes.",
+        + "`; final score = mean over seeds of each seed's deterministic-episode mean (± std across seeds).",
         "",
-        "| row | variant | budget | advantage | SB3 | zoo published | train s (ours / SB3) | ratio |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| row | variant | budget | seeds | advantage | SB3 | zoo published | train s (ours / SB3) | ratio |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for cell in table:
         row = BY_NAME[cell["row"]]
@@ -284,7 +303,7 @@ def report(data: dict[str, Any], rows: list[Row], out: Path, quick: bool) -> Non
         budget = QUICK_BUDGET if quick else row.budget
         zoo = f"{row.zoo_mean:.1f} ± {row.zoo_std:.1f}" if cell["variant"] == "zoo" else "-"
         lines.append(
-            f"| {row.name}{' (short)' if row.short else ''} | {cell['variant']} | {budget} "
+            f"| {row.name}{' (short)' if row.short else ''} | {cell['variant']} | {budget} | {a['seeds']} "
             f"| {a['mean']:.1f} ± {a['std']:.1f} | {s['mean']:.1f} ± {s['std']:.1f} | {zoo} "
             f"| {a['train_seconds']:.1f} / {s['train_seconds']:.1f} | {cell['time_ratio']:.2f} |"
         )
@@ -328,6 +347,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--quick", action="store_true", help="smoke run: tiny budgets, 2 eval episodes")
     p.add_argument("--variants", default=",".join(VARIANTS), help="zoo, defaults or both")
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    p.add_argument(
+        "--log",
+        help="JSON-lines file of finished runs, appended as they end; runs it holds are not repeated and "
+        "the report covers all of them (default: <out>/zoo_suite_runs.jsonl; --quick: none unless given)",
+    )
+    p.add_argument("--report-only", action="store_true", help="write the report from --log, run nothing")
     p.add_argument("--worker", choices=["sb3", "advantage"], help=argparse.SUPPRESS)
     p.add_argument("--row", help=argparse.SUPPRESS)
     p.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
@@ -347,7 +372,15 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--variants takes {', '.join(VARIANTS)}")
     rows = [BY_NAME[n] for n in names]
     seeds = args.seeds if args.seeds is not None else (1 if args.quick else 3)
-    data = run_suite(rows, seeds, args.quick, variants)
+    log = Path(args.log) if args.log else None if args.quick else Path(args.out) / "zoo_suite_runs.jsonl"
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+    if args.report_only:
+        data = {"quick": False, "seeds": seeds, "results": _load_log(log), "skipped": {}}
+    else:
+        data = run_suite(rows, seeds, args.quick, variants, log)
+    if log is not None:  # every row the log holds, not only this invocation's
+        rows = [r for r in ROWS if any(x["row"] == r.name for x in data["results"])]
     report(data, rows, Path(args.out), args.quick)
     print(f"wrote {Path(args.out) / ('zoo_suite_quick' if args.quick else 'zoo_suite')}.md")
 

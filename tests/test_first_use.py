@@ -337,3 +337,25 @@ def test_eval_video_prints_no_display_noise(slippery_run):
     res = _cli("eval", str(slippery_run), "--episodes", "1", "--video", env=env)
     assert res.returncode == 0 and "XDG_RUNTIME_DIR" not in res.stderr, res.stderr
     assert (slippery_run / "videos" / "step_3000.mp4").stat().st_size > 0
+
+
+def test_an_env_whose_extra_is_missing_names_the_extra_to_install(monkeypatch):
+    """LunarLander without Box2D (and MuJoCo tasks without mujoco): the error says which extra of this
+    package installs it, beside Gymnasium's own message."""
+    import gymnasium as gym
+
+    from advantage.config import EnvConfig
+    from advantage.envs.make import make_env
+    from advantage.errors import EnvError
+
+    def missing(*args, **kwargs):
+        raise gym.error.DependencyNotInstalled("Box2D is not installed")
+
+    monkeypatch.setattr(gym, "make", missing)
+    hint = r"Box2D is not installed; install it with: pip install 'advantage\[box2d\]'"
+    with pytest.raises(EnvError, match=hint):
+        make_env(EnvConfig(id="LunarLander-v3"))
+    with pytest.raises(EnvError, match=r"pip install 'advantage\[mujoco\]'"):
+        make_env(EnvConfig(id="Hopper-v5"))
+    with pytest.raises(EnvError, match=r"cannot make env.id 'CartPole-v1': Box2D is not installed$"):
+        make_env(EnvConfig(id="CartPole-v1"))

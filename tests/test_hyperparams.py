@@ -193,9 +193,19 @@ def test_zoo_suite_quick_on_one_row(tmp_path):
 
     pytest.importorskip("stable_baselines3")
     script = Path(__file__).parents[1] / "benchmarks" / "zoo_suite.py"
+    log = tmp_path / "runs.jsonl"
     args = ["--quick", "--rows", "dqn-CartPole-v1", "--variants", "zoo", "--out", str(tmp_path)]
-    out = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, str(script), *args, "--log", str(log)], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
+    assert len(log.read_text().splitlines()) == 2  # one finished run per line, appended as it ends
+    # A second invocation with the same log runs nothing again and reports what the log holds.
+    again = subprocess.run(
+        [sys.executable, str(script), *args, "--log", str(log)], capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0 and '"score"' not in again.stdout, again.stdout[-2000:]
+    assert len(log.read_text().splitlines()) == 2
     data = json.loads((tmp_path / "zoo_suite_quick.json").read_text())
     assert {(r["lib"], r["variant"]) for r in data["results"]} == {("sb3", "zoo"), ("advantage", "zoo")}
     assert all("score" in r for r in data["results"]), data["results"]

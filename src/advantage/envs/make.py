@@ -116,6 +116,17 @@ def _make_kwargs(cfg: EnvConfig) -> dict[str, Any]:
     return kwargs
 
 
+# Gymnasium's entry-point module → the extra of this package that installs what it needs.
+_EXTRAS = {"gymnasium.envs.box2d": "box2d", "gymnasium.envs.mujoco": "mujoco"}
+
+
+def _extra_hint(env_id: str, error: Exception) -> str:
+    """Gymnasium's missing-dependency message, pointing at this package's extra where one covers it."""
+    module = str(gym.spec(env_id).entry_point).partition(":")[0]
+    extra = next((x for m, x in _EXTRAS.items() if module.startswith(m)), None)
+    return f"{error}; install it with: pip install 'advantage[{extra}]'" if extra else str(error)
+
+
 def make_env(cfg: EnvConfig, *, render_mode: str | None = None) -> gym.Env:
     """Build the environment described by the ``env`` section.
 
@@ -127,6 +138,8 @@ def make_env(cfg: EnvConfig, *, render_mode: str | None = None) -> gym.Env:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             env = gym.make(cfg.id, render_mode=render_mode, **kwargs)
+    except gym.error.DependencyNotInstalled as e:
+        raise EnvError(f"cannot make env.id {cfg.id!r}: {_extra_hint(cfg.id, e)}") from None
     except gym.error.Error as e:
         raise EnvError(f"cannot make env.id {cfg.id!r}: {e}") from None
     except (TypeError, ValueError) as e:
