@@ -177,12 +177,18 @@ def sample_tokens(
 
     ``logp = log_softmax(z / τ)[y]`` with τ = temperature (τ = 1 when greedy), before top-k / top-p,
     so it is the quantity :func:`~advantage.nn.lm.sequence_logprobs` recomputes at the same τ. Sampling
-    is Gumbel-max in the exponential form, ``argmax_v p_v / E_v`` with ``E_v ~ Exp(1)`` drawn from
-    ``generator`` (the trick vLLM uses; no cumulative sum as in ``torch.multinomial``).
+    is by inverse CDF: one uniform ``u ~ U[0, 1)`` per row from ``generator``, and the token is the first
+    whose cumulative probability (summed in float64) exceeds ``u`` times the total. That is one random
+    draw per row instead of one per vocabulary entry (Gumbel-max and ``torch.multinomial`` draw ``B × V``
+    exponentials, which cost more than the output layer itself for a 32k vocabulary on a CPU:
+    ``benchmarks/lm_sampling.py``). A filtered or banned token has probability 0, so the cumulative sum
+    does not rise there and it is never picked.
     """
     z = logits.float()
     if params.temperature > 0 and params.temperature != 1:
         z = z / params.temperature
+    if params.temperature > 0 and params.top_k == 0 and params.top_p >= 1:
+        return _sample_unfiltered(z, generator, banned)
     # log_softmax, not z - logsumexp(z): one fused kernel (logsumexp alone costs several times more on CPU)
     logp_all = z.log_softmax(-1)  # [B, V]
     if params.temperature == 0:
@@ -190,15 +196,39 @@ def sample_tokens(
     else:
         pick = logp_all if banned is None else _ban(logp_all, banned)
         filtered = _top_k_top_p(pick, params.top_k, params.top_p)  # a shift of z: the same tokens kept
-        probs = filtered.exp()  # [B, V]; 0 where filtered out
-        # clamp: an Exp(1) draw of exactly 0 would give 0/0 = NaN on a filtered token, and argmax picks NaN.
-        noise = (
-            torch.empty_like(probs)
-            .exponential_(generator=generator)
-            .clamp_(min=torch.finfo(probs.dtype).tiny)
-        )
-        tokens = (probs / noise).argmax(-1)
+        tokens, _ = _inverse_cdf(filtered.exp(), generator)
     return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def _inverse_cdf(weights: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """One index per row of ``weights`` ``[B, V]`` (≥ 0, unnormalised) with probability proportional to
+    its weight: the first whose float64 cumulative sum exceeds ``u`` × the row's total, ``u ~ U[0, 1)``.
+    Returns ``(indices [B], totals [B, 1] float64)``."""
+    cdf = weights.double().cumsum_(-1)  # flat where a weight is 0, so such an index is never picked
+    total = cdf[:, -1:]
+    # rand < 1, and rand * total < total in float64, so the last entry always exceeds u
+    u = torch.rand(total.shape, generator=generator, dtype=cdf.dtype, device=cdf.device) * total
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1), total
+
+
+def _sample_unfiltered(
+    z: Tensor, generator: torch.Generator | None, banned: int | None
+) -> tuple[Tensor, Tensor]:
+    """:func:`sample_tokens` without top-k / top-p, in fewer passes over the ``[B, V]`` scores: one
+    ``exp(z - max)`` serves both the sampling weights and the normaliser of the log-prob,
+    ``logp = z_y - max - log Σ_v exp(z_v - max)`` (the banned token's weight counted in the normaliser,
+    so the log-prob is the unbanned model's, as on the general path)."""
+    top = z.amax(-1, keepdim=True)  # [B, 1]
+    w = (z - top).exp_()  # [B, V]
+    kept = None
+    if banned is not None:
+        kept = w[:, banned : banned + 1].clone()
+        w[:, banned] = 0.0
+    tokens, norm = _inverse_cdf(w, generator)
+    if kept is not None:
+        norm = norm + kept
+    logp = z.gather(-1, tokens[:, None]) - top - norm.log().float()
+    return tokens, logp.squeeze(-1)
 
 
 def _ban(z: Tensor, token: int) -> Tensor:
