@@ -153,16 +153,12 @@ def test_fsdp_checkpoint_resumes_exactly(tmp_path, rewound, algo):
 def test_two_ranks_take_the_one_process_steps(tmp_path, request, algo, strategy):
     """DPO, the reward model (each rank takes half of the pairs), GRPO (half of the prompt groups) and
     PPO-RLHF (half of the prompts), sampled on their rank, on 2 ranks: the losses, gradient norms and
-    weights of one process on the same global batch, within 1e-5. For GRPO and PPO-RLHF the one process
-    is a group of one: with a process group each prompt is sampled from its own slot's seed (``single``
-    samples the whole batch from one generator)."""
+    weights of one process (``single``) on the same global batch, within 1e-5: each prompt's samples
+    are drawn from its slot's seed, wherever it is sampled."""
     over = dict(CONFIGS[algo])
     if algo == "ppo_rlhf":
         over["worker.reward.model"] = str(request.getfixturevalue("tiny_reward_model"))
-    one = {**over, "trainer.run_dir": str(tmp_path / "one")}
-    if algo in ("grpo", "ppo_rlhf"):
-        one["trainer.strategy"] = strategy
-    one = advantage.train(algo, quiet=True, **one).dir
+    one = advantage.train(algo, quiet=True, **{**over, "trainer.run_dir": str(tmp_path / "one")}).dir
     cfg = {**over, "trainer.strategy": strategy, "trainer.nproc_per_node": 2}
     res = _cli(["-m", "advantage", "train", algo, *_args({**cfg, "trainer.run_dir": tmp_path / "two"})])
     assert res.returncode == 0, res.stderr[-3000:]

@@ -15,6 +15,7 @@ written into preallocated ``[B, max_new_tokens]`` buffers; the only host sync pe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -166,14 +167,37 @@ def encode_prompts(
     return out, mask
 
 
+def slot_uniforms(seed: int, slots: Sequence[int], rows_per_slot: int, steps: int) -> Tensor:
+    """The sampling draws of prompts by their places in a run's stream of prompts (``slots``):
+    ``[len(slots) · rows_per_slot, steps]`` float64 in [0, 1), the rows of slot ``k`` drawn from a generator
+    seeded by ``(seed, k)``. :func:`generate` given these samples each prompt as it would in any batch, so
+    GRPO and PPO-RLHF take the same samples in one process, on N ranks or on Ray workers."""
+    return (
+        torch.cat(
+            [
+                torch.rand(
+                    (rows_per_slot, steps),
+                    generator=torch.Generator().manual_seed((seed * 1_000_003 + int(k)) % 2**63),
+                    dtype=torch.float64,
+                )
+                for k in slots
+            ]
+        )
+        if len(slots)
+        else torch.zeros((0, steps), dtype=torch.float64)
+    )
+
+
 def sample_tokens(
     logits: Tensor,
     params: SamplingParams,
     generator: torch.Generator | None = None,
     banned: int | None = None,
+    uniforms: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""One token per row from ``logits`` ``[B, V]``: ``(tokens [B] long, logp [B] fp32)``; token
     ``banned`` (the EOS while a response is shorter than ``min_new_tokens``) is never picked.
+    ``uniforms`` ``[B]`` (float64 in [0, 1)), when given, are the rows' draws instead of ``generator``'s.
 
     ``logp = log_softmax(z / τ)[y]`` with τ = temperature (τ = 1 when greedy), before top-k / top-p,
     so it is the quantity :func:`~advantage.nn.lm.sequence_logprobs` recomputes at the same τ. Sampling
@@ -188,7 +212,7 @@ def sample_tokens(
     if params.temperature > 0 and params.temperature != 1:
         z = z / params.temperature
     if params.temperature > 0 and params.top_k == 0 and params.top_p >= 1:
-        return _sample_unfiltered(z, generator, banned)
+        return _sample_unfiltered(z, generator, banned, uniforms)
     # log_softmax, not z - logsumexp(z): one fused kernel (logsumexp alone costs several times more on CPU)
     logp_all = z.log_softmax(-1)  # [B, V]
     if params.temperature == 0:
@@ -196,23 +220,27 @@ def sample_tokens(
     else:
         pick = logp_all if banned is None else _ban(logp_all, banned)
         filtered = _top_k_top_p(pick, params.top_k, params.top_p)  # a shift of z: the same tokens kept
-        tokens, _ = _inverse_cdf(filtered.exp(), generator)
+        tokens, _ = _inverse_cdf(filtered.exp(), generator, uniforms)
     return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)
 
 
-def _inverse_cdf(weights: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+def _inverse_cdf(
+    weights: Tensor, generator: torch.Generator | None, uniforms: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """One index per row of ``weights`` ``[B, V]`` (≥ 0, unnormalised) with probability proportional to
     its weight: the first whose float64 cumulative sum exceeds ``u`` × the row's total, ``u ~ U[0, 1)``.
     Returns ``(indices [B], totals [B, 1] float64)``."""
     cdf = weights.double().cumsum_(-1)  # flat where a weight is 0, so such an index is never picked
     total = cdf[:, -1:]
     # rand < 1, and rand * total < total in float64, so the last entry always exceeds u
-    u = torch.rand(total.shape, generator=generator, dtype=cdf.dtype, device=cdf.device) * total
+    if uniforms is None:
+        uniforms = torch.rand(total.shape, generator=generator, dtype=cdf.dtype, device=cdf.device)
+    u = uniforms.to(cdf).view(total.shape) * total
     return torch.searchsorted(cdf, u, right=True).squeeze(-1), total
 
 
 def _sample_unfiltered(
-    z: Tensor, generator: torch.Generator | None, banned: int | None
+    z: Tensor, generator: torch.Generator | None, banned: int | None, uniforms: Tensor | None
 ) -> tuple[Tensor, Tensor]:
     """:func:`sample_tokens` without top-k / top-p, in fewer passes over the ``[B, V]`` scores: one
     ``exp(z - max)`` serves both the sampling weights and the normaliser of the log-prob,
@@ -224,7 +252,7 @@ def _sample_unfiltered(
     if banned is not None:
         kept = w[:, banned : banned + 1].clone()
         w[:, banned] = 0.0
-    tokens, norm = _inverse_cdf(w, generator)
+    tokens, norm = _inverse_cdf(w, generator, uniforms)
     if kept is not None:
         norm = norm + kept
     logp = z.gather(-1, tokens[:, None]) - top - norm.log().float()
@@ -374,6 +402,7 @@ def generate(
     pad_id: int,
     generator: torch.Generator | None = None,
     shared_prompts: int = 1,
+    uniforms: Tensor | None = None,
 ) -> Generation:
     """Sample up to ``params.max_new_tokens`` tokens per row under ``torch.inference_mode``.
 
@@ -390,6 +419,10 @@ def generate(
         eos_id: the stop token; it is kept in the response and its mask.
         pad_id: written after a row's EOS; may equal ``eos_id`` (masks never look at it).
         generator: the source of sampling noise, on the model's device; ``None`` uses torch's global RNG.
+        uniforms: instead of ``generator``, each row's draws ``[B, max_new_tokens]`` (float64 in [0, 1);
+            token t of row r uses ``uniforms[r, t]``, see :func:`slot_uniforms`): a row's sample then does
+            not depend on the other rows of the batch, so a batch split across ranks or workers samples
+            what one process does.
         shared_prompts: rows come in consecutive groups of this size with the same prompt (GRPO's G samples
             per prompt): each prompt is prefilled once and its keys/values copied to its group's rows.
     """
@@ -415,6 +448,14 @@ def generate(
     batch, plen = prompt_ids.shape
     n_new = params.max_new_tokens
     device = prompt_ids.device
+    if uniforms is not None:
+        if generator is not None:
+            raise ValueError("give generate() either a generator or uniforms, not both")
+        if tuple(uniforms.shape) != (batch, n_new):
+            raise ValueError(
+                f"uniforms must be [B, max_new_tokens] = [{batch}, {n_new}], got {tuple(uniforms.shape)}"
+            )
+        uniforms = uniforms.to(device=device, dtype=torch.float64)
 
     tokens = torch.full((batch, n_new), pad_id, dtype=torch.long, device=device)  # [B, N]
     logps = torch.zeros((batch, n_new), dtype=torch.float32, device=device)  # [B, N]
@@ -443,7 +484,8 @@ def generate(
             logits = stepper.prefill(prompt_ids, prompt_mask)
         for t in range(n_new):
             banned = eos_id if t < params.min_new_tokens else None
-            tok, lp = sample_tokens(logits, params, generator, banned)  # [A]
+            u = None if uniforms is None else uniforms[active, t]
+            tok, lp = sample_tokens(logits, params, generator, banned, u)  # [A]
             done = finished[active]  # [A]
             tok = tok.masked_fill(done, pad_id)
             tokens[active, t] = tok

@@ -488,11 +488,17 @@ class LMPolicy(TaskExamples):
         top_p: float = 1.0,
         top_k: int = 0,
         min_new_tokens: int = 0,
+        slots: Sequence[int] | None = None,
     ) -> tuple[Any, list[str]]:
         """Generate ``samples`` completions per prompt (rows ``[p0 × samples, p1 × samples, ...]``);
-        returns the :class:`~advantage.rollout.generate.Generation` and the decoded texts."""
-        from advantage.rollout.generate import SamplingParams, encode_prompts, generate
+        returns the :class:`~advantage.rollout.generate.Generation` and the decoded texts. With ``slots``
+        (the prompts' places in the run's stream of drawn prompts) each prompt's samples come from draws
+        seeded by ``trainer.seed`` and its slot (:func:`~advantage.rollout.generate.slot_uniforms`), not
+        from ``generator``: they do not depend on which rank or worker draws it, nor on the other prompts."""
+        from advantage.rollout.generate import SamplingParams, encode_prompts, generate, slot_uniforms
 
+        if slots is not None and len(slots) != len(prompts):
+            raise ValueError(f"slots must give one place per prompt: {len(slots)} for {len(prompts)} prompts")
         d = self.cfg.data
         texts = [prompt_text(self.tokenizer, p, d.chat_template) for p in prompts]
         try:  # each prompt once, then repeated: the tokenizer is a visible share of a small model's step
@@ -519,8 +525,11 @@ class LMPolicy(TaskExamples):
                 params,
                 eos_id=self.tokenizer.eos_token_id,
                 pad_id=self.tokenizer.pad_token_id,
-                generator=generator,
+                generator=None if slots is not None else generator,
                 shared_prompts=samples,
+                uniforms=None
+                if slots is None
+                else slot_uniforms(self.cfg.trainer.seed, slots, samples, params.max_new_tokens),
             )
         finally:
             if self.model.training != was_training:

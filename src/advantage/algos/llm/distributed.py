@@ -109,25 +109,6 @@ class FullOptimizerState:
         )
 
 
-def complete(
-    policy: Any, prompts: list[Any], slots: list[int] | None, seed: int, **kw: Any
-) -> tuple[Any, list[str]]:
-    """``policy.complete(prompts, **kw)``; with ``slots`` (a run on several ranks: the prompts' places in
-    the stream of drawn prompts) each prompt is sampled on its own from a generator seeded by ``seed`` and
-    its slot, so its samples do not depend on the rank that draws it or on the other prompts."""
-    if slots is None:
-        return policy.complete(prompts, **kw)
-    from advantage.rollout.generate import concat_generations
-
-    kw.pop("generator", None)
-    parts = [
-        policy.complete([p], generator=torch.Generator(policy.device).manual_seed(seed * 1_000_003 + k), **kw)
-        for p, k in zip(prompts, slots, strict=True)
-    ]
-    texts = [x for _, ts in parts for x in ts]
-    return concat_generations([g for g, _ in parts], policy.tokenizer.pad_token_id), texts
-
-
 def masked_whiten(world: World, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """:func:`advantage.math.masked_whiten` with the mean and unbiased variance of every rank's valid
     elements (two all-reduces); the same function on one rank."""

@@ -128,6 +128,7 @@ class Rollout:
 
     gen: Generation
     prompt_idx: list[int]  # [P] training-set index of each prompt
+    slots: list[int]  # [P] each prompt's place in the stream of drawn prompts (its sampling draws' seed)
     rewards: Tensor  # [B] scalar reward of each completion (shaped)
     correct: Tensor  # [B] bool
     advantages: Tensor  # [B] (outcome supervision) or [B, T] (process)
@@ -454,10 +455,11 @@ def reference_logprobs(
 class GRPORollout:
     """The sampling side of GRPO and its state in the checkpoint: the prompt cursor (``epoch``, ``pos``),
     the curriculum's pass counts (``passes``, ``tries``), adaptive difficulty's thresholds
-    (``difficulty_thresholds``), and the generators of sampling (``gen_rng``) and of prompt and row picks
-    (``pick_rng``). :meth:`collect` fills one batch: generate, score, shape rewards, advantages, with
-    dynamic sampling's refill rounds and adaptive difficulty's split; with ``trainer.num_workers > 0``
-    Ray workers generate and score (:class:`~advantage.algos.llm.workers.RemoteGenerator`).
+    (``difficulty_thresholds``), and the generator of prompt and row picks (``pick_rng``; sampling draws
+    come from each prompt's slot in the stream, so the cursor fixes them). :meth:`collect` fills one
+    batch: generate, score, shape rewards, advantages, with dynamic sampling's refill rounds and adaptive
+    difficulty's split; with ``trainer.num_workers > 0`` Ray workers generate and score
+    (:class:`~advantage.algos.llm.workers.RemoteGenerator`).
 
     ``ref_logprobs(gen, rows)`` gives the reference's log-probs (the KL-in-reward term)."""
 
@@ -475,7 +477,6 @@ class GRPORollout:
         self.G, self.process = roll.n, a.supervision == "process"
         self.easy_k, self.hard_n = cfg.difficulty_samples()
         self.sampling = roll.sampling()
-        self.gen_rng = torch.Generator(device=policy.device).manual_seed(t.seed)
         self.pick_rng = torch.Generator().manual_seed(t.seed + 1)
         self.passes = torch.zeros(len(examples))  # curriculum: correct samples per prompt
         self.tries = torch.zeros(len(examples))
@@ -484,7 +485,6 @@ class GRPORollout:
         epoch, pos = 0, 0
         if restored is not None:
             tensors = restored.tensors
-            self.gen_rng.set_state(tensors["gen_rng"])
             self.pick_rng.set_state(tensors["pick_rng"])
             self.passes, self.tries = tensors["passes"].clone(), tensors["tries"].clone()
             if "difficulty_thresholds" in tensors:
@@ -503,7 +503,6 @@ class GRPORollout:
 
     def tensors(self) -> dict[str, Tensor]:
         tensors = {
-            "gen_rng": self.gen_rng.get_state(),
             "pick_rng": self.pick_rng.get_state(),
             "passes": self.passes,
             "tries": self.tries,
@@ -534,27 +533,20 @@ class GRPORollout:
             self.tries[i] += n
 
     def sample(
-        self, idx: list[int], n: int, slots: list[int] | None = None
+        self, idx: list[int], n: int, slots: list[int]
     ) -> tuple[Any, list[str], Tensor, Tensor, float]:
         """``n`` completions of each training prompt in ``idx``, prompt by prompt: ``(Generation, texts,
         rewards [len(idx)·n] (unshaped), correct [len(idx)·n], t1)``, ``t1`` the ``perf_counter`` time
-        when generation ended (scoring is timed from it). With ``slots`` (the prompts' places in the
-        stream of drawn prompts: a run on several ranks) each prompt is sampled on its own from a
-        generator seeded by its slot, so its samples do not depend on the rank or the other prompts."""
+        when generation ended (scoring is timed from it). ``slots`` are the prompts' places in the stream
+        of drawn prompts: each prompt's samples are drawn from its slot's seed, so they are the same in one
+        process, on any number of ranks and on Ray workers."""
         if self.remote is not None:  # workers generate and score (time/generate covers both)
-            gen, texts, rewards, correct = self.remote.generate(self.weights_ref, idx, n, self.sampling)
+            gen, texts, rewards, correct = self.remote.generate(
+                self.weights_ref, idx, slots, n, self.sampling
+            )
             return gen.to(self.policy.device), texts, rewards, correct, time.perf_counter()
         exs = [self.examples[i] for i in idx]
-        prompts = [e.prompt for e in exs]
-        gen, texts = lm_distributed.complete(
-            self.policy,
-            prompts,
-            slots,
-            self.cfg.trainer.seed,
-            samples=n,
-            generator=self.gen_rng,
-            **self.sampling,
-        )
+        gen, texts = self.policy.complete([e.prompt for e in exs], samples=n, slots=slots, **self.sampling)
         t1 = time.perf_counter()
         rewards, correct = score(self.policy, exs, texts, n)
         return gen, texts, rewards, correct, t1
@@ -606,6 +598,7 @@ class GRPORollout:
 
         a, G, B = self.a, self.G, self.cfg.data.rollout_batch_size
         kept_idx: list[list[int]]
+        kept_slots: list[int] = []
         kept_gens, kept_idx, kept_r, kept_c, kept_adv = [], [], [], [], []
         kept_texts: list[str] = []
         kept_raw: list[Tensor] = []
@@ -624,9 +617,9 @@ class GRPORollout:
                 n_ask = min(math.ceil(missing / rate), len(self.examples))
             first = self.cursor.epoch * self.cursor.n + self.cursor.pos  # prompts drawn before these
             drawn = idx = self.next_prompts(n_ask if a.dynamic_sampling else B)
-            slots = None
-            if self.world.group:  # whole prompt groups per rank, each with its own slot's sampling noise
-                idx, slots = self.world.share(idx), self.world.share(range(first, first + len(idx)))
+            slots = list(range(first, first + len(idx)))  # each prompt's sampling draws come from its slot
+            if self.world.group:  # whole prompt groups per rank
+                idx, slots = self.world.share(idx), self.world.share(slots)
             t0 = time.perf_counter()
             gen, texts, raw, correct, t1 = self.sample(idx, G, slots)
             rewards, adv, shaped = self.group_advantages(gen, idx, texts, raw, G)
@@ -655,6 +648,7 @@ class GRPORollout:
                 rows = torch.repeat_interleave(keep, G).nonzero().squeeze(-1)
                 kept_gens.append((gen, rows))
                 kept_idx.append([i for i, k in zip(idx, keep.tolist(), strict=True) if k])
+                kept_slots.extend(s for s, k in zip(slots, keep.tolist(), strict=True) if k)
                 kept_r.append(rewards[rows])
                 kept_c.append(correct[rows])
                 kept_adv.append(adv[rows])
@@ -690,6 +684,7 @@ class GRPORollout:
         ro = Rollout(
             gen=gen.select(torch.arange(keep_rows)),
             prompt_idx=[i for ids in kept_idx for i in ids][: keep_rows // G],
+            slots=kept_slots[: keep_rows // G],
             rewards=torch.cat(kept_r)[:keep_rows],
             correct=torch.cat(kept_c)[:keep_rows],
             advantages=torch.cat(kept_adv)[:keep_rows],
@@ -720,7 +715,8 @@ class GRPORollout:
             assert ro.raw_rewards is not None
             idx = [ro.prompt_idx[j] for j in hard_p]
             t0 = time.perf_counter()
-            x_gen, x_texts, x_raw, x_correct, t1 = self.sample(idx, E)
+            # a prompt's extra samples: draws of its own, seeded by -1 - slot (slots are ≥ 0)
+            x_gen, x_texts, x_raw, x_correct, t1 = self.sample(idx, E, [-1 - ro.slots[j] for j in hard_p])
             self.count_passes(idx, x_correct, E)  # pass rates count every sample
             # Each hard prompt's hard_samples rows consecutive (its G, then its E new ones): the group
             # advantages, the length preference and process supervision take consecutive equal groups.
@@ -770,6 +766,7 @@ class GRPORollout:
         return Rollout(
             gen=gen.select(keep),
             prompt_idx=ro.prompt_idx,
+            slots=ro.slots,
             rewards=torch.cat(rewards)[keep],
             correct=torch.cat(correct)[keep],
             advantages=torch.cat(adv)[keep],

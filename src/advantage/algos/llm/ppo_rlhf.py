@@ -291,9 +291,10 @@ class Batch:
 
 class PPORollout:
     """The sampling side of PPO-RLHF and its state in the checkpoint: the prompt cursor (``epoch``,
-    ``pos``), the sampling generator (``gen_rng``) and the KL coefficient β (``beta``, moved by the
-    adaptive controller when ``algorithm.adaptive_kl``). :meth:`collect` samples one response per prompt,
-    scores it with the reward model and turns the scores into per-token rewards and advantages."""
+    ``pos``; sampling draws come from each prompt's slot in the stream, so the cursor fixes them) and the
+    KL coefficient β (``beta``, moved by the adaptive controller when ``algorithm.adaptive_kl``).
+    :meth:`collect` samples one response per prompt, scores it with the reward model and turns the scores
+    into per-token rewards and advantages."""
 
     def __init__(
         self,
@@ -305,21 +306,19 @@ class PPORollout:
     ):
         a, t = cfg.algorithm, cfg.trainer
         self.cfg, self.policy, self.models, self.examples = cfg, policy, models, examples
-        self.gen_rng = torch.Generator(device=policy.device).manual_seed(t.seed)
         # kl_target is set when adaptive_kl is (checked by the config)
         self.kl_ctl = AdaptiveKLController(a.kl_coef, cast(float, a.kl_target)) if a.adaptive_kl else None
         self.beta = a.kl_coef
         epoch, pos = 0, 0
         if restored is not None:
             s = restored.state["algo"]
-            self.gen_rng.set_state(restored.tensors["gen_rng"])
             epoch, pos, self.beta = s["epoch"], s["pos"], s["beta"]
             if self.kl_ctl is not None:
                 self.kl_ctl.beta = self.beta
         self.cursor = common.DataCursor(len(examples), t.seed, epoch, pos)
 
     def tensors(self) -> dict[str, Tensor]:
-        return {"gen_rng": self.gen_rng.get_state()}
+        return {}
 
     def state(self) -> dict[str, Any]:
         return {"beta": self.beta, **self.cursor.state()}
@@ -335,14 +334,13 @@ class PPORollout:
         cfg, policy, a, roll = self.cfg, self.policy, self.cfg.algorithm, self.cfg.worker.rollout
         t0 = time.perf_counter()
         first, world = self.cursor.epoch * self.cursor.n + self.cursor.pos, distributed.current()
-        idx, slots = self.cursor.next(cfg.data.rollout_batch_size), None
-        if world.group:  # this rank's prompts, each with its own slot's sampling noise
-            idx, slots = world.share(idx), world.share(range(first, first + len(idx)))
+        idx = self.cursor.next(cfg.data.rollout_batch_size)
+        slots = list(range(first, first + len(idx)))  # each prompt's sampling draws come from its slot
+        if world.group:  # this rank's prompts
+            idx, slots = world.share(idx), world.share(slots)
         exs = [self.examples[i] for i in idx]
         prompts = [e.prompt for e in exs]
-        gen, texts = lm_distributed.complete(
-            policy, prompts, slots, cfg.trainer.seed, generator=self.gen_rng, **roll.sampling()
-        )
+        gen, texts = policy.complete(prompts, slots=slots, **roll.sampling())
         t1 = time.perf_counter()
         rm = policy.reward_model
         scores = rm.score(prompts, texts, batch_size=cfg.worker.reward.batch_size).float().cpu()  # [B]

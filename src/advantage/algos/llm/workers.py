@@ -41,13 +41,19 @@ class LMWorker:
         return os.getpid()
 
     def generate(
-        self, version: int, weights: dict[str, Tensor], idx: list[int], G: int, seed: int, sampling: dict
+        self,
+        version: int,
+        weights: dict[str, Tensor],
+        idx: list[int],
+        slots: list[int],
+        G: int,
+        sampling: dict,
     ) -> dict[str, Any]:
-        """``G`` samples for each training prompt in ``idx`` with ``weights``; rewards and correctness."""
+        """``G`` samples for each training prompt in ``idx`` (drawn from its slot's seed, as the learner
+        would draw them) with ``weights``; rewards and correctness."""
         self.policy.model.load_state_dict(weights)
         exs = [self.examples[i] for i in idx]
-        g = torch.Generator(device=self.policy.device).manual_seed(seed)
-        gen, texts = self.policy.complete([e.prompt for e in exs], samples=G, generator=g, **sampling)
+        gen, texts = self.policy.complete([e.prompt for e in exs], samples=G, slots=slots, **sampling)
         rewards, correct = score(self.policy, exs, texts, G)
         return {
             "gen": gen.to("cpu"),
@@ -66,8 +72,8 @@ class RemoteGenerator:
 
     def __init__(self, cfg: Any, model: Any, pad_id: int):
         self.ray = import_ray(cfg.trainer.ray_address, cfg.trainer.num_workers)
-        self.W, self.model, self.pad_id, self.seed = cfg.trainer.num_workers, model, pad_id, cfg.trainer.seed
-        self.version, self.calls = 0, 0
+        self.W, self.model, self.pad_id = cfg.trainer.num_workers, model, pad_id
+        self.version = 0
         self.pool = WorkerPool(self.ray, LMWorker, lambda i, restarts: (cfg,), self.W, cfg.trainer)
 
     @property
@@ -80,15 +86,15 @@ class RemoteGenerator:
         return self.ray.put({k: v.detach().cpu() for k, v in self.model.state_dict().items()})
 
     def generate(
-        self, weights_ref: Any, idx: list[int], G: int, sampling: dict
+        self, weights_ref: Any, idx: list[int], slots: list[int], G: int, sampling: dict
     ) -> tuple[Any, list[str], Any, Any]:
-        """``(Generation, texts, rewards [B], correct [B])`` for prompts ``idx``, G samples each."""
-        self.calls += 1
+        """``(Generation, texts, rewards [B], correct [B])`` for prompts ``idx`` at places ``slots`` in the
+        stream of drawn prompts, G samples each: the samples the learner would draw itself."""
         n = min(self.W, len(idx))  # fewer prompts than workers (a last dynamic-sampling round): some rest
-        chunks = np.array_split(np.asarray(idx, dtype=np.int64), n)
+        parts_idx = np.array_split(np.arange(len(idx)), n)
         args = [
-            (self.version, weights_ref, c.tolist(), G, self.seed * 1_000_003 + self.calls * 97 + w, sampling)
-            for w, c in enumerate(chunks)
+            (self.version, weights_ref, [idx[i] for i in c], [slots[i] for i in c], G, sampling)
+            for c in parts_idx
         ]
         parts = self.pool.call("generate", args)
         for p in parts:
