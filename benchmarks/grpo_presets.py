@@ -79,7 +79,7 @@ def sft(work: Path) -> dict[str, Any]:
     c = curve(run)
     return {
         "run_dir": str(run),
-        "validation": c[-1][1],
+        "validation": list(c.values())[-1],
         "test": acc,
         "test_prompts": n,
         "curve": c,
