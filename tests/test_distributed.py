@@ -133,11 +133,14 @@ def test_one_rank_group_matches_one_process(tmp_path, one_process, strategy):
     assert not distributed.current().group  # the group is left when the run ends
 
 
-@pytest.mark.parametrize("algo", ["dpo", "reward_model", "grpo"])
-def test_fsdp_checkpoint_resumes_exactly(tmp_path, rewound, algo):
-    """fsdp (a group of one): the step-2 checkpoint, its full optimizer state and (reward model) value
-    head put back into the shards, resumes to the uninterrupted run's step-3 loss and weights."""
+@pytest.mark.parametrize("algo", ["dpo", "reward_model", "grpo", "ppo_rlhf"])
+def test_fsdp_checkpoint_resumes_exactly(tmp_path, request, rewound, algo):
+    """fsdp (a group of one): the step-2 checkpoint, its full optimizer state and (reward model, PPO-RLHF's
+    critic) value head and trunk put back into the shards, resumes to the uninterrupted run's step-3 loss
+    and weights."""
     over = {**CONFIGS[algo], "trainer.strategy": "fsdp", "trainer.checkpoint_every": 2}
+    if algo == "ppo_rlhf":
+        over["worker.reward.model"] = str(request.getfixturevalue("tiny_reward_model"))
     run = advantage.train(algo, quiet=True, **{**over, "trainer.run_dir": str(tmp_path / "run")})
     half = rewound(run.dir)
     advantage.resume(half, quiet=True)
@@ -148,7 +151,7 @@ def test_fsdp_checkpoint_resumes_exactly(tmp_path, rewound, algo):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("algo", "strategy"),
-    [(a, s) for a in ("dpo", "reward_model", "grpo") for s in ("ddp", "fsdp")] + [("ppo_rlhf", "ddp")],
+    [(a, s) for a in ("dpo", "reward_model", "grpo", "ppo_rlhf") for s in ("ddp", "fsdp")],
 )
 def test_two_ranks_take_the_one_process_steps(tmp_path, request, algo, strategy):
     """DPO, the reward model (each rank takes half of the pairs), GRPO (half of the prompt groups) and
@@ -323,14 +326,6 @@ def test_bad_launch_configs_are_clear_errors(tmp_path, over, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         advantage.train("sft", quiet=True, **{**TINY, "trainer.run_dir": str(tmp_path / "r"), **over})
     assert not (tmp_path / "r").exists()
-
-
-def test_ppo_rlhf_with_fsdp_is_an_error(tmp_path):
-    from advantage.runs import resolve_config
-
-    over = {**PPO, "worker.reward.model": str(tmp_path), "trainer.strategy": "fsdp"}
-    with pytest.raises(ConfigError, match="trainer.strategy=fsdp is not available for ppo_rlhf yet"):
-        resolve_config("ppo_rlhf", overrides=over)
 
 
 @pytest.mark.parametrize(

@@ -109,8 +109,6 @@ def problems(algo: str, cfg: Any) -> list[str]:
     for k, need, why in ONE_RANK_OPTIONS.get(algo, ()):
         if _get(cfg, k) != need:
             out.append(f"trainer.strategy={strategy} needs {k}={need!r}, got {_get(cfg, k)!r}: {why}")
-    if algo == "ppo_rlhf" and strategy == "fsdp":
-        out.append("trainer.strategy=fsdp is not available for ppo_rlhf yet (its critic); use ddp")
     if algo == "grpo" and cfg.algorithm.advantage == "batch_std":
         out.append(f"trainer.strategy={strategy} needs a group advantage, not batch_std (a batch std)")
     if strategy == "fsdp" and cfg.model.lora.rank > 0:

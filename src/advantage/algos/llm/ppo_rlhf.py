@@ -86,7 +86,7 @@ from advantage.algos.llm.shared import (
 )
 from advantage.checkpoint import Checkpoint
 from advantage.configs.ppo_rlhf import PPOActor, PPOCritic, PPORLHFConfig
-from advantage.context import RunContext
+from advantage.context import RunContext, Snapshot
 from advantage.errors import NonFiniteError
 from advantage.math import KL_ESTIMATORS, VALUE_LOSSES, AdaptiveKLController, aggregate, gae, ppo_clip
 from advantage.math.masked import masked_mean
@@ -179,9 +179,10 @@ def token_hidden(model: PreTrainedModel, ids: Tensor, attn: Tensor, response_sta
     return out.last_hidden_state[:, response_start - 1 : ids.shape[1] - 1]
 
 
-class Models:
+class Models(nn.Module):
     """The trained models: actor, critic (a value head on a separate trunk or on the actor's) and how to
-    run them on a micro-batch."""
+    run them on a micro-batch. One module, so ``trainer.strategy=fsdp`` shards it as a whole (its
+    ``forward`` gathers what the root holds: embeddings, final norms, the LM and value heads)."""
 
     def __init__(
         self,
@@ -190,6 +191,7 @@ class Models:
         head: ValueHead,
         temperature: float,
     ):
+        super().__init__()
         self.actor, self.critic_trunk, self.head, self.temperature = actor, critic_trunk, head, temperature
 
     def forward(self, ids: Tensor, attn: Tensor, p_len: int) -> tuple[Tensor, Tensor]:
@@ -265,7 +267,7 @@ def _no_grad_forward(
     with torch.no_grad():
         for j in range(0, len(rows), micro):
             r = rows[j : j + micro]
-            lp, v = models.forward(ids[r], attn[r], P)
+            lp, v = models(ids[r], attn[r], P)
             old_logp.append(lp)
             old_values.append(v)
         for j in range(0, len(rows), ref_micro):
@@ -415,7 +417,7 @@ def learn(
             for j in range(0, len(rows_mb), micro):
                 r = rows_mb[j : j + micro]
                 ids, attn, p_len, t_len = trimmed(b.gen, r)
-                logp, values = models.forward(ids, attn, p_len)  # [b, t_len] each
+                logp, values = models(ids, attn, p_len)  # [b, t_len] each
                 sl = (r, slice(0, t_len))
                 pg, vf, lm = ppo_rlhf_loss(
                     logp,
@@ -453,10 +455,14 @@ def learn(
     return stats
 
 
-def build(cfg: PPORLHFConfig, restored: Checkpoint | None) -> tuple[LMPolicy, Models, LearnerState]:
-    """The policy (with its frozen reference and reward model), the trained models and the learner state
-    (critic weights, the optimizer ``optim``, the torch RNG), restored from ``restored``. Built in this
-    order on purpose: the scratch models draw their initial weights from the global generator."""
+def build(
+    cfg: PPORLHFConfig, restored: Checkpoint | None
+) -> tuple[LMPolicy, Models, Models, LearnerState, torch.optim.Optimizer]:
+    """The policy (with its frozen reference and reward model), the models (actor, critic), what this rank
+    trains of them (the same :class:`Models`, or with ``fsdp`` its sharded copy, whose full weights go
+    back into the first by :func:`~advantage.algos.llm.distributed.unshard`) and the learner state (critic
+    weights, the optimizer ``optim``, the torch RNG) and the optimizer, restored from ``restored``. Built
+    in this order on purpose: the scratch models draw their initial weights from the global generator."""
     t, critic = cfg.trainer, cfg.worker.critic
     task = make_task(cfg.data)
     model, tok = common.policy_model(cfg, task, restored)
@@ -469,19 +475,23 @@ def build(cfg: PPORLHFConfig, restored: Checkpoint | None) -> tuple[LMPolicy, Mo
     policy = LMPolicy(model, tok, task, cfg)
     policy.reference, policy.reward_model = ref, rm  # the rollout and evaluation use them
     policy.examples("train")  # the training prompts, read once here (cached for the rollout)
-    actor_params = [p for p in model.parameters() if p.requires_grad]
+    world = distributed.current()
+    net = lm_distributed.wrap(world, models)  # Models itself, or its FSDP shards
+    actor_params = [p for p in net.actor.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(
-        [{"params": actor_params}, {"params": models.critic_parameters()}],
+        [{"params": actor_params}, {"params": net.critic_parameters()}],
         lr=cfg.worker.actor.learning_rate,
         weight_decay=cfg.worker.actor.weight_decay,
     )
     # The critic's own weights travel as tensors; the policy's as the checkpoint's model folder.
     learner = LearnerState(
-        {"value_head": head, **({"critic": trunk} if trunk is not None else {})}, {"optim": opt}
+        {"value_head": head, **({"critic": trunk} if trunk is not None else {})},
+        {"optim": lm_distributed.optimizer(world, net, opt)},
     )
     if restored is not None:
         learner.load(restored.tensors, restored.state["algo"])
-    return policy, models, learner
+        lm_distributed.reshard(world, net, models)  # fsdp: the restored critic into the shards
+    return policy, models, net, learner, opt
 
 
 def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
@@ -489,23 +499,26 @@ def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
     torch.set_num_threads(t.torch_threads)
     torch.manual_seed(t.seed)
     restored = ctx.restored
-    policy, models, learner = build(cfg, restored)
-    opt = learner.optimizers["optim"]
+    policy, models, net, learner, opt = build(cfg, restored)
     rollout = PPORollout(cfg, policy, models, policy.examples("train"), restored)
     step = 0 if restored is None else restored.step
-
+    world = distributed.current()
     files = partial(common.hf_files, policy.model, policy.tokenizer)
-    snapshot = partial(common.snapshot, policy, learner, rollout, files)
+    save = partial(common.snapshot, policy, learner, rollout, files)
 
-    policy.model.train()
+    def snapshot() -> Snapshot:
+        lm_distributed.unshard(world, net, models)  # the full weights, from every rank's shard
+        return save()
+
+    net.train()
     while step < t.total_steps:
         lr = common.learning_rate(actor, step, t.total_steps)
         opt.param_groups[0]["lr"] = lr
         opt.param_groups[1]["lr"] = lr * critic.learning_rate / actor.learning_rate  # the actor's schedule
+        lm_distributed.unshard(world, net, models, everywhere=True)  # fsdp: every rank samples and scores
         batch, m = rollout.collect(step)
         t_learn = time.perf_counter()
-        stats = learn(cfg, models, opt, batch, step)
-        world = distributed.current()
+        stats = learn(cfg, net, opt, batch, step)
         rollout.update_beta(world.reduce([m["kl_ref"]])[0] / world.size)  # the rollout's mean KL
         step += 1
         m.update({**batch.times, "time/learn": time.perf_counter() - t_learn})
