@@ -219,6 +219,23 @@ def test_two_ranks_take_the_one_process_steps_and_resume_on_one_and_two(
     assert _losses(half)[-1] == pytest.approx(losses[-1], abs=1e-5)
 
 
+@pytest.mark.slow
+def test_grpo_by_torchrun_with_ray_workers_on_each_rank_takes_the_one_process_steps(tmp_path):
+    """GRPO launched by ``torchrun`` on 2 ranks, each rank's share of the prompts sampled and scored by its
+    own Ray worker (``trainer.num_workers=1``): every prompt's samples come from its slot's draws, so the
+    steps are those of one process without workers, within 1e-5 (and so those of
+    ``trainer.nproc_per_node=2``, tested against the same one process above)."""
+    pytest.importorskip("ray")
+    one = advantage.train("grpo", quiet=True, **{**GRPO, "trainer.run_dir": str(tmp_path / "one")}).dir
+    cfg = {**GRPO, "trainer.strategy": "ddp", "trainer.num_workers": 1, "trainer.run_dir": tmp_path / "two"}
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    res = _cli([*torchrun, "-m", "advantage", "train", "grpo", *_args(cfg), "--quiet"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for key in ("train/loss", "train/grad_norm", "train/reward/mean"):
+        assert _losses(tmp_path / "two", key) == pytest.approx(_losses(one, key), abs=1e-5)
+    assert _close(_weights(tmp_path / "two"), _weights(one)) < 1e-5
+
+
 @SHARED
 @pytest.mark.slow
 def test_torchrun_gives_the_metrics_of_nproc_per_node(tmp_path, two_ranks):

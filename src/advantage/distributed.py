@@ -116,8 +116,6 @@ def problems(algo: str, cfg: Any) -> list[str]:
             f"trainer.strategy=fsdp with LoRA (model.lora.rank={cfg.model.lora.rank}) is not supported: "
             "use trainer.strategy=ddp, whose ranks hold the adapters whole"
         )
-    if getattr(t, "num_workers", 0) > 0:
-        out.append(f"trainer.strategy={strategy} with trainer.num_workers > 0 is not supported yet")
     return out
 
 
