@@ -9,9 +9,8 @@ point of each rank (``--rank``), which runs the command and then records its pea
 (``ru_maxrss``). Tokens per second are the run's own ``train/tokens_per_second`` (SFT: target tokens of
 the global batch; GRPO: generated tokens, summed over the ranks), the median over the logged rows after
 the first (warm-up). The model is ``benchmarks/grpo_vs_trl.py``'s medium one (4 layers × 128); GRPO takes
-its batch too (8 prompts × 8 samples, up to 32 new tokens). On several ranks GRPO samples each prompt
-on its own (its slot's seed, ``advantage.algos.llm.distributed.complete``), one prompt's G rows per
-decoding batch instead of the rank's whole share: part of what the table shows.
+its batch too (8 prompts × 8 samples, up to 32 new tokens); each rank decodes its share of the prompts
+in one batch, from the same slot-seeded draws as one process (``advantage.rollout.generate.slot_uniforms``).
 Writes ``benchmarks/results/lm_data_parallel.{json,md}`` (``--quick`` only prints its table).
 """
 
