@@ -151,14 +151,19 @@ def test_fsdp_checkpoint_resumes_exactly(tmp_path, request, rewound, algo):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("algo", "strategy"),
-    [(a, s) for a in ("dpo", "reward_model", "grpo", "ppo_rlhf") for s in ("ddp", "fsdp")],
+    [(a, s) for a in ("dpo", "reward_model", "grpo", "ppo_rlhf") for s in ("ddp", "fsdp")]
+    + [("grpo:batch_std", "ddp")],
 )
 def test_two_ranks_take_the_one_process_steps(tmp_path, request, algo, strategy):
     """DPO, the reward model (each rank takes half of the pairs), GRPO (half of the prompt groups) and
     PPO-RLHF (half of the prompts), sampled on their rank, on 2 ranks: the losses, gradient norms and
     weights of one process (``single``) on the same global batch, within 1e-5: each prompt's samples
-    are drawn from its slot's seed, wherever it is sampled."""
+    are drawn from its slot's seed, wherever it is sampled. ``grpo:batch_std``: GRPO with Lite PPO's batch
+    std, taken over every rank's rewards."""
+    algo, _, advantage_kind = algo.partition(":")
     over = dict(CONFIGS[algo])
+    if advantage_kind:
+        over["algorithm.advantage"] = advantage_kind
     if algo == "ppo_rlhf":
         over["worker.reward.model"] = str(request.getfixturevalue("tiny_reward_model"))
     one = advantage.train(algo, quiet=True, **{**over, "trainer.run_dir": str(tmp_path / "one")}).dir
@@ -351,7 +356,10 @@ def test_bad_launch_configs_are_clear_errors(tmp_path, over, message):
         ({"algorithm.dynamic_sampling": True}, "needs algorithm.dynamic_sampling=False, got True"),
         ({"algorithm.curriculum": "hard"}, "needs algorithm.curriculum='none', got 'hard'"),
         ({"worker.actor.mini_batch_size": 2}, "needs worker.actor.mini_batch_size=0, got 2"),
-        ({"algorithm.advantage": "batch_std"}, "needs a group advantage, not batch_std"),
+        (
+            {"algorithm.advantage": "batch_std", "algorithm.supervision": "process"},
+            "with process supervision needs a group advantage, not batch_std",
+        ),
         ({"data.rollout_batch_size": 3}, "data.rollout_batch_size=3 is not divisible by the 2 ranks"),
     ],
 )

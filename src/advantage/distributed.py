@@ -109,8 +109,11 @@ def problems(algo: str, cfg: Any) -> list[str]:
     for k, need, why in ONE_RANK_OPTIONS.get(algo, ()):
         if _get(cfg, k) != need:
             out.append(f"trainer.strategy={strategy} needs {k}={need!r}, got {_get(cfg, k)!r}: {why}")
-    if algo == "grpo" and cfg.algorithm.advantage == "batch_std":
-        out.append(f"trainer.strategy={strategy} needs a group advantage, not batch_std (a batch std)")
+    if algo == "grpo" and cfg.algorithm.advantage == "batch_std" and cfg.algorithm.supervision == "process":
+        out.append(
+            f"trainer.strategy={strategy} with process supervision needs a group advantage, not batch_std "
+            "(its step rewards' batch std is taken on one rank)"
+        )
     if strategy == "fsdp" and cfg.model.lora.rank > 0:
         out.append(
             f"trainer.strategy=fsdp with LoRA (model.lora.rank={cfg.model.lora.rank}) is not supported: "

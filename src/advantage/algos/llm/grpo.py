@@ -556,7 +556,7 @@ class GRPORollout:
     ) -> tuple[Tensor, Tensor, dict[str, float]]:
         """Shaped rewards ``[b]`` and advantages (``[b]``, or ``[b, T]`` with process supervision) of rows
         in consecutive groups of ``n`` samples of the prompts ``idx``, and the shaping metrics."""
-        from advantage.math.advantages import GROUP_ADVANTAGES, process_advantages
+        from advantage.math.advantages import GROUP_ADVANTAGES, batch_std, process_advantages
 
         a, cfg = self.a, self.cfg
         kl_seq = None
@@ -573,6 +573,11 @@ class GRPORollout:
             T = gen.response_ids.shape[1]
             adv = process_advantages(*steps, T, n, a.std_eps, scale=PROCESS_SCALE[a.advantage])
             adv = adv.to(gen.response_mask.dtype) * gen.response_mask.cpu()  # rollout bookkeeping: CPU
+        elif a.advantage == "batch_std" and self.world.size > 1:
+            # The std of every rank's rewards: the whole batch's advantages, this rank's rows kept.
+            k = len(rewards)
+            adv, am = batch_std(self.world.gather(rewards), n, a.std_eps)
+            adv = adv[self.world.rank * k : (self.world.rank + 1) * k]
         else:
             adv, am = GROUP_ADVANTAGES[a.advantage](rewards, n, a.std_eps)
             if "reward_std_mean" in am:
