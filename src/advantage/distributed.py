@@ -52,15 +52,12 @@ SHARDED_BATCH = {
 }
 # Options that need the whole batch on one rank (a refill loop whose rounds the ranks would not agree on,
 # prompt picks from the pass counts, mini-batches of the whole batch): (key, the value needed, why).
-_MINI = ("worker.actor.mini_batch_size", 0, "a mini-batch counts rows of the whole batch")
 ONE_RANK_OPTIONS = {
     "grpo": (
         ("algorithm.dynamic_sampling", False, "its refill rounds differ between ranks"),
         ("algorithm.curriculum", "none", "its prompt picks read the whole batch's pass counts"),
         ("algorithm.adaptive_difficulty", False, "its thresholds read the whole batch"),
-        _MINI,
     ),
-    "ppo_rlhf": (_MINI,),
 }
 T = TypeVar("T")
 

@@ -109,6 +109,30 @@ class FullOptimizerState:
         )
 
 
+def global_permutation(world: World, n_rows: int) -> torch.Tensor:
+    """A random order of the global batch's ``world.size × n_rows`` rows: ``torch.randperm`` from the
+    global generator, drawn by rank 0 as one process draws it and sent to the other ranks."""
+    perm = torch.randperm(n_rows * world.size) if world.rank == 0 else None
+    return world.broadcast(perm)
+
+
+def local_rows(world: World, rows: torch.Tensor, n_rows: int) -> torch.Tensor:
+    """This rank's rows (indices into its ``n_rows``) among global row indices ``rows``, in their order:
+    a mini-batch of the global batch, of which each rank holds the rows of its own share."""
+    lo = world.rank * n_rows
+    return rows[(rows >= lo) & (rows < lo + n_rows)] - lo
+
+
+def even_micro_batches(
+    world: World, micros: list[torch.Tensor], filler: torch.Tensor
+) -> list[tuple[torch.Tensor, bool]]:
+    """``(rows, real)`` for each of ``micros``, then ``(filler, False)`` until every rank has as many as
+    the rank with the most: with ``fsdp`` each forward and backward is a collective, so the ranks must
+    make the same number of them; a filler's loss is multiplied by 0 (its gradients are zeros)."""
+    n = int(world.reduce([len(micros)], op="max")[0])
+    return [(m, True) for m in micros] + [(filler, False)] * (n - len(micros))
+
+
 def masked_whiten(world: World, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """:func:`advantage.math.masked_whiten` with the mean and unbiased variance of every rank's valid
     elements (two all-reduces); the same function on one rank."""

@@ -800,27 +800,28 @@ def learn(
     mask = gen.response_mask.clone()
     if a.overlong_filter:
         mask = mask * (~gen.truncated).float()[:, None]
-    # mini_batch_size counts prompts. With adaptive difficulty prompts have different row counts: a
-    # mini-batch holds mini_batch_size prompts' worth of rows on average (exactly mini_batch_size × G
-    # rows without it), and 0 still means the whole rollout.
-    mb = actor.mini_batch_size
-    mini_rows = -(-n_rows * mb // len(ro.prompt_idx)) if mb else n_rows
+    # mini_batch_size counts prompts of the global batch (every rank's). With adaptive difficulty prompts
+    # have different row counts: a mini-batch holds mini_batch_size prompts' worth of rows on average
+    # (exactly mini_batch_size × G rows without it), and 0 still means the whole rollout.
+    mb, n_all = actor.mini_batch_size, n_rows * world.size
+    mini_rows = -(-n_all * mb // (len(ro.prompt_idx) * world.size)) if mb else n_all
     micro = actor.micro_batch_size or mini_rows
     all_rows = torch.arange(n_rows)
-    n_minis = math.ceil(n_rows / mini_rows)
+    n_minis = math.ceil(n_all / mini_rows)
     on_policy = actor.ppo_epochs == 1 and n_minis == 1
     old_logp = None if on_policy else _logprobs(model, gen, all_rows, micro, roll.temperature)
     ref_logp = ref_logprobs(gen, all_rows) if actor.kl_coef > 0 else None
     adv_all = ro.advantages.to(mask.device)  # computed on the CPU with the rewards
     stats: dict[str, list[float]] = {}
     for _ in range(actor.ppo_epochs):
-        perm = all_rows if on_policy else torch.randperm(n_rows)
-        for start in range(0, n_rows, mini_rows):
-            mini = perm[start : start + mini_rows]
+        perm = torch.arange(n_all) if on_policy else lm_distributed.global_permutation(world, n_rows)
+        for start in range(0, n_all, mini_rows):
+            mini = lm_distributed.local_rows(world, perm[start : start + mini_rows], n_rows)  # this rank's
             Z = world.reduce([step_normalizer(mask[mini], actor.loss_agg)])[0]  # of the global batch
             opt.zero_grad(set_to_none=True)
             total = 0.0
-            for r in micro_batches(mini, gen.lengths, micro, actor.micro_batch_size == 0 and not packed):
+            micros = micro_batches(mini, gen.lengths, micro, actor.micro_batch_size == 0 and not packed)
+            for r, real in lm_distributed.even_micro_batches(world, micros, all_rows[:1]):
                 logp = rows_logprobs(model, gen, r, roll.temperature)  # [b, t_len]
                 t_len = logp.shape[1]
                 m_r = mask[r, :t_len]
@@ -834,6 +835,9 @@ def learn(
                     max(Z, 1.0),
                     d.max_response_length,  # Dr.GRPO's fixed length constant, not this batch's width
                 )
+                if not real:  # a filler: the ranks make as many forwards and backwards, this one adds 0
+                    (loss * 0.0).backward()
+                    continue
                 loss.backward()
                 total += float(loss.detach())
                 lm["entropy"] = masked_mean(-logp.detach(), m_r)

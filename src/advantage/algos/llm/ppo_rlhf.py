@@ -401,21 +401,22 @@ def learn(
     actor_params, critic_params = opt.param_groups[0]["params"], opt.param_groups[1]["params"]
     world = distributed.current()
     mask = b.gen.response_mask  # [B, T]
-    n_rows = mask.shape[0]
-    mini, micro = actor.mini_batch_size or n_rows, actor.micro_batch_size or n_rows
+    n_rows = mask.shape[0]  # this rank's; mini-batches are drawn from every rank's rows
+    n_all = n_rows * world.size
+    mini, micro = actor.mini_batch_size or n_all, actor.micro_batch_size or n_all
     stats: dict[str, list[float]] = {}
     for _ in range(actor.ppo_epochs):
-        perm = torch.randperm(n_rows)
-        for start in range(0, n_rows, mini):
-            rows_mb = perm[start : start + mini]
+        perm = lm_distributed.global_permutation(world, n_rows)
+        for start in range(0, n_all, mini):
+            rows_mb = lm_distributed.local_rows(world, perm[start : start + mini], n_rows)  # this rank's
             Z, tokens = world.reduce(
                 [step_normalizer(mask[rows_mb], actor.loss_agg), float(mask[rows_mb].sum())]
             )
             Z, tokens = max(Z, 1.0), max(tokens, 1.0)  # of the global batch
             opt.zero_grad(set_to_none=True)
             totals = [0.0, 0.0]
-            for j in range(0, len(rows_mb), micro):
-                r = rows_mb[j : j + micro]
+            micros = [rows_mb[j : j + micro] for j in range(0, len(rows_mb), micro)]
+            for r, real in lm_distributed.even_micro_batches(world, micros, torch.arange(1)):
                 ids, attn, p_len, t_len = trimmed(b.gen, r)
                 logp, values = models(ids, attn, p_len)  # [b, t_len] each
                 sl = (r, slice(0, t_len))
@@ -434,7 +435,11 @@ def learn(
                 )
                 # A separate critic's graph is disjoint from the actor's: the sum backpropagates each
                 # loss into its own model; a shared trunk weighs the value loss by vf_coef.
-                (pg + (critic.vf_coef if critic.shared else 1.0) * vf).backward()
+                loss = pg + (critic.vf_coef if critic.shared else 1.0) * vf
+                if not real:  # a filler: the ranks make as many forwards and backwards, this one adds 0
+                    (loss * 0.0).backward()
+                    continue
+                loss.backward()
                 totals[0] += float(pg.detach())
                 totals[1] += float(vf.detach())
                 for k, v in lm.items():
