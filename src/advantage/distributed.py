@@ -55,7 +55,6 @@ SHARDED_BATCH = {
 ONE_RANK_OPTIONS = {
     "grpo": (
         ("algorithm.dynamic_sampling", False, "its refill rounds differ between ranks"),
-        ("algorithm.curriculum", "none", "its prompt picks read the whole batch's pass counts"),
         ("algorithm.adaptive_difficulty", False, "its thresholds read the whole batch"),
     ),
 }

@@ -491,6 +491,11 @@ class GRPORollout:
                 self.thresholds = tensors["difficulty_thresholds"].clone()
             epoch, pos = restored.state["algo"]["epoch"], restored.state["algo"]["pos"]
         self.cursor = common.DataCursor(len(examples), t.seed, epoch, pos)
+        # Prompts drawn so far: the next one's slot (the seed of its sampling draws). The cursor's place
+        # when a checkpoint predates the count (equal to it unless the curriculum picks the prompts).
+        self.drawn = epoch * len(examples) + pos
+        if restored is not None:
+            self.drawn = restored.state["algo"].get("drawn", self.drawn)
         self.world = distributed.current()
         self.remote: Any = None  # trainer.num_workers > 0: generation and scoring in Ray workers
         self.weights_ref: Any = None
@@ -512,7 +517,7 @@ class GRPORollout:
         return tensors
 
     def state(self) -> dict[str, int]:
-        return self.cursor.state()
+        return {**self.cursor.state(), "drawn": self.drawn}
 
     def close(self) -> None:
         if self.remote is not None:
@@ -521,6 +526,7 @@ class GRPORollout:
     # ---- sampling --------------------------------------------------------------------------------------
 
     def next_prompts(self, n: int) -> list[int]:
+        self.drawn += n  # the slots of these prompts follow the ones drawn before
         if self.a.curriculum == "hard":  # hard-example mining: weight 1 - pass rate (+ floor)
             return sample_hard_prompts(self.passes, self.tries, n, self.a.curriculum_floor, self.pick_rng)
         return self.cursor.next(n)
@@ -620,7 +626,7 @@ class GRPORollout:
                 # prompts took one round per few kept prompts. Any surplus is trimmed below.
                 rate = max((groups - dropped) / groups, 0.25)
                 n_ask = min(math.ceil(missing / rate), len(self.examples))
-            first = self.cursor.epoch * self.cursor.n + self.cursor.pos  # prompts drawn before these
+            first = self.drawn  # prompts drawn before these
             drawn = idx = self.next_prompts(n_ask if a.dynamic_sampling else B)
             slots = list(range(first, first + len(idx)))  # each prompt's sampling draws come from its slot
             if self.world.group:  # whole prompt groups per rank
