@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import ROOT, write_results
+from harness import ROOT, versions, write_results
 
 MODEL = {
     "medium": {"hidden_size": 128, "layers": 4, "heads": 4},
@@ -113,7 +113,8 @@ def table(payload: dict[str, Any]) -> list[str]:
     lines = [
         f"{s['layers']}L × h{s['hidden_size']}; SFT: global batch {s['batch']} sequences; GRPO: "
         f"{s['prompts']} prompts × {s['G']} samples, up to {s['new_tokens']} new tokens; {s['steps']} steps, "
-        f"gloo, one torch thread per rank ({payload['cpus']} CPUs)",
+        f"gloo, one torch thread per rank ({payload['cpus']} CPUs, 1-minute load average "
+        f"{payload.get('load_average_start', float('nan')):.2f} at the start)",
         "",
         "| algorithm | strategy | ranks | tokens/s | × one rank | peak RSS per rank (MiB) |",
         "|---|---|---|---|---|---|",
@@ -136,9 +137,10 @@ def main() -> None:
     if ns.rank:
         sys.exit(rank_main(ns.rank, rest))
     size = SIZES["quick" if ns.quick else "medium"]
+    head = versions(os.getloadavg()[0])  # the machine, and its load when the runs started
     with tempfile.TemporaryDirectory() as tmp:
         runs = [measure(algo, size, strategy, n, Path(tmp)) for algo, strategy, n in RUNS]
-    payload = {"size": size, "cpus": os.cpu_count(), "runs": runs}
+    payload = {**head, "size": size, "cpus": os.cpu_count(), "runs": runs}
     if ns.quick:  # a check of the script, not a measurement: printed, not saved
         print("\n".join(table(payload)))
     else:
