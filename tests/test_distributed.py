@@ -152,7 +152,7 @@ def test_fsdp_checkpoint_resumes_exactly(tmp_path, request, rewound, algo):
 @pytest.mark.parametrize(
     ("algo", "strategy"),
     [(a, s) for a in ("dpo", "reward_model", "grpo", "ppo_rlhf") for s in ("ddp", "fsdp")]
-    + [("grpo:batch_std", "ddp"), ("grpo:curriculum", "ddp")]
+    + [("grpo:batch_std", "ddp"), ("grpo:curriculum", "ddp"), ("grpo:dynamic_sampling", "fsdp")]
     + [("grpo:mini_batches", "fsdp"), ("ppo_rlhf:mini_batches", "ddp")],
 )
 def test_two_ranks_take_the_one_process_steps(tmp_path, request, algo, strategy):
@@ -160,7 +160,8 @@ def test_two_ranks_take_the_one_process_steps(tmp_path, request, algo, strategy)
     PPO-RLHF (half of the prompts), sampled on their rank, on 2 ranks: the losses, gradient norms and
     weights of one process (``single``) on the same global batch, within 1e-5: each prompt's samples
     are drawn from its slot's seed, wherever it is sampled. ``grpo:batch_std``: GRPO with Lite PPO's batch
-    std, taken over every rank's rewards; ``:curriculum``: hard-prompt mining; ``:mini_batches``: 2
+    std, taken over every rank's rewards; ``:curriculum``: hard-prompt mining; ``:dynamic_sampling``:
+    DAPO's refill rounds (each rank samples them whole, then trains on its share); ``:mini_batches``: 2
     epochs of mini-batches drawn from the global batch (a rank holds any share of each, none included,
     and makes as many forwards as the others)."""
     algo, _, variant = algo.partition(":")
@@ -169,6 +170,9 @@ def test_two_ranks_take_the_one_process_steps(tmp_path, request, algo, strategy)
         over["algorithm.advantage"] = "batch_std"
     elif variant == "curriculum":  # prompts picked by every rank alike from the gathered pass counts
         over["algorithm.curriculum"] = "hard"
+    elif variant == "dynamic_sampling":  # refill rounds, each sampled whole on every rank
+        over |= {"algorithm.dynamic_sampling": True, "algorithm.dynamic_sampling_on": "reward"}
+        over["algorithm.max_sampling_rounds"] = 8
     elif variant == "mini_batches":  # grpo: 2 of 4 prompts; ppo_rlhf: 3 of 8 rows (uneven shares)
         over["worker.actor.mini_batch_size"] = 2 if algo == "grpo" else 3
         over["worker.actor.ppo_epochs"] = 2
@@ -362,7 +366,6 @@ def test_bad_launch_configs_are_clear_errors(tmp_path, over, message):
 @pytest.mark.parametrize(
     ("over", "message"),
     [
-        ({"algorithm.dynamic_sampling": True}, "needs algorithm.dynamic_sampling=False, got True"),
         (
             {"algorithm.advantage": "batch_std", "algorithm.supervision": "process"},
             "with process supervision needs a group advantage, not batch_std",

@@ -53,10 +53,7 @@ SHARDED_BATCH = {
 # Options that need the whole batch on one rank (a refill loop whose rounds the ranks would not agree on,
 # prompt picks from the pass counts, mini-batches of the whole batch): (key, the value needed, why).
 ONE_RANK_OPTIONS = {
-    "grpo": (
-        ("algorithm.dynamic_sampling", False, "its refill rounds differ between ranks"),
-        ("algorithm.adaptive_difficulty", False, "its thresholds read the whole batch"),
-    ),
+    "grpo": (("algorithm.adaptive_difficulty", False, "its thresholds read the whole batch"),),
 }
 T = TypeVar("T")
 

@@ -497,6 +497,9 @@ class GRPORollout:
         if restored is not None:
             self.drawn = restored.state["algo"].get("drawn", self.drawn)
         self.world = distributed.current()
+        # Dynamic sampling on several ranks: its refill rounds read every group's verdict, so each rank
+        # samples every round whole (the same samples: slot-seeded draws) and then trains on its share.
+        self.whole = self.world.group and a.dynamic_sampling
         self.remote: Any = None  # trainer.num_workers > 0: generation and scoring in Ray workers
         self.weights_ref: Any = None
         if t.num_workers > 0:
@@ -579,7 +582,7 @@ class GRPORollout:
             T = gen.response_ids.shape[1]
             adv = process_advantages(*steps, T, n, a.std_eps, scale=PROCESS_SCALE[a.advantage])
             adv = adv.to(gen.response_mask.dtype) * gen.response_mask.cpu()  # rollout bookkeeping: CPU
-        elif a.advantage == "batch_std" and self.world.size > 1:
+        elif a.advantage == "batch_std" and self.world.size > 1 and not self.whole:
             # The std of every rank's rewards: the whole batch's advantages, this rank's rows kept.
             k = len(rewards)
             adv, am = batch_std(self.world.gather(rewards), n, a.std_eps)
@@ -629,7 +632,7 @@ class GRPORollout:
             first = self.drawn  # prompts drawn before these
             drawn = idx = self.next_prompts(n_ask if a.dynamic_sampling else B)
             slots = list(range(first, first + len(idx)))  # each prompt's sampling draws come from its slot
-            if self.world.group:  # whole prompt groups per rank
+            if self.world.group and not self.whole:  # whole prompt groups per rank
                 idx, slots = self.world.share(idx), self.world.share(slots)
             t0 = time.perf_counter()
             gen, texts, raw, correct, t1 = self.sample(idx, G, slots)
@@ -637,7 +640,8 @@ class GRPORollout:
             m["time/score"] += time.perf_counter() - t1
             m["time/generate"] += t1 - t0
             m.update(shaped)
-            self.count_passes(drawn, self.world.gather(correct.double()), G)  # every rank's verdicts
+            verdicts = correct.double() if self.whole else self.world.gather(correct.double())
+            self.count_passes(drawn, verdicts, G)  # every rank's (a rank's own when it samples all)
             all_r.append(rewards)
             all_c.append(correct)
             all_len.append(gen.lengths.float())
@@ -704,7 +708,30 @@ class GRPORollout:
         )
         if a.adaptive_difficulty:
             ro = self.adapt(ro, m)
+        if self.whole:
+            return self.rank_share(ro), m
         return ro, m
+
+    def rank_share(self, ro: Rollout) -> Rollout | None:
+        """This rank's contiguous share of a rollout every rank holds whole (dynamic sampling on several
+        ranks): ``P // N`` prompts each. When the rounds ran out with fewer than ``B`` prompts and ``P`` is
+        not a multiple of N, the last ``P mod N`` are left out (None: fewer prompts than ranks, a step
+        with nothing to learn, as when every group is dropped)."""
+        k = len(ro.prompt_idx) // self.world.size
+        if k == 0:
+            return None
+        lo, G = self.world.rank * k, self.G
+        rows = torch.arange(lo * G, (lo + k) * G)
+        return Rollout(
+            gen=ro.gen.select(rows),
+            prompt_idx=ro.prompt_idx[lo : lo + k],
+            slots=ro.slots[lo : lo + k],
+            rewards=ro.rewards[rows],
+            correct=ro.correct[rows],
+            advantages=ro.advantages[rows],
+            texts=[ro.texts[r] for r in rows.tolist()],
+            raw_rewards=None if ro.raw_rewards is None else ro.raw_rewards[rows],
+        )
 
     def adapt(self, ro: Rollout, m: dict[str, float]) -> Rollout:
         """Adaptive difficulty on a batch of P prompts × G rows (prompt by prompt): update the thresholds
