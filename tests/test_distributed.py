@@ -152,28 +152,30 @@ def test_fsdp_checkpoint_resumes_exactly(tmp_path, request, rewound, algo):
 @pytest.mark.parametrize(
     ("algo", "strategy"),
     [(a, s) for a in ("dpo", "reward_model", "grpo", "ppo_rlhf") for s in ("ddp", "fsdp")]
-    + [("grpo:batch_std", "ddp"), ("grpo:curriculum", "ddp"), ("grpo:dynamic_sampling", "fsdp")]
-    + [("grpo:mini_batches", "fsdp"), ("ppo_rlhf:mini_batches", "ddp")],
+    # options that read the whole batch, several per run (each run costs CI half a minute)
+    + [("grpo:batch_std+curriculum+mini_batches", "ddp"), ("grpo:dynamic_sampling+mini_batches", "fsdp")]
+    + [("ppo_rlhf:mini_batches", "ddp")],
 )
 def test_two_ranks_take_the_one_process_steps(tmp_path, request, algo, strategy):
     """DPO, the reward model (each rank takes half of the pairs), GRPO (half of the prompt groups) and
     PPO-RLHF (half of the prompts), sampled on their rank, on 2 ranks: the losses, gradient norms and
     weights of one process (``single``) on the same global batch, within 1e-5: each prompt's samples
-    are drawn from its slot's seed, wherever it is sampled. ``grpo:batch_std``: GRPO with Lite PPO's batch
-    std, taken over every rank's rewards; ``:curriculum``: hard-prompt mining; ``:dynamic_sampling``:
-    DAPO's refill rounds (each rank samples them whole, then trains on its share); ``:mini_batches``: 2
-    epochs of mini-batches drawn from the global batch (a rank holds any share of each, none included,
-    and makes as many forwards as the others)."""
-    algo, _, variant = algo.partition(":")
+    are drawn from its slot's seed, wherever it is sampled. After the colon, options joined by ``+``:
+    ``batch_std``: GRPO with Lite PPO's batch std, taken over every rank's rewards; ``curriculum``:
+    hard-prompt mining; ``dynamic_sampling``: DAPO's refill rounds (each rank samples them whole, then
+    trains on its share); ``mini_batches``: 2 epochs of mini-batches drawn from the global batch (a rank
+    holds any share of each, none included, and makes as many forwards as the others)."""
+    algo, _, variants = algo.partition(":")
     over = dict(CONFIGS[algo])
-    if variant == "batch_std":
+    options = set(variants.split("+")) - {""}
+    if "batch_std" in options:
         over["algorithm.advantage"] = "batch_std"
-    elif variant == "curriculum":  # prompts picked by every rank alike from the gathered pass counts
+    if "curriculum" in options:  # prompts picked by every rank alike from the gathered pass counts
         over["algorithm.curriculum"] = "hard"
-    elif variant == "dynamic_sampling":  # refill rounds, each sampled whole on every rank
+    if "dynamic_sampling" in options:  # refill rounds, each sampled whole on every rank
         over |= {"algorithm.dynamic_sampling": True, "algorithm.dynamic_sampling_on": "reward"}
         over["algorithm.max_sampling_rounds"] = 8
-    elif variant == "mini_batches":  # grpo: 2 of 4 prompts; ppo_rlhf: 3 of 8 rows (uneven shares)
+    if "mini_batches" in options:  # grpo: 2 of 4 prompts; ppo_rlhf: 3 of 8 rows (uneven shares)
         over["worker.actor.mini_batch_size"] = 2 if algo == "grpo" else 3
         over["worker.actor.ppo_epochs"] = 2
         over["worker.actor.micro_batch_size"] = 2
