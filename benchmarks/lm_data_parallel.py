@@ -11,6 +11,8 @@ the global batch; GRPO: generated tokens, summed over the ranks), the median ove
 the first (warm-up). The model is ``benchmarks/grpo_vs_trl.py``'s medium one (4 layers × 128); GRPO takes
 its batch too (8 prompts × 8 samples, up to 32 new tokens); each rank decodes its share of the prompts
 in one batch, from the same slot-seeded draws as one process (``advantage.rollout.generate.slot_uniforms``).
+SFT runs twice: on 2-digit addition (sequences of about 12 tokens) and on ``reverse`` of 64 letters
+(sequences of 137 tokens, ``sft-137``), because how well a step splits depends on its size (``TASKS``).
 Writes ``benchmarks/results/lm_data_parallel.{json,md}`` (``--quick`` only prints its table).
 """
 
@@ -39,14 +41,24 @@ BATCH = {  # SFT sequences; GRPO prompts × G samples, new tokens; steps
     "quick": {"batch": 8, "prompts": 4, "G": 2, "new_tokens": 8, "steps": 4},
 }
 SIZES = {k: {**MODEL[k], **BATCH[k]} for k in MODEL}  # grpo_vs_trl.py's medium; the quick check's tiny
+# The rows' data. SFT on 2-digit addition is sequences of about 12 tokens (answers of 3-4): each operator
+# of the step is then so small that its fixed cost, not its FLOPs, sets the time, and half the rows on
+# each rank save little. SFT on `reverse` of 64 letters is sequences of 137 tokens, the regime of real
+# SFT data (hundreds of tokens), where the work splits.
+TASKS = {
+    "sft": {"data.task": "addition"},
+    "sft-137": {"data.task": "reverse", "data.length": 64, "data.max_response_length": 65},
+    "grpo": {"data.task": "addition"},
+}
 RUNS = [
-    (algo, strategy, n)
-    for algo in ("sft", "grpo")
+    (row, strategy, n)
+    for row in ("sft", "sft-137", "grpo")
     for strategy, n in (("single", 1), ("ddp", 2), ("fsdp", 2))
 ]
 
 
-def overrides(algo: str, size: dict[str, Any], strategy: str, nproc: int, run_dir: Path) -> list[str]:
+def overrides(row: str, size: dict[str, Any], strategy: str, nproc: int, run_dir: Path) -> list[str]:
+    algo = row.split("-")[0]
     model = "model" if algo == "sft" else "worker.actor.model"
     batch = (
         {"algorithm.batch_size": size["batch"]}
@@ -58,7 +70,7 @@ def overrides(algo: str, size: dict[str, Any], strategy: str, nproc: int, run_di
         }
     )
     over = {
-        "data.task": "addition",
+        **TASKS[row],
         "data.train_size": 4096,
         f"{model}.hidden_size": size["hidden_size"],
         f"{model}.layers": size["layers"],
@@ -78,19 +90,20 @@ def overrides(algo: str, size: dict[str, Any], strategy: str, nproc: int, run_di
     return [f"{k}={v}" for k, v in over.items()]
 
 
-def measure(algo: str, size: dict[str, Any], strategy: str, nproc: int, work: Path) -> dict[str, Any]:
-    name = f"{algo}-{strategy}-{nproc}"
+def measure(row: str, size: dict[str, Any], strategy: str, nproc: int, work: Path) -> dict[str, Any]:
+    name = f"{row}-{strategy}-{nproc}"
     run_dir = work / name
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    cmd += [__file__, "--rank", str(work / f"rss-{name}"), "train", algo, "--quiet"]
-    cmd += overrides(algo, size, strategy, nproc, run_dir)
+    cmd += [__file__, "--rank", str(work / f"rss-{name}"), "train", row.split("-")[0], "--quiet"]
+    cmd += overrides(row, size, strategy, nproc, run_dir)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rates = [r["train/tokens_per_second"] for r in rows if "train/tokens_per_second" in r][1:]
     rss = [json.loads((work / f"rss-{name}.{r}").read_text()) for r in range(nproc)]
     return {
-        "algo": algo,
+        "algo": row,
+        "task": " ".join(f"{k}={v}" for k, v in TASKS[row].items()),
         "strategy": strategy,
         "ranks": nproc,
         "tokens_per_second": statistics.median(rates),
@@ -116,14 +129,15 @@ def table(payload: dict[str, Any]) -> list[str]:
         f"gloo, one torch thread per rank ({payload['cpus']} CPUs, 1-minute load average "
         f"{payload.get('load_average_start', float('nan')):.2f} at the start)",
         "",
-        "| algorithm | strategy | ranks | tokens/s | × one rank | peak RSS per rank (MiB) |",
-        "|---|---|---|---|---|---|",
+        "| row | data | strategy | ranks | tokens/s | × one rank | peak RSS per rank (MiB) |",
+        "|---|---|---|---|---|---|---|",
     ]
     base = {r["algo"]: r["tokens_per_second"] for r in payload["runs"] if r["ranks"] == 1}
     for r in payload["runs"]:
         rss = ", ".join(f"{x:.0f}" for x in r["peak_rss_mib_per_rank"])
         lines.append(
-            f"| {r['algo']} | {r['strategy']} | {r['ranks']} | {r['tokens_per_second']:.0f} | "
+            f"| {r['algo']} | `{r.get('task', '')}` | {r['strategy']} | {r['ranks']} "
+            f"| {r['tokens_per_second']:.0f} | "
             f"{r['tokens_per_second'] / base[r['algo']]:.2f} | {rss} |"
         )
     return lines
