@@ -121,6 +121,16 @@ def rank_main(out: str, argv: list[str]) -> int:
     return code
 
 
+def with_speedups(payload: dict[str, Any]) -> dict[str, Any]:
+    """Each run's tokens/s over its row's one-rank run (``speedup``), and a ``speedups`` map ``ROW_STRATEGY``
+    (what the docs quote)."""
+    base = {r["algo"]: r["tokens_per_second"] for r in payload["runs"] if r["ranks"] == 1}
+    for r in payload["runs"]:
+        r["speedup"] = r["tokens_per_second"] / base[r["algo"]]
+    speedups = {f"{r['algo']}_{r['strategy']}": r["speedup"] for r in payload["runs"]}
+    return {**payload, "speedups": speedups}
+
+
 def table(payload: dict[str, Any]) -> list[str]:
     s = payload["size"]
     lines = [
@@ -147,14 +157,19 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="a tiny model and 4 steps (checks the script)")
     p.add_argument("--rank", help=argparse.SUPPRESS)  # internal: the entry point of one rank
+    p.add_argument("--report", metavar="JSON", help="only write the table again from a saved results file")
     ns, rest = p.parse_known_args()
     if ns.rank:
         sys.exit(rank_main(ns.rank, rest))
+    if ns.report:
+        payload = json.loads(Path(ns.report).read_text())
+        write_results(ROOT / "benchmarks" / "results", "lm_data_parallel", with_speedups(payload), table)
+        return
     size = SIZES["quick" if ns.quick else "medium"]
     head = versions(os.getloadavg()[0])  # the machine, and its load when the runs started
     with tempfile.TemporaryDirectory() as tmp:
         runs = [measure(algo, size, strategy, n, Path(tmp)) for algo, strategy, n in RUNS]
-    payload = {**head, "size": size, "cpus": os.cpu_count(), "runs": runs}
+    payload = with_speedups({**head, "size": size, "cpus": os.cpu_count(), "runs": runs})
     if ns.quick:  # a check of the script, not a measurement: printed, not saved
         print("\n".join(table(payload)))
     else:
