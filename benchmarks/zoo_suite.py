@@ -6,7 +6,12 @@ Stable-Baselines3 with the zoo's hyperparameters, and the general defaults again
                                                    # are reported as skipped)
     python benchmarks/zoo_suite.py --quick         # smoke run: tiny budgets, 1 seed, 2 eval episodes
     python benchmarks/zoo_suite.py --rows ppo-CartPole-v1,dqn-CartPole-v1 --seeds 3
-    python benchmarks/zoo_suite.py                 # every row, 3 seeds (hours on a CPU)
+    python benchmarks/zoo_suite.py                 # every row, 3 seeds (about a day of CPU)
+    python benchmarks/zoo_suite.py --jobs 2        # two pairs of runs at a time (one per core)
+
+Finished runs are appended to ``<out>/zoo_suite_runs.jsonl`` (``--log``) as they end, and an invocation
+skips the runs the log holds: the suite is built over several invocations, and the report covers every
+run in the log.
 
 Per row and seed, four processes, interleaved (so machine load affects all alike), one torch thread each:
 
@@ -33,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,38 +229,59 @@ def _load_log(log: Path | None) -> list[dict[str, Any]]:
 
 
 def run_suite(
-    rows: list[Row], seeds: int, quick: bool, variants: tuple[str, ...], log: Path | None = None
+    rows: list[Row],
+    seeds: int,
+    quick: bool,
+    variants: tuple[str, ...],
+    log: Path | None = None,
+    jobs: int = 1,
 ) -> dict[str, Any]:
-    """Run every (seed, row, variant) pair, SB3 then advantage back to back. With ``log``, each result is
-    appended to it as it ends and pairs it already holds (same budget) are not run again, so the suite
-    (about a day of CPU) can be built over several invocations and a killed one loses one run at most."""
+    """Run every (seed, row, variant) pair, SB3 then advantage back to back, ``jobs`` pairs at a time (one
+    torch thread each: ``jobs`` up to the core count; both runs of a pair meet the same other load). With
+    ``log``, each result is appended to it as it ends and runs it already holds (same budget) are not run
+    again, so the suite (about a day of CPU) can be built over several invocations and a killed one loses
+    the runs in flight at most."""
+    from concurrent.futures import ThreadPoolExecutor
+
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     results = _load_log(log)
     done = {(r["row"], r["lib"], r["variant"], r["seed"], r["budget"]) for r in results if "score" in r}
     results = [r for r in results if "score" in r]  # errors of earlier invocations are run again
     skipped = {r.name: why for r in rows if (why := _env_available(r.env_id))}
-    for seed in range(seeds):
-        for row in rows:
-            if row.name in skipped:
+    budget_of = {r.name: QUICK_BUDGET if quick else r.budget for r in rows}
+    episodes = QUICK_EPISODES if quick else EVAL_EPISODES
+    pairs = [
+        (seed, row.name, variant)
+        for seed in range(seeds)
+        for row in rows
+        if row.name not in skipped
+        for variant in variants
+    ]
+    lock = threading.Lock()
+
+    def run_pair(pair: tuple[int, str, str]) -> None:
+        seed, name, variant = pair
+        budget = budget_of[name]
+        for lib in ("sb3", "advantage"):  # interleaved
+            if (name, lib, variant, seed, budget) in done:
                 continue
-            budget = QUICK_BUDGET if quick else row.budget
-            episodes = QUICK_EPISODES if quick else EVAL_EPISODES
-            for variant in variants:
-                for lib in ("sb3", "advantage"):  # interleaved
-                    if (row.name, lib, variant, seed, budget) in done:
-                        continue
-                    cmd = [sys.executable, __file__, "--worker", lib, "--row", row.name, "--variant", variant]
-                    cmd += ["--seed", str(seed), "--budget", str(budget), "--episodes", str(episodes)]
-                    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-                    if out.returncode != 0:
-                        tail = " | ".join(out.stderr.strip().splitlines()[-3:])
-                        results.append(dict(row=row.name, lib=lib, variant=variant, seed=seed, error=tail))
-                    else:
-                        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
-                    print(json.dumps(results[-1]), flush=True)
-                    if log is not None and "score" in results[-1]:
-                        with log.open("a") as f:
-                            f.write(json.dumps(results[-1]) + "\n")
+            cmd = [sys.executable, __file__, "--worker", lib, "--row", name, "--variant", variant]
+            cmd += ["--seed", str(seed), "--budget", str(budget), "--episodes", str(episodes)]
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if out.returncode != 0:
+                tail = " | ".join(out.stderr.strip().splitlines()[-3:])
+                result = dict(row=name, lib=lib, variant=variant, seed=seed, error=tail)
+            else:
+                result = json.loads(out.stdout.strip().splitlines()[-1])
+            with lock:
+                results.append(result)
+                print(json.dumps(result), flush=True)
+                if log is not None and "score" in result:
+                    with log.open("a") as f:
+                        f.write(json.dumps(result) + "\n")
+
+    with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
+        list(pool.map(run_pair, pairs))
     return {"quick": quick, "seeds": seeds, "results": results, "skipped": skipped}
 
 
@@ -353,6 +380,7 @@ def main(argv: list[str] | None = None) -> None:
         "the report covers all of them (default: <out>/zoo_suite_runs.jsonl; --quick: none unless given)",
     )
     p.add_argument("--report-only", action="store_true", help="write the report from --log, run nothing")
+    p.add_argument("--jobs", type=int, default=1, help="pairs of runs at a time (at most the core count)")
     p.add_argument("--worker", choices=["sb3", "advantage"], help=argparse.SUPPRESS)
     p.add_argument("--row", help=argparse.SUPPRESS)
     p.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
@@ -378,7 +406,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.report_only:
         data = {"quick": False, "seeds": seeds, "results": _load_log(log), "skipped": {}}
     else:
-        data = run_suite(rows, seeds, args.quick, variants, log)
+        data = run_suite(rows, seeds, args.quick, variants, log, args.jobs)
     if log is not None:  # every row the log holds, not only this invocation's
         rows = [r for r in ROWS if any(x["row"] == r.name for x in data["results"])]
     report(data, rows, Path(args.out), args.quick)
