@@ -16,6 +16,7 @@ from advantage.rollout import (
     generate,
     max_prompt_length,
     sample_tokens,
+    slot_uniforms,
 )
 
 PROMPTS = ["1+2=", "12+34=", "9", "100-99=", "7-7=", "55+5="]
@@ -302,3 +303,31 @@ def test_min_new_tokens_equals_transformers_generate(model, prompts, tok):
     with torch.no_grad():
         logp = sequence_logprobs(model, seq_ids, seq_mask, response_start=ids.shape[1])
     assert (fixed.logprobs - logp).abs().max() <= 1e-4
+
+
+def test_slot_uniforms_make_a_rows_sample_independent_of_its_batch(model, prompts, tok):
+    """Rows sampled with their slots' draws: the same tokens and log-probs whether a prompt is decoded
+    with the others or alone (a rank's or a Ray worker's share), and other slots give other samples."""
+    ids, mask = prompts
+    params = SamplingParams(max_new_tokens=8)
+    kw = {"eos_id": tok.eos_token_id, "pad_id": tok.pad_token_id}
+    slots = [10, 11, 12, 13, 14, 15]
+    whole = generate(model, ids, mask, params, uniforms=slot_uniforms(3, slots, 1, 8), **kw)
+    for k in (0, 4):
+        alone = generate(
+            model,
+            ids[k : k + 1],
+            mask[k : k + 1],
+            params,
+            uniforms=slot_uniforms(3, slots[k : k + 1], 1, 8),
+            **kw,
+        )
+        n = int(alone.lengths[0])
+        assert torch.equal(alone.response_ids[0, :n], whole.response_ids[k, :n])
+        assert torch.allclose(alone.logprobs[0, :n], whole.logprobs[k, :n], atol=1e-5)
+    other = generate(
+        model, ids, mask, params, uniforms=slot_uniforms(3, [20, 21, 22, 23, 24, 25], 1, 8), **kw
+    )
+    assert not torch.equal(other.response_ids, whole.response_ids)
+    with pytest.raises(ValueError, match="uniforms must be"):
+        generate(model, ids, mask, params, uniforms=slot_uniforms(3, slots[:2], 1, 8), **kw)

@@ -10,6 +10,7 @@ from advantage.rollout.generate import (
     generate,
     max_prompt_length,
     sample_tokens,
+    slot_uniforms,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "generate",
     "max_prompt_length",
     "sample_tokens",
+    "slot_uniforms",
 ]
