@@ -259,6 +259,20 @@ def _sample_unfiltered(
     return tokens, logp.squeeze(-1)
 
 
+def _checked_uniforms(
+    uniforms: Tensor, generator: torch.Generator | None, batch: int, n_new: int, device: torch.device
+) -> Tensor:
+    """:func:`generate`'s ``uniforms``, checked (``[B, max_new_tokens]``, no generator beside them), as
+    float64 on the model's device."""
+    if generator is not None:
+        raise ValueError("give generate() either a generator or uniforms, not both")
+    if tuple(uniforms.shape) != (batch, n_new):
+        raise ValueError(
+            f"uniforms must be [B, max_new_tokens] = [{batch}, {n_new}], got {tuple(uniforms.shape)}"
+        )
+    return uniforms.to(device=device, dtype=torch.float64)
+
+
 def _ban(z: Tensor, token: int) -> Tensor:
     """A copy of ``z`` ``[B, V]`` with ``-inf`` at ``token``: that token is never picked."""
     out = z.clone()
@@ -449,13 +463,7 @@ def generate(
     n_new = params.max_new_tokens
     device = prompt_ids.device
     if uniforms is not None:
-        if generator is not None:
-            raise ValueError("give generate() either a generator or uniforms, not both")
-        if tuple(uniforms.shape) != (batch, n_new):
-            raise ValueError(
-                f"uniforms must be [B, max_new_tokens] = [{batch}, {n_new}], got {tuple(uniforms.shape)}"
-            )
-        uniforms = uniforms.to(device=device, dtype=torch.float64)
+        uniforms = _checked_uniforms(uniforms, generator, batch, n_new, device)
 
     tokens = torch.full((batch, n_new), pad_id, dtype=torch.long, device=device)  # [B, N]
     logps = torch.zeros((batch, n_new), dtype=torch.float32, device=device)  # [B, N]
