@@ -151,10 +151,11 @@ def test_fsdp_checkpoint_resumes_exactly(tmp_path, request, rewound, algo):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("algo", "strategy"),
-    [(a, s) for a in ("dpo", "reward_model", "grpo", "ppo_rlhf") for s in ("ddp", "fsdp")]
-    # options that read the whole batch, several per run (each run costs CI half a minute)
+    [(a, s) for a in ("dpo", "reward_model") for s in ("ddp", "fsdp")]
+    # GRPO and PPO-RLHF on each strategy, with the options that read the whole batch, several per run
+    # (each run costs CI half a minute)
     + [("grpo:batch_std+curriculum+mini_batches", "ddp"), ("grpo:dynamic_sampling+mini_batches", "fsdp")]
-    + [("ppo_rlhf:mini_batches", "ddp")],
+    + [("ppo_rlhf", "ddp"), ("ppo_rlhf:mini_batches", "fsdp")],
 )
 def test_two_ranks_take_the_one_process_steps(tmp_path, request, algo, strategy):
     """DPO, the reward model (each rank takes half of the pairs), GRPO (half of the prompt groups) and
@@ -239,7 +240,7 @@ def test_two_ranks_take_the_one_process_steps_and_resume_on_one_and_two(
     assert _losses(half)[-1] == pytest.approx(losses[-1], abs=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # two local Ray instances beside two ranks: over a minute, past CI's budget
 def test_grpo_by_torchrun_with_ray_workers_on_each_rank_takes_the_one_process_steps(tmp_path):
     """GRPO launched by ``torchrun`` on 2 ranks, each rank's share of the prompts sampled and scored by its
     own Ray worker (``trainer.num_workers=1``): every prompt's samples come from its slot's draws, so the
