@@ -50,8 +50,8 @@ SHARDED_BATCH = {
     "grpo": "data.rollout_batch_size",
     "ppo_rlhf": "data.rollout_batch_size",
 }
-# Options that need the whole batch on one rank (a refill loop whose rounds the ranks would not agree on,
-# prompt picks from the pass counts, mini-batches of the whole batch): (key, the value needed, why).
+# Options that need the whole batch on one rank (adaptive difficulty's thresholds and extra samples):
+# (key, the value needed, why).
 ONE_RANK_OPTIONS = {
     "grpo": (("algorithm.adaptive_difficulty", False, "its thresholds read the whole batch"),),
 }

@@ -172,20 +172,15 @@ def slot_uniforms(seed: int, slots: Sequence[int], rows_per_slot: int, steps: in
     ``[len(slots) · rows_per_slot, steps]`` float64 in [0, 1), the rows of slot ``k`` drawn from a generator
     seeded by ``(seed, k)``. :func:`generate` given these samples each prompt as it would in any batch, so
     GRPO and PPO-RLHF take the same samples in one process, on N ranks or on Ray workers."""
-    return (
-        torch.cat(
-            [
-                torch.rand(
-                    (rows_per_slot, steps),
-                    generator=torch.Generator().manual_seed((seed * 1_000_003 + int(k)) % 2**63),
-                    dtype=torch.float64,
-                )
-                for k in slots
-            ]
+    draws = [
+        torch.rand(
+            (rows_per_slot, steps),
+            generator=torch.Generator().manual_seed((seed * 1_000_003 + int(k)) % 2**63),
+            dtype=torch.float64,
         )
-        if len(slots)
-        else torch.zeros((0, steps), dtype=torch.float64)
-    )
+        for k in slots
+    ]
+    return torch.cat(draws) if draws else torch.zeros((0, steps), dtype=torch.float64)
 
 
 def sample_tokens(

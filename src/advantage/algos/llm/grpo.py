@@ -565,7 +565,7 @@ class GRPORollout:
     ) -> tuple[Tensor, Tensor, dict[str, float]]:
         """Shaped rewards ``[b]`` and advantages (``[b]``, or ``[b, T]`` with process supervision) of rows
         in consecutive groups of ``n`` samples of the prompts ``idx``, and the shaping metrics."""
-        from advantage.math.advantages import GROUP_ADVANTAGES, batch_std, process_advantages
+        from advantage.math.advantages import GROUP_ADVANTAGES, process_advantages
 
         a, cfg = self.a, self.cfg
         kl_seq = None
@@ -582,13 +582,16 @@ class GRPORollout:
             T = gen.response_ids.shape[1]
             adv = process_advantages(*steps, T, n, a.std_eps, scale=PROCESS_SCALE[a.advantage])
             adv = adv.to(gen.response_mask.dtype) * gen.response_mask.cpu()  # rollout bookkeeping: CPU
-        elif a.advantage == "batch_std" and self.world.size > 1 and not self.whole:
-            # The std of every rank's rewards: the whole batch's advantages, this rank's rows kept.
-            k = len(rewards)
-            adv, am = batch_std(self.world.gather(rewards), n, a.std_eps)
-            adv = adv[self.world.rank * k : (self.world.rank + 1) * k]
         else:
-            adv, am = GROUP_ADVANTAGES[a.advantage](rewards, n, a.std_eps)
+            # batch_std on several ranks: the std of every rank's rewards, so the whole batch's advantages
+            # are computed and this rank's rows kept (group advantages need only the rank's own groups).
+            spread = a.advantage == "batch_std" and self.world.size > 1 and not self.whole
+            adv, am = GROUP_ADVANTAGES[a.advantage](
+                self.world.gather(rewards) if spread else rewards, n, a.std_eps
+            )
+            if spread:
+                k = len(rewards)
+                adv = adv[self.world.rank * k : (self.world.rank + 1) * k]
             if "reward_std_mean" in am:
                 metrics["advantage/group_std_mean"] = float(am["reward_std_mean"])
         return rewards, adv, metrics
