@@ -9,6 +9,7 @@ from advantage.rollout.generate import (
     encode_prompts,
     generate,
     max_prompt_length,
+    sample_from_hidden,
     sample_tokens,
     slot_uniforms,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "encode_prompts",
     "generate",
     "max_prompt_length",
+    "sample_from_hidden",
     "sample_tokens",
     "slot_uniforms",
 ]
