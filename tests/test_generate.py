@@ -328,6 +328,43 @@ def test_sample_from_hidden_follows_the_distribution_when_the_banned_token_domin
     assert 0.5 * (counts / counts.sum() - probs).abs().sum() < 0.03
 
 
+def test_a_large_vocabulary_samples_through_the_fused_head(monkeypatch):
+    """With a vocabulary of several head blocks (3,000 tokens), ``generate`` on a Qwen2 model takes the
+    fused head (:func:`sample_from_hidden`): its tokens equal those of the whole-logits path on the same
+    uniforms (HEAD_CHUNK raised past the vocabulary), its log-probs equal the recomputed ones, the EOS is
+    banned until ``min_new_tokens``, and shared prompts (prefilled once) give what separate rows give."""
+    import importlib
+
+    gen_module = importlib.import_module("advantage.rollout.generate")  # the module, not the function
+
+    alphabet = "0123456789+=- "
+    big = build_char_tokenizer(alphabet + "".join(map(chr, range(0x4E00, 0x4E00 + 3000 - 19))))
+    assert len(big) > gen_module.HEAD_CHUNK
+    model = sharp_model("qwen2", big, seed=3, std=0.15)
+    ids, mask = encode_prompts(big, ["1+2=", "1+2=", "77-7=", "77-7="], max_length=None)
+    eos = big.eos_token_id
+    params = SamplingParams(max_new_tokens=10, min_new_tokens=4)
+    u = slot_uniforms(0, [0, 1, 2, 3], 1, 10)
+    calls = []
+    fused_head = gen_module.sample_from_hidden
+    monkeypatch.setattr(gen_module, "sample_from_hidden", lambda *a: calls.append(1) or fused_head(*a))
+    fused = generate(model, ids, mask, params, eos_id=eos, pad_id=big.pad_token_id, uniforms=u)
+    shared = generate(
+        model, ids, mask, params, eos_id=eos, pad_id=big.pad_token_id, uniforms=u, shared_prompts=2
+    )
+    assert len(calls) == 2 * fused.response_ids.shape[1]  # one per token, in both calls
+    monkeypatch.setattr(gen_module, "HEAD_CHUNK", 10**9)
+    whole = generate(model, ids, mask, params, eos_id=eos, pad_id=big.pad_token_id, uniforms=u)
+    assert torch.equal(fused.response_ids, whole.response_ids)
+    assert torch.equal(shared.response_ids, fused.response_ids)
+    assert (fused.logprobs - whole.logprobs).abs().max() <= 1e-5
+    assert fused.lengths.min().item() >= 4 and not (fused.response_ids[:, :4] == eos).any()
+    seq_ids, seq_mask = fused.sequences()
+    with torch.no_grad():
+        logp = sequence_logprobs(model, seq_ids, seq_mask, response_start=ids.shape[1])
+    assert (fused.logprobs - logp * fused.response_mask).abs().max() <= 1e-5
+
+
 def test_min_new_tokens_equals_transformers_generate(model, prompts, tok):
     """The EOS is forbidden for the first ``min_new_tokens`` tokens (transformers' ``min_new_tokens``);
     log-probs stay those of the unfiltered distribution; ``min = max`` gives fixed-length responses."""

@@ -480,9 +480,13 @@ class _LeanStepper:
         uniforms: Tensor | None,
     ) -> tuple[Tensor, Tensor]:
         """Tokens and log-probs from the hidden states :meth:`prefill` or :meth:`step` returned: the output
-        layer fused with the draw (:func:`sample_from_hidden`) when no top-k / top-p filter applies."""
+        layer fused with the draw (:func:`sample_from_hidden`) when no top-k / top-p filter applies and the
+        vocabulary spans several blocks (for a small one, the fused path's extra small operations cost more
+        than the passes over ``[B, V]`` they save)."""
         head = self.head
-        if head is not None and params.temperature > 0 and params.top_k == 0 and params.top_p >= 1:
+        unfiltered = params.temperature > 0 and params.top_k == 0 and params.top_p >= 1
+        blocks = hidden.device.type == "cpu" and head is not None and head.head.shape[0] > HEAD_CHUNK
+        if head is not None and unfiltered and blocks:
             return sample_from_hidden(
                 hidden, head.head, head.head_bias, params.temperature, generator, banned, uniforms
             )
