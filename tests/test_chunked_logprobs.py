@@ -19,7 +19,8 @@ def _reference(hidden, weight, bias, targets, tau):
 @pytest.mark.parametrize("tau", [1.0, 0.7])
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("chunk_elements", [1, 37 * 3, 10**9])  # one token, uneven chunks, one chunk
-def test_values_and_gradients_match_the_full_vocabulary_path(tau, with_bias, chunk_elements):
+@pytest.mark.parametrize("keep_bytes", [0, 10**9])  # logits recomputed in the backward, or kept
+def test_values_and_gradients_match_the_full_vocabulary_path(tau, with_bias, chunk_elements, keep_bytes):
     g = torch.Generator().manual_seed(0)
     B, T, H, V = 3, 5, 8, 37
     hidden = torch.randn(B, T, H, generator=g, requires_grad=True)
@@ -29,7 +30,13 @@ def test_values_and_gradients_match_the_full_vocabulary_path(tau, with_bias, chu
     w_logp, w_ent = torch.randn(B, T, generator=g), torch.randn(B, T, generator=g)
 
     logp, ent = chunked_logprobs(
-        hidden, weight, targets, bias=bias, temperature=tau, chunk_elements=chunk_elements
+        hidden,
+        weight,
+        targets,
+        bias=bias,
+        temperature=tau,
+        chunk_elements=chunk_elements,
+        keep_bytes=keep_bytes,
     )
     ref_logp, ref_ent = _reference(hidden, weight, bias, targets, tau)
     torch.testing.assert_close(logp, ref_logp, atol=1e-6, rtol=1e-6)
@@ -42,19 +49,35 @@ def test_values_and_gradients_match_the_full_vocabulary_path(tau, with_bias, chu
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
 
 
-def test_only_logp_or_only_entropy_in_the_loss():
+@pytest.mark.parametrize("keep_bytes", [0, 10**9])
+def test_only_logp_or_only_entropy_in_the_loss(keep_bytes):
     g = torch.Generator().manual_seed(1)
     hidden = torch.randn(7, 4, generator=g, requires_grad=True)
     weight = torch.randn(11, 4, generator=g, requires_grad=True)
     targets = torch.randint(0, 11, (7,), generator=g)
     ref_logp, ref_ent = _reference(hidden, weight, None, targets, 1.0)
     for pick in (0, 1):
-        out = chunked_logprobs(hidden, weight, targets, chunk_elements=22)[pick]
+        out = chunked_logprobs(hidden, weight, targets, chunk_elements=22, keep_bytes=keep_bytes)[pick]
         ref = (ref_logp, ref_ent)[pick]
         got = torch.autograd.grad(out.sum(), [hidden, weight])
         want = torch.autograd.grad(ref.sum(), [hidden, weight], retain_graph=True)
         for a, b in zip(got, want, strict=True):
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+
+
+def test_kept_log_probs_survive_a_second_backward():
+    """With the log-probs kept for the backward, a second backward through the same graph
+    (``retain_graph``) gives the first one's gradients: the backward does not write into them."""
+    g = torch.Generator().manual_seed(3)
+    hidden = torch.randn(9, 4, generator=g, requires_grad=True)
+    weight = torch.randn(13, 4, generator=g, requires_grad=True)
+    targets = torch.randint(0, 13, (9,), generator=g)
+    logp, ent = chunked_logprobs(hidden, weight, targets, chunk_elements=26, keep_bytes=10**9)
+    loss = (logp * torch.randn(9, generator=g) + 0.5 * ent).sum()
+    first = torch.autograd.grad(loss, [hidden, weight], retain_graph=True)
+    second = torch.autograd.grad(loss, [hidden, weight])
+    for a, b in zip(first, second, strict=True):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
 def test_gradcheck_float64():
@@ -68,7 +91,12 @@ def test_gradcheck_float64():
         logp, ent = chunked_logprobs(h, w, targets, bias=b, temperature=0.9, chunk_elements=12)
         return logp * 0.3 + ent
 
+    def recomputed(h, w, b):
+        logp, ent = chunked_logprobs(h, w, targets, bias=b, temperature=0.9, chunk_elements=12, keep_bytes=0)
+        return logp * 0.3 + ent
+
     assert torch.autograd.gradcheck(f, (hidden, weight, bias))
+    assert torch.autograd.gradcheck(recomputed, (hidden, weight, bias))
 
 
 def test_chunk_rows_and_bad_shapes():

@@ -21,6 +21,12 @@ logits and forms the gradient in place:
 
 with ``G`` the chunk's ``[c, V]`` gradient with respect to ``z``. Peak extra memory is a few ``[c, V]``
 fp32 buffers instead of ``[N, V]``; the cost is one more output-layer matmul per chunk in the backward.
+
+That matmul is 10-15 % of a learn step for a 32k vocabulary on a CPU (``benchmarks/lm_learn_profile.py``),
+so when the whole ``[N, V]`` of log-probabilities takes at most ``keep_bytes`` (default
+:data:`KEEP_BYTES`, 512 MiB) the forward keeps it, still made a chunk at a time, and the backward reads
+it instead of recomputing the logits. Past that size (64 × 256 tokens of a 32k vocabulary are 2.1 GB) the
+backward recomputes: memory stays bounded by ``keep_bytes`` plus the chunk buffers, whatever ``N``.
 The same idea is the "cut cross-entropy"/Liger fused linear cross-entropy used by LLM trainers; this is
 a plain-PyTorch version (CPU and GPU alike) whose gradients equal the unchunked path's to float rounding.
 """
@@ -35,6 +41,8 @@ __all__ = ["chunk_rows", "chunked_logprobs", "head_logprobs", "use_chunks"]
 
 # Elements of one [c, V] fp32 buffer: 4M elements = 16 MiB. Forward and backward hold two such buffers.
 DEFAULT_CHUNK_ELEMENTS = 4 * 1024 * 1024
+# The largest [N, V] of log-probabilities the forward keeps for the backward (module docstring)
+KEEP_BYTES = 512 * 1024 * 1024
 
 
 def chunk_rows(vocab_size: int, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> int:
@@ -58,20 +66,30 @@ class _ChunkedLogProbs(torch.autograd.Function):
         targets: Tensor,
         temperature: float,
         rows: int,
+        keep_bytes: int,
     ) -> tuple[Tensor, Tensor]:
         n = hidden.shape[0]
         acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
         logp = torch.empty(n, dtype=acc, device=hidden.device)
         entropy = torch.empty(n, dtype=acc, device=hidden.device)
         lse = torch.empty(n, dtype=acc, device=hidden.device)
+        size = n * weight.shape[0]
+        kept = None  # [N, V] log p for the backward, when it fits in keep_bytes
+        if size * torch.finfo(acc).bits // 8 <= keep_bytes:
+            kept = torch.empty((n, weight.shape[0]), dtype=acc, device=hidden.device)
         for i in range(0, n, rows):
             z = _chunk_logits(hidden[i : i + rows], weight, bias, temperature)  # [c, V]
             lse_c = torch.logsumexp(z, -1)  # [c]
             lse[i : i + rows] = lse_c
-            log_p = z.sub_(lse_c[:, None])  # log p, in place of z
+            # log p, in place of z or into the kept buffer
+            log_p = (
+                z.sub_(lse_c[:, None])
+                if kept is None
+                else torch.sub(z, lse_c[:, None], out=kept[i : i + rows])
+            )
             logp[i : i + rows] = log_p.gather(-1, targets[i : i + rows, None]).squeeze(-1)
             entropy[i : i + rows] = -torch.exp(log_p).mul_(log_p).sum(-1)  # H = −Σ p log p
-        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)  # type: ignore[arg-type]  # bias may be None
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy, kept)  # type: ignore[arg-type]  # bias, kept may be None
         ctx.temperature, ctx.rows = temperature, rows  # type: ignore[attr-defined]  # read by backward
         return logp, entropy
 
@@ -79,7 +97,7 @@ class _ChunkedLogProbs(torch.autograd.Function):
     def backward(  # type: ignore[override]
         ctx: torch.autograd.function.FunctionCtx, g_logp: Tensor | None, g_entropy: Tensor | None
     ) -> tuple[Tensor | None, ...]:
-        hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors  # type: ignore[attr-defined]
+        hidden, weight, bias, targets, lse, entropy, kept = ctx.saved_tensors  # type: ignore[attr-defined]
         tau, rows = ctx.temperature, ctx.rows  # type: ignore[attr-defined]
         need_h, need_w, need_b = ctx.needs_input_grad[:3]  # type: ignore[attr-defined]  # set by autograd
         grad_h = torch.empty_like(hidden) if need_h else None
@@ -89,18 +107,22 @@ class _ChunkedLogProbs(torch.autograd.Function):
         n = hidden.shape[0]
         for i in range(0, n, rows):
             h = hidden[i : i + rows]
-            z = _chunk_logits(h, weight, bias, tau)  # [c, V]
-            logp_all = z.sub_(lse[i : i + rows, None])  # log p, in place of z
+            if kept is None:  # log p recomputed, in place of the chunk's fresh logits
+                logp_all = _chunk_logits(h, weight, bias, tau).sub_(lse[i : i + rows, None])  # [c, V]
+            else:  # read only: a second backward (retain_graph) reads it again
+                logp_all = kept[i : i + rows]
             p = torch.exp(logp_all)  # [c, V]
             # G = g_H · (−p ⊙ (log p + H)) + g_logp · (e_y − p)
+            grad = None
             if g_entropy is not None:
-                grad = logp_all.add_(entropy[i : i + rows, None]).mul_(p).mul_(-g_entropy[i : i + rows, None])
-            else:
-                grad = logp_all.zero_()
+                grad = torch.add(logp_all, entropy[i : i + rows, None]).mul_(p)
+                grad.mul_(-g_entropy[i : i + rows, None])
             if g_logp is not None:
                 g = g_logp[i : i + rows, None]
-                grad.sub_(p.mul_(g))
+                grad = p.mul_(-g) if grad is None else grad.sub_(p.mul_(g))
                 grad.scatter_add_(-1, targets[i : i + rows, None], g)
+            if grad is None:
+                grad = torch.zeros_like(p)
             if tau != 1.0:
                 grad.div_(tau)
             grad_low = grad.to(weight.dtype)
@@ -112,7 +134,7 @@ class _ChunkedLogProbs(torch.autograd.Function):
                 grad_b.add_(grad.sum(0))
         grad_w = grad_w.to(weight.dtype) if grad_w is not None else None
         grad_b = grad_b.to(bias.dtype) if grad_b is not None and bias is not None else None
-        return grad_h, grad_w, grad_b, None, None, None  # no gradients for targets, temperature, rows
+        return grad_h, grad_w, grad_b, None, None, None, None  # none for targets, τ, rows, keep_bytes
 
 
 def chunked_logprobs(
@@ -123,6 +145,7 @@ def chunked_logprobs(
     bias: Tensor | None = None,
     temperature: float = 1.0,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    keep_bytes: int = KEEP_BYTES,
 ) -> tuple[Tensor, Tensor]:
     r"""``(log π(y), H)`` per token from the final hidden states, without the ``[..., V]`` logits in memory.
 
@@ -138,6 +161,8 @@ def chunked_logprobs(
         bias: ``[V]`` output-layer bias, if the model has one.
         temperature: ``τ > 0``.
         chunk_elements: size of one ``[c, V]`` buffer in numbers; ``c = chunk_elements // V`` tokens.
+        keep_bytes: the forward keeps the ``[N, V]`` log-probabilities for the backward when they take at
+            most this many bytes (no recomputed logits); 0 always recomputes (module docstring).
 
     Returns:
         ``logp`` and ``entropy``, both ``[...]`` fp32, differentiable with respect to ``hidden``,
@@ -156,7 +181,9 @@ def chunked_logprobs(
     flat_h = hidden.reshape(-1, hidden.shape[-1])
     flat_t = targets.reshape(-1).long()
     rows = chunk_rows(weight.shape[0], chunk_elements)
-    logp, entropy = _ChunkedLogProbs.apply(flat_h, weight, bias, flat_t, float(temperature), rows)
+    logp, entropy = _ChunkedLogProbs.apply(
+        flat_h, weight, bias, flat_t, float(temperature), rows, int(keep_bytes)
+    )
     return logp.reshape(lead), entropy.reshape(lead)
 
 
