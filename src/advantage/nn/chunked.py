@@ -25,7 +25,7 @@ fp32 buffers instead of ``[N, V]``; the cost is one more output-layer matmul per
 That matmul is 10-15 % of a learn step for a 32k vocabulary on a CPU (``benchmarks/lm_learn_profile.py``),
 so when the whole ``[N, V]`` of log-probabilities takes at most ``keep_bytes`` (default
 :data:`KEEP_BYTES`, 512 MiB) the forward keeps it, still made a chunk at a time, and the backward reads
-it instead of recomputing the logits. Past that size (64 × 256 tokens of a 32k vocabulary are 2.1 GB) the
+them instead of recomputing the logits. Past that size (64 × 256 tokens of a 32k vocabulary are 2.1 GB) the
 backward recomputes: memory stays bounded by ``keep_bytes`` plus the chunk buffers, whatever ``N``.
 The same idea is the "cut cross-entropy"/Liger fused linear cross-entropy used by LLM trainers; this is
 a plain-PyTorch version (CPU and GPU alike) whose gradients equal the unchunked path's to float rounding.
@@ -41,7 +41,7 @@ __all__ = ["chunk_rows", "chunked_logprobs", "head_logprobs", "use_chunks"]
 
 # Elements of one [c, V] fp32 buffer: 4M elements = 16 MiB. Forward and backward hold two such buffers.
 DEFAULT_CHUNK_ELEMENTS = 4 * 1024 * 1024
-# The largest [N, V] of log-probabilities the forward keeps for the backward (module docstring)
+# The largest [N, V] of probabilities the forward keeps for the backward (module docstring)
 KEEP_BYTES = 512 * 1024 * 1024
 
 
@@ -74,21 +74,17 @@ class _ChunkedLogProbs(torch.autograd.Function):
         entropy = torch.empty(n, dtype=acc, device=hidden.device)
         lse = torch.empty(n, dtype=acc, device=hidden.device)
         size = n * weight.shape[0]
-        kept = None  # [N, V] log p for the backward, when it fits in keep_bytes
+        kept = None  # [N, V] probabilities for the backward, when they fit in keep_bytes
         if size * torch.finfo(acc).bits // 8 <= keep_bytes:
             kept = torch.empty((n, weight.shape[0]), dtype=acc, device=hidden.device)
         for i in range(0, n, rows):
             z = _chunk_logits(hidden[i : i + rows], weight, bias, temperature)  # [c, V]
             lse_c = torch.logsumexp(z, -1)  # [c]
             lse[i : i + rows] = lse_c
-            # log p, in place of z or into the kept buffer
-            log_p = (
-                z.sub_(lse_c[:, None])
-                if kept is None
-                else torch.sub(z, lse_c[:, None], out=kept[i : i + rows])
-            )
+            log_p = z.sub_(lse_c[:, None])  # log p, in place of z
             logp[i : i + rows] = log_p.gather(-1, targets[i : i + rows, None]).squeeze(-1)
-            entropy[i : i + rows] = -torch.exp(log_p).mul_(log_p).sum(-1)  # H = −Σ p log p
+            p = torch.exp(log_p) if kept is None else torch.exp(log_p, out=kept[i : i + rows])
+            entropy[i : i + rows] = -torch.mul(p, log_p).sum(-1)  # H = −Σ p log p (pairwise sum)
         ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy, kept)  # type: ignore[arg-type]  # bias, kept may be None
         ctx.temperature, ctx.rows = temperature, rows  # type: ignore[attr-defined]  # read by backward
         return logp, entropy
@@ -107,19 +103,25 @@ class _ChunkedLogProbs(torch.autograd.Function):
         n = hidden.shape[0]
         for i in range(0, n, rows):
             h = hidden[i : i + rows]
-            if kept is None:  # log p recomputed, in place of the chunk's fresh logits
-                logp_all = _chunk_logits(h, weight, bias, tau).sub_(lse[i : i + rows, None])  # [c, V]
-            else:  # read only: a second backward (retain_graph) reads it again
-                logp_all = kept[i : i + rows]
-            p = torch.exp(logp_all)  # [c, V]
             # G = g_H · (−p ⊙ (log p + H)) + g_logp · (e_y − p)
             grad = None
-            if g_entropy is not None:
-                grad = torch.add(logp_all, entropy[i : i + rows, None]).mul_(p)
+            if kept is None:  # recomputed, in fresh buffers
+                logp_all = _chunk_logits(h, weight, bias, tau).sub_(lse[i : i + rows, None])  # [c, V]
+                p = torch.exp(logp_all)  # [c, V]
+                if g_entropy is not None:
+                    grad = logp_all.add_(entropy[i : i + rows, None]).mul_(p)
+            else:  # read only (a second backward, retain_graph, reads it again); p log p = 0 where p = 0
+                p = kept[i : i + rows]
+                if g_entropy is not None:
+                    grad = torch.xlogy(p, p).addcmul_(p, entropy[i : i + rows, None])
+            if grad is not None:
                 grad.mul_(-g_entropy[i : i + rows, None])
             if g_logp is not None:
                 g = g_logp[i : i + rows, None]
-                grad = p.mul_(-g) if grad is None else grad.sub_(p.mul_(g))
+                if grad is not None:
+                    grad.addcmul_(p, g, value=-1)
+                else:
+                    grad = p.mul_(-g) if kept is None else torch.mul(p, -g)
                 grad.scatter_add_(-1, targets[i : i + rows, None], g)
             if grad is None:
                 grad = torch.zeros_like(p)
@@ -161,7 +163,7 @@ def chunked_logprobs(
         bias: ``[V]`` output-layer bias, if the model has one.
         temperature: ``τ > 0``.
         chunk_elements: size of one ``[c, V]`` buffer in numbers; ``c = chunk_elements // V`` tokens.
-        keep_bytes: the forward keeps the ``[N, V]`` log-probabilities for the backward when they take at
+        keep_bytes: the forward keeps the ``[N, V]`` probabilities for the backward when they take at
             most this many bytes (no recomputed logits); 0 always recomputes (module docstring).
 
     Returns:
