@@ -21,8 +21,9 @@ Per row and seed, four processes, interleaved (so machine load affects all alike
 * ``defaults``: advantage with ``hyperparams=none`` against SB3 with its plain defaults (one env, no
   normalisation), at the row's budget.
 
-The final score is the mean over seeds of 20 deterministic episodes (evaluation seeds 10_000 + i for
-SB3; advantage's own evaluation seeds); the training wall time excludes evaluation for both. The zoo's
+The final score is the mean over seeds of 20 deterministic episodes, episode ``i`` of both libraries
+starting from ``reset(seed=10_000 + i)`` (the same start states: for Pendulum, one set of 20 starts against
+another moves the mean by tens of points); the training wall time excludes evaluation for both. The zoo's
 published mean ± std (its ``benchmark.md``) is printed beside; the zoo measured LunarLander on ``-v2``
 and MuJoCo on ``-v3``, and rows marked ``short`` run a shorter budget than the zoo's (compare with SB3 at
 the same budget there). Writes ``<out>/zoo_suite.{md,json,png}`` (``--quick`` writes
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 EVAL_EPISODES = 20
+EVAL_SEED = 10_000  # episode i of the final evaluation starts from reset(seed=EVAL_SEED + i), both libraries
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,7 @@ def run_sb3(row: Row, variant: str, seed: int, budget: int, episodes: int) -> di
     eval_env = gym.make(row.env_id)
     returns = []
     for i in range(episodes):
-        obs, _ = eval_env.reset(seed=10_000 + i)
+        obs, _ = eval_env.reset(seed=EVAL_SEED + i)
         done, total = False, 0.0
         while not done:
             x = env.normalize_obs(obs) if isinstance(env, VecNormalize) else obs
@@ -188,10 +190,12 @@ def run_ours(row: Row, variant: str, seed: int, budget: int, episodes: int) -> d
                 "trainer.run_dir": os.path.join(tmp, "run"),
             },
         )
-        rows = run.metrics
-    final = [r for r in rows if "eval/return_mean" in r][-1]
+        final = [r for r in run.metrics if "eval/return_mean" in r][-1]
+        same_starts = run.evaluate(episodes, seed=EVAL_SEED)  # SB3's start states
     return {
-        "score": final["eval/return_mean"],
+        "score": same_starts["return_mean"],
+        "score_own_seeds": final["eval/return_mean"],  # the run's own final evaluation
+        "eval_seed": EVAL_SEED,
         "train_seconds": final["time"] - final.get("eval/seconds", 0.0),
     }
 
@@ -228,6 +232,11 @@ def _load_log(log: Path | None) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
 
 
+def _comparable(result: dict[str, Any]) -> bool:
+    """A finished run scored from the suite's evaluation start states (``EVAL_SEED``)."""
+    return "score" in result and (result["lib"] == "sb3" or result.get("eval_seed") == EVAL_SEED)
+
+
 def run_suite(
     rows: list[Row],
     seeds: int,
@@ -244,9 +253,10 @@ def run_suite(
     from concurrent.futures import ThreadPoolExecutor
 
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    results = _load_log(log)
-    done = {(r["row"], r["lib"], r["variant"], r["seed"], r["budget"]) for r in results if "score" in r}
-    results = [r for r in results if "score" in r]  # errors of earlier invocations are run again
+    # errors of earlier invocations are run again, and so are advantage runs scored on its own evaluation
+    # seeds (logs written before both libraries were evaluated from the same start states)
+    results = [r for r in _load_log(log) if _comparable(r)]
+    done = {(r["row"], r["lib"], r["variant"], r["seed"], r["budget"]) for r in results}
     skipped = {r.name: why for r in rows if (why := _env_available(r.env_id))}
     budget_of = {r.name: QUICK_BUDGET if quick else r.budget for r in rows}
     episodes = QUICK_EPISODES if quick else EVAL_EPISODES
@@ -404,7 +414,8 @@ def main(argv: list[str] | None = None) -> None:
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
     if args.report_only:
-        data = {"quick": False, "seeds": seeds, "results": _load_log(log), "skipped": {}}
+        results = [r for r in _load_log(log) if _comparable(r)]
+        data = {"quick": False, "seeds": seeds, "results": results, "skipped": {}}
     else:
         data = run_suite(rows, seeds, args.quick, variants, log, args.jobs)
     if log is not None:  # every row the log holds, not only this invocation's

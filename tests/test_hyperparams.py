@@ -209,5 +209,7 @@ def test_zoo_suite_quick_on_one_row(tmp_path):
     data = json.loads((tmp_path / "zoo_suite_quick.json").read_text())
     assert {(r["lib"], r["variant"]) for r in data["results"]} == {("sb3", "zoo"), ("advantage", "zoo")}
     assert all("score" in r for r in data["results"]), data["results"]
+    ours = next(r for r in data["results"] if r["lib"] == "advantage")
+    assert ours["eval_seed"] == 10_000 and "score_own_seeds" in ours  # SB3's evaluation start states
     md = (tmp_path / "zoo_suite_quick.md").read_text()
     assert "SMOKE RUN" in md and "dqn-CartPole-v1" in md and (tmp_path / "zoo_suite_quick.png").exists()
