@@ -114,7 +114,7 @@ class _ChunkedLogProbs(torch.autograd.Function):
                 p = kept[i : i + rows]
                 if g_entropy is not None:
                     grad = torch.xlogy(p, p).addcmul_(p, entropy[i : i + rows, None])
-            if grad is not None:
+            if g_entropy is not None and grad is not None:
                 grad.mul_(-g_entropy[i : i + rows, None])
             if g_logp is not None:
                 g = g_logp[i : i + rows, None]
