@@ -21,14 +21,14 @@ logits and forms the gradient in place:
 
 with ``G`` the chunk's ``[c, V]`` gradient with respect to ``z``. Peak extra memory is a few ``[c, V]``
 fp32 buffers instead of ``[N, V]``; the cost is one more output-layer matmul per chunk in the backward.
-
-That matmul is 10-15 % of a learn step for a 32k vocabulary on a CPU (``benchmarks/lm_learn_profile.py``),
-so when the whole ``[N, V]`` of log-probabilities takes at most ``keep_bytes`` (default
-:data:`KEEP_BYTES`, 512 MiB) the forward keeps it, still made a chunk at a time, and the backward reads
-them instead of recomputing the logits. Past that size (64 × 256 tokens of a 32k vocabulary are 2.1 GB) the
-backward recomputes: memory stays bounded by ``keep_bytes`` plus the chunk buffers, whatever ``N``.
 The same idea is the "cut cross-entropy"/Liger fused linear cross-entropy used by LLM trainers; this is
 a plain-PyTorch version (CPU and GPU alike) whose gradients equal the unchunked path's to float rounding.
+
+That matmul is 10-15 % of a learn step for a 32k vocabulary on a CPU (``benchmarks/lm_learn_profile.py``),
+so when the whole ``[N, V]`` of probabilities takes at most ``keep_bytes`` (default :data:`KEEP_BYTES`,
+512 MiB) the forward keeps them, still made a chunk at a time, and the backward reads them instead of
+recomputing the logits and their exp. Past that size (64 × 256 tokens of a 32k vocabulary are 2.1 GB) the
+backward recomputes: memory stays bounded by ``keep_bytes`` plus the chunk buffers, whatever ``N``.
 """
 
 from __future__ import annotations
@@ -73,9 +73,8 @@ class _ChunkedLogProbs(torch.autograd.Function):
         logp = torch.empty(n, dtype=acc, device=hidden.device)
         entropy = torch.empty(n, dtype=acc, device=hidden.device)
         lse = torch.empty(n, dtype=acc, device=hidden.device)
-        size = n * weight.shape[0]
         kept = None  # [N, V] probabilities for the backward, when they fit in keep_bytes
-        if size * torch.finfo(acc).bits // 8 <= keep_bytes:
+        if n * weight.shape[0] * torch.finfo(acc).bits // 8 <= keep_bytes:
             kept = torch.empty((n, weight.shape[0]), dtype=acc, device=hidden.device)
         for i in range(0, n, rows):
             z = _chunk_logits(hidden[i : i + rows], weight, bias, temperature)  # [c, V]

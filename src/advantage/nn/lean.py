@@ -599,7 +599,8 @@ def _attend_one(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float) -> 
     (views of the cache), ``mask`` additive ``[B, 1, 1, S]``; returns ``[B, nkv, nh / nkv, d]``, the heads
     in order. The query heads that share a key/value head are stacked (grouped-query attention without
     repeating keys). Two batched matmuls: on a CPU, ``scaled_dot_product_attention``'s flash kernel takes
-    about 1.5× as long for a single query (``benchmarks/lm_sampling.py``)."""
+    about 1.5× as long for a single query (64 rows × 8 heads × 80 cached keys of 32: 3.5 ms against 2.3,
+    measured alone on one thread)."""
     B, nh, _, d = q.shape
     nkv = k.shape[1]
     scores = torch.matmul(q.reshape(B, nkv, nh // nkv, d), k.transpose(-1, -2))  # [B, nkv, g, S]
