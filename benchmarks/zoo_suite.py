@@ -33,6 +33,8 @@ the same budget there). Writes ``<out>/zoo_suite.{md,json,png}`` (``--quick`` wr
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import json
 import os
 import statistics
@@ -169,33 +171,48 @@ def run_sb3(row: Row, variant: str, seed: int, budget: int, episodes: int) -> di
     return {"score": float(np.mean(returns)), "train_seconds": train_s}
 
 
+def _our_keys(row: Row, variant: str, budget: int, episodes: int) -> dict[str, Any]:
+    return {
+        "env.id": row.env_id,
+        "hyperparams": "auto" if variant == "zoo" else "none",
+        "trainer.total_steps": budget,
+        "trainer.eval_every": 0,
+        "trainer.eval_episodes": episodes,
+        "trainer.tensorboard": False,
+        "trainer.progress": "none",
+        "trainer.torch_threads": 1,
+        "trainer.checkpoint_every": 0,
+    }
+
+
+def config_hash(row: Row, variant: str, budget: int) -> str:
+    """A fingerprint of the config our run of (row, variant) resolves to, seed and run folder aside: a
+    logged run whose fingerprint differs (a tuned entry or a default changed since) is run again."""
+    from advantage.config import to_dict
+    from advantage.runs import resolve_config
+
+    _, cfg = resolve_config(row.algo, overrides=_our_keys(row, variant, budget, EVAL_EPISODES))
+    tree = to_dict(cfg)
+    for key in ("seed", "run_dir", "eval_episodes"):
+        tree["trainer"].pop(key, None)
+    text = json.dumps(tree, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def run_ours(row: Row, variant: str, seed: int, budget: int, episodes: int) -> dict[str, Any]:
     import advantage
 
     with tempfile.TemporaryDirectory() as tmp:
-        run = advantage.train(
-            row.algo,
-            quiet=True,
-            **{
-                "env.id": row.env_id,
-                "hyperparams": "auto" if variant == "zoo" else "none",
-                "trainer.seed": seed,
-                "trainer.total_steps": budget,
-                "trainer.eval_every": 0,
-                "trainer.eval_episodes": episodes,
-                "trainer.tensorboard": False,
-                "trainer.progress": "none",
-                "trainer.torch_threads": 1,
-                "trainer.checkpoint_every": 0,
-                "trainer.run_dir": os.path.join(tmp, "run"),
-            },
-        )
+        keys = _our_keys(row, variant, budget, episodes)
+        keys.update({"trainer.seed": seed, "trainer.run_dir": os.path.join(tmp, "run")})
+        run = advantage.train(row.algo, quiet=True, **keys)
         final = [r for r in run.metrics if "eval/return_mean" in r][-1]
         same_starts = run.evaluate(episodes, seed=EVAL_SEED)  # SB3's start states
     return {
         "score": same_starts["return_mean"],
         "score_own_seeds": final["eval/return_mean"],  # the run's own final evaluation
         "eval_seed": EVAL_SEED,
+        "config_hash": config_hash(row, variant, budget),
         "train_seconds": final["time"] - final.get("eval/seconds", 0.0),
     }
 
@@ -232,9 +249,21 @@ def _load_log(log: Path | None) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
 
 
+@functools.cache
+def _current_hash(name: str, variant: str, budget: int) -> str | None:
+    return config_hash(BY_NAME[name], variant, budget) if name in BY_NAME else None
+
+
 def _comparable(result: dict[str, Any]) -> bool:
-    """A finished run scored from the suite's evaluation start states (``EVAL_SEED``)."""
-    return "score" in result and (result["lib"] == "sb3" or result.get("eval_seed") == EVAL_SEED)
+    """A finished run scored from the suite's evaluation start states (``EVAL_SEED``) and, for ours, with
+    the config the row resolves to today (an entry tuned since makes its old runs stale)."""
+    if "score" not in result:
+        return False
+    if result["lib"] == "sb3":
+        return True
+    return result.get("eval_seed") == EVAL_SEED and result.get("config_hash") == _current_hash(
+        result["row"], result["variant"], result["budget"]
+    )
 
 
 def run_suite(

@@ -213,3 +213,15 @@ def test_zoo_suite_quick_on_one_row(tmp_path):
     assert ours["eval_seed"] == 10_000 and "score_own_seeds" in ours  # SB3's evaluation start states
     md = (tmp_path / "zoo_suite_quick.md").read_text()
     assert "SMOKE RUN" in md and "dqn-CartPole-v1" in md and (tmp_path / "zoo_suite_quick.png").exists()
+    # A logged run of ours made with another config (an entry tuned since) is stale: only it runs again.
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    for r in lines:
+        if r["lib"] == "advantage":
+            r["config_hash"] = "tuned-since"
+    log.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    third = subprocess.run(
+        [sys.executable, str(script), *args, "--log", str(log)], capture_output=True, text=True, timeout=300
+    )
+    assert third.returncode == 0, third.stderr[-2000:]
+    rerun = [json.loads(line) for line in third.stdout.splitlines() if '"score"' in line]
+    assert [r["lib"] for r in rerun] == ["advantage"] and rerun[0]["config_hash"] != "tuned-since"
