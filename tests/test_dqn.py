@@ -67,6 +67,28 @@ def test_resume_is_exact(assert_resume_exact, preset):
     assert_resume_exact("dqn", common, at=700)
 
 
+def test_linear_lr_schedule_decays_to_zero_over_the_run():
+    """``algorithm.lr_schedule=linear``: each update's Adam step size is lr · (1 − step / total_steps)
+    (SB3's linear schedule, as PPO and A2C have it), logged as train/learning_rate."""
+    keys = {
+        **FAST,
+        "trainer.total_steps": 2000,
+        "algorithm.learning_starts": 200,
+        "algorithm.train_freq": 256,
+        "algorithm.gradient_steps": 2,
+        "algorithm.learning_rate": 1e-3,
+    }
+    run = advantage.train("dqn", quiet=True, **keys, **{"algorithm.lr_schedule": "linear"})
+    rows = [r for r in run.metrics if "train/learning_rate" in r]
+    assert len(rows) >= 5
+    for r in rows:
+        assert r["train/learning_rate"] == pytest.approx(1e-3 * max(0.0, 1 - r["step"] / 2000))
+    constant = advantage.train("dqn", quiet=True, **keys, **{"algorithm.lr_schedule": "constant"})
+    assert not any("train/learning_rate" in r for r in constant.metrics)
+    losses = [[r["train/loss"] for r in x.metrics if "train/loss" in r] for x in (run, constant)]
+    assert len(losses[0]) == len(losses[1]) and losses[0] != losses[1]  # same updates, other step sizes
+
+
 # ---- overestimation (V4): max_a Q against the greedy policy's Monte Carlo return ------------------------
 
 

@@ -81,8 +81,9 @@ class VecEnvConfig(EnvConfig):
     num_envs: int = option(8, "environments stepped together (a gymnasium vector env)", lo=1, hi=4096)
     vectorization: str = option(
         "auto",
-        "auto: the env's own vectorized version when it has one, else sync; sync; async",
-        choices=("auto", "sync", "async"),
+        "auto: the env's own vectorized version when it has one and num_envs >= 2, else sync; native; "
+        "sync; async",
+        choices=("auto", "native", "sync", "async"),
     )
 
 

@@ -62,6 +62,7 @@ from advantage.math import double_q_target, dueling_combine, polyak_update, td_t
 from advantage.nn import eager, mlp
 from advantage.nn.lean import clip_grad_norm
 from advantage.rollout.envsteps import EnvSteps, setup_torch
+from advantage.schedules import remaining
 from advantage.torch_state import LearnerState, load_module
 
 
@@ -411,7 +412,10 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
         # ---- learn ---------------------------------------------------------------------------------
         if step >= next_train:
             next_train += a.train_freq
-            ctx.log(step, {"train/loss": learn(q, q_target, opt, buffer, a, step), "train/epsilon": eps})
+            lr = a.learning_rate * (remaining(step, t.total_steps) if a.lr_schedule == "linear" else 1.0)
+            opt.opt.param_groups[0]["lr"] = lr
+            row = {"train/loss": learn(q, q_target, opt, buffer, a, step), "train/epsilon": eps}
+            ctx.log(step, row | ({"train/learning_rate": lr} if a.lr_schedule == "linear" else {}))
         if probe is not None and step >= next_measure:
             # The probe's seed is the measurement's step mark: a resumed run measures the same states.
             ctx.log(step, probe.measure(q, eps, seed=t.seed * 1_000_003 + next_measure))

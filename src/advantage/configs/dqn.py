@@ -16,6 +16,11 @@ class DQNAlgorithm:
     # 1 → 0.05 over 10% of the run. Tuned values per env are in advantage/hyperparams/dqn.yml.
     gamma: float = option(0.99, "discount factor γ (SB3)", lo=0, hi=1)
     learning_rate: float = option(1e-4, "Adam learning rate (SB3)", lo=0, lo_open=True)
+    lr_schedule: str = option(
+        "constant",
+        "learning-rate schedule (linear: to 0 at the end of the run)",
+        choices=("constant", "linear"),
+    )
     buffer_size: int = option(1_000_000, "replay capacity (transitions; SB3)", lo=1)
     learning_starts: int = option(100, "environment steps before the first update (SB3)", lo=0)
     batch_size: int = option(32, "transitions per gradient step (SB3, Mnih et al. 2015)", lo=1)

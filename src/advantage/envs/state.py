@@ -140,9 +140,17 @@ def set_env_state(env: gym.Env | gym.vector.VectorEnv, state: list[dict[str, Any
     ):
         raise ValueError("the saved environment state is not a list of layers with attributes")
     if [type(x).__name__ for x in layers] != [s.get("type") for s in state]:
+        saved_outer = str(state[0].get("type")) if state else ""
+        hint = (
+            " (the checkpoint holds the env's own vectorized version: resume with env.vectorization=native)"
+            if type(layers[0]).__name__ == "SyncVectorEnv"
+            and saved_outer.endswith("VectorEnv")
+            and saved_outer not in ("SyncVectorEnv", "AsyncVectorEnv")
+            else ""
+        )
         raise ValueError(
             "the environment's wrappers differ from the checkpoint's: "
-            f"{[type(x).__name__ for x in layers]} vs {[str(s.get('type'))[:40] for s in state]}"
+            f"{[type(x).__name__ for x in layers]} vs {[str(s.get('type'))[:40] for s in state]}{hint}"
         )
     for layer, saved, mine in zip(layers, state, own, strict=True):
         # names the fresh env's snapshot lacks: only plain instance attributes (holding a value it does
