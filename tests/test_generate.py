@@ -328,6 +328,26 @@ def test_sample_from_hidden_follows_the_distribution_when_the_banned_token_domin
     assert 0.5 * (counts / counts.sum() - probs).abs().sum() < 0.03
 
 
+@pytest.mark.parametrize("banned", [0, 7, 29])
+def test_sample_tokens_follows_the_distribution_when_the_banned_token_dominates(banned):
+    """The whole-logits path (small vocabularies, the transformers stepper) as the fused head above: a
+    banned token 200 nats above the rest (first, middle or last id) is never drawn, the others keep their
+    softmax frequencies, and the log-probs are the full softmax's (finite, the banned token's weight in the
+    normaliser)."""
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(30, generator=g)
+    logits[banned] = logits.max() + 200.0
+    tokens, logp = sample_tokens(logits.expand(20_000, 30).contiguous(), SamplingParams(), g, banned)
+    assert torch.isfinite(logp).all()
+    assert torch.allclose(logp, logits.log_softmax(-1)[tokens], atol=1e-4)
+    probs = logits.clone()
+    probs[banned] = float("-inf")
+    probs = probs.softmax(-1)
+    counts = torch.bincount(tokens, minlength=30).float()
+    assert counts[banned] == 0
+    assert 0.5 * (counts / counts.sum() - probs).abs().sum() < 0.03
+
+
 def test_a_large_vocabulary_samples_through_the_fused_head(monkeypatch):
     """With a vocabulary of several head blocks (3,000 tokens), ``generate`` on a Qwen2 model takes the
     fused head (:func:`sample_from_hidden`): its tokens equal those of the whole-logits path on the same

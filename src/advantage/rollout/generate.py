@@ -240,18 +240,29 @@ def _sample_unfiltered(
     """:func:`sample_tokens` without top-k / top-p, in fewer passes over the ``[B, V]`` scores: one
     ``exp(z - max)`` serves both the sampling weights and the normaliser of the log-prob,
     ``logp = z_y - max - log Σ_v exp(z_v - max)`` (the banned token's weight counted in the normaliser,
-    so the log-prob is the unbanned model's, as on the general path)."""
-    top = z.amax(-1, keepdim=True)  # [B, 1]
+    so the log-prob is the unbanned model's, as on the general path). The max leaves the banned token out:
+    a banned token far above every other (``min_new_tokens`` holding back a confident EOS) would otherwise
+    underflow every weight that can be drawn."""
+    if banned is None:
+        top = z.amax(-1, keepdim=True)  # [B, 1]
+    else:  # the max over the other tokens: two reductions over views, no copy of z
+        parts = [
+            z[:, part].amax(-1) for part in (slice(0, banned), slice(banned + 1, None)) if _nonempty(z, part)
+        ]
+        top = (parts[0] if len(parts) == 1 else torch.maximum(*parts)).unsqueeze(-1)
     w = (z - top).exp_()  # [B, V]
-    kept = None
     if banned is not None:
-        kept = w[:, banned : banned + 1].clone()
         w[:, banned] = 0.0
     tokens, norm = _inverse_cdf(w, generator, uniforms)
-    if kept is not None:
-        norm = norm + kept
-    logp = z.gather(-1, tokens[:, None]) - top - norm.log().float()
+    log_norm = norm.log()
+    if banned is not None:  # log(Σ_unbanned + e^(z_b - top)), without overflow when z_b ≫ top
+        log_norm = torch.logaddexp(log_norm, (z[:, banned : banned + 1] - top).to(log_norm.dtype))
+    logp = z.gather(-1, tokens[:, None]) - top - log_norm.float()
     return tokens, logp.squeeze(-1)
+
+
+def _nonempty(z: Tensor, part: slice) -> bool:
+    return len(range(*part.indices(z.shape[-1]))) > 0
 
 
 HEAD_CHUNK = 2048  # vocabulary rows per block of sample_from_hidden's output layer on a CPU (see there)
