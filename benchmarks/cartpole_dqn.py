@@ -7,7 +7,8 @@ SB3 uses the rl-baselines3-zoo CartPole-v1 DQN hyperparameters (lr 2.3e-3, batch
 learning_starts 1000, γ 0.99, target update every 10 steps, train_freq 256, gradient_steps 128,
 exploration over 16% of 50k steps to ε = 0.04, 256-256 MLP, 1 env). advantage runs the default of
 ``advantage train dqn`` unchanged: the plain max target with 3-step returns on a 128-128 MLP, 16 envs,
-every 256 environment steps 64 gradient steps on batches of 128 at lr 4e-3, ε decaying over 8% of 50k
+every 256 environment steps 64 gradient steps on batches of 128 at lr 4e-3 (decayed linearly to 0 over
+the 50k steps), ε decaying over 8% of 50k
 steps to 0.04; buffer, learning_starts, γ, the target update, the Huber loss and the gradient clip (10)
 are the zoo's. The harness evaluates 10 greedy episodes every 2,500 environment steps and stops a run the
 first time the mean reaches 475 (see ``harness.py`` for how time is measured).
