@@ -16,6 +16,7 @@ from advantage.math.q_targets import clipped_double_q_target, polyak_update, sof
 from advantage.nn.continuous import (
     EnsembleQ,
     SquashedGaussianActor,
+    StateDependentActor,
     squashed_gaussian_log_prob,
     tanh_log_det_jacobian,
     to_env_action,
@@ -119,6 +120,50 @@ def test_actor_sample_log_prob_is_the_density_of_its_sample():
     assert torch.allclose(a, torch.tanh(u))
     assert torch.allclose(logp, squashed_gaussian_log_prob(u, mean, log_std), atol=1e-5)
     assert a.abs().max() < 1 and torch.allclose(actor.mode(obs), torch.tanh(mean))
+
+
+def test_state_dependent_actor_log_prob_is_the_density_of_its_sample():
+    """gSDE (Raffin et al. 2022): for one exploration matrix θ, u = μ(s) + z(s)ᵀθ; over θ ~ N(0, σ²), u is
+    Gaussian with variance Σ_i z_i² σ_ij² (+1e-6); log π is that density through the tanh, as
+    torch.distributions computes it, for a shared θ and for one θ per row."""
+    torch.manual_seed(0)
+    actor = StateDependentActor(3, 2, [16, 8], log_std_init=-0.5).double()
+    with torch.no_grad():
+        actor.log_std.add_(0.3 * torch.randn_like(actor.log_std))  # a different σ per entry
+    obs = 10 * torch.randn(5, 3, dtype=torch.float64)  # features well above the variance floor
+    z = actor.trunk(obs)
+    mean = actor.mu(z).clamp(-2, 2)
+    std = ((z * z) @ actor.log_std.exp().square() + 1e-6).sqrt()
+    squashed = torch.distributions.TransformedDistribution(
+        torch.distributions.Normal(mean, std), [torch.distributions.TanhTransform()]
+    )
+    for theta in (actor.noise(), actor.noise(5)):
+        a, logp = actor(obs, theta)
+        u = mean + (z @ theta if theta.dim() == 2 else torch.einsum("bh,bha->ba", z, theta))
+        assert torch.allclose(a, torch.tanh(u))
+        assert torch.allclose(logp, squashed.log_prob(torch.tanh(u)).sum(-1), atol=1e-6)
+    assert torch.allclose(actor.mode(obs), torch.tanh(mean))
+    # the variance over exploration matrices is the one of the density (200k draws, one state)
+    thetas = actor.noise(200_000).detach()
+    eps = torch.einsum("h,nha->na", z[0].detach(), thetas)
+    assert torch.allclose(eps.var(0) + 1e-6, std[0].detach() ** 2, rtol=0.02)
+
+
+def test_state_dependent_noise_is_smooth_and_trains_log_std():
+    """One θ for nearby states gives nearly the same perturbation (white noise would not); the actor
+    loss reaches log σ (through the noise and the density) and not the features through the noise."""
+    torch.manual_seed(1)
+    actor = StateDependentActor(3, 1, [32, 32], log_std_init=0.0)
+    s = torch.randn(1, 3)
+    near = torch.cat([s, s + 1e-3])
+    theta = actor.noise()
+    mean = actor.mode(near).atanh()
+    a, _ = actor(near, theta)
+    eps = a.atanh() - mean
+    assert (eps[0] - eps[1]).abs() < 1e-2 * eps[0].abs() + 1e-4
+    a, logp = actor(torch.randn(64, 3))
+    (logp.mean() - a.sum()).backward()
+    assert actor.log_std.grad is not None and actor.log_std.grad.abs().sum() > 0
 
 
 def test_ensemble_q_is_k_separate_mlps():
@@ -267,6 +312,7 @@ def test_tau_outside_unit_interval_is_a_config_error(algo, tau):
         ("td3", "algorithm.policy_delay", 0, r"algorithm.policy_delay must be >= 1, got 0"),
         ("ddpg", "algorithm.learning_starts", 10, r"algorithm.learning_starts \(10\) must be >= algorithm"),
         ("sac", "model.critic_hidden", [], r"model.critic_hidden must be a non-empty list"),
+        ("sac", "algorithm.sde_sample_freq", 0, r"algorithm.sde_sample_freq must be -1 \(every train_freq"),
     ],
 )
 def test_invalid_options_are_config_errors(algo, key, value, message):
@@ -287,9 +333,11 @@ SMALL = {
 }
 
 
-@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("algo", [*ALGOS, "sac-gsde"])
 def test_resume_is_exact(tmp_path, monkeypatch, algo):
     common = {**SMALL, "env.num_envs": 2, "trainer.log_every": 100}
+    if algo == "sac-gsde":  # the acting exploration matrices and their next draw are in the checkpoint
+        algo, common = "sac", common | {"algorithm.use_sde": True, "algorithm.sde_sample_freq": 64}
     straight = advantage.train(algo, quiet=True, **common, **{"trainer.run_dir": str(tmp_path / "a")})
     original, stopped = RunContext.tick, []
 

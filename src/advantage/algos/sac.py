@@ -48,7 +48,7 @@ from advantage.algos.offpolicy_common import ContinuousPolicy, LeanAdam, load_po
 from advantage.configs.sac import SACAlgorithm, SACConfig, SACModel  # noqa: F401  (on this API page)
 from advantage.context import RunContext
 from advantage.math.q_targets import polyak_update, soft_q_target
-from advantage.nn.continuous import EnsembleQ, SquashedGaussianActor
+from advantage.nn.continuous import EnsembleQ, SquashedGaussianActor, StateDependentActor
 from advantage.torch_state import LearnerState
 
 
@@ -56,7 +56,7 @@ from advantage.torch_state import LearnerState
 class SACNets:
     """The learner: actor, twin critics and their targets, the temperature and the two optimizers."""
 
-    actor: SquashedGaussianActor
+    actor: SquashedGaussianActor | StateDependentActor
     critic: EnsembleQ
     critic_target: EnsembleQ
     log_alpha: torch.nn.Parameter
@@ -75,13 +75,22 @@ class SACNets:
     def learner(self) -> LearnerState:
         """Networks, optimizers and the torch RNG (the actor's samples), under their checkpoint names
         (``log_alpha``, a bare parameter, is saved beside them)."""
-        modules = {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
+        modules: dict[str, torch.nn.Module] = {
+            "actor": self.actor,
+            "critic": self.critic,
+            "critic_target": self.critic_target,
+        }
         return LearnerState(modules, {"critic_optim": self.critic_opt, "actor_optim": self.actor_opt})
 
 
 def make_nets(cfg: SACConfig, obs_dim: int, act_dim: int) -> SACNets:
     a, m = cfg.algorithm, cfg.model
-    actor = SquashedGaussianActor(obs_dim, act_dim, list(m.actor_hidden))
+    if a.use_sde:
+        actor: SquashedGaussianActor | StateDependentActor = StateDependentActor(
+            obs_dim, act_dim, list(m.actor_hidden), m.log_std_init
+        )
+    else:
+        actor = SquashedGaussianActor(obs_dim, act_dim, list(m.actor_hidden))
     critic = EnsembleQ(obs_dim, act_dim, list(m.critic_hidden), n=2)
     critic_target = EnsembleQ(obs_dim, act_dim, list(m.critic_hidden), n=2)
     critic_target.load_state_dict(critic.state_dict())
@@ -107,9 +116,11 @@ def update(
     With ``metrics``, returns detached metric tensors (only asked for when a log row is due)."""
     obs, actions, rewards, next_obs, terminated, discounts = batch
     alpha = nets.log_alpha.detach().exp()  # [1]; the value before this step's temperature update
-    pi, logp = nets.actor(obs)  # [B, A], [B]: reused by the actor and the temperature losses
+    # gSDE: one exploration matrix per gradient step for both samples (SB3's reset_noise in SAC.train)
+    noise = nets.actor.noise()
+    pi, logp = nets.actor(obs, noise)  # [B, A], [B]: reused by the actor and the temperature losses
     with torch.no_grad():
-        next_pi, next_logp = nets.actor(next_obs)
+        next_pi, next_logp = nets.actor(next_obs, noise)
         y = soft_q_target(
             rewards, nets.critic_target(next_obs, next_pi), next_logp, terminated, discounts, alpha
         )
@@ -147,17 +158,36 @@ def train(cfg: SACConfig, ctx: RunContext) -> None:
         with torch.no_grad():
             nets.log_alpha.copy_(ctx.restored.tensors["log_alpha"])
 
+    # gSDE: one exploration matrix per env, drawn anew every sde_sample_freq steps (-1: every train_freq
+    # steps, SB3's draw at the start of each collection); kept in checkpoints so a resumed run acts alike
+    act_noise: torch.Tensor | None = None
+    next_noise = 0
+    if a.use_sde and ctx.restored is not None and "sde_noise" in ctx.restored.tensors:
+        act_noise = ctx.restored.tensors["sde_noise"].clone()
+        next_noise = int(ctx.restored.state["algo"]["sde_next"])
+    period = a.sde_sample_freq if a.sde_sample_freq > 0 else a.train_freq
+
     def explore(obs: torch.Tensor) -> np.ndarray:
-        return nets.actor(obs)[0].numpy()
+        nonlocal act_noise, next_noise
+        if a.use_sde and (act_noise is None or exp.step >= next_noise):
+            with torch.inference_mode(False), torch.no_grad():  # a plain tensor: it is checkpointed
+                act_noise = nets.actor.noise(exp.N)
+            next_noise = exp.step + period
+        return nets.actor(obs, act_noise)[0].numpy()
 
     def learn(log: bool) -> dict[str, torch.Tensor]:
         return update(nets, exp.sample(a.batch_size), a.tau, exp.step, log)
 
     def extra() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        return {"log_alpha": nets.log_alpha.detach().clone()}, {}
+        tensors = {"log_alpha": nets.log_alpha.detach().clone()}
+        if act_noise is None:
+            return tensors, {}
+        return tensors | {"sde_noise": act_noise.clone()}, {"sde_next": next_noise}
 
     run(cfg, ctx, exp, nets.learner(), nets.actor, explore, learn, extra)
 
 
 def _policy(cfg: SACConfig, env: gym.Env, tensors: Any) -> ContinuousPolicy:
-    return load_policy(SquashedGaussianActor, cfg, env, tensors)
+    return load_policy(
+        StateDependentActor if cfg.algorithm.use_sde else SquashedGaussianActor, cfg, env, tensors
+    )

@@ -33,6 +33,15 @@ class SACAlgorithm(OffPolicyAlgorithm):
     target_entropy: float | None = option(None, "target entropy (null: −dim(A), Haarnoja et al. 2018b)")
     normalize_obs: bool = normalize_obs_option()
     clip_obs: float = clip_obs_option()
+    use_sde: bool = option(
+        False, "generalized state-dependent exploration (gSDE, Raffin et al. 2022; SB3's use_sde)"
+    )
+    sde_sample_freq: int = option(
+        -1,
+        "gSDE: environment steps between new exploration matrices while acting (-1: every train_freq "
+        "steps, at each collection, as SB3)",
+        lo=-1,
+    )
 
 
 @dataclass
@@ -41,12 +50,19 @@ class SACModel(OffPolicyModel):
     critic_hidden: list[int] = field(
         default_factory=lambda: [256, 256], metadata={"help": "critic MLP sizes"}
     )
+    log_std_init: float = option(-3.0, "gSDE: initial log σ of the exploration matrix (SB3's SAC default)")
 
 
 @dataclass
 class SACConfig(OffPolicyConfig):
     algorithm: SACAlgorithm = section(SACAlgorithm)
     model: SACModel = section(SACModel)
+
+    def problems(self) -> list[str]:
+        out = super().problems()
+        if self.algorithm.sde_sample_freq == 0:
+            out.append("algorithm.sde_sample_freq must be -1 (every train_freq steps) or >= 1, got 0")
+        return out
 
 
 PRESETS = {

@@ -183,8 +183,13 @@ class SquashedGaussianActor(nn.Module):
         mean, log_std = out.chunk(2, dim=-1)
         return mean, log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX)
 
-    def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
-        """A reparameterized sample ``(a [B, A] in (-1, 1), log π(a|s) [B])``; gradients flow through both."""
+    def noise(self, n: int | None = None) -> None:
+        """No exploration matrix: every sample draws its own noise (see :class:`StateDependentActor`)."""
+        return None
+
+    def forward(self, obs: Tensor, noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """A reparameterized sample ``(a [B, A] in (-1, 1), log π(a|s) [B])``; gradients flow through both.
+        (``noise`` is for the state-dependent actor's interface; this actor draws per sample.)"""
         mean, log_std = self.dist(obs)
         eps = torch.randn_like(mean)
         u = mean + log_std.exp() * eps
@@ -195,3 +200,61 @@ class SquashedGaussianActor(nn.Module):
     def mode(self, obs: Tensor) -> Tensor:
         """The deterministic action :math:`\\tanh(\\mu(s))`, ``[B, A]``, used for evaluation."""
         return torch.tanh(self.dist(obs)[0])
+
+
+class StateDependentActor(nn.Module):
+    r"""SAC's policy with generalized state-dependent exploration (gSDE; Raffin, Kober & Stulp 2022,
+    "Smooth Exploration for Robotic Reinforcement Learning").
+
+    The noise is a linear function of the actor's last hidden features :math:`z(s)` ``[H]``:
+    :math:`u = \mu(s) + z(s)^\top\theta`, :math:`a = \tanh(u)`, with the exploration matrix
+    :math:`\theta \sim N(0, \sigma^2)` ``[H, A]`` (:math:`\sigma = e^{\log\sigma}`, a learned parameter
+    matrix) drawn once per exploration period while acting and once per gradient step while learning, not
+    once per action: nearby states get nearly the same perturbation, so an episode's actions are smooth
+    (exploration that white noise gives only weakly, e.g. pushing MountainCarContinuous' car up the hill).
+    For one draw of :math:`\theta`, :math:`u` is Gaussian with variance
+    :math:`\hat\sigma_j^2(s) = \sum_i z_i(s)^2 \sigma_{ij}^2 + 10^{-6}`; its log-density with the tanh
+    correction is :math:`\log\pi(a|s)`.
+
+    As Stable-Baselines3's ``use_sde`` for SAC: the features are detached from the noise (gradients reach
+    :math:`z` through the mean only), the mean is clipped to ``[-2, 2]`` before the squash, :math:`\log\sigma`
+    starts at ``log_std_init`` (SB3's SAC default: -3) and :math:`\theta` is a reparameterized sample, so the
+    actor loss trains :math:`\log\sigma` through both the noise and :math:`\hat\sigma`.
+    """
+
+    MEAN_CLIP = 2.0
+    VAR_EPS = 1e-6
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], log_std_init: float = -3.0):
+        super().__init__()
+        self.trunk = _MLP([obs_dim, *hidden], relu_last=True)
+        self.mu = nn.Linear(hidden[-1], act_dim)
+        self.log_std = nn.Parameter(torch.full((hidden[-1], act_dim), float(log_std_init)))
+
+    def noise(self, n: int | None = None) -> Tensor:
+        r"""A draw of the exploration matrix :math:`\theta \sim N(0, \sigma^2)`: ``[H, A]``, or ``[n, H, A]``
+        (one per environment). Reparameterized: differentiable in :math:`\log\sigma`."""
+        std = self.log_std.exp()
+        shape = std.shape if n is None else (n, *std.shape)
+        return std * torch.randn(shape, dtype=std.dtype, device=std.device)
+
+    def _mean(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        z = self.trunk(obs)
+        mean = nn.functional.linear(z, self.mu.weight, self.mu.bias).clamp(-self.MEAN_CLIP, self.MEAN_CLIP)
+        return mean, z
+
+    def forward(self, obs: Tensor, noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        r"""``(a [B, A] in (-1, 1), log π(a|s) [B])`` with the exploration matrix ``noise`` (``[H, A]`` shared
+        by the batch, or ``[B, H, A]`` one per row; a fresh ``[H, A]`` draw when ``None``)."""
+        mean, z = self._mean(obs)
+        z = z.detach()
+        theta = self.noise() if noise is None else noise
+        eps = z @ theta if theta.dim() == 2 else torch.bmm(z.unsqueeze(1), theta).squeeze(1)  # [B, A]
+        u = mean + eps
+        std = ((z * z) @ self.log_std.exp().square() + self.VAR_EPS).sqrt()  # [B, A]
+        logp = (-0.5 * (eps / std) ** 2 - std.log() - _HALF_LOG_2PI).sum(-1) - tanh_log_det_jacobian(u)
+        return torch.tanh(u), logp
+
+    def mode(self, obs: Tensor) -> Tensor:
+        r"""The deterministic action :math:`\tanh(\mu(s))`, ``[B, A]``, used for evaluation."""
+        return torch.tanh(self._mean(obs)[0])
