@@ -185,6 +185,16 @@ def _our_keys(row: Row, variant: str, budget: int, episodes: int) -> dict[str, A
     }
 
 
+# Options added after runs were logged, left out of the fingerprint while they hold the value that means
+# "as before" (so adding an option does not make every logged run of the algorithm stale).
+AS_BEFORE = {
+    ("algorithm", "lr_schedule"): "constant",  # DQN's learning-rate schedule
+    ("algorithm", "use_sde"): False,  # SAC's gSDE and its two settings
+    ("algorithm", "sde_sample_freq"): -1,
+    ("model", "log_std_init"): -3.0,
+}
+
+
 def config_hash(row: Row, variant: str, budget: int) -> str:
     """A fingerprint of the config our run of (row, variant) resolves to, seed and run folder aside: a
     logged run whose fingerprint differs (a tuned entry or a default changed since) is run again."""
@@ -195,6 +205,9 @@ def config_hash(row: Row, variant: str, budget: int) -> str:
     tree = to_dict(cfg)
     for key in ("seed", "run_dir", "eval_episodes"):
         tree["trainer"].pop(key, None)
+    for (section, key), value in AS_BEFORE.items():
+        if section in tree and tree[section].get(key, value) == value:
+            tree[section].pop(key, None)
     text = json.dumps(tree, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
