@@ -42,7 +42,11 @@ def test_continuous_actions_rejected_with_the_space():
         ("algorithm.buffer_size", -5, "algorithm.buffer_size must be >= 1, got -5"),
         ("algorithm.n_step", 0, "algorithm.n_step must be >= 1, got 0"),
         ("algorithm.epsilon_end", 1.5, "algorithm.epsilon_end must be in [0, 1], got 1.5"),
-        ("algorithm.learning_starts", 10, "algorithm.learning_starts (10) must be >= algorithm.batch_size"),
+        (
+            "algorithm.batch_size",
+            200_000,
+            "algorithm.batch_size (200000) must be <= algorithm.buffer_size (100000)",
+        ),
     ],
 )
 def test_invalid_options_are_config_errors(key, value, message):

@@ -310,7 +310,7 @@ def test_tau_outside_unit_interval_is_a_config_error(algo, tau):
     [
         ("sac", "algorithm.ent_coef", -1, r"algorithm.ent_coef must be >= 0, got -1.0"),
         ("td3", "algorithm.policy_delay", 0, r"algorithm.policy_delay must be >= 1, got 0"),
-        ("ddpg", "algorithm.learning_starts", 10, r"algorithm.learning_starts \(10\) must be >= algorithm"),
+        ("ddpg", "algorithm.learning_starts", -1, r"algorithm.learning_starts must be >= 0, got -1"),
         ("sac", "model.critic_hidden", [], r"model.critic_hidden must be a non-empty list"),
         ("sac", "algorithm.sde_sample_freq", 0, r"algorithm.sde_sample_freq must be -1 \(every train_freq"),
     ],
@@ -356,6 +356,18 @@ def test_resume_is_exact(tmp_path, monkeypatch, algo):
     assert straight.step == resumed.step == 1200 and a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k
+
+
+@pytest.mark.parametrize("algo", [*ALGOS, "dqn"])
+def test_learning_starts_below_the_batch_acts_at_once_and_learns_from_a_full_batch(algo):
+    """The zoo's ``learning_starts: 0``: the policy acts from the first step, and updates start once a full
+    batch (64) is stored."""
+    keys = {**FAST, "trainer.total_steps": 256, "trainer.log_every": 64, "algorithm.learning_starts": 0}
+    keys |= {"algorithm.batch_size": 64, "algorithm.train_freq": 16, "algorithm.gradient_steps": 2}
+    run = advantage.train(algo, quiet=True, **keys)
+    losses = [r for r in run.metrics if any(k.endswith("loss") for k in r)]
+    assert run.step >= 256 and losses and min(r["step"] for r in losses) <= 128, run.metrics[:3]
+    assert all(math.isfinite(v) for r in losses for k, v in r.items() if k.endswith("loss"))
 
 
 @pytest.mark.parametrize("algo", ALGOS)

@@ -412,10 +412,13 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
         # ---- learn ---------------------------------------------------------------------------------
         if step >= next_train:
             next_train += a.train_freq
-            lr = a.learning_rate * (remaining(step, t.total_steps) if a.lr_schedule == "linear" else 1.0)
-            opt.opt.param_groups[0]["lr"] = lr
-            row = {"train/loss": learn(q, q_target, opt, buffer, a, step), "train/epsilon": eps}
-            ctx.log(step, row | ({"train/learning_rate": lr} if a.lr_schedule == "linear" else {}))
+            # learning_starts below batch_size (the zoo's 0): updates due before a full batch is stored are
+            # skipped
+            if len(buffer) >= a.batch_size:
+                lr = a.learning_rate * (remaining(step, t.total_steps) if a.lr_schedule == "linear" else 1.0)
+                opt.opt.param_groups[0]["lr"] = lr
+                row = {"train/loss": learn(q, q_target, opt, buffer, a, step), "train/epsilon": eps}
+                ctx.log(step, row | ({"train/learning_rate": lr} if a.lr_schedule == "linear" else {}))
         if probe is not None and step >= next_measure:
             # The probe's seed is the measurement's step mark: a resumed run measures the same states.
             ctx.log(step, probe.measure(q, eps, seed=t.seed * 1_000_003 + next_measure))

@@ -164,6 +164,8 @@ def run(
         exp.env_step(actions, ctx)
         while exp.step >= next_train:
             next_train += a.train_freq
+            if len(exp.buffer) < a.batch_size:  # learning_starts below batch_size (the zoo's 0): skipped
+                continue
             for _ in range(a.gradient_steps):
                 metrics |= update(exp.step >= next_log)
         if metrics and exp.step >= next_log:

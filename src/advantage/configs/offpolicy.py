@@ -23,7 +23,7 @@ class OffPolicyAlgorithm:
     gamma: float = option(0.99, "discount factor γ", lo=0, hi=1)
     learning_rate: float = option(1e-3, "Adam learning rate", lo=0, lo_open=True)
     buffer_size: int = option(1_000_000, "replay capacity (transitions)", lo=1)
-    learning_starts: int = option(1000, "environment steps of uniform random actions before learning", lo=1)
+    learning_starts: int = option(1000, "environment steps of uniform random actions before learning", lo=0)
     batch_size: int = option(256, "transitions per gradient step", lo=1)
     train_freq: int = option(1, "environment steps between updates", lo=1)
     gradient_steps: int = option(1, "gradient steps per update", lo=1)

@@ -595,15 +595,11 @@ class PrioritizedReplayBuffer:
 
 def replay_problems(a: Any) -> list[str]:
     """Config checks every replay-based algorithm shares (``a``: its ``algorithm`` section): the batch fits
-    in the buffer, and the first update, after ``learning_starts`` steps, has a full batch to sample."""
+    in the buffer. ``learning_starts`` may be below ``batch_size`` (the zoo's ``learning_starts: 0``): the
+    policy acts from then on, and the updates due before a full batch is stored are skipped."""
     out = []
     if a.batch_size > a.buffer_size:
         out.append(
             f"algorithm.batch_size ({a.batch_size}) must be <= algorithm.buffer_size ({a.buffer_size})"
-        )
-    if a.learning_starts < a.batch_size:
-        out.append(
-            f"algorithm.learning_starts ({a.learning_starts}) must be >= algorithm.batch_size "
-            f"({a.batch_size}): the first update samples a full batch"
         )
     return out
