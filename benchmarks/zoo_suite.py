@@ -188,10 +188,12 @@ def _our_keys(row: Row, variant: str, budget: int, episodes: int) -> dict[str, A
 # Options added after runs were logged, left out of the fingerprint while they hold the value that means
 # "as before" (so adding an option does not make every logged run of the algorithm stale).
 AS_BEFORE = {
-    ("algorithm", "lr_schedule"): "constant",  # DQN's learning-rate schedule
-    ("algorithm", "use_sde"): False,  # SAC's gSDE and its two settings
-    ("algorithm", "sde_sample_freq"): -1,
-    ("model", "log_std_init"): -3.0,
+    "dqn": {("algorithm", "lr_schedule"): "constant"},
+    "sac": {
+        ("algorithm", "use_sde"): False,
+        ("algorithm", "sde_sample_freq"): -1,
+        ("model", "log_std_init"): -3.0,
+    },
 }
 
 
@@ -205,7 +207,7 @@ def config_hash(row: Row, variant: str, budget: int) -> str:
     tree = to_dict(cfg)
     for key in ("seed", "run_dir", "eval_episodes"):
         tree["trainer"].pop(key, None)
-    for (section, key), value in AS_BEFORE.items():
+    for (section, key), value in AS_BEFORE.get(row.algo, {}).items():
         if section in tree and tree[section].get(key, value) == value:
             tree[section].pop(key, None)
     text = json.dumps(tree, sort_keys=True, default=str)
