@@ -135,21 +135,21 @@ class Corridor(gym.Env):
 
 
 class Opaque(Corridor):
-    """The corridor with its position in a list: a state :func:`env_state` does not save (as an
+    """The corridor with its position in a dict: a state :func:`env_state` does not save (as an
     emulator's), so a restored copy does not step as the original."""
 
     def __init__(self, render_mode=None):
         super().__init__()
-        self.cell = [0]
+        self.cell = {"s": 0}
 
     @property
     def s(self):
-        return self.cell[0]
+        return self.cell["s"]
 
     @s.setter
     def s(self, value):
         if hasattr(self, "cell"):
-            self.cell[0] = value
+            self.cell["s"] = value
 
 
 @pytest.fixture(scope="module")
@@ -280,6 +280,19 @@ def test_overestimation_is_measured_without_changing_training():
     assert not any("train/overestimation" in r for r in off.metrics)
     losses = [[r["train/loss"] for r in run.metrics if "train/loss" in r] for run in (on, off)]
     assert losses[0] == losses[1]
+
+
+def test_overestimation_probe_on_an_env_holding_its_state_as_a_tuple():
+    """MountainCar-v0 (state a tuple after a step): the probe's restored copies step (it crashed there)."""
+    run = advantage.train(
+        "dqn",
+        quiet=True,
+        **FAST,
+        **{"env.id": "MountainCar-v0", "trainer.total_steps": 1400, "algorithm.overestimation_every": 600},
+        **{"algorithm.overestimation_states": 4, "algorithm.learning_starts": 200},
+    )
+    rows = [r for r in run.metrics if "train/q_realized" in r]
+    assert len(rows) == 2 and all(-100 <= r["train/q_realized"] <= 0 for r in rows), rows
 
 
 @pytest.mark.parametrize(

@@ -313,6 +313,29 @@ def test_env_state_restores_only_plain_attributes_and_numpy_bit_generators():
         assert target.unwrapped.gravity == before  # nothing half-applied to that layer
 
 
+def test_env_state_keeps_a_state_held_as_a_tuple_of_numbers():
+    """MountainCar holds its state as a tuple (position, velocity) after a step: the snapshot keeps it, and
+    a fresh copy restored from it steps exactly as the original (the DQN overestimation probe and exact
+    resume rely on this). A sequence holding anything but numbers is refused."""
+    env = gym.make("MountainCar-v0")
+    env.reset(seed=0)
+    for t in range(30):
+        env.step(t % 3)
+    saved = json.loads(json.dumps(env_state(env)))
+    copy = gym.make("MountainCar-v0")  # never reset: restored alone
+    set_env_state(copy, saved)
+    assert isinstance(copy.unwrapped.state, tuple)
+    for t in range(60):
+        a, b = env.step(t % 3), copy.step(t % 3)
+        assert np.array_equal(a[0], b[0]) and a[1:4] == b[1:4], t
+    base = len(saved) - 1
+    for bad in ({"seq": "tuple", "v": [{"rng": {}}]}, {"seq": "dict", "v": []}, {"seq": "tuple", "v": "x"}):
+        state = json.loads(json.dumps(saved))
+        state[base]["attrs"]["state"] = bad
+        with pytest.raises(ValueError, match="state: not a short tuple or list of numbers"):
+            set_env_state(gym.make("MountainCar-v0"), state)
+
+
 def test_replay_buffer_state_names_only_numpy_bit_generators():
     from advantage.data.replay import ReplayBuffer
 

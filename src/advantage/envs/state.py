@@ -2,7 +2,8 @@
 
 Exact resume needs the environment exactly where it was: the current state, the step counter of the
 time limit, and the state of the environment's random generator. We walk the wrapper chain and keep each
-layer's plain attributes (numbers, strings, numpy arrays and random generators). Constant tables such as
+layer's plain attributes (numbers, strings, short tuples or lists of numbers, numpy arrays and random
+generators). Constant tables such as
 ``P`` (dicts) are rebuilt by the constructor and skipped. The result is JSON.
 """
 
@@ -29,6 +30,11 @@ def _encode(value: Any) -> Any:
         return {"nd": value.dtype.str, "shape": list(value.shape), "v": value.ravel().tolist()}
     if isinstance(value, np.random.Generator):
         return {"rng": value.bit_generator.state}
+    if isinstance(value, tuple | list) and len(value) <= 10_000:
+        # a short sequence of numbers, e.g. MountainCar's state (position, velocity) after a step
+        items = [_encode(x) for x in value]
+        if all(item is not None and _kind(item) == "v" for item in items):
+            return {"seq": type(value).__name__, "v": items}
     return None  # not plain state: rebuilt by the constructor
 
 
@@ -44,14 +50,17 @@ _UNSET = {"v": None}  # what a name the fresh env does not have yet is compared 
 def _kind(enc: dict[str, Any]) -> str:
     """``rng``, ``nd`` or ``v`` (a scalar: a numpy scalar and a Python one are interchangeable, as an
     env's counter can be either from one step to the next)."""
-    return next((k for k in ("rng", "nd") if k in enc), "v")
+    return next((k for k in ("rng", "nd", "seq") if k in enc), "v")
 
 
 def _decode(enc: Any, fresh: dict[str, Any], current: Any, where: str) -> Any:
     """The value of one attribute. ``fresh`` is what :func:`_encode` gives for the attribute of a freshly
     built env: the saved value must have the same kind, type, dtype and shape (raises ValueError)."""
     unset = _kind(fresh) == "v" and fresh["v"] is None  # e.g. set on the first step only: any kind
-    if not isinstance(enc, dict) or (_kind(enc) != _kind(fresh) and not unset):
+    # the same numbers as an array or a tuple: MountainCar's state is an array after reset, a tuple after
+    # a step (each is still checked as what it is)
+    swap = isinstance(enc, dict) and {_kind(enc), _kind(fresh)} == {"nd", "seq"}
+    if not isinstance(enc, dict) or (_kind(enc) != _kind(fresh) and not unset and not swap):
         raise ValueError(f"{where}: not a {_kind(fresh)!r} value like the environment's own")
     if "rng" in enc:
         state = enc["rng"]
@@ -67,8 +76,15 @@ def _decode(enc: Any, fresh: dict[str, Any], current: Any, where: str) -> Any:
             rng = np.random.Generator(_BIT_GENERATORS[name]())
         rng.bit_generator.state = state
         return rng
+    if "seq" in enc:
+        items = enc.get("v")
+        ok = enc["seq"] in ("tuple", "list") and isinstance(items, list) and len(items) <= 10_000
+        if not ok or not all(isinstance(x, dict) and _kind(x) == "v" for x in items):
+            raise ValueError(f"{where}: not a short tuple or list of numbers")
+        values = [_decode(x, _UNSET, None, f"{where}[{i}]") for i, x in enumerate(items)]
+        return tuple(values) if enc["seq"] == "tuple" else values
     if "nd" in enc:
-        same = unset or (enc["nd"] == fresh["nd"] and enc.get("shape") == fresh["shape"])
+        same = unset or swap or (enc["nd"] == fresh["nd"] and enc.get("shape") == fresh["shape"])
         if not same or np.dtype(enc["nd"]).kind not in "biuf":
             raise ValueError(f"{where}: dtype or shape differs from the environment's own")
         return np.asarray(enc["v"], dtype=np.dtype(enc["nd"])).reshape(enc["shape"])
