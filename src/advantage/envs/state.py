@@ -78,8 +78,9 @@ def _decode(enc: Any, fresh: dict[str, Any], current: Any, where: str) -> Any:
         return rng
     if "seq" in enc:
         items = enc.get("v")
-        ok = enc["seq"] in ("tuple", "list") and isinstance(items, list) and len(items) <= 10_000
-        if not ok or not all(isinstance(x, dict) and _kind(x) == "v" for x in items):
+        if not (enc["seq"] in ("tuple", "list") and isinstance(items, list) and len(items) <= 10_000):
+            raise ValueError(f"{where}: not a short tuple or list of numbers")
+        if not all(isinstance(x, dict) and _kind(x) == "v" for x in items):
             raise ValueError(f"{where}: not a short tuple or list of numbers")
         values = [_decode(x, _UNSET, None, f"{where}[{i}]") for i, x in enumerate(items)]
         return tuple(values) if enc["seq"] == "tuple" else values
