@@ -254,7 +254,37 @@ def test_an_env_whose_state_cannot_be_saved_is_refused(corridor_ids):
     with pytest.raises(EnvError, match="algorithm.overestimation_every: a copy of OpaqueCorridorTest-v0"):
         OverestimationProbe(VecEnvConfig(id=corridor_ids[1]), 4, 0.9, 1e-3)
     with pytest.raises(ConfigError, match="algorithm.overestimation_every=10000 with algorithm.gamma=1.0"):
-        advantage.train("dqn", quiet=True, **{"algorithm.gamma": 1.0})
+        advantage.train(
+            "dqn", quiet=True, **{"algorithm.gamma": 1.0, "algorithm.overestimation_every": 10_000}
+        )
+    with pytest.raises(EnvError, match="a copy of OpaqueCorridorTest-v0 restored from a saved state"):
+        advantage.train(
+            "dqn",
+            quiet=True,
+            **{"env.id": corridor_ids[1], "algorithm.overestimation_every": 500, "trainer.total_steps": 600},
+        )
+
+
+def test_the_default_measures_overestimation_only_where_it_can(corridor_ids):
+    """overestimation_every=-1 (the default): every 10,000 steps on an env whose state is saved and
+    restored; off, and the run trains, on one whose state is not (Box2D's LunarLander, an emulator)."""
+    from advantage.algos.dqn import AUTO_EVERY, make_probe
+    from advantage.runs import resolve_config
+
+    for env_id, on in ((corridor_ids[0], True), (corridor_ids[1], False)):
+        _, cfg = resolve_config("dqn", overrides={"env.id": env_id})
+        assert cfg.algorithm.overestimation_every == -1
+        probe, every = make_probe(cfg)
+        assert (probe is not None, every) == ((True, AUTO_EVERY) if on else (False, 0))
+        if probe is not None:
+            probe.close()
+    run = advantage.train(
+        "dqn",
+        quiet=True,
+        **FAST,
+        **{"env.id": corridor_ids[1], "trainer.total_steps": 600, "algorithm.learning_starts": 100},
+    )
+    assert run.step >= 600 and not any("train/overestimation" in r for r in run.metrics)
 
 
 def test_overestimation_is_measured_without_changing_training():

@@ -232,7 +232,11 @@ class OverestimationProbe:
             int(spec.max_episode_steps) if spec is not None and spec.max_episode_steps else self.horizon
         )
         self.stride = max(1, math.ceil(self.limit / states))
-        self._check_restore(env_cfg.id)
+        try:
+            self._check_restore(env_cfg.id)
+        except EnvError:
+            self.close()
+            raise
 
     def _check_restore(self, env_id: str) -> None:
         """A copy restored from a snapshot steps as the original: same observations and rewards."""
@@ -352,6 +356,27 @@ def learn(
     return sum(losses) / len(losses)
 
 
+AUTO_EVERY = 10_000  # overestimation_every=-1: measured this often where it can be
+
+
+def make_probe(cfg: DQNConfig) -> tuple[OverestimationProbe | None, int]:
+    """The overestimation probe and its period. ``-1`` (the default) measures every :data:`AUTO_EVERY`
+    steps where greedy rollouts from saved states can be made (γ < 1, an env whose state
+    :func:`advantage.envs.env_state` captures), and is off elsewhere (Box2D, an emulator), so the default
+    trains on any env; an explicit period on such an env is an error."""
+    a = cfg.algorithm
+    every = a.overestimation_every
+    if every == 0 or (every < 0 and a.gamma >= 1):
+        return None, 0
+    try:
+        probe = OverestimationProbe(cfg.env, a.overestimation_states, a.gamma, a.overestimation_tolerance)
+    except EnvError:
+        if every > 0:
+            raise
+        return None, 0
+    return probe, every if every > 0 else AUTO_EVERY
+
+
 def train(cfg: DQNConfig, ctx: RunContext) -> None:
     a, t = cfg.algorithm, cfg.trainer
     setup_torch(t)
@@ -370,12 +395,9 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
     buffer = make_buffer(cfg, obs_space)
     rng = np.random.default_rng(t.seed)
     steps = EnvSteps(N)
-    probe = None
-    if a.overestimation_every > 0:
-        probe = OverestimationProbe(cfg.env, a.overestimation_states, a.gamma, a.overestimation_tolerance)
-
+    probe, every = make_probe(cfg)
     step, next_train, next_target = 0, a.learning_starts + a.train_freq, a.target_update_interval
-    next_measure = a.overestimation_every
+    next_measure = every
     obs, _ = env.reset(seed=t.seed)
     if ctx.restored is not None:
         ck, s = ctx.restored, ctx.restored.state["algo"]
@@ -422,7 +444,7 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
         if probe is not None and step >= next_measure:
             # The probe's seed is the measurement's step mark: a resumed run measures the same states.
             ctx.log(step, probe.measure(q, eps, seed=t.seed * 1_000_003 + next_measure))
-            next_measure += a.overestimation_every * (1 + (step - next_measure) // a.overestimation_every)
+            next_measure += every * (1 + (step - next_measure) // every)
         if step >= next_target:
             next_target += a.target_update_interval
             polyak_update(target_params, params, a.tau)

@@ -43,10 +43,11 @@ class DQNAlgorithm:
     per_alpha: float = option(0.6, "prioritized replay: priority exponent α", lo=0, hi=1)
     per_beta_start: float = option(0.4, "prioritized replay: initial importance exponent β", lo=0, hi=1)
     overestimation_every: int = option(
-        10_000,
+        -1,
         "environment steps between overestimation measurements: max_a Q against greedy Monte Carlo "
-        "rollouts from sampled states (0: off)",
-        lo=0,
+        "rollouts from sampled states (0: off; -1: every 10,000 where the env's state can be saved and "
+        "restored and gamma < 1, else off)",
+        lo=-1,
     )
     overestimation_states: int = option(32, "states sampled per overestimation measurement", lo=1)
     overestimation_tolerance: float = option(
