@@ -11,6 +11,7 @@ come from the run's own ``metrics.jsonl`` (its ``time`` at the last step, evalua
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -48,6 +49,9 @@ def _train_seconds(run_dir: Path) -> tuple[int, float]:
 
 
 def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=str(OUT), help="folder for grpo_gsm8k_cpu.{md,json}")
+    out = Path(p.parse_args().out)
     from advantage.envs.text.samples import word_problems
     from advantage.nn.tiny_folder import save_tiny_folder
 
@@ -117,8 +121,8 @@ def main() -> None:
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
     }
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "grpo_gsm8k_cpu.json").write_text(json.dumps(result, indent=2) + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "grpo_gsm8k_cpu.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         "### The three commands of a GSM8K run on CPU, tiny model of one's own",
         "",
@@ -144,7 +148,7 @@ def main() -> None:
         "eval: `advantage eval RUN --samples 8` on the test split. The whole-process time includes the "
         "imports (torch, transformers) and the final evaluation and checkpoint.",
     ]
-    (OUT / "grpo_gsm8k_cpu.md").write_text("\n".join(lines) + "\n")
+    (out / "grpo_gsm8k_cpu.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
