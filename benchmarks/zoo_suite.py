@@ -258,10 +258,13 @@ def _env_available(env_id: str) -> str | None:
 
 
 def _load_log(log: Path | None) -> list[dict[str, Any]]:
-    """The runs a previous invocation appended to ``log`` (one JSON object per line)."""
+    """The runs previous invocations appended to ``log`` (one JSON object per line), the last of each
+    (row, library, variant, seed, budget) only: two invocations running the same row both log it."""
     if log is None or not log.exists():
         return []
-    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    runs = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    last = {(r["row"], r["lib"], r["variant"], r["seed"], r.get("budget")): r for r in runs}
+    return list(last.values())
 
 
 @functools.cache

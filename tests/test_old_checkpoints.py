@@ -47,6 +47,8 @@ def test_resuming_an_old_checkpoint_logs_the_rows_of_the_uninterrupted_run(tmp_p
     for got, want in zip(rows, expected["rows"], strict=True):
         for key, value in want.items():
             same = value == got[key] or (
-                isinstance(value, float) and math.isclose(got[key], value, rel_tol=1e-5, abs_tol=1e-8)
+                # abs_tol at fp32 rounding of O(1) quantities: fp32 kernels differ across CPUs (ISA), and a
+                # small difference of log-probs such as a KL of 5e-5 keeps only their absolute error
+                isinstance(value, float) and math.isclose(got[key], value, rel_tol=1e-5, abs_tol=1e-6)
             )
             assert same, (got["step"], key, got[key], value)
