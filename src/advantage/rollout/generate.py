@@ -246,9 +246,7 @@ def _sample_unfiltered(
     if banned is None:
         top = z.amax(-1, keepdim=True)  # [B, 1]
     else:  # the max over the other tokens: two reductions over views, no copy of z
-        parts = [
-            z[:, part].amax(-1) for part in (slice(0, banned), slice(banned + 1, None)) if _nonempty(z, part)
-        ]
+        parts = [p.amax(-1) for p in (z[:, :banned], z[:, banned + 1 :]) if p.shape[-1] > 0]
         top = (parts[0] if len(parts) == 1 else torch.maximum(*parts)).unsqueeze(-1)
     w = (z - top).exp_()  # [B, V]
     if banned is not None:
@@ -259,10 +257,6 @@ def _sample_unfiltered(
         log_norm = torch.logaddexp(log_norm, (z[:, banned : banned + 1] - top).to(log_norm.dtype))
     logp = z.gather(-1, tokens[:, None]) - top - log_norm.float()
     return tokens, logp.squeeze(-1)
-
-
-def _nonempty(z: Tensor, part: slice) -> bool:
-    return len(range(*part.indices(z.shape[-1]))) > 0
 
 
 HEAD_CHUNK = 2048  # vocabulary rows per block of sample_from_hidden's output layer on a CPU (see there)
