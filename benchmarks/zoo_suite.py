@@ -188,7 +188,7 @@ def _our_keys(row: Row, variant: str, budget: int, episodes: int) -> dict[str, A
 # Options added after runs were logged, left out of the fingerprint while they hold the value that means
 # "as before" (so adding an option does not make every logged run of the algorithm stale).
 AS_BEFORE = {
-    "dqn": {("algorithm", "lr_schedule"): "constant"},
+    "dqn": {("algorithm", "lr_schedule"): "constant", ("model", "init"): "orthogonal"},
     "sac": {
         ("algorithm", "use_sde"): False,
         ("algorithm", "sde_sample_freq"): -1,

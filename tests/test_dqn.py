@@ -25,6 +25,7 @@ from advantage.algos.offpolicy_common import LeanAdam
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
 from advantage.errors import ConfigError, EnvError
 from advantage.math import double_q_target, td_target
+from advantage.runs import resolve_config
 
 FAST = {"trainer.tensorboard": False, "trainer.eval_episodes": 2, "trainer.eval_every": 0}
 
@@ -91,6 +92,25 @@ def test_linear_lr_schedule_decays_to_zero_over_the_run():
     assert not any("train/learning_rate" in r for r in constant.metrics)
     losses = [[r["train/loss"] for r in x.metrics if "train/loss" in r] for x in (run, constant)]
     assert len(losses[0]) == len(losses[1]) and losses[0] != losses[1]  # same updates, other step sizes
+
+
+def test_trunk_init_is_pytorchs_default_or_orthogonal():
+    """``model.init``: ``torch`` leaves ``nn.Linear``'s default (uniform in ±1/√fan_in, weights and biases,
+    as SB3's DQN); ``orthogonal`` gives orthogonal weights of gain √2 and zero biases."""
+    space = gym.spaces.Box(-1.0, 1.0, (4,))
+    torch.manual_seed(0)
+    plain = QNetwork(space, 2, DQNModel(hidden_sizes=[64, 64], init="torch"))
+    torch.manual_seed(0)
+    ortho = QNetwork(space, 2, DQNModel(hidden_sizes=[64, 64], init="orthogonal"))
+    for lin_p, lin_o, gain in zip(plain.trunk[::2], ortho.trunk[::2], (2**0.5, 1.0), strict=True):
+        bound = 1 / lin_p.in_features**0.5
+        assert lin_p.weight.abs().max() <= bound and lin_p.bias.abs().max() <= bound
+        assert lin_p.bias.abs().sum() > 0
+        assert torch.count_nonzero(lin_o.bias) == 0
+        w = lin_o.weight  # [out, in] with out >= in here: orthonormal columns times the gain
+        torch.testing.assert_close(w.T @ w, gain**2 * torch.eye(w.shape[1]), atol=1e-5, rtol=0)
+    _, cfg = resolve_config("dqn", overrides={"env.id": "MountainCar-v0"})
+    assert cfg.model.init == "torch"  # the zoo's values, tuned with SB3's default init
 
 
 # ---- overestimation (V4): max_a Q against the greedy policy's Monte Carlo return ------------------------

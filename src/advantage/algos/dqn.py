@@ -98,7 +98,10 @@ class QNetwork(nn.Module):
             self.trunk: nn.Module = NatureCNN(obs_space.shape[0])
             width = 512
         else:
-            self.trunk = mlp([int(np.prod(obs_space.shape)), *hidden], cfg.activation)
+            # init: PyTorch's default (SB3's DQN; the zoo's values were tuned with it) or orthogonal
+            self.trunk = mlp(
+                [int(np.prod(obs_space.shape)), *hidden], cfg.activation, orthogonal=cfg.init == "orthogonal"
+            )
             self.trunk.append(nn.ReLU() if cfg.activation == "relu" else nn.Tanh())
             width = hidden[-1]
         self.advantage = nn.Linear(width, n_actions)

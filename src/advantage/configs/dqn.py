@@ -81,6 +81,12 @@ class DQNModel:
         default_factory=lambda: [64, 64], metadata={"help": "MLP hidden sizes (SB3's default: 64-64)"}
     )
     activation: str = option("relu", "hidden activation", choices=("relu", "tanh"))
+    init: str = option(
+        "torch",
+        "weight initialisation of the MLP trunk: torch (PyTorch's default, as SB3's DQN, with which the "
+        "zoo's values were tuned) or orthogonal (gain √2, zero biases; Huang et al. 2022)",
+        choices=("torch", "orthogonal"),
+    )
     dueling: str = option(
         "none", "dueling head: none, max (Wang et al. eq. 8), mean (eq. 9)", choices=("none", "max", "mean")
     )

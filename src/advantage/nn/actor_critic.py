@@ -26,15 +26,19 @@ from advantage.configs.models import ActorCriticModel  # noqa: F401  (its old pl
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 
-def mlp(sizes: list[int], activation: str = "tanh", out_gain: float = 1.0) -> nn.Sequential:
+def mlp(
+    sizes: list[int], activation: str = "tanh", out_gain: float = 1.0, orthogonal: bool = True
+) -> nn.Sequential:
     """``Linear → act → … → Linear`` with orthogonal init (gain √2 inside, ``out_gain`` on the last layer,
-    zero biases), the initialisation of the PPO implementation details (Huang et al. 2022)."""
+    zero biases), the initialisation of the PPO implementation details (Huang et al. 2022);
+    ``orthogonal=False`` keeps PyTorch's default init of ``nn.Linear`` (``out_gain`` unused)."""
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
         lin = nn.Linear(sizes[i], sizes[i + 1])
         last = i == len(sizes) - 2
-        nn.init.orthogonal_(lin.weight, gain=out_gain if last else math.sqrt(2))
-        nn.init.zeros_(lin.bias)
+        if orthogonal:
+            nn.init.orthogonal_(lin.weight, gain=out_gain if last else math.sqrt(2))
+            nn.init.zeros_(lin.bias)
         layers.append(lin)
         if not last:
             layers.append(_ACTIVATIONS[activation]())
