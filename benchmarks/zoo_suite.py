@@ -361,8 +361,19 @@ def summarize(data: dict[str, Any], rows: list[Row]) -> list[dict[str, Any]]:
                 }
             if "advantage" in cell and "sb3" in cell:
                 cell["time_ratio"] = cell["advantage"]["train_seconds"] / cell["sb3"]["train_seconds"]
+                cell["bar"] = bar(row, variant, cell["sb3"])
+                cell["met"] = cell["advantage"]["mean"] >= cell["bar"]
                 table.append(cell)
     return table
+
+
+def bar(row: Row, variant: str, sb3: dict[str, Any]) -> float:
+    """The score our mean must reach (issue 19's acceptance): the zoo's published mean minus its std for
+    a ``zoo`` row at the zoo's budget; SB3's mean minus one std across seeds otherwise (a shortened
+    budget, or the general defaults against SB3's plain defaults)."""
+    if variant == "zoo" and not row.short:
+        return row.zoo_mean - row.zoo_std
+    return sb3["mean"] - sb3["std"]
 
 
 def report(data: dict[str, Any], rows: list[Row], out: Path, quick: bool) -> None:
@@ -378,8 +389,9 @@ def report(data: dict[str, Any], rows: list[Row], out: Path, quick: bool) -> Non
         + (" --quick" if quick else "")
         + "`; final score = mean over seeds of each seed's deterministic-episode mean (± std across seeds).",
         "",
-        "| row | variant | budget | seeds | advantage | SB3 | zoo published | train s (ours / SB3) | ratio |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| row | variant | budget | seeds | advantage | SB3 | zoo published | bar | met "
+        "| train s (ours / SB3) | ratio |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for cell in table:
         row = BY_NAME[cell["row"]]
@@ -389,8 +401,18 @@ def report(data: dict[str, Any], rows: list[Row], out: Path, quick: bool) -> Non
         lines.append(
             f"| {row.name}{' (short)' if row.short else ''} | {cell['variant']} | {budget} | {a['seeds']} "
             f"| {a['mean']:.1f} ± {a['std']:.1f} | {s['mean']:.1f} ± {s['std']:.1f} | {zoo} "
+            f"| {cell['bar']:.1f} | {'yes' if cell['met'] else 'no'} "
             f"| {a['train_seconds']:.1f} / {s['train_seconds']:.1f} | {cell['time_ratio']:.2f} |"
         )
+    if table:
+        ratios = [c["time_ratio"] for c in table]
+        lines += [
+            "",
+            f"Rows: {len(table)}; score at or above the bar: {sum(c['met'] for c in table)}; training time "
+            f"ours / SB3: median {statistics.median(ratios):.2f}, highest {max(ratios):.2f}. Bar: the zoo's "
+            "published mean minus its std (zoo rows at the zoo's budget), else SB3's mean minus its std "
+            "across seeds; a row's train s is the median over seeds.",
+        ]
     for name, why in data["skipped"].items():
         lines.append(f"\nskipped {name}: {why}")
     errors = [r for r in data["results"] if "error" in r]
