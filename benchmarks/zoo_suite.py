@@ -383,7 +383,8 @@ def report(data: dict[str, Any], rows: list[Row], out: Path, quick: bool) -> Non
     data = {**data, "table": table}
     (out / f"{stem}.json").write_text(json.dumps(data, indent=1))
     lines = [
-        f"### rl-baselines3-zoo rows: advantage vs Stable-Baselines3{' (SMOKE RUN: --quick)' if quick else ''}",
+        "### rl-baselines3-zoo rows: advantage vs Stable-Baselines3"
+        + (" (SMOKE RUN: --quick)" if quick else ""),
         "",
         "Written by `python benchmarks/zoo_suite.py"
         + (" --quick" if quick else "")

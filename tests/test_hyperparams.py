@@ -57,7 +57,8 @@ def test_cartpole_entries_hold_the_tuned_values_and_none_gives_general_defaults(
     assert (ppo.model.activation, ppo.model.shared_trunk, ppo.trainer.total_steps) == ("tanh", False, 100_000)
     # preset=cartpole: tuned for wall-clock time to 475 (benchmarks/cartpole_ppo.py)
     _, fast = resolve_config("ppo", None, {"preset": "cartpole"})
-    assert (fast.model.activation, fast.model.shared_trunk, fast.algorithm.learning_rate) == ("relu", True, 2e-3)
+    fast_values = (fast.model.activation, fast.model.shared_trunk, fast.algorithm.learning_rate)
+    assert fast_values == ("relu", True, 2e-3)
     _, gen = resolve_config("ppo", None, {"hyperparams": "none"})
     assert (gen.algorithm.gamma, gen.algorithm.gae_lambda, gen.algorithm.n_steps) == (0.99, 0.95, 128)
 

@@ -84,7 +84,8 @@ class DQNModel:
     init: str = option(
         "torch",
         "weight initialisation of the MLP trunk: torch (PyTorch's default, as SB3's DQN, with which the "
-        "zoo's values were tuned) or orthogonal (gain √2, zero biases; Huang et al. 2022)",
+        "zoo's values were tuned) or orthogonal (gain √2, 1 on the trunk's last layer, zero biases; Huang et "
+        "al. 2022)",
         choices=("torch", "orthogonal"),
     )
     dueling: str = option(
