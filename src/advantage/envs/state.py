@@ -21,6 +21,9 @@ _SCALARS = (bool, int, float, str, type(None))
 _SECRET_NAME = re.compile(r"key|token|secret|passw|credential|auth", re.IGNORECASE)
 
 
+MAX_SEQUENCE = 10_000  # longest tuple or list of numbers kept as state (saved and restored alike)
+
+
 def _encode(value: Any) -> Any:
     if isinstance(value, _SCALARS):
         return {"v": value}
@@ -30,7 +33,7 @@ def _encode(value: Any) -> Any:
         return {"nd": value.dtype.str, "shape": list(value.shape), "v": value.ravel().tolist()}
     if isinstance(value, np.random.Generator):
         return {"rng": value.bit_generator.state}
-    if isinstance(value, tuple | list) and len(value) <= 10_000:
+    if isinstance(value, tuple | list) and len(value) <= MAX_SEQUENCE:
         # a short sequence of numbers, e.g. MountainCar's state (position, velocity) after a step
         items = [_encode(x) for x in value]
         if all(item is not None and _kind(item) == "v" for item in items):
@@ -78,9 +81,12 @@ def _decode(enc: Any, fresh: dict[str, Any], current: Any, where: str) -> Any:
         return rng
     if "seq" in enc:
         items = enc.get("v")
-        if not (enc["seq"] in ("tuple", "list") and isinstance(items, list) and len(items) <= 10_000):
-            raise ValueError(f"{where}: not a short tuple or list of numbers")
-        if not all(isinstance(x, dict) and _kind(x) == "v" for x in items):
+        if not (
+            enc["seq"] in ("tuple", "list")
+            and isinstance(items, list)
+            and len(items) <= MAX_SEQUENCE
+            and all(isinstance(x, dict) and _kind(x) == "v" for x in items)
+        ):
             raise ValueError(f"{where}: not a short tuple or list of numbers")
         values = [_decode(x, _UNSET, None, f"{where}[{i}]") for i, x in enumerate(items)]
         return tuple(values) if enc["seq"] == "tuple" else values
