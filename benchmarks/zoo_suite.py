@@ -195,6 +195,8 @@ AS_BEFORE = {
         ("model", "log_std_init"): -3.0,
     },
 }
+# Options added later that mean nothing while a switch is off: left out of the fingerprint then.
+ONLY_WITH = {"sac": {("model", "sde_learn_features"): ("algorithm", "use_sde")}}
 
 
 def config_hash(row: Row, variant: str, budget: int) -> str:
@@ -210,6 +212,15 @@ def config_hash(row: Row, variant: str, budget: int) -> str:
     for (section, key), value in AS_BEFORE.get(row.algo, {}).items():
         if section in tree and tree[section].get(key, value) == value:
             tree[section].pop(key, None)
+    for (section, key), (switch_section, switch) in ONLY_WITH.get(row.algo, {}).items():
+        if not tree.get(switch_section, {}).get(switch, False):
+            tree.get(section, {}).pop(key, None)
+    # Behaviour changed without a key: updates due before a batch's worth of transitions is stored were
+    # skipped, and now draw with replacement from what is stored (SB3's). Runs where that happens (their
+    # learning_starts is below the batch) are stale; the others are not.
+    algo = tree.get("algorithm", {})
+    if algo.get("learning_starts", 0) < algo.get("batch_size", 0):
+        tree["early_batches"] = "with replacement"
     text = json.dumps(tree, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 

@@ -346,19 +346,33 @@ def test_overestimation_probe_on_an_env_holding_its_state_as_a_tuple():
 
 
 @pytest.mark.parametrize(
-    "double, dueling, prioritized", [(False, "none", False), (True, "mean", False), (True, "mean", True)]
+    "double, dueling, prioritized, loss, activation",
+    [
+        (False, "none", False, "huber", "relu"),  # the MLP cases: gradient by hand (QNetwork.td_backward)
+        (True, "none", True, "huber", "relu"),
+        (False, "none", True, "mse", "tanh"),
+        (True, "none", False, "mse", "relu"),
+        (True, "mean", False, "huber", "relu"),  # dueling: autograd
+        (True, "mean", True, "huber", "relu"),
+    ],
 )
-def test_an_update_takes_the_steps_of_the_per_batch_reference(double, dueling, prioritized):
+@pytest.mark.parametrize("lean_backward", ["1", "0"])
+def test_an_update_takes_the_steps_of_the_per_batch_reference(
+    double, dueling, prioritized, loss, activation, lean_backward, monkeypatch
+):
     """update_batches + gradient_step (all batches and target-network values of an update in one pass,
-    LeanAdam, the fused clip) take the steps of the textbook loop: per batch, Q_target on its next states,
-    td_target / double_q_target, Huber loss, torch's clip_grad_norm_ and torch.optim.Adam."""
+    the gradient by hand for an MLP, LeanAdam, the fused clip) take the steps of the textbook loop: per
+    batch, Q_target on its next states, td_target / double_q_target, Huber or ½·MSE loss through autograd,
+    torch's clip_grad_norm_ and torch.optim.Adam; with ADVANTAGE_LEAN_BACKWARD=0 and without."""
+    monkeypatch.setenv("ADVANTAGE_LEAN_BACKWARD", lean_backward)
     torch.manual_seed(0)
     space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
     model, a = (
-        DQNModel(hidden_sizes=[32, 32], dueling=dueling),
-        DQNAlgorithm(double=double, max_grad_norm=0.05),
+        DQNModel(hidden_sizes=[32, 32], dueling=dueling, activation=activation),
+        DQNAlgorithm(double=double, max_grad_norm=0.05, loss=loss),
     )
     q, q_target = QNetwork(space, 2, model), QNetwork(space, 2, model)
+    assert q.hand_backward == (dueling == "none" and lean_backward == "1")
     ref = copy.deepcopy(q)
     args = (500, (4,), np.float32, (), np.int64, 2, 3, 0.99, 0)
     buffer = PrioritizedReplayBuffer(*args, beta_steps=8) if prioritized else ReplayBuffer(*args)
@@ -381,9 +395,12 @@ def test_an_update_takes_the_steps_of_the_per_batch_reference(double, dueling, p
             else:
                 y = td_target(b["rewards"], next_q, b["terminated"], b["discounts"])
         pred = ref(b["obs"]).gather(1, b["actions"][:, None]).squeeze(1)
-        loss = (F.smooth_l1_loss(pred, y, reduction="none") * b.get("weights", 1.0)).mean()
+        if loss == "huber":
+            per_sample = F.smooth_l1_loss(pred, y, reduction="none")
+        else:
+            per_sample = 0.5 * F.mse_loss(pred, y, reduction="none")
         ref_opt.zero_grad()
-        loss.backward()
+        (per_sample * b.get("weights", 1.0)).mean().backward()
         clipped += float(torch.nn.utils.clip_grad_norm_(ref.parameters(), a.max_grad_norm)) > a.max_grad_norm
         ref_opt.step()
     assert clipped  # the clip was active (test_clip_grad_norm_is_torchs_arithmetic: both regimes)

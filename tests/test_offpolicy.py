@@ -151,7 +151,8 @@ def test_state_dependent_actor_log_prob_is_the_density_of_its_sample():
 
 def test_state_dependent_noise_is_smooth_and_trains_log_std():
     """One θ for nearby states gives nearly the same perturbation (white noise would not); the actor
-    loss reaches log σ (through the noise and the density) and not the features through the noise."""
+    loss reaches log σ (through the noise and the density), and the features through the noise only with
+    learn_features (SB3's SAC)."""
     torch.manual_seed(1)
     actor = StateDependentActor(3, 1, [32, 32], log_std_init=0.0)
     s = torch.randn(1, 3)
@@ -164,6 +165,16 @@ def test_state_dependent_noise_is_smooth_and_trains_log_std():
     a, logp = actor(torch.randn(64, 3))
     (logp.mean() - a.sum()).backward()
     assert actor.log_std.grad is not None and actor.log_std.grad.abs().sum() > 0
+    # a loss on the perturbation alone, u - μ = zᵀθ (the paths through μ cancel): it reaches the trunk
+    # only when the features are learned
+    obs = torch.randn(16, 3, dtype=torch.float64)
+    for learn in (True, False):
+        torch.manual_seed(2)
+        actor = StateDependentActor(3, 1, [8, 8], log_std_init=-1.0, learn_features=learn).double()
+        a, _ = actor(obs, actor.noise().detach())
+        (a.atanh() - actor.mode(obs).atanh()).square().sum().backward()
+        trunk_grad = sum(p.grad.abs().sum() for p in actor.trunk.parameters())
+        assert (trunk_grad > 1e-3) if learn else (trunk_grad < 1e-9), (learn, trunk_grad)
 
 
 def test_ensemble_q_is_k_separate_mlps():
@@ -359,14 +370,20 @@ def test_resume_is_exact(tmp_path, monkeypatch, algo):
 
 
 @pytest.mark.parametrize("algo", [*ALGOS, "dqn"])
-def test_learning_starts_below_the_batch_acts_at_once_and_learns_from_a_full_batch(algo):
-    """The zoo's ``learning_starts: 0``: the policy acts from the first step, and updates start once a full
-    batch (64) is stored."""
-    keys = {**FAST, "trainer.total_steps": 256, "trainer.log_every": 64, "algorithm.learning_starts": 0}
-    keys |= {"algorithm.batch_size": 64, "algorithm.train_freq": 16, "algorithm.gradient_steps": 2}
+def test_learning_starts_below_the_batch_acts_and_learns_at_once(algo):
+    """The zoo's ``learning_starts: 0``: the policy acts from the first step and, as SB3, learns from the
+    first update on (batches of 64 drawn with replacement from the 16 transitions stored then)."""
+    keys = {**FAST, "trainer.total_steps": 256, "trainer.log_every": 16, "algorithm.learning_starts": 0}
+    keys |= {
+        "hyperparams": "none",
+        "env.num_envs": 1,
+        "algorithm.batch_size": 64,
+        "algorithm.train_freq": 16,
+        "algorithm.gradient_steps": 2,
+    }
     run = advantage.train(algo, quiet=True, **keys)
     losses = [r for r in run.metrics if any(k.endswith("loss") for k in r)]
-    assert run.step >= 256 and losses and min(r["step"] for r in losses) <= 128, run.metrics[:3]
+    assert run.step >= 256 and losses and min(r["step"] for r in losses) == 16, run.metrics[:3]
     assert all(math.isfinite(v) for r in losses for k, v in r.items() if k.endswith("loss"))
 
 

@@ -37,12 +37,16 @@ Implementation details:
 7. On CPU a small network's gradient step costs mostly per-call overhead, not arithmetic: the optimizer
    is :class:`~advantage.algos.offpolicy_common.LeanAdam` (fused Adam without the optimizer's Python
    layers), the gradient-norm clip is two fused kernels, and the loss is read back once per step (the
-   check that stops a NaN before it reaches the weights).
+   check that stops a NaN before it reaches the weights). For an MLP with a plain head (the default
+   network) the TD step's gradient is also written out by hand (:meth:`QNetwork.td_backward`: three
+   matmuls per layer, no autograd graph recorded and replayed); ``ADVANTAGE_LEAN_BACKWARD=0`` in the
+   environment keeps autograd, and the tests check the two give the same loss and gradients.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
@@ -64,6 +68,8 @@ from advantage.nn.lean import clip_grad_norm
 from advantage.rollout.envsteps import EnvSteps, setup_torch
 from advantage.schedules import remaining
 from advantage.torch_state import LearnerState, load_module
+
+_LEAN_BACKWARD = "ADVANTAGE_LEAN_BACKWARD"  # "0": the TD step's gradient by autograd (detail 7)
 
 
 class NatureCNN(nn.Module):
@@ -106,12 +112,57 @@ class QNetwork(nn.Module):
             width = hidden[-1]
         self.advantage = nn.Linear(width, n_actions)
         self.value = nn.Linear(width, 1) if cfg.dueling != "none" else None
+        # The MLP trunk is run functionally (one F.linear and one activation per layer, not a module call
+        # per layer): on the one-row batches of acting, the module calls cost more than the arithmetic.
+        self._linears = None if cfg.cnn else [m for m in self.trunk if isinstance(m, nn.Linear)]
+        self._act = torch.relu if cfg.activation == "relu" else torch.tanh
+
+    @property
+    def hand_backward(self) -> bool:
+        """Whether :meth:`td_backward` computes this network's gradient (an MLP trunk and a plain head)."""
+        return self._linears is not None and self.value is None and os.environ.get(_LEAN_BACKWARD) != "0"
+
+    @torch.no_grad()
+    def forward_saving(self, obs: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """:meth:`forward` of an MLP with a plain head, without autograd: ``(Q [B, A], [x, h_1, …, h_L])``,
+        each layer's input, kept for :meth:`td_backward`."""
+        assert self._linears is not None
+        saved = [obs]
+        for lin in self._linears:
+            saved.append(self._act(torch.addmm(lin.bias, saved[-1], lin.weight.t())))
+        return torch.addmm(self.advantage.bias, saved[-1], self.advantage.weight.t()), saved
+
+    @torch.no_grad()
+    def td_backward(self, saved: list[torch.Tensor], grad_q: torch.Tensor) -> None:
+        r"""Set ``.grad`` of every weight and bias to the gradient of a loss whose gradient in the network's
+        output is ``grad_q`` ``[B, A]``, from the layer inputs ``saved`` of :meth:`forward_saving`
+        (rows may be a prefix of the forward's). Backpropagation through :math:`h_l = f(h_{l-1}W_l^\top +
+        b_l)`: :math:`\nabla W_l = g_l^\top h_{l-1}`, :math:`\nabla b_l = \textstyle\sum_B g_l`,
+        :math:`g_{l-1} = (g_l W_l) \odot f'`, with :math:`f' = [h > 0]` for ReLU and :math:`1 - h^2` for
+        tanh (both read from the layer's output)."""
+        assert self._linears is not None
+        layers = [*self._linears, self.advantage]
+        g = grad_q
+        for i in range(len(layers) - 1, -1, -1):
+            lin, x = layers[i], saved[i][: g.shape[0]]
+            lin.weight.grad = g.t() @ x
+            lin.bias.grad = g.sum(0)
+            if i > 0:
+                g = g @ lin.weight
+                g = g * (x > 0) if self._act is torch.relu else g * (1 - x * x)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        h = self.trunk(obs)
+        """``[B, *obs_shape] -> [B, A]``."""
+        if self._linears is None:
+            h = self.trunk(obs)
+        else:
+            h = obs
+            for lin in self._linears:
+                h = self._act(nn.functional.linear(h, lin.weight, lin.bias))
+        adv = nn.functional.linear(h, self.advantage.weight, self.advantage.bias)
         if self.value is None:
-            return self.advantage(h)
-        return dueling_combine(self.value(h), self.advantage(h), self.dueling)
+            return adv
+        return dueling_combine(nn.functional.linear(h, self.value.weight, self.value.bias), adv, self.dueling)
 
 
 class DQNPolicy:
@@ -437,9 +488,10 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
         # ---- learn ---------------------------------------------------------------------------------
         if step >= next_train:
             next_train += a.train_freq
-            # learning_starts below batch_size (the zoo's 0): updates due before a full batch is stored are
-            # skipped
-            if len(buffer) >= a.batch_size:
+            # learning_starts below batch_size (the zoo's 0): the batches are drawn with replacement from the
+            # transitions stored so far, as SB3 does; only an empty buffer (n-step windows not yet closed)
+            # skips the update
+            if len(buffer) > 0:
                 lr = a.learning_rate * (remaining(step, t.total_steps) if a.lr_schedule == "linear" else 1.0)
                 opt.opt.param_groups[0]["lr"] = lr
                 row = {"train/loss": learn(q, q_target, opt, buffer, a, step), "train/epsilon": eps}
@@ -526,6 +578,8 @@ def gradient_step(
     importance-weighted per sample under prioritized replay.
     """
     obs, B = b["obs"], b["obs"].shape[0]
+    if q.hand_backward:
+        return _td_step_by_hand(q, opt, b, a)
     if a.double:
         # One forward pass over [s; s'] gives the online values at both (one set of per-layer calls, not
         # two); the s' half only picks a' and is detached: the target is a constant of the update.
@@ -554,6 +608,45 @@ def gradient_step(
         clip_grad_norm(opt.params, a.max_grad_norm)
     eager.step(opt)
     return value, None if weights is None else (pred.detach() - target).abs()
+
+
+@torch.no_grad()
+def _td_step_by_hand(
+    q: QNetwork, opt: LeanAdam, b: dict[str, torch.Tensor], a: DQNAlgorithm
+) -> tuple[float, torch.Tensor | None]:
+    r""":func:`gradient_step` with the gradient written out (:meth:`QNetwork.td_backward`): the same loss,
+    gradients, clip and Adam step. The loss per sample is Huber :math:`\ell(\delta) = \tfrac12\delta^2`
+    for :math:`|\delta| < 1`, :math:`|\delta| - \tfrac12` beyond (``smooth_l1_loss``), with
+    :math:`\ell'(\delta) = \mathrm{clamp}(\delta, -1, 1)`, or :math:`\tfrac12\delta^2` with
+    :math:`\ell' = \delta`; its mean (importance-weighted under prioritized replay) sends
+    :math:`w_i\,\ell'(\delta_i)/B` to the output entry :math:`Q(s_i, a_i)` and zero to the others."""
+    obs, actions, B = b["obs"], b["actions"], b["obs"].shape[0]
+    if a.double:
+        q_both, saved = q.forward_saving(torch.cat([obs, b["next_obs"]]))  # one pass over [s; s']
+        q_obs = q_both[:B]
+        target = double_q_target(
+            b["rewards"], q_both[B:], b["next_q_target"], b["terminated"], b["discounts"]
+        )
+    else:
+        (q_obs, saved), target = q.forward_saving(obs), b["target"]
+    delta = q_obs.gather(1, actions[:, None]).squeeze(1) - target  # [B]
+    if a.loss == "huber":
+        per_sample = torch.where(delta.abs() < 1.0, 0.5 * delta * delta, delta.abs() - 0.5)
+        slope = delta.clamp(-1.0, 1.0)
+    else:
+        per_sample, slope = 0.5 * delta * delta, delta
+    weights = b.get("weights")
+    if weights is not None:
+        per_sample, slope = per_sample * weights, slope * weights
+    value = float(per_sample.mean())
+    if not math.isfinite(value):  # the caller stops the run; a NaN must not reach the weights first
+        return value, None
+    grad_q = torch.zeros_like(q_obs).scatter_(1, actions[:, None], (slope / B)[:, None])  # [B, A]
+    q.td_backward(saved, grad_q)
+    if a.max_grad_norm > 0:
+        clip_grad_norm(opt.params, a.max_grad_norm)
+    eager.step(opt)
+    return value, None if weights is None else delta.abs()
 
 
 def _policy(cfg: DQNConfig, env: gym.Env, tensors: Any) -> DQNPolicy:

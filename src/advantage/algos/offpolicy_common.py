@@ -164,7 +164,10 @@ def run(
         exp.env_step(actions, ctx)
         while exp.step >= next_train:
             next_train += a.train_freq
-            if len(exp.buffer) < a.batch_size:  # learning_starts below batch_size (the zoo's 0): skipped
+            # learning_starts below batch_size (the zoo's 0): the batches are drawn with replacement from the
+            # transitions stored so far, as SB3 does; only an empty buffer (n-step windows not yet closed)
+            # skips the update
+            if len(exp.buffer) == 0:
                 continue
             for _ in range(a.gradient_steps):
                 metrics |= update(exp.step >= next_log)

@@ -87,7 +87,7 @@ def make_nets(cfg: SACConfig, obs_dim: int, act_dim: int) -> SACNets:
     a, m = cfg.algorithm, cfg.model
     if a.use_sde:
         actor: SquashedGaussianActor | StateDependentActor = StateDependentActor(
-            obs_dim, act_dim, list(m.actor_hidden), m.log_std_init
+            obs_dim, act_dim, list(m.actor_hidden), m.log_std_init, m.sde_learn_features
         )
     else:
         actor = SquashedGaussianActor(obs_dim, act_dim, list(m.actor_hidden))

@@ -58,8 +58,8 @@ class OffPolicyConfig:
     trainer: TrainerConfig = section(TrainerConfig)
 
     def problems(self) -> list[str]:
-        """Cross-field checks shared by the ddpg, td3 and sac configs: the batch fits in the buffer, the
-        first update has a full batch, and both network size lists are non-empty and positive."""
+        """Cross-field checks shared by the ddpg, td3 and sac configs: the batch fits in the buffer and
+        both network size lists are non-empty and positive."""
         from advantage.data.replay import replay_problems  # numpy: not for `advantage list`
 
         out = replay_problems(self.algorithm)

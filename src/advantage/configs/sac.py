@@ -51,6 +51,11 @@ class SACModel(OffPolicyModel):
         default_factory=lambda: [256, 256], metadata={"help": "critic MLP sizes"}
     )
     log_std_init: float = option(-3.0, "gSDE: initial log σ of the exploration matrix (SB3's SAC default)")
+    sde_learn_features: bool = option(
+        True,
+        "gSDE: the actor loss reaches the last hidden features through the noise and its variance too "
+        "(SB3's SAC: learn_features=True); false detaches them there (gradients through the mean only)",
+    )
 
 
 @dataclass

@@ -295,15 +295,12 @@ class ReplayBuffer:
     # ---------------------------------------------------------------------------------------- sampling
 
     def check_batch_size(self, batch_size: int) -> int:
-        """Raise a ValueError unless ``1 <= batch_size <= len(self)``."""
+        """Raise a ValueError unless ``batch_size >= 1`` and the buffer holds a transition. A batch larger
+        than what is stored is allowed: draws are with replacement (as Stable-Baselines3's, whose replay
+        algorithms learn from the first few transitions when ``learning_starts`` is below the batch)."""
         batch_size = _check_positive_int("batch_size", batch_size)
         if self.size == 0:
             raise ValueError(f"cannot sample batch_size={batch_size} from an empty replay buffer")
-        if batch_size > self.size:
-            raise ValueError(
-                f"batch_size must be <= the {self.size} transitions stored, got {batch_size}; "
-                "wait for more steps (learning_starts) or lower batch_size"
-            )
         return batch_size
 
     def gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
@@ -596,7 +593,9 @@ class PrioritizedReplayBuffer:
 def replay_problems(a: Any) -> list[str]:
     """Config checks every replay-based algorithm shares (``a``: its ``algorithm`` section): the batch fits
     in the buffer. ``learning_starts`` may be below ``batch_size`` (the zoo's ``learning_starts: 0``): the
-    policy acts from then on, and the updates due before a full batch is stored are skipped."""
+    policy acts from then on, and the updates due before a batch's worth is stored draw their batches with
+    replacement from the transitions stored (as Stable-Baselines3 does, with which the zoo tuned its values).
+    """
     out = []
     if a.batch_size > a.buffer_size:
         out.append(

@@ -216,17 +216,27 @@ class StateDependentActor(nn.Module):
     :math:`\hat\sigma_j^2(s) = \sum_i z_i(s)^2 \sigma_{ij}^2 + 10^{-6}`; its log-density with the tanh
     correction is :math:`\log\pi(a|s)`.
 
-    As Stable-Baselines3's ``use_sde`` for SAC: the features are detached from the noise (gradients reach
-    :math:`z` through the mean only), the mean is clipped to ``[-2, 2]`` before the squash, :math:`\log\sigma`
-    starts at ``log_std_init`` (SB3's SAC default: -3) and :math:`\theta` is a reparameterized sample, so the
-    actor loss trains :math:`\log\sigma` through both the noise and :math:`\hat\sigma`.
+    As Stable-Baselines3's ``use_sde`` for SAC: the mean is clipped to ``[-2, 2]`` before the squash,
+    :math:`\log\sigma` starts at ``log_std_init`` (SB3's SAC default: -3), :math:`\theta` is a
+    reparameterized sample, so the actor loss trains :math:`\log\sigma` through both the noise and
+    :math:`\hat\sigma`, and with ``learn_features`` (SB3's SAC sets its ``learn_features=True``) it trains
+    :math:`z` through them too; ``learn_features=False`` detaches :math:`z` there (gradients reach it through
+    the mean only, SB3's default for its on-policy algorithms).
     """
 
     MEAN_CLIP = 2.0
     VAR_EPS = 1e-6
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], log_std_init: float = -3.0):
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: list[int],
+        log_std_init: float = -3.0,
+        learn_features: bool = True,
+    ):
         super().__init__()
+        self.learn_features = learn_features
         self.trunk = _MLP([obs_dim, *hidden], relu_last=True)
         self.mu = nn.Linear(hidden[-1], act_dim)
         self.log_std = nn.Parameter(torch.full((hidden[-1], act_dim), float(log_std_init)))
@@ -247,7 +257,8 @@ class StateDependentActor(nn.Module):
         r"""``(a [B, A] in (-1, 1), log π(a|s) [B])`` with the exploration matrix ``noise`` (``[H, A]`` shared
         by the batch, or ``[B, H, A]`` one per row; a fresh ``[H, A]`` draw when ``None``)."""
         mean, z = self._mean(obs)
-        z = z.detach()
+        if not self.learn_features:
+            z = z.detach()
         theta = self.noise() if noise is None else noise
         eps = z @ theta if theta.dim() == 2 else torch.bmm(z.unsqueeze(1), theta).squeeze(1)  # [B, A]
         u = mean + eps
