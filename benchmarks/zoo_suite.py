@@ -189,6 +189,8 @@ def _our_keys(row: Row, variant: str, budget: int, episodes: int) -> dict[str, A
 # "as before" (so adding an option does not make every logged run of the algorithm stale).
 AS_BEFORE = {
     "dqn": {("algorithm", "lr_schedule"): "constant", ("model", "init"): "orthogonal"},
+    "ppo": {("model", "init"): "orthogonal"},
+    "a2c": {("model", "init"): "orthogonal"},
     "sac": {
         ("algorithm", "use_sde"): False,
         ("algorithm", "sde_sample_freq"): -1,

@@ -166,3 +166,40 @@ def test_eval_video_for_classic_control(env_id):
     video = run.video()
     assert video.parent == run.dir / "videos" and video.stat().st_size > 1000
     assert video.read_bytes()[4:8] == b"ftyp"
+
+
+def test_actor_critic_init_is_orthogonal_or_pytorchs_default():
+    """``model.init``: ``orthogonal`` gives orthogonal weights, gain √2 in the trunks but 1 on their last
+    layer (SB3's ortho_init=True uses √2 there too), 0.01 on the policy head, 1 on the value head, zero
+    biases; ``torch`` (ortho_init=False, the zoo's MuJoCo PPO entries) leaves every ``nn.Linear`` at
+    PyTorch's default, uniform in ±1/√fan_in."""
+    import torch
+
+    from advantage.configs.models import ActorCriticModel
+    from advantage.runs import resolve_config
+
+    obs, act = gym.spaces.Box(-1.0, 1.0, (5,)), gym.spaces.Box(-1.0, 1.0, (3,))
+    for init in ("orthogonal", "torch"):
+        torch.manual_seed(0)
+        net = ActorCriticModel(hidden_sizes=[64, 64], init=init).build(obs, act)
+        layers = [(net.head.mean[0], 0.01), (net.value_head[0], 1.0)]
+        for body in (net.pi_body, net.v_body):
+            linears = [m for m in body if isinstance(m, torch.nn.Linear)]
+            layers += [(lin, 2**0.5 if i < len(linears) - 1 else 1.0) for i, lin in enumerate(linears)]
+        for lin, gain in layers:
+            w, b = lin.weight.detach(), lin.bias.detach()
+            if init == "orthogonal":
+                assert torch.count_nonzero(b) == 0
+                small = min(w.shape)  # orthonormal rows or columns, whichever are fewer, times the gain
+                gram = w @ w.T if w.shape[0] == small else w.T @ w
+                torch.testing.assert_close(gram, gain**2 * torch.eye(small), atol=1e-5, rtol=0)
+            else:
+                bound = 1 / lin.in_features**0.5
+                assert w.abs().max() <= bound and b.abs().max() <= bound and b.abs().sum() > 0
+    for env_id, init in (
+        ("Hopper-v5", "torch"),
+        ("HalfCheetah-v5", "torch"),
+        ("LunarLander-v3", "orthogonal"),
+    ):
+        _, cfg = resolve_config("ppo", overrides={"env.id": env_id})
+        assert cfg.model.init == init, env_id

@@ -23,6 +23,14 @@ class ActorCriticModel:
     shared_trunk: bool = option(False, "actor and critic share one trunk")
     log_std_init: float = option(0.0, "Box actions: initial log σ")
     squash: bool = option(False, "Box actions: tanh-squash to the bounds (with log-det correction)")
+    init: str = option(
+        "orthogonal",
+        "weight initialisation: orthogonal (zero biases; gain √2 in the trunks but 1 on their last "
+        "layer, 0.01 policy head, 1 value head; after Huang et al. 2022 and SB3's ortho_init=True) or "
+        "torch (PyTorch's default nn.Linear init, SB3's ortho_init=False, which the zoo's MuJoCo PPO "
+        "entries set)",
+        choices=("orthogonal", "torch"),
+    )
 
     def build(self, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
         from advantage.nn.actor_critic import ActorCritic
@@ -35,4 +43,5 @@ class ActorCriticModel:
             self.shared_trunk,
             self.log_std_init,
             self.squash,
+            self.init == "orthogonal",
         )

@@ -49,9 +49,9 @@ class CategoricalHead(nn.Module):
     """Discrete actions. ``sample`` uses the Gumbel-max trick on the log-softmax (no Distribution object:
     cheaper per environment step)."""
 
-    def __init__(self, hidden: int, n: int):
+    def __init__(self, hidden: int, n: int, orthogonal: bool = True):
         super().__init__()
-        self.logits = mlp([hidden, n], out_gain=0.01)
+        self.logits = mlp([hidden, n], out_gain=0.01, orthogonal=orthogonal)
 
     def sample(self, h: Tensor, deterministic: bool = False) -> tuple[Tensor, Tensor]:
         logp_all = torch.log_softmax(self.logits(h), dim=-1)
@@ -78,10 +78,17 @@ class GaussianHead(nn.Module):
     low: Tensor  # buffers (registered in __init__)
     high: Tensor
 
-    def __init__(self, hidden: int, space: gym.spaces.Box, log_std_init: float = 0.0, squash: bool = False):
+    def __init__(
+        self,
+        hidden: int,
+        space: gym.spaces.Box,
+        log_std_init: float = 0.0,
+        squash: bool = False,
+        orthogonal: bool = True,
+    ):
         super().__init__()
         dim = int(np.prod(space.shape))
-        self.mean = mlp([hidden, dim], out_gain=0.01)
+        self.mean = mlp([hidden, dim], out_gain=0.01, orthogonal=orthogonal)
         self.log_std = nn.Parameter(torch.full((dim,), float(log_std_init)))
         self.squash = squash
         self.shape = space.shape
@@ -117,7 +124,10 @@ class GaussianHead(nn.Module):
 
 class ActorCritic(nn.Module):
     """Policy and value networks (separate trunks by default, as SB3/CleanRL for MuJoCo-style tasks;
-    ``shared=True`` shares one trunk)."""
+    ``shared=True`` shares one trunk). ``orthogonal``: orthogonal weights and zero biases, gain √2 in the
+    trunks but 1 on their last layer, 0.01 on the policy head, 1 on the value head (SB3's ``ortho_init=True``
+    and the PPO implementation details use √2 on every hidden layer);
+    ``False`` keeps PyTorch's default ``nn.Linear`` init everywhere (SB3's ``ortho_init=False``)."""
 
     def __init__(
         self,
@@ -128,6 +138,7 @@ class ActorCritic(nn.Module):
         shared: bool = False,
         log_std_init: float = 0.0,
         squash: bool = False,
+        orthogonal: bool = True,
     ):
         super().__init__()
         assert obs_space.shape is not None, "observation spaces here have a shape (Box, Discrete)"
@@ -135,16 +146,21 @@ class ActorCritic(nn.Module):
         obs_dim = int(np.prod(obs_space.shape))
 
         def trunk() -> nn.Sequential:  # the hidden layers, each followed by the activation
-            return mlp([obs_dim, *hidden], activation).append(_ACTIVATIONS[activation]())
+            return mlp([obs_dim, *hidden], activation, orthogonal=orthogonal).append(
+                _ACTIVATIONS[activation]()
+            )
 
         self.pi_body = trunk()
         self.shared = shared
         self.v_body = self.pi_body if shared else trunk()
-        self.value_head = mlp([hidden[-1], 1], out_gain=1.0)
+        self.value_head = mlp([hidden[-1], 1], out_gain=1.0, orthogonal=orthogonal)
         if isinstance(action_space, gym.spaces.Discrete):
-            self.head: CategoricalHead | GaussianHead = CategoricalHead(hidden[-1], int(action_space.n))
+            self.head: CategoricalHead | GaussianHead = CategoricalHead(
+                hidden[-1], int(action_space.n), orthogonal
+            )
         else:
-            self.head = GaussianHead(hidden[-1], cast(gym.spaces.Box, action_space), log_std_init, squash)
+            box = cast(gym.spaces.Box, action_space)
+            self.head = GaussianHead(hidden[-1], box, log_std_init, squash, orthogonal)
 
     def value(self, obs: Tensor) -> Tensor:
         return self.value_head(self.v_body(obs)).squeeze(-1)
