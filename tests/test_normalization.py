@@ -63,6 +63,21 @@ def test_running_mean_std_equals_the_two_pass_reference_over_uneven_batches():
     np.testing.assert_allclose(rms.var, x.var(axis=0), rtol=1e-5, atol=2 * PRIOR / 1000)
 
 
+def test_a_one_row_update_is_the_batch_formula_bit_for_bit():
+    """The one-env shortcut (the row is the batch mean, the batch variance is 0) gives exactly the numbers of
+    the general update with numpy's reductions."""
+    rng = np.random.default_rng(1)
+    rms, mean, var, count = RunningMeanStd((3,)), np.zeros(3), np.ones(3), PRIOR
+    for row in rng.normal(2.0, 3.0, size=(50, 1, 3)):
+        rms.update(row)
+        b_mean, b_var = row.mean(axis=0), row.var(axis=0)
+        delta, total = b_mean - mean, count + 1
+        mean = mean + delta * 1 / total
+        var = (var * count + b_var * 1 + delta**2 * count * 1 / total) / total
+        count = total
+        assert np.array_equal(rms.mean, mean) and np.array_equal(rms.var, var) and rms.count == count
+
+
 @pytest.fixture(scope="module")
 def collected():
     """Three rollouts of 16 steps of 4 Pendulum envs (time limit 25: episodes end inside rollouts)."""

@@ -138,7 +138,10 @@ class RunningMeanStd:
         n = batch.shape[0]
         if n == 0:  # e.g. every env is at its reset step: nothing to add (and no empty-mean warning)
             return
-        b_mean, b_var = batch.mean(axis=0), batch.var(axis=0)
+        if n == 1:  # one env: the row is its own mean and its variance is 0 (the same numbers, no reductions)
+            b_mean, b_var = batch[0], 0.0
+        else:
+            b_mean, b_var = batch.mean(axis=0), batch.var(axis=0)
         delta = b_mean - self.mean
         total = self.count + n
         self.mean = self.mean + delta * n / total

@@ -26,9 +26,28 @@ from advantage.configs.models import ActorCriticModel  # noqa: F401  (its old pl
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 
-def mlp(
-    sizes: list[int], activation: str = "tanh", out_gain: float = 1.0, orthogonal: bool = True
-) -> nn.Sequential:
+class MLP(nn.Sequential):
+    """An ``nn.Sequential`` of ``Linear`` and activation layers whose forward calls ``F.linear``,
+    ``torch.relu`` and ``torch.tanh`` itself instead of calling each layer as a module: the same function and
+    parameters (and ``state_dict`` keys), without a module call per layer, which on the one-row batches of
+    acting costs more than the arithmetic. Other layer types are called as modules; hooks registered on the
+    inner layers are not run."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        for m in self:
+            kind = type(m)
+            if kind is nn.Linear:
+                x = nn.functional.linear(x, m.weight, m.bias)
+            elif kind is nn.ReLU:
+                x = torch.relu(x)
+            elif kind is nn.Tanh:
+                x = torch.tanh(x)
+            else:
+                x = m(x)
+        return x
+
+
+def mlp(sizes: list[int], activation: str = "tanh", out_gain: float = 1.0, orthogonal: bool = True) -> MLP:
     """``Linear → act → … → Linear`` with orthogonal init (gain √2 inside, ``out_gain`` on the last layer,
     zero biases), the initialisation of the PPO implementation details (Huang et al. 2022);
     ``orthogonal=False`` keeps PyTorch's default init of ``nn.Linear`` (``out_gain`` unused)."""
@@ -42,7 +61,7 @@ def mlp(
         layers.append(lin)
         if not last:
             layers.append(_ACTIVATIONS[activation]())
-    return nn.Sequential(*layers)
+    return MLP(*layers)
 
 
 class CategoricalHead(nn.Module):
