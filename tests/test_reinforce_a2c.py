@@ -291,3 +291,31 @@ def test_reinforce_with_a_value_baseline_solves_cartpole_within_500k_steps(seed)
 @pytest.mark.slow
 def test_reinforce_is_solves_cartpole_within_500k_steps():
     _solves_cartpole("reinforce_is", 0)
+
+
+def test_a2c_rmsprop_over_all_parameters_at_once_is_the_per_tensor_arithmetic():
+    """A2C's RMSprop runs its foreach kernels (one per arithmetic step over every parameter); they give the
+    parameters and state of torch's per-tensor loop (its CPU default) bit for bit."""
+    import torch
+
+    from advantage.algos.a2c import make_optimizer
+    from advantage.configs.a2c import A2CAlgorithm
+
+    def run(foreach: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+        if foreach:
+            opt = make_optimizer(m, A2CAlgorithm())  # type: ignore[arg-type]
+            assert opt.defaults["foreach"] is True
+        else:
+            a = A2CAlgorithm()
+            opt = torch.optim.RMSprop(
+                m.parameters(), lr=a.learning_rate, alpha=a.rmsprop_alpha, eps=a.optimizer_eps
+            )
+        for _ in range(5):
+            opt.zero_grad()
+            m(torch.randn(8, 4)).pow(2).mean().backward()
+            opt.step()
+        return [p.detach() for p in m.parameters()] + [s["square_avg"] for s in opt.state.values()]
+
+    assert all(torch.equal(a, b) for a, b in zip(run(True), run(False), strict=True))

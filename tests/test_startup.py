@@ -39,6 +39,7 @@ def test_eager_step_matches_torch_and_skips_dynamo() -> None:
             (torch.optim.Adam, dict(lr=1e-2, eps=1e-5, fused=True)),
             (torch.optim.Adam, dict(lr=1e-2)),
             (torch.optim.RMSprop, dict(lr=1e-2, alpha=0.99, eps=1e-5)),
+            (torch.optim.RMSprop, dict(lr=1e-2, alpha=0.99, eps=1e-5, foreach=True)),
             (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1, fused=True)),
         ]
 
@@ -63,7 +64,7 @@ def test_eager_step_matches_torch_and_skips_dynamo() -> None:
                           "dynamo_after": "torch._dynamo" in sys.modules}))
         """
     )
-    assert res["same"] == [True] * 4
+    assert res["same"] == [True] * 5
     assert res["dynamo_before"] is False
     assert res["dynamo_after"] is True  # the plain path imports it: the check above can fail
 

@@ -46,7 +46,7 @@ from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, ma
 from advantage.math.kl import k3_from_ratio
 from advantage.math.value_losses import explained_variance
 from advantage.nn import ActorCritic, eager
-from advantage.nn.lean import clip_grad_norm
+from advantage.nn.lean import clip_grad_norm, zero_grad
 from advantage.rollout.envsteps import setup_torch
 from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.schedules import remaining
@@ -170,7 +170,7 @@ def learn(
                     + ", ".join(f"{k} {float(v.detach().mean())}" for k, v in parts.items())
                     + "); weights not updated"
                 )
-            opt.zero_grad(set_to_none=True)
+            zero_grad(params)  # opt.zero_grad(set_to_none=True) without its profiler scope
             loss.backward()
             if a.max_grad_norm > 0:
                 clip_grad_norm(params, a.max_grad_norm)
