@@ -84,7 +84,7 @@ PRESETS = {
         "rl-baselines3-zoo's Pendulum-v1 SAC settings (256-256, lr 1e-3, learning_starts 100, 20k steps)",
         {
             "algorithm.learning_rate": 1e-3,
-            "algorithm.learning_starts": 256,  # zoo: 100 (SB3 then waits for a batch); ours needs a batch
+            "algorithm.learning_starts": 100,  # the zoo's (SB3's default); first batches: with replacement
             "model.actor_hidden": [256, 256],
             "model.critic_hidden": [256, 256],
         },
