@@ -304,12 +304,15 @@ def run_suite(
     variants: tuple[str, ...],
     log: Path | None = None,
     jobs: int = 1,
+    again: bool = False,
 ) -> dict[str, Any]:
     """Run every (seed, row, variant) pair, SB3 then advantage back to back, ``jobs`` pairs at a time (one
     torch thread each: ``jobs`` up to the core count; both runs of a pair meet the same other load). With
     ``log``, each result is appended to it as it ends and runs it already holds (same budget) are not run
     again, so the suite (about a day of CPU) can be built over several invocations and a killed one loses
-    the runs in flight at most."""
+    the runs in flight at most. ``again`` runs the pairs of ``rows`` once more though the log holds them
+    (both libraries, back to back: a re-timing after a speed change that leaves the config as it was); the
+    newer runs replace the logged ones in the report."""
     from concurrent.futures import ThreadPoolExecutor
 
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -317,6 +320,9 @@ def run_suite(
     # seeds (logs written before both libraries were evaluated from the same start states)
     results = [r for r in _load_log(log) if _comparable(r)]
     done = {(r["row"], r["lib"], r["variant"], r["seed"], r["budget"]) for r in results}
+    if again:
+        picked = {r.name for r in rows}
+        done = {d for d in done if d[0] not in picked}
     skipped = {r.name: why for r in rows if (why := _env_available(r.env_id))}
     budget_of = {r.name: QUICK_BUDGET if quick else r.budget for r in rows}
     episodes = QUICK_EPISODES if quick else EVAL_EPISODES
@@ -352,7 +358,9 @@ def run_suite(
 
     with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
         list(pool.map(run_pair, pairs))
-    return {"quick": quick, "seeds": seeds, "results": results, "skipped": skipped}
+    # the newest run of each (row, library, variant, seed, budget): --again's replace the logged ones
+    newest = {(r["row"], r["lib"], r["variant"], r["seed"], r.get("budget")): r for r in results}
+    return {"quick": quick, "seeds": seeds, "results": list(newest.values()), "skipped": skipped}
 
 
 def summarize(data: dict[str, Any], rows: list[Row]) -> list[dict[str, Any]]:
@@ -474,6 +482,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--report-only", action="store_true", help="write the report from --log, run nothing")
     p.add_argument("--jobs", type=int, default=1, help="pairs of runs at a time (at most the core count)")
+    p.add_argument(
+        "--again",
+        action="store_true",
+        help="run the picked rows' pairs again though the log holds them (both libraries: re-timing after a "
+        "speed change); the newer runs replace the logged ones",
+    )
     p.add_argument("--worker", choices=["sb3", "advantage"], help=argparse.SUPPRESS)
     p.add_argument("--row", help=argparse.SUPPRESS)
     p.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
@@ -500,7 +514,7 @@ def main(argv: list[str] | None = None) -> None:
         results = [r for r in _load_log(log) if _comparable(r)]
         data = {"quick": False, "seeds": seeds, "results": results, "skipped": {}}
     else:
-        data = run_suite(rows, seeds, args.quick, variants, log, args.jobs)
+        data = run_suite(rows, seeds, args.quick, variants, log, args.jobs, args.again)
     if log is not None:  # every row the log holds, not only this invocation's
         rows = [r for r in ROWS if any(x["row"] == r.name for x in data["results"])]
     report(data, rows, Path(args.out), args.quick)

@@ -230,6 +230,18 @@ def test_zoo_suite_quick_on_one_row(tmp_path):
     assert third.returncode == 0, third.stderr[-2000:]
     rerun = [json.loads(line) for line in third.stdout.splitlines() if '"score"' in line]
     assert [r["lib"] for r in rerun] == ["advantage"] and rerun[0]["config_hash"] != "tuned-since"
+    # --again runs both libraries once more (a re-timing); the report keeps the newer runs.
+    fourth = subprocess.run(
+        [sys.executable, str(script), *args, "--log", str(log), "--again"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert fourth.returncode == 0, fourth.stderr[-2000:]
+    newer = [json.loads(line) for line in fourth.stdout.splitlines() if '"score"' in line]
+    assert [r["lib"] for r in newer] == ["sb3", "advantage"] and len(log.read_text().splitlines()) == 5
+    data = json.loads((tmp_path / "zoo_suite_quick.json").read_text())
+    assert sorted(r["train_seconds"] for r in data["results"]) == sorted(r["train_seconds"] for r in newer)
 
 
 def test_zoo_suite_table_is_the_report_of_its_log(tmp_path):
