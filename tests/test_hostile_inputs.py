@@ -345,3 +345,14 @@ def test_changed_hyperparameter_on_resume_warns_with_old_and_new(tmp_path, capsy
     assert "warning: algorithm.gamma changed on resume: 0.98 -> 0.9" in err
     assert not [line for line in err if "trainer." in line]  # trainer.* (total_steps, ...) may change freely
     assert resumed.step >= 512 and resumed.config.algorithm.gamma == 0.9
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "trpo", "reinforce", "dqn", "sac"])
+@pytest.mark.parametrize("sizes", [[], [0, 8], [64, -1]])
+def test_hidden_sizes_that_are_empty_or_not_positive_are_a_config_error(algo, sizes):
+    key = "model.actor_hidden" if algo == "sac" else "model.hidden_sizes"
+    with pytest.raises(
+        ConfigError, match=rf"{key} must be a non-empty list of positive sizes, got \["
+    ) as err:
+        advantage.train(algo, quiet=True, **{key: sizes, "trainer.total_steps": 100})
+    assert str(sizes) in str(err.value)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
 from advantage.configs import register_algorithm
+from advantage.configs.models import hidden_sizes_problems
 from advantage.registry import Entry
 
 
@@ -92,6 +93,9 @@ class DQNModel:
         "none", "dueling head: none, max (Wang et al. eq. 8), mean (eq. 9)", choices=("none", "max", "mean")
     )
     cnn: bool = option(False, "Nature CNN trunk for image observations (Atari)")
+
+    def problems(self) -> list[str]:
+        return [] if self.cnn else hidden_sizes_problems(self.hidden_sizes)  # the CNN trunk has none
 
 
 @dataclass

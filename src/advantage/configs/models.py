@@ -14,6 +14,14 @@ if TYPE_CHECKING:
     from advantage.nn.actor_critic import ActorCritic
 
 
+def hidden_sizes_problems(sizes: list[int], name: str = "model.hidden_sizes") -> list[str]:
+    """The check every MLP's ``hidden_sizes`` gets: a non-empty list of positive sizes (an empty list would
+    leave the network without a hidden layer to read its features from)."""
+    if not sizes or min(sizes) < 1:
+        return [f"{name} must be a non-empty list of positive sizes, got {sizes}"]
+    return []
+
+
 @dataclass
 class ActorCriticModel:
     """The ``model`` section of the actor-critic trainers (PPO, A2C)."""
@@ -31,6 +39,9 @@ class ActorCriticModel:
         "entries set)",
         choices=("orthogonal", "torch"),
     )
+
+    def problems(self) -> list[str]:
+        return hidden_sizes_problems(self.hidden_sizes)
 
     def build(self, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
         from advantage.nn.actor_critic import ActorCritic

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
 from advantage.configs import register_algorithm
+from advantage.configs.models import hidden_sizes_problems
 from advantage.registry import Entry
 
 
@@ -56,6 +57,9 @@ class ReinforceModel:
     activation: str = option("tanh", "hidden activation", choices=("tanh", "relu"))
     log_std_init: float = option(0.0, "Box actions: initial log σ")
     squash: bool = option(False, "Box actions: tanh-squash to the bounds (with log-det correction)")
+
+    def problems(self) -> list[str]:
+        return hidden_sizes_problems(self.hidden_sizes)
 
 
 @dataclass
