@@ -114,7 +114,7 @@ class QNetwork(nn.Module):
         self.value = nn.Linear(width, 1) if cfg.dueling != "none" else None
         # The MLP trunk is run functionally (one F.linear and one activation per layer, not a module call
         # per layer): on the one-row batches of acting, the module calls cost more than the arithmetic.
-        self._linears = None if cfg.cnn else [m for m in self.trunk if isinstance(m, nn.Linear)]
+        self._linears = None if cfg.cnn else [m for m in self.trunk.children() if isinstance(m, nn.Linear)]
         self._act = torch.relu if cfg.activation == "relu" else torch.tanh
 
     @property

@@ -37,7 +37,8 @@ class MLP(nn.Sequential):
         for m in self:
             kind = type(m)
             if kind is nn.Linear:
-                x = nn.functional.linear(x, m.weight, m.bias)
+                lin = cast(nn.Linear, m)
+                x = nn.functional.linear(x, lin.weight, lin.bias)
             elif kind is nn.ReLU:
                 x = torch.relu(x)
             elif kind is nn.Tanh:
