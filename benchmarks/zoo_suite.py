@@ -275,7 +275,11 @@ def _load_log(log: Path | None) -> list[dict[str, Any]]:
     (row, library, variant, seed, budget) only: two invocations running the same row both log it."""
     if log is None or not log.exists():
         return []
-    runs = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return _newest(json.loads(line) for line in log.read_text().splitlines() if line.strip())
+
+
+def _newest(runs: Any) -> list[dict[str, Any]]:
+    """The last of each (row, library, variant, seed, budget) among ``runs``, in order of arrival."""
     last = {(r["row"], r["lib"], r["variant"], r["seed"], r.get("budget")): r for r in runs}
     return list(last.values())
 
@@ -358,9 +362,8 @@ def run_suite(
 
     with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
         list(pool.map(run_pair, pairs))
-    # the newest run of each (row, library, variant, seed, budget): --again's replace the logged ones
-    newest = {(r["row"], r["lib"], r["variant"], r["seed"], r.get("budget")): r for r in results}
-    return {"quick": quick, "seeds": seeds, "results": list(newest.values()), "skipped": skipped}
+    # --again's runs replace the logged ones
+    return {"quick": quick, "seeds": seeds, "results": _newest(results), "skipped": skipped}
 
 
 def summarize(data: dict[str, Any], rows: list[Row]) -> list[dict[str, Any]]:

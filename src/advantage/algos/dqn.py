@@ -112,8 +112,7 @@ class QNetwork(nn.Module):
             width = hidden[-1]
         self.advantage = nn.Linear(width, n_actions)
         self.value = nn.Linear(width, 1) if cfg.dueling != "none" else None
-        # The MLP trunk is run functionally (one F.linear and one activation per layer, not a module call
-        # per layer): on the one-row batches of acting, the module calls cost more than the arithmetic.
+        # the MLP trunk's linear layers, for the gradient by hand (the trunk, an MLP, runs them functionally)
         self._linears = None if cfg.cnn else [m for m in self.trunk.children() if isinstance(m, nn.Linear)]
         self._act = torch.relu if cfg.activation == "relu" else torch.tanh
 
@@ -153,12 +152,7 @@ class QNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """``[B, *obs_shape] -> [B, A]``."""
-        if self._linears is None:
-            h = self.trunk(obs)
-        else:
-            h = obs
-            for lin in self._linears:
-                h = self._act(nn.functional.linear(h, lin.weight, lin.bias))
+        h = self.trunk(obs)
         adv = nn.functional.linear(h, self.advantage.weight, self.advantage.bias)
         if self.value is None:
             return adv
@@ -578,45 +572,49 @@ def gradient_step(
     importance-weighted per sample under prioritized replay.
     """
     obs, B = b["obs"], b["obs"].shape[0]
-    if q.hand_backward:
-        return _td_step_by_hand(q, opt, b, a)
-    if a.double:
-        # One forward pass over [s; s'] gives the online values at both (one set of per-layer calls, not
-        # two); the s' half only picks a' and is detached: the target is a constant of the update.
-        q_both = q(torch.cat([obs, b["next_obs"]]))
-        q_obs, next_q_online = q_both[:B], q_both[B:].detach()
-        target = double_q_target(
-            b["rewards"], next_q_online, b["next_q_target"], b["terminated"], b["discounts"]
-        )
-    else:
-        q_obs, target = q(obs), b["target"]
-    pred = q_obs.gather(1, b["actions"][:, None]).squeeze(1)
     weights = b.get("weights")
-    reduction = "mean" if weights is None else "none"
-    if a.loss == "huber":
-        loss = nn.functional.smooth_l1_loss(pred, target, reduction=reduction)
+    td: torch.Tensor | None  # the TD errors Q(s, a) − y [B], kept for prioritized replay's priorities
+    if q.hand_backward:
+        value, td = _td_gradient_by_hand(q, b, a)
     else:
-        loss = 0.5 * nn.functional.mse_loss(pred, target, reduction=reduction)
-    if weights is not None:
-        loss = (loss * weights).mean()
-    value = float(loss.detach())
+        if a.double:
+            # One forward pass over [s; s'] gives the online values at both (one set of per-layer calls, not
+            # two); the s' half only picks a' and is detached: the target is a constant of the update.
+            q_both = q(torch.cat([obs, b["next_obs"]]))
+            q_obs, next_q_online = q_both[:B], q_both[B:].detach()
+            target = double_q_target(
+                b["rewards"], next_q_online, b["next_q_target"], b["terminated"], b["discounts"]
+            )
+        else:
+            q_obs, target = q(obs), b["target"]
+        pred = q_obs.gather(1, b["actions"][:, None]).squeeze(1)
+        reduction = "mean" if weights is None else "none"
+        if a.loss == "huber":
+            loss = nn.functional.smooth_l1_loss(pred, target, reduction=reduction)
+        else:
+            loss = 0.5 * nn.functional.mse_loss(pred, target, reduction=reduction)
+        if weights is not None:
+            loss = (loss * weights).mean()
+        value, td = float(loss.detach()), None if weights is None else pred.detach() - target
+        if math.isfinite(value):
+            opt.zero_grad()
+            loss.backward()
     if not math.isfinite(value):  # the caller stops the run; a NaN must not reach the weights first
         return value, None
-    opt.zero_grad()
-    loss.backward()
     if a.max_grad_norm > 0:
         clip_grad_norm(opt.params, a.max_grad_norm)
     eager.step(opt)
-    return value, None if weights is None else (pred.detach() - target).abs()
+    return value, None if td is None or weights is None else td.abs()
 
 
 @torch.no_grad()
-def _td_step_by_hand(
-    q: QNetwork, opt: LeanAdam, b: dict[str, torch.Tensor], a: DQNAlgorithm
-) -> tuple[float, torch.Tensor | None]:
-    r""":func:`gradient_step` with the gradient written out (:meth:`QNetwork.td_backward`): the same loss,
-    gradients, clip and Adam step. The loss per sample is Huber :math:`\ell(\delta) = \tfrac12\delta^2`
-    for :math:`|\delta| < 1`, :math:`|\delta| - \tfrac12` beyond (``smooth_l1_loss``), with
+def _td_gradient_by_hand(
+    q: QNetwork, b: dict[str, torch.Tensor], a: DQNAlgorithm
+) -> tuple[float, torch.Tensor]:
+    r"""The loss of :func:`gradient_step` and the TD errors ``Q(s, a) − y`` ``[B]``, with the loss's
+    gradient written out (:meth:`QNetwork.td_backward`) into every parameter's ``.grad`` when the loss is
+    finite. The loss per sample is Huber :math:`\ell(\delta) = \tfrac12\delta^2` for :math:`|\delta| < 1`,
+    :math:`|\delta| - \tfrac12` beyond (``smooth_l1_loss``), with
     :math:`\ell'(\delta) = \mathrm{clamp}(\delta, -1, 1)`, or :math:`\tfrac12\delta^2` with
     :math:`\ell' = \delta`; its mean (importance-weighted under prioritized replay) sends
     :math:`w_i\,\ell'(\delta_i)/B` to the output entry :math:`Q(s_i, a_i)` and zero to the others."""
@@ -639,14 +637,10 @@ def _td_step_by_hand(
     if weights is not None:
         per_sample, slope = per_sample * weights, slope * weights
     value = float(per_sample.mean())
-    if not math.isfinite(value):  # the caller stops the run; a NaN must not reach the weights first
-        return value, None
-    grad_q = torch.zeros_like(q_obs).scatter_(1, actions[:, None], (slope / B)[:, None])  # [B, A]
-    q.td_backward(saved, grad_q)
-    if a.max_grad_norm > 0:
-        clip_grad_norm(opt.params, a.max_grad_norm)
-    eager.step(opt)
-    return value, None if weights is None else delta.abs()
+    if math.isfinite(value):  # a NaN must not reach the gradients (the caller stops the run)
+        grad_q = torch.zeros_like(q_obs).scatter_(1, actions[:, None], (slope / B)[:, None])  # [B, A]
+        q.td_backward(saved, grad_q)
+    return value, delta
 
 
 def _policy(cfg: DQNConfig, env: gym.Env, tensors: Any) -> DQNPolicy:

@@ -10,6 +10,7 @@ from typing import Any
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
 from advantage.configs import register_algorithm
+from advantage.configs.models import hidden_sizes_problems
 from advantage.registry import Entry
 
 
@@ -64,9 +65,7 @@ class OffPolicyConfig:
 
         out = replay_problems(self.algorithm)
         for name in ("actor_hidden", "critic_hidden"):
-            sizes = getattr(self.model, name)
-            if not sizes or min(sizes) < 1:
-                out.append(f"model.{name} must be a non-empty list of positive sizes, got {sizes}")
+            out += hidden_sizes_problems(getattr(self.model, name), f"model.{name}")
         return out
 
 
