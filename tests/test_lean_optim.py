@@ -1,6 +1,7 @@
-"""The training-loop helpers of advantage.nn.lean (zero_grad, clip_grad_norm, adamw_step): bit for bit
-what torch.optim.AdamW(fused=True) and torch.nn.utils.clip_grad_norm_ do, state and checkpoints included,
-and torch's own path wherever they do not apply."""
+"""The training-loop helpers of advantage.nn.lean (zero_grad, clip_grad_norm, optimizer_step): bit for bit
+what torch.optim.AdamW/Adam(fused=True), torch.optim.RMSprop(foreach=True) and
+torch.nn.utils.clip_grad_norm_ do, state and checkpoints included, and torch's own path wherever they do
+not apply."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from advantage.nn.lean import adamw_step, clip_grad_norm, zero_grad
+from advantage.nn.lean import adamw_step, clip_grad_norm, optimizer_step, zero_grad
 
 
 def net(seed: int = 0) -> nn.Module:
@@ -28,19 +29,29 @@ def params_of(model: nn.Module) -> list[torch.Tensor]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+KINDS = {
+    "adamw": lambda ps, wd: torch.optim.AdamW(ps, lr=3e-3, betas=(0.9, 0.98), weight_decay=wd, fused=True),
+    "adam": lambda ps, wd: torch.optim.Adam(ps, lr=3e-3, eps=1e-5, weight_decay=wd, fused=True),
+    # A2C's: SB3's alpha and eps; weight decay is not on the lean path (torch's step then)
+    "rmsprop": lambda ps, wd: torch.optim.RMSprop(
+        ps, lr=7e-4, alpha=0.99, eps=1e-5, weight_decay=wd, foreach=True
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])
 @pytest.mark.parametrize("max_norm", [0.05, 1e3])  # clipping and not
-def test_steps_equal_torch_bit_for_bit(weight_decay, max_norm, monkeypatch):
+def test_steps_equal_torch_bit_for_bit(kind, weight_decay, max_norm, monkeypatch):
     ours, theirs = net(), net()
-    opts = [
-        torch.optim.AdamW(params_of(m), lr=3e-3, betas=(0.9, 0.98), weight_decay=weight_decay, fused=True)
-        for m in (ours, theirs)
-    ]
+    opts = [KINDS[kind](params_of(m), weight_decay) for m in (ours, theirs)]
+    lean = not (kind == "rmsprop" and weight_decay)
 
     def torch_step(*args, **kwargs):
-        raise AssertionError("adamw_step called torch's step: the comparison would prove nothing")
+        raise AssertionError("optimizer_step called torch's step: the comparison would prove nothing")
 
-    monkeypatch.setattr(opts[0], "step", torch_step)
+    if lean:
+        monkeypatch.setattr(opts[0], "step", torch_step)
     for step in range(5):
         opts[1].param_groups[0]["lr"] = opts[0].param_groups[0]["lr"] = 3e-3 * (1 + step)  # a schedule
         zero_grad(params_of(ours))
@@ -52,7 +63,7 @@ def test_steps_equal_torch_bit_for_bit(weight_decay, max_norm, monkeypatch):
             nn.utils.clip_grad_norm_(params_of(theirs), max_norm),
         )
         assert torch.equal(norms[0], norms[1])
-        adamw_step(opts[0])
+        optimizer_step(opts[0])
         opts[1].step()
         for a, b in zip(params_of(ours), params_of(theirs), strict=True):
             assert torch.equal(a, b) and torch.equal(a.grad, b.grad)
@@ -67,12 +78,12 @@ def test_steps_equal_torch_bit_for_bit(weight_decay, max_norm, monkeypatch):
             assert torch.equal(sa["state"][k][name], t) and sa["state"][k][name].dtype == t.dtype, name
     resumed = net()
     resumed.load_state_dict(ours.state_dict())
-    opt = torch.optim.AdamW(params_of(resumed), lr=1.0, fused=True)
+    opt = KINDS[kind](params_of(resumed), 0.5)
     opt.load_state_dict(copy.deepcopy(sa))
     opts[1].zero_grad(set_to_none=True)
     backward(resumed, 9)
     backward(theirs, 9)
-    adamw_step(opt)
+    optimizer_step(opt)
     opts[1].step()
     for a, b in zip(params_of(resumed), params_of(theirs), strict=True):
         assert torch.equal(a, b)
@@ -106,7 +117,11 @@ def test_other_optimizers_and_settings_take_torch_step(monkeypatch):
     for make in (
         lambda ps: torch.optim.AdamW(ps, lr=1e-2),  # not fused
         lambda ps: torch.optim.AdamW(ps, lr=1e-2, fused=True, amsgrad=True),
-        lambda ps: torch.optim.Adam(ps, lr=1e-2, fused=True),
+        lambda ps: torch.optim.Adam(ps, lr=1e-2),  # not fused
+        lambda ps: torch.optim.SGD(ps, lr=1e-2),
+        lambda ps: torch.optim.RMSprop(ps, lr=1e-2),  # the per-tensor path (foreach unset on CPU)
+        lambda ps: torch.optim.RMSprop(ps, lr=1e-2, foreach=True, momentum=0.9),
+        lambda ps: torch.optim.RMSprop(ps, lr=1e-2, foreach=True, centered=True),
         lambda ps: torch.optim.AdamW([{"params": ps[:2]}, {"params": ps[2:]}], lr=1e-2, fused=True),
     ):
         ours, theirs = net(2), net(2)
@@ -115,7 +130,7 @@ def test_other_optimizers_and_settings_take_torch_step(monkeypatch):
             backward(m, 0)
         calls.clear()
         counted(opts[0])
-        adamw_step(opts[0])
+        optimizer_step(opts[0])
         assert calls, "torch's step was not called"
         opts[1].step()
         for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
@@ -141,3 +156,7 @@ def test_clip_with_mixed_dtypes_is_torch_clip():
     assert torch.equal(got, want)
     for a, b in zip(m.parameters(), ref.parameters(), strict=True):
         assert torch.equal(a.grad, b.grad)
+
+
+def test_adamw_step_is_optimizer_step():
+    assert adamw_step is optimizer_step

@@ -52,8 +52,8 @@ from advantage.context import RunContext
 from advantage.envs import make_vec_env
 from advantage.errors import NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, masked_whiten, reward_to_go
-from advantage.nn import ActorCritic, eager
-from advantage.nn.lean import clip_grad_norm, zero_grad
+from advantage.nn import ActorCritic
+from advantage.nn.lean import clip_grad_norm, optimizer_step, zero_grad
 from advantage.rollout.envsteps import setup_torch
 from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.schedules import remaining
@@ -82,13 +82,13 @@ def critic_targets(
 def loss_fn(model: ActorCritic, batch: Batch, a: A2CAlgorithm) -> tuple[Tensor, dict[str, Tensor]]:
     """One A2C loss over the valid steps of a rollout (flat ``[n]`` tensors)."""
     logp, entropy, value = model.evaluate(batch.obs, batch.actions)
-    ones = torch.ones_like(logp)
     adv = batch.advantages
+    # mask None: the batch holds valid steps only (the math layer then skips its padding selects)
     if a.normalize_advantage and adv.shape[0] > 1:
-        adv = masked_whiten(adv, ones)
-    pl, _ = POLICY_LOSSES["pg"](logp, batch.logp, adv, ones)
-    vl = VALUE_LOSSES["mse"](value, batch.values, batch.returns, ones)
-    policy_loss, value_loss = aggregate(pl, ones, "token_mean"), aggregate(vl, ones, "token_mean")
+        adv = masked_whiten(adv, None)
+    pl, _ = POLICY_LOSSES["pg"](logp, batch.logp, adv, None)
+    vl = VALUE_LOSSES["mse"](value, batch.values, batch.returns, None)
+    policy_loss, value_loss = aggregate(pl, None, "token_mean"), aggregate(vl, None, "token_mean")
     ent = entropy.mean()
     loss = policy_loss + a.vf_coef * value_loss - a.ent_coef * ent
     return loss, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": ent}
@@ -98,7 +98,8 @@ def make_optimizer(model: ActorCritic, a: A2CAlgorithm) -> torch.optim.Optimizer
     """RMSprop (SB3's α and ε) or Adam, detail 4."""
     if a.optimizer == "rmsprop":
         # foreach: one kernel per arithmetic step over all parameters (torch picks the per-tensor loop on
-        # CPU by default); the same arithmetic, tested equal
+        # CPU by default); the same arithmetic, tested equal. nn.lean.optimizer_step runs these kernels
+        # without torch's per-call Python layers
         return torch.optim.RMSprop(
             model.parameters(), lr=a.learning_rate, alpha=a.rmsprop_alpha, eps=a.optimizer_eps, foreach=True
         )
@@ -120,7 +121,7 @@ def update(
     loss.backward()
     if a.max_grad_norm > 0:
         clip_grad_norm(params, a.max_grad_norm)
-    eager.step(opt)
+    optimizer_step(opt)
     return m
 
 

@@ -45,8 +45,8 @@ from advantage.errors import EnvError, NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, masked_whiten
 from advantage.math.kl import k3_from_ratio
 from advantage.math.value_losses import explained_variance
-from advantage.nn import ActorCritic, eager
-from advantage.nn.lean import clip_grad_norm, zero_grad
+from advantage.nn import ActorCritic
+from advantage.nn.lean import clip_grad_norm, optimizer_step, zero_grad
 from advantage.rollout.envsteps import setup_torch
 from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.schedules import remaining
@@ -142,7 +142,7 @@ def learn(
     # A minibatch that is the whole batch is normalised once here, not again in every epoch.
     whole_batch = a.minibatch_size >= n
     if a.normalize_advantage and whole_batch and n > 1:
-        b_adv = masked_whiten(b_adv, torch.ones_like(b_adv))
+        b_adv = masked_whiten(b_adv, None)  # None: every step of the batch is valid (no padding)
     stats: dict[str, list[float]] = {}
     for epoch in range(a.n_epochs):
         # Metrics cost about 15% of a small network's step: compute them in the last epoch only (or
@@ -153,12 +153,11 @@ def learn(
         for start in range(0, n, a.minibatch_size):
             mb = perm[start : start + a.minibatch_size]
             logp, entropy, value = model.evaluate(b_obs[mb], b_act[mb])
-            ones = torch.ones_like(logp)
             mb_adv = b_adv[mb]
             if a.normalize_advantage and not whole_batch and mb.shape[0] > 1:
-                mb_adv = masked_whiten(mb_adv, ones)
-            pl, pm = policy_loss(logp, b_logp[mb], mb_adv, ones, with_metrics=measure)
-            vl = value_loss(value, b_val[mb], b_ret[mb], ones)
+                mb_adv = masked_whiten(mb_adv, None)
+            pl, pm = policy_loss(logp, b_logp[mb], mb_adv, None, with_metrics=measure)
+            vl = value_loss(value, b_val[mb], b_ret[mb], None)
             loss = pl.mean() + a.vf_coef * vl.mean()
             if a.ent_coef > 0:  # keep the entropy out of the graph when it has no weight
                 loss = loss - a.ent_coef * entropy.mean()
@@ -174,7 +173,7 @@ def learn(
             loss.backward()
             if a.max_grad_norm > 0:
                 clip_grad_norm(params, a.max_grad_norm)
-            eager.step(opt)
+            optimizer_step(opt)
             if not measure:
                 continue
             measured = {"policy_loss": pl.mean(), "value_loss": vl.mean(), "entropy": entropy.mean(), **pm}

@@ -53,8 +53,9 @@ from advantage.math import (
     natural_step,
 )
 from advantage.math.value_losses import explained_variance
-from advantage.nn import ActorCritic, eager
+from advantage.nn import ActorCritic
 from advantage.nn.actor_critic import CategoricalHead, GaussianHead
+from advantage.nn.lean import optimizer_step
 from advantage.rollout.envsteps import setup_torch
 from advantage.rollout.onpolicy import actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.torch_state import LearnerState
@@ -204,7 +205,7 @@ def value_step(
                 )
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            eager.step(opt)
+            optimizer_step(opt)
             losses.append(float(loss.detach()))
     explained = explained_variance(old_values, returns)
     last_epoch = losses[-math.ceil(n / a.vf_minibatch_size) :]

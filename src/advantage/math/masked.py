@@ -7,6 +7,10 @@ included; they are selected away with ``torch.where`` before any arithmetic, so 
 or a gradient.
 
 Rows (sequences) lie along the last dimension. A row with no valid element reduces to 0, never NaN.
+
+``mask=None`` means every element counts (a classic-control batch has no padding): the same results as an
+all-ones mask, bit for bit, without the selects and weight products, which on the few-row batches of
+classic control cost more than the arithmetic (and add nodes to every backward pass).
 """
 
 from __future__ import annotations
@@ -29,16 +33,35 @@ __all__ = [
 ]
 
 
-def _weights(x: Tensor, mask: Tensor) -> Tensor:
-    """The mask as a weight tensor in ``x``'s dtype, after checking shapes."""
+def _weights(x: Tensor, mask: Tensor | None) -> Tensor | None:
+    """The mask as a weight tensor in ``x``'s dtype, after checking shapes (``None``: every element)."""
+    if mask is None:
+        return None
     if mask.shape != x.shape:
         raise ValueError(f"mask must have the shape of the data {tuple(x.shape)}, got {tuple(mask.shape)}")
     return mask.to(dtype=x.dtype, device=x.device)
 
 
-def _weighted(x: Tensor, w: Tensor) -> Tensor:
+def _weighted(x: Tensor, w: Tensor | None) -> Tensor:
     # where, not x * w: padding may hold NaN/inf, and NaN * 0 is NaN (in the value and in the gradient).
-    return torch.where(w != 0, x * w, torch.zeros_like(x))
+    return x if w is None else torch.where(w != 0, x * w, torch.zeros_like(x))
+
+
+def _count(x: Tensor, w: Tensor | None, dim: int | None = None) -> Tensor:
+    """``Σ w`` (over everything, or along ``dim``); without a mask, the element count as a tensor of
+    ``x``'s dtype (what the sum of an all-ones mask is, exactly, below 2^24 elements)."""
+    if w is not None:
+        return w.sum() if dim is None else w.sum(dim=dim)
+    if dim is None:
+        return torch.tensor(float(x.numel()), dtype=x.dtype, device=x.device)
+    shape = list(x.shape)
+    n = shape.pop(dim)
+    return torch.full(shape, float(n), dtype=x.dtype, device=x.device)
+
+
+def keep(valid: Tensor | None, x: Tensor) -> Tensor:
+    """``x`` where ``valid`` (bool), 0 elsewhere; ``valid=None`` keeps everything."""
+    return x if valid is None else torch.where(valid, x, torch.zeros_like(x))
 
 
 def _safe_div(num: Tensor, den: Tensor) -> Tensor:
@@ -46,34 +69,36 @@ def _safe_div(num: Tensor, den: Tensor) -> Tensor:
     return num / torch.where(den != 0, den, torch.ones_like(den))
 
 
-def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+def masked_sum(x: Tensor, mask: Tensor | None, dim: int | None = None) -> Tensor:
     r""":math:`\sum_i x_i m_i`, over everything (``dim=None``, a scalar) or along ``dim``.
 
     Args:
         x: ``[B, T]`` or ``[N]``.
-        mask: float or bool, shape of ``x``.
+        mask: float or bool, shape of ``x``; ``None``: every element counts.
         dim: ``None`` for a scalar, or the dimension to reduce (``-1``: one value per row, ``[B]``).
     """
     s = _weighted(x, _weights(x, mask))
     return s.sum() if dim is None else s.sum(dim=dim)
 
 
-def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+def masked_mean(x: Tensor, mask: Tensor | None, dim: int | None = None) -> Tensor:
     r""":math:`\sum_i x_i m_i / \sum_i m_i`, over everything or along ``dim``; 0 where no element is valid.
 
     Args:
         x: ``[B, T]`` or ``[N]``.
-        mask: float or bool, shape of ``x``.
+        mask: float or bool, shape of ``x``; ``None``: every element counts.
         dim: ``None`` for a scalar, or the dimension to reduce (``-1``: per-row means, ``[B]``).
     """
     w = _weights(x, mask)
     s = _weighted(x, w)
     if dim is None:
-        return _safe_div(s.sum(), w.sum())
-    return _safe_div(s.sum(dim=dim), w.sum(dim=dim))
+        if w is None and x.numel() > 0:  # the count is known and non-zero: a plain division
+            return s.sum() / float(x.numel())
+        return _safe_div(s.sum(), _count(x, w))
+    return _safe_div(s.sum(dim=dim), _count(x, w, dim))
 
 
-def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
+def masked_var(x: Tensor, mask: Tensor | None, unbiased: bool = True) -> Tensor:
     r"""Scalar variance of the valid elements.
 
     .. math::
@@ -85,18 +110,18 @@ def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
 
     Args:
         x: ``[B, T]`` or ``[N]``.
-        mask: float or bool, shape of ``x``.
+        mask: float or bool, shape of ``x``; ``None``: every element counts.
         unbiased: Bessel's correction (divide by ``n - 1``), as ``torch.var``'s default.
     """
     w = _weights(x, mask)
-    n = w.sum()
+    n = _count(x, w)
     mu = _safe_div(_weighted(x, w).sum(), n)
     ss = _weighted((x - mu) ** 2, w).sum()
     den = n - 1 if unbiased else n
     return torch.where(den > 0, ss / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(ss))
 
 
-def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:
+def masked_whiten(x: Tensor, mask: Tensor | None, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:
     r"""Normalise with the masked mean and (unbiased) standard deviation of the valid elements.
 
     .. math::
@@ -110,7 +135,7 @@ def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float =
 
     Args:
         x: ``[B, T]`` or ``[N]``.
-        mask: float or bool, shape of ``x``.
+        mask: float or bool, shape of ``x``; ``None``: every element counts.
         shift_mean: subtract the mean (true) or keep it (false).
         eps: added to the variance, so a constant input maps to 0 instead of NaN.
 
@@ -124,7 +149,7 @@ def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float =
     out = (x - mu) * torch.rsqrt(var + eps)
     if not shift_mean:
         out = out + mu
-    return torch.where(w != 0, out, torch.zeros_like(out))
+    return out if w is None else torch.where(w != 0, out, torch.zeros_like(out))
 
 
 # --------------------------------------------------------------------------- loss aggregation
@@ -135,7 +160,7 @@ def _rows(loss: Tensor) -> int:
 
 
 def token_mean(
-    loss: Tensor, mask: Tensor, normalizer: float | Tensor | None = None, max_len: int | None = None
+    loss: Tensor, mask: Tensor | None, normalizer: float | Tensor | None = None, max_len: int | None = None
 ) -> Tensor:
     r"""Token mean: :math:`\sum_{b,t} \ell_{bt} m_{bt} / Z`, with :math:`Z = \sum m` by default.
 
@@ -154,12 +179,14 @@ def token_mean(
     w = _weights(loss, mask)
     total = _weighted(loss, w).sum()
     if normalizer is None:
-        return _safe_div(total, w.sum())
+        if w is None and loss.numel() > 0:  # the count is known and non-zero: a plain division
+            return total / float(loss.numel())
+        return _safe_div(total, _count(loss, w))
     return total / normalizer
 
 
 def seq_mean_token_mean(
-    loss: Tensor, mask: Tensor, normalizer: float | Tensor | None = None, max_len: int | None = None
+    loss: Tensor, mask: Tensor | None, normalizer: float | Tensor | None = None, max_len: int | None = None
 ) -> Tensor:
     r"""Sequence mean of per-sequence token means (the GRPO paper's :math:`\frac1G\sum_i\frac1{|o_i|}\sum_t`).
 
@@ -175,15 +202,16 @@ def seq_mean_token_mean(
         normalizer: Z, a number or scalar tensor.
     """
     w = _weights(loss, mask)
-    per_seq = _safe_div(_weighted(loss, w).sum(dim=-1), w.sum(dim=-1))  # [B], 0 for empty rows
+    n_row = _count(loss, w, -1)
+    per_seq = _safe_div(_weighted(loss, w).sum(dim=-1), n_row)  # [B], 0 for empty rows
     total = per_seq.sum()
     if normalizer is None:
-        return _safe_div(total, (w.sum(dim=-1) > 0).to(loss.dtype).sum())
+        return _safe_div(total, (n_row > 0).to(loss.dtype).sum())
     return total / normalizer
 
 
 def seq_mean_token_sum_norm(
-    loss: Tensor, mask: Tensor, normalizer: float | Tensor | None = None, max_len: int | None = None
+    loss: Tensor, mask: Tensor | None, normalizer: float | Tensor | None = None, max_len: int | None = None
 ) -> Tensor:
     r"""Dr. GRPO aggregation (Liu et al. 2025, "Understanding R1-Zero-Like Training").
 
@@ -216,7 +244,7 @@ LOSS_AGGREGATIONS: dict[str, Callable[..., Tensor]] = {
 
 def aggregate(
     loss: Tensor,
-    mask: Tensor,
+    mask: Tensor | None,
     mode: str,
     normalizer: float | Tensor | None = None,
     max_len: int | None = None,

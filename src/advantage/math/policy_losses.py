@@ -8,7 +8,8 @@ One signature for the whole registry, hyperparameters bound with ``functools.par
     scalar = aggregate(loss, mask, "token_mean")
 
 Each function returns the *per-element* loss (shape of ``logp``, 0 at masked positions; aggregation is the
-caller's choice, see :func:`advantage.math.masked.aggregate`) and a dict of detached scalar metrics (masked
+caller's choice, see :func:`advantage.math.masked.aggregate`; ``pg``, ``ppo_clip`` and ``ppo_penalty``
+take ``mask=None`` for a batch without padding) and a dict of detached scalar metrics (masked
 means over the valid elements).
 
 Ratios are formed in log space, :math:`\rho = \exp(\text{clamp}(\log\pi - \log\pi_\text{old}, -c, c))`,
@@ -26,12 +27,15 @@ import torch
 from torch import Tensor
 
 from advantage.math.kl import k3_from_ratio
-from advantage.math.masked import masked_mean
+from advantage.math.masked import keep, masked_mean
 
 __all__ = ["POLICY_LOSSES", "gspo", "pg", "ppo_clip", "ppo_penalty"]
 
 
-def _valid(mask: Tensor, like: Tensor) -> Tensor:
+def _valid(mask: Tensor | None, like: Tensor) -> Tensor | None:
+    """The mask as bool, after checking its shape; ``None`` (every element valid) stays ``None``."""
+    if mask is None:
+        return None
     if mask.shape != like.shape:
         raise ValueError(f"mask must have the shape of logp {tuple(like.shape)}, got {tuple(mask.shape)}")
     return mask.to(device=like.device) != 0
@@ -41,23 +45,24 @@ def _compute_dtype(*xs: Tensor) -> torch.dtype:
     return functools.reduce(torch.promote_types, (x.dtype for x in xs), torch.float32)
 
 
-def _log_ratio(logp: Tensor, old_logp: Tensor, valid: Tensor, clamp: float) -> tuple[Tensor, Tensor]:
+def _log_ratio(logp: Tensor, old_logp: Tensor, valid: Tensor | None, clamp: float) -> tuple[Tensor, Tensor]:
     """``(log ρ, ρ)`` in fp32/fp64, log ρ clamped to ``[-clamp, clamp]`` and 0 at masked positions."""
     if clamp <= 0:
         raise ValueError(f"log_ratio_clamp must be > 0, got {clamp}")
     dtype = _compute_dtype(logp, old_logp)
     lr = logp.to(dtype) - old_logp.to(dtype)
     # Zero the padding before exp: -inf - (-inf) is NaN, and NaN would leak into the gradient.
-    lr = torch.where(valid, lr, torch.zeros_like(lr)).clamp(-clamp, clamp)
+    lr = keep(valid, lr).clamp(-clamp, clamp)
     return lr, torch.exp(lr)
 
 
-def _clean(x: Tensor, valid: Tensor, dtype: torch.dtype) -> Tensor:
-    x = x.to(dtype)
-    return torch.where(valid, x, torch.zeros_like(x))
+def _clean(x: Tensor, valid: Tensor | None, dtype: torch.dtype) -> Tensor:
+    return keep(valid, x.to(dtype))
 
 
-def pg(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+def pg(
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor | None
+) -> tuple[Tensor, dict[str, Tensor]]:
     r"""Vanilla policy gradient (REINFORCE surrogate; Williams 1992).
 
     .. math::
@@ -83,7 +88,7 @@ def ppo_clip(
     logp: Tensor,
     old_logp: Tensor,
     advantages: Tensor,
-    mask: Tensor,
+    mask: Tensor | None,
     clip_low: float = 0.2,
     clip_high: float | None = None,
     dual_clip: float | None = None,
@@ -107,7 +112,7 @@ def ppo_clip(
         logp: ``[B, T]`` log-probs of the taken actions under the current policy (with grad).
         old_logp: ``[B, T]`` log-probs under the policy that collected the data (no grad).
         advantages: ``[B, T]`` (no grad).
-        mask: ``[B, T]`` float or bool.
+        mask: ``[B, T]`` float or bool, or ``None`` (every element valid: no selects).
         clip_low: :math:`\epsilon_\text{lo}` in [0, 1).
         clip_high: :math:`\epsilon_\text{hi} \ge 0`; ``None`` means ``clip_low``.
         dual_clip: ``None``, or c > 1.
@@ -146,7 +151,7 @@ def ppo_clip(
         objective = torch.where(dual_active, floor, objective)
         if with_metrics:
             metrics["dual_clipfrac"] = masked_mean(dual_active.to(ratio.dtype), mask).detach()
-    loss = torch.where(valid, -objective, torch.zeros_like(objective))
+    loss = keep(valid, -objective)
 
     if with_metrics:
         with torch.no_grad():
@@ -164,7 +169,7 @@ def ppo_penalty(
     logp: Tensor,
     old_logp: Tensor,
     advantages: Tensor,
-    mask: Tensor,
+    mask: Tensor | None,
     *,
     beta: float | Tensor,
     log_ratio_clamp: float = 20.0,
@@ -194,8 +199,7 @@ def ppo_penalty(
     log_ratio, ratio = _log_ratio(logp, old_logp, valid, log_ratio_clamp)
     adv = _clean(advantages, valid, ratio.dtype)
     k3 = k3_from_ratio(log_ratio, ratio)
-    loss = -ratio * adv + beta * k3
-    loss = torch.where(valid, loss, torch.zeros_like(loss))
+    loss = keep(valid, -ratio * adv + beta * k3)
     metrics: dict[str, Tensor] = {}
     if with_metrics:
         with torch.no_grad():

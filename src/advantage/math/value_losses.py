@@ -7,8 +7,9 @@ One signature for the registry, hyperparameters bound with ``functools.partial``
     scalar = aggregate(loss, mask, "token_mean")
 
 Each returns the per-element loss with the shape of ``values``, 0 at masked positions (which may hold
-anything, NaN included). ``old_values`` are the critic's predictions at collection time (used by
-``clipped`` only); ``returns`` are the regression targets (e.g. GAE advantages + old values), no grad.
+anything, NaN included); ``mask=None`` means every element is valid. ``old_values`` are the critic's
+predictions at collection time (used by ``clipped`` only); ``returns`` are the regression targets (e.g. GAE
+advantages + old values), no grad.
 """
 
 from __future__ import annotations
@@ -19,12 +20,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from advantage.math.masked import masked_var
+from advantage.math.masked import keep, masked_var
 
 __all__ = ["VALUE_LOSSES", "clipped", "explained_variance", "huber", "mse"]
 
 
-def _prepare(values: Tensor, others: tuple[Tensor, ...], mask: Tensor) -> tuple[Tensor, list[Tensor]]:
+def _prepare(
+    values: Tensor, others: tuple[Tensor, ...], mask: Tensor | None
+) -> tuple[Tensor | None, list[Tensor]]:
+    if mask is None:  # every element valid (no padding): nothing to select away
+        return None, [x.to(values.dtype) for x in (values, *others)]
     if mask.shape != values.shape:
         raise ValueError(f"mask must have the shape of values {tuple(values.shape)}, got {tuple(mask.shape)}")
     valid = mask.to(device=values.device) != 0
@@ -33,17 +38,19 @@ def _prepare(values: Tensor, others: tuple[Tensor, ...], mask: Tensor) -> tuple[
     return valid, [torch.where(valid, x.to(values.dtype), zero) for x in (values, *others)]
 
 
-def mse(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor) -> Tensor:
+def mse(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor | None) -> Tensor:
     r"""Squared error :math:`\ell_t = \tfrac12 (V_\theta(s_t) - R_t)^2`. ``old_values`` is unused.
 
     Args:
         values, old_values, returns, mask: ``[B, T]`` or ``[N]``.
     """
     valid, (v, r) = _prepare(values, (returns,), mask)
-    return torch.where(valid, 0.5 * (v - r) ** 2, torch.zeros_like(v))
+    return keep(valid, 0.5 * (v - r) ** 2)
 
 
-def clipped(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, clip: float = 0.2) -> Tensor:
+def clipped(
+    values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor | None, clip: float = 0.2
+) -> Tensor:
     r"""Clipped value loss of OpenAI baselines' PPO2 (Huang et al. 2022, "37 implementation details", #9).
 
     .. math::
@@ -61,11 +68,12 @@ def clipped(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, c
         raise ValueError(f"clip must be >= 0, got {clip}")
     valid, (v, old, r) = _prepare(values, (old_values, returns), mask)
     v_clip = old + (v - old).clamp(-clip, clip)
-    loss = 0.5 * torch.maximum((v - r) ** 2, (v_clip - r) ** 2)
-    return torch.where(valid, loss, torch.zeros_like(loss))
+    return keep(valid, 0.5 * torch.maximum((v - r) ** 2, (v_clip - r) ** 2))
 
 
-def huber(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, delta: float = 1.0) -> Tensor:
+def huber(
+    values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor | None, delta: float = 1.0
+) -> Tensor:
     r"""Huber loss (``torch.nn.functional.huber_loss``, ``reduction="none"``); smooth-L1 for δ = 1.
 
     .. math::
@@ -81,8 +89,7 @@ def huber(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, del
     if delta <= 0:
         raise ValueError(f"delta must be > 0, got {delta}")
     valid, (v, r) = _prepare(values, (returns,), mask)
-    loss = F.huber_loss(v, r, reduction="none", delta=delta)
-    return torch.where(valid, loss, torch.zeros_like(loss))
+    return keep(valid, F.huber_loss(v, r, reduction="none", delta=delta))
 
 
 VALUE_LOSSES: dict[str, Callable[..., Tensor]] = {"mse": mse, "clipped": clipped, "huber": huber}

@@ -29,8 +29,8 @@ autograd recording and replaying a few hundred small operations; with ``rows`` (
 reads: a reward model's last tokens, a policy's predicting tokens) the last layer skips the queries and
 MLP nobody reads. Checked against finite differences, the autograd path and transformers in
 ``tests/test_lean_backward.py``; ``ADVANTAGE_LEAN_BACKWARD=0`` keeps the autograd path. :func:`zero_grad`,
-:func:`clip_grad_norm` and :func:`adamw_step` are the optimizer step of such a loop with torch's kernels and
-without its per-call Python (``tests/test_lean_optim.py``).
+:func:`clip_grad_norm` and :func:`optimizer_step` are the optimizer step of such a loop with torch's kernels
+and without its per-call Python (``tests/test_lean_optim.py``).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ __all__ = [
     "additive_mask",
     "clip_grad_norm",
     "lean_decoder",
+    "optimizer_step",
     "padded_causal_mask",
     "zero_grad",
 ]
@@ -858,24 +859,31 @@ def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> Tensor:
     return total
 
 
-def adamw_step(opt: torch.optim.Optimizer) -> None:
-    """``opt.step()`` of a ``torch.optim.AdamW(fused=True)``: the step counters' increment and one
-    ``_fused_adamw_`` call, as its fused path does for one parameter group on one device and dtype, with the
-    state (created as it creates it) in ``opt.state``, so checkpoints save and load it as usual. Anything
-    else (several groups or dtypes, amsgrad, step hooks, another optimizer) calls ``opt.step()``."""
+def optimizer_step(opt: torch.optim.Optimizer) -> None:
+    """``opt.step()`` with torch's own kernels but without its per-call Python layers (hooks, profiler
+    ranges, the dynamo guard, regrouping by device and dtype), which cost more than the arithmetic for the
+    small networks of classic control. Two kinds of optimizer, for one parameter group on one device and
+    dtype, with their state created as torch creates it in ``opt.state`` (checkpoints save and load it as
+    usual):
+
+    * ``torch.optim.Adam`` / ``AdamW`` with ``fused=True``: the step counters' increment and one
+      ``_fused_adam_`` / ``_fused_adamw_`` call, as torch's fused path;
+    * ``torch.optim.RMSprop`` without momentum, centring or weight decay: the ``_foreach`` kernels of
+      torch's multi-tensor path, in its order (``v ← αv + (1−α)g²``, ``θ ← θ − lr·g / (√v + ε)``).
+
+    Anything else (several groups or dtypes, amsgrad, maximize, step hooks, a grad scaler, another
+    optimizer or setting) calls torch's step (:func:`advantage.nn.eager.step`)."""
     groups = opt.param_groups
     group = groups[0]
     params = [p for p in group["params"] if p.grad is not None]
+    kind = type(opt)
     if (
-        type(opt) is not torch.optim.AdamW
-        or len(groups) != 1
-        or not group.get("fused")
-        or group["amsgrad"]
+        len(groups) != 1
+        or not _lean_kind(kind, group)
         or group["maximize"]
         or group["capturable"]
         or group["differentiable"]
-        or any(isinstance(group[k], Tensor) for k in ("lr", "weight_decay", "eps"))
-        or any(isinstance(b, Tensor) for b in group["betas"])
+        or any(isinstance(v, Tensor) for k, v in group.items() if k in ("lr", "weight_decay", "eps", "alpha"))
         or eager._hooked(opt)
         or getattr(opt, "grad_scale", None) is not None
         or getattr(opt, "found_inf", None) is not None
@@ -886,6 +894,9 @@ def adamw_step(opt: torch.optim.Optimizer) -> None:
         return
     if not params:
         return
+    if kind is torch.optim.RMSprop:
+        _rmsprop_step(opt, group, params)
+        return
     state = opt.state
     for p in params:
         if not state[p]:  # the fused path's lazy initialisation
@@ -895,9 +906,10 @@ def adamw_step(opt: torch.optim.Optimizer) -> None:
     states = [state[p] for p in params]
     steps = [s["step"] for s in states]
     beta1, beta2 = group["betas"]
+    fused = torch._fused_adamw_ if kind is torch.optim.AdamW else torch._fused_adam_
     with torch.no_grad():
         torch._foreach_add_(steps, 1)
-        torch._fused_adamw_(
+        fused(
             params,
             [p.grad for p in params],
             [s["exp_avg"] for s in states],
@@ -914,3 +926,52 @@ def adamw_step(opt: torch.optim.Optimizer) -> None:
             grad_scale=None,
             found_inf=None,
         )
+
+
+adamw_step = optimizer_step  # its first name (the LLM trainers' AdamW)
+
+
+def _lean_kind(kind: type, group: dict[str, Any]) -> bool:
+    if kind is torch.optim.Adam or kind is torch.optim.AdamW:
+        return (
+            bool(group.get("fused"))
+            and not group["amsgrad"]
+            and not any(isinstance(b, Tensor) for b in group["betas"])
+        )
+    if kind is torch.optim.RMSprop:  # its multi-tensor path (foreach=True), the simple form
+        return (
+            bool(group.get("foreach"))
+            and group["momentum"] == 0
+            and not group["centered"]
+            and group["weight_decay"] == 0
+        )
+    return False
+
+
+def _rmsprop_step(opt: torch.optim.Optimizer, group: dict[str, Any], params: list[Tensor]) -> None:
+    """torch's ``_multi_tensor_rmsprop`` for momentum 0, uncentred, no weight decay (the same kernels in the
+    same order; the state as its ``_init_group`` creates it)."""
+    state = opt.state
+    for p in params:
+        if not state[p]:
+            state[p]["step"] = torch.zeros((), dtype=_scalar_dtype())
+            state[p]["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+    states = [state[p] for p in params]
+    grads = [p.grad for p in params]
+    square_avgs = [s["square_avg"] for s in states]
+    alpha = group["alpha"]
+    with torch.no_grad():
+        torch._foreach_add_([s["step"] for s in states], _ONE, alpha=1.0)
+        torch._foreach_mul_(square_avgs, alpha)
+        torch._foreach_addcmul_(square_avgs, grads, grads, value=1 - alpha)
+        avg = torch._foreach_sqrt(square_avgs)
+        torch._foreach_add_(avg, group["eps"])
+        torch._foreach_addcdiv_(params, grads, avg, value=-group["lr"])
+
+
+_ONE = torch.tensor(1.0)  # torch's RMSprop adds a CPU tensor 1.0 to its CPU step counters
+
+
+def _scalar_dtype() -> torch.dtype:
+    """The dtype of torch's optimizer step counters (``torch.optim.optimizer._get_scalar_dtype``)."""
+    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
