@@ -264,7 +264,8 @@ def gspo(
         raise ValueError(f"clip_high must be >= 0, got {clip_high}")
     if log_ratio_clamp <= 0:
         raise ValueError(f"log_ratio_clamp must be > 0, got {log_ratio_clamp}")
-    valid = _valid(mask, logp)
+    valid = _valid(torch.ones_like(logp) if mask is None else mask, logp)  # per-row lengths need a mask
+    assert valid is not None
     dtype = _compute_dtype(logp, old_logp)
     lp = _clean(logp, valid, dtype)  # padding may hold -inf: zero it before any arithmetic
     log_ratio = lp - _clean(old_logp, valid, dtype)

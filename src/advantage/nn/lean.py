@@ -957,7 +957,7 @@ def _rmsprop_step(opt: torch.optim.Optimizer, group: dict[str, Any], params: lis
             state[p]["step"] = torch.zeros((), dtype=_scalar_dtype())
             state[p]["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
     states = [state[p] for p in params]
-    grads = [p.grad for p in params]
+    grads = [cast(Tensor, p.grad) for p in params]
     square_avgs = [s["square_avg"] for s in states]
     alpha = group["alpha"]
     with torch.no_grad():
