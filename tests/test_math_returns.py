@@ -586,3 +586,19 @@ def test_a2c_critic_targets_ignore_a_nan_value_after_termination(target):
         out.append(critic_targets(r, v, nv, term, trunc, adv, 0.9, target))
     assert torch.isfinite(out[1]).all()
     close(out[1], out[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(1,), (5,), (1, 5), (8, 5), (3, 128)])
+def test_gae_numpy_path_equals_torch_loop_bit_for_bit(dtype, shape):
+    """CPU inputs without gradients run the recursion on NumPy views; inputs that need a gradient run the
+    torch loop. Same arithmetic, so the same bits (rollouts must reproduce whichever path ran)."""
+    g = torch.Generator().manual_seed(sum(shape))
+    rewards, values, next_values = (torch.randn(shape, generator=g, dtype=dtype) for _ in range(3))
+    term = torch.rand(shape, generator=g) < 0.15
+    trunc = torch.rand(shape, generator=g) < 0.1
+    fast = gae(rewards, values, next_values, term, trunc, 0.99, 0.95)
+    slow = gae(rewards, values.requires_grad_(), next_values, term, trunc, 0.99, 0.95)
+    assert slow.requires_grad and not fast.requires_grad  # each path ran
+    assert fast.dtype == dtype and fast.shape == slow.shape
+    assert torch.equal(fast, slow.detach())

@@ -12,6 +12,7 @@ on a rollout"; Gymnasium's ``terminated``/``truncated`` API).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -178,6 +179,18 @@ def gae(
     # 0 and never read, so an inf or NaN there (a diverged critic, a placeholder) cannot poison the row,
     # and nothing crosses an episode boundary.
     deltas = rewards + torch.where(term, torch.zeros_like(next_values), gamma * next_values) - values
+    if deltas.device.type == "cpu" and not deltas.requires_grad:
+        # The same recursion on NumPy views: a NumPy op on a few numbers costs a fraction of a torch op,
+        # and a short rollout (A2C's 5 steps) is all per-op cost. Same float arithmetic (the scalar
+        # γλ rounded to the array's dtype, as torch does), tested bit for bit against the loop below.
+        d, dn = deltas.numpy(), done.numpy()
+        res = np.empty_like(d)
+        c, zero = d.dtype.type(gamma * lam), d.dtype.type(0)
+        acc = np.zeros_like(d[..., 0])
+        for t in range(d.shape[-1] - 1, -1, -1):
+            acc = d[..., t] + np.where(dn[..., t], zero, c * acc)
+            res[..., t] = acc
+        return torch.from_numpy(res)
     out = torch.empty_like(deltas)
     carry = torch.zeros_like(deltas[..., 0])
     for t in range(deltas.shape[-1] - 1, -1, -1):

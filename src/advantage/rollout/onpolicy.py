@@ -220,11 +220,15 @@ def build_batch(
     adv = gae(rew, val, next_val, term, trunc, gamma, gae_lambda)  # [N, T]
     returns = adv + val if targets is None else targets(rew, val, next_val, term, trunc, adv)
     order = (lambda x: x.transpose(0, 1)) if env_major else (lambda x: x)
-    idx = order(valid).flatten().nonzero().squeeze(-1)
+    # every step valid (no reset step in the rollout, the common case): no index to gather with
+    idx = None if bool(np.all(rollout.valid)) else order(valid).flatten().nonzero().squeeze(-1)
 
-    def flat(x: Tensor) -> Tensor:  # [T, N, ...] → [n, ...]
+    def flat(x: Tensor) -> Tensor:  # [T, N, ...] → [n, ...], never a view of the collector's buffers
         x = order(x)
-        return x.reshape(T * N, *x.shape[2:])[idx]
+        x = x.reshape(T * N, *x.shape[2:])
+        if idx is not None:
+            return x[idx]
+        return x.clone() if x._base is not None else x  # the next rollout overwrites what a view shows
 
     return Batch(
         obs=flat(obs),
