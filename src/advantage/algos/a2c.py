@@ -89,8 +89,12 @@ def loss_fn(model: ActorCritic, batch: Batch, a: A2CAlgorithm) -> tuple[Tensor, 
     pl, _ = POLICY_LOSSES["pg"](logp, batch.logp, adv, None)
     vl = VALUE_LOSSES["mse"](value, batch.values, batch.returns, None)
     policy_loss, value_loss = aggregate(pl, None, "token_mean"), aggregate(vl, None, "token_mean")
-    ent = entropy.mean()
-    loss = policy_loss + a.vf_coef * value_loss - a.ent_coef * ent
+    loss = policy_loss + a.vf_coef * value_loss
+    if a.ent_coef != 0:  # keep the entropy out of the graph when it has no weight (the zoo's CartPole: 0)
+        ent = entropy.mean()
+        loss = loss - a.ent_coef * ent
+    else:
+        ent = entropy.detach().mean()
     return loss, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": ent}
 
 
