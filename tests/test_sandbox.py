@@ -137,7 +137,12 @@ def _attack(task: CodeTask, completion: str, example: Example):
     assert reward.score == 0.0 and not reward.correct, reward
     assert reward.reason
     assert elapsed < task.limits.wall_seconds + 1.0, (elapsed, reward)
-    assert _sandbox_processes() - before == set()
+    # A SIGKILLed process may still be in the kernel's exit path for a moment on a starved CPU (state R,
+    # running no user code); it must be gone within a bounded time, or the sandbox left it behind.
+    deadline = time.monotonic() + 2.0
+    while (left := _sandbox_processes() - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left == set()
     return reward
 
 
