@@ -35,6 +35,7 @@ from advantage.envs import describe_space, env_state, make_vec_env, require_spac
 from advantage.errors import ConfigError, EnvError, NonFiniteError
 from advantage.nn import eager  # noqa: F401  (installed before LeanAdam builds its torch.optim.Adam)
 from advantage.nn.continuous import to_env_action
+from advantage.nn.lean import fused_adam_state, fused_adam_update
 from advantage.nn.policy import ObsNormalizer
 from advantage.rollout.envsteps import EnvSteps, setup_torch
 from advantage.torch_state import LearnerState, load_module
@@ -330,11 +331,7 @@ class LeanAdam:
         self.params = list(params)
         self.opt = torch.optim.Adam(self.params, lr=lr, fused=True)
         for p in self.params:  # the state Adam's fused path creates lazily at its first step
-            self.opt.state[p] = {
-                "step": torch.zeros((), dtype=torch.float32),
-                "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
-            }
+            self.opt.state[p] = fused_adam_state(p)
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -350,26 +347,8 @@ class LeanAdam:
 
     def step(self) -> None:
         group, state = self.opt.param_groups[0], self.opt.state
-        states = [state[p] for p in self.params]  # re-read: load_state_dict replaces the state dicts
-        steps = [s["step"] for s in states]
-        torch._foreach_add_(steps, 1)
-        torch._fused_adam_(
-            self.params,
-            [p.grad for p in self.params],
-            [s["exp_avg"] for s in states],
-            [s["exp_avg_sq"] for s in states],
-            [],
-            steps,
-            amsgrad=False,
-            lr=group["lr"],
-            beta1=group["betas"][0],
-            beta2=group["betas"][1],
-            weight_decay=group["weight_decay"],
-            eps=group["eps"],
-            maximize=False,
-            grad_scale=None,
-            found_inf=None,
-        )
+        # re-read the states: load_state_dict replaces the state dicts
+        fused_adam_update(self.params, [state[p] for p in self.params], group, decoupled=False)
 
 
 def check_finite(step: int, what: str, value: torch.Tensor) -> None:

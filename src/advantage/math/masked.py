@@ -59,6 +59,14 @@ def _count(x: Tensor, w: Tensor | None, dim: int | None = None) -> Tensor:
     return torch.full(shape, float(n), dtype=x.dtype, device=x.device)
 
 
+def _mean(total: Tensor, x: Tensor, w: Tensor | None) -> Tensor:
+    """``total / Σ w`` (0 where nothing is valid); without a mask and with elements, the count is known
+    and non-zero: a plain division by it (the same value, without building and checking a count tensor)."""
+    if w is None and x.numel() > 0:
+        return total / float(x.numel())
+    return _safe_div(total, _count(x, w))
+
+
 def keep(valid: Tensor | None, x: Tensor) -> Tensor:
     """``x`` where ``valid`` (bool), 0 elsewhere; ``valid=None`` keeps everything."""
     return x if valid is None else torch.where(valid, x, torch.zeros_like(x))
@@ -92,9 +100,7 @@ def masked_mean(x: Tensor, mask: Tensor | None, dim: int | None = None) -> Tenso
     w = _weights(x, mask)
     s = _weighted(x, w)
     if dim is None:
-        if w is None and x.numel() > 0:  # the count is known and non-zero: a plain division
-            return s.sum() / float(x.numel())
-        return _safe_div(s.sum(), _count(x, w))
+        return _mean(s.sum(), x, w)
     return _safe_div(s.sum(dim=dim), _count(x, w, dim))
 
 
@@ -179,9 +185,7 @@ def token_mean(
     w = _weights(loss, mask)
     total = _weighted(loss, w).sum()
     if normalizer is None:
-        if w is None and loss.numel() > 0:  # the count is known and non-zero: a plain division
-            return total / float(loss.numel())
-        return _safe_div(total, _count(loss, w))
+        return _mean(total, loss, w)
     return total / normalizer
 
 

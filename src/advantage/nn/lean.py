@@ -899,33 +899,48 @@ def optimizer_step(opt: torch.optim.Optimizer) -> None:
         return
     state = opt.state
     for p in params:
-        if not state[p]:  # the fused path's lazy initialisation
-            state[p]["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
-            state[p]["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            state[p]["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-    states = [state[p] for p in params]
+        if not state[p]:
+            state[p].update(fused_adam_state(p))
+    with torch.no_grad():
+        fused_adam_update(params, [state[p] for p in params], group, kind is torch.optim.AdamW)
+
+
+def fused_adam_state(p: Tensor) -> dict[str, Tensor]:
+    """The state torch's fused Adam/AdamW path creates for ``p`` at its first step."""
+    return {
+        "step": torch.zeros((), dtype=torch.float32, device=p.device),
+        "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+        "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+    }
+
+
+def fused_adam_update(
+    params: list[Tensor], states: list[dict[str, Tensor]], group: dict[str, Any], decoupled: bool
+) -> None:
+    """What torch's fused Adam (``decoupled=False``) or AdamW path does for one group on one device and
+    dtype: add 1 to every step counter, then one ``_fused_adam_`` / ``_fused_adamw_`` call. Every parameter
+    needs a gradient."""
     steps = [s["step"] for s in states]
     beta1, beta2 = group["betas"]
-    fused = torch._fused_adamw_ if kind is torch.optim.AdamW else torch._fused_adam_
-    with torch.no_grad():
-        torch._foreach_add_(steps, 1)
-        fused(
-            params,
-            [p.grad for p in params],
-            [s["exp_avg"] for s in states],
-            [s["exp_avg_sq"] for s in states],
-            [],
-            steps,
-            amsgrad=False,
-            lr=group["lr"],
-            beta1=beta1,
-            beta2=beta2,
-            weight_decay=group["weight_decay"],
-            eps=group["eps"],
-            maximize=False,
-            grad_scale=None,
-            found_inf=None,
-        )
+    fused = torch._fused_adamw_ if decoupled else torch._fused_adam_
+    torch._foreach_add_(steps, 1)
+    fused(
+        params,
+        [cast(Tensor, p.grad) for p in params],
+        [s["exp_avg"] for s in states],
+        [s["exp_avg_sq"] for s in states],
+        [],
+        steps,
+        amsgrad=False,
+        lr=group["lr"],
+        beta1=beta1,
+        beta2=beta2,
+        weight_decay=group["weight_decay"],
+        eps=group["eps"],
+        maximize=False,
+        grad_scale=None,
+        found_inf=None,
+    )
 
 
 adamw_step = optimizer_step  # its first name (the LLM trainers' AdamW)
