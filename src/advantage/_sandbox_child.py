@@ -17,6 +17,7 @@ only ever treats it as the values the code returned.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -234,51 +235,109 @@ def _isolate(payload: dict[str, Any], kind: str | None, out_fd: int) -> list[str
         raise OSError(f"setting no_new_privs: {os.strerror(ctypes.get_errno())}")
     if kind is not None:
         done += _seccomp(libc)
+    elif "no-new-privs" in done:  # unsafe: no namespace, so the filter is all that keeps IPC objects from
+        with contextlib.suppress(OSError):  # outliving the run; where refused, unsafe runs on without it
+            done += _seccomp(libc)
     return done
 
 
-# (audit arch, syscall numbers) of x86_64 and aarch64: unshare setns mount umount2 pivot_root chroot
-# ptrace process_vm_readv process_vm_writev keyctl add_key request_key bpf perf_event_open userfaultfd
-# name_to_handle_at open_by_handle_at, then the new mount API and io_uring (same numbers everywhere)
-_SECCOMP_ARCH = {
+# Per architecture (x86_64, aarch64): the audit arch; clone, socket, socketpair; the system calls refused
+# with EPERM: unshare setns mount umount2 pivot_root chroot ptrace process_vm_readv process_vm_writev
+# keyctl add_key request_key bpf perf_event_open userfaultfd name_to_handle_at open_by_handle_at, then
+# System V IPC (shmget shmat shmctl shmdt semget semop semctl semtimedop msgget msgsnd msgrcv msgctl) and
+# POSIX message queues (mq_open mq_unlink mq_timedsend mq_timedreceive mq_notify mq_getsetattr). Neither
+# architecture has the ``ipc`` or ``socketcall`` multiplexers (i386 does: its ABI is killed outright).
+_SECCOMP_ARCH: dict[str, tuple[int, int, int, int, list[int]]] = {
     "x86_64": (
         0xC000003E,
         56,
-        [272, 308, 165, 166, 155, 161, 101, 310, 311, 250, 248, 249, 321, 298, 323, 303, 304],
+        41,
+        53,
+        [
+            *(272, 308, 165, 166, 155, 161, 101, 310, 311, 250, 248, 249, 321, 298, 323, 303, 304),
+            *(29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71),
+            *(240, 241, 242, 243, 244, 245),
+        ],
     ),
     "aarch64": (
         0xC00000B7,
         220,
-        [97, 268, 40, 39, 41, 51, 117, 270, 271, 219, 217, 218, 280, 241, 282, 264, 265],
+        198,
+        199,
+        [
+            *(97, 268, 40, 39, 41, 51, 117, 270, 271, 219, 217, 218, 280, 241, 282, 264, 265),
+            *(194, 196, 195, 197, 190, 193, 191, 192, 186, 189, 188, 187),
+            *(180, 181, 182, 183, 184, 185),
+        ],
     ),
 }
+# the new mount API and io_uring (same numbers everywhere)
 _SECCOMP_COMMON = [428, 429, 430, 431, 432, 433, 442, 425, 426, 427]
 _CLONE3 = 435
 _CLONE_NEW_ANY = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+# Socket address families socket() and socketpair() may create: AF_UNIX (socketpair is used by asyncio,
+# multiprocessing and socket.socketpair; abstract addresses belong to the network namespace, and the
+# private root holds no pathname socket of the host), AF_INET and AF_INET6 (the network namespace has
+# only a loopback that is down, so nothing is reachable). Every other family (netlink, packet, vsock,
+# which no network namespace confines, alg, bluetooth, …) gets EAFNOSUPPORT, as from a kernel without it.
+SOCKET_FAMILIES = {"AF_UNIX": 1, "AF_INET": 2, "AF_INET6": 10}
+_EAFNOSUPPORT = 97
+
+
+def _seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
+    """The filter of :func:`_seccomp` for ``machine`` as classic BPF instructions ``(code, jt, jf, k)``.
+    Jumps are written to labels (strings) and resolved to the relative offsets BPF wants."""
+    arch, clone, socket_nr, socketpair_nr, denied = _SECCOMP_ARCH[machine]
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | 1
+    enosys, eafnosupport = 0x00050000 | 38, 0x00050000 | _EAFNOSUPPORT
+    nr, arg0 = 0, 16  # offsets in struct seccomp_data; arg0's low 32 bits (little-endian): an int
+    code: list[tuple[int, int | str, int | str, int]] = [
+        (ld, 0, 0, 4),
+        (jeq, 0, "kill", arch),  # another ABI (x32, i386): its system call numbers mean other calls
+        (ld, 0, 0, nr),
+        (jge, "kill", 0, 0x40000000),  # x32 numbers on x86_64
+    ]
+    code += [(jeq, "eperm", 0, n) for n in denied + _SECCOMP_COMMON]
+    code += [(jeq, "enosys", 0, _CLONE3)]
+    code += [(jeq, 0, "socket", clone), (ld, 0, 0, arg0), (jset, "eperm", "allow", _CLONE_NEW_ANY)]
+    labels = {"socket": len(code)}
+    code += [(jeq, "family", 0, socket_nr), (jeq, "family", "allow", socketpair_nr)]
+    labels["family"] = len(code)
+    code += [(ld, 0, 0, arg0), *((jeq, "allow", 0, f) for f in SOCKET_FAMILIES.values())]
+    code += [(ret, 0, 0, eafnosupport)]
+    for name, action in (("eperm", eperm), ("enosys", enosys), ("kill", kill), ("allow", allow)):
+        labels[name] = len(code)
+        code.append((ret, 0, 0, action))
+
+    def offset(at: int, target: int | str) -> int:
+        if isinstance(target, int):
+            return target
+        jump = labels[target] - at - 1
+        if not 0 <= jump < 256:  # a forward jump of at most 255: our own bug, never installed
+            raise ValueError(f"seccomp program: jump to {target} out of range ({jump})")
+        return jump
+
+    return [(op, offset(i, jt), offset(i, jf), k) for i, (op, jt, jf, k) in enumerate(code)]
 
 
 def _seccomp(libc: Any) -> list[str]:
     """A seccomp filter (classic BPF, no library) that refuses with EPERM the system calls that change
-    namespaces or mounts, inspect other processes, or reach rarely needed kernel code (keys, BPF, perf,
-    userfaultfd, io_uring, file handles); ``clone`` with a namespace flag; ``clone3`` gets ENOSYS (the C
-    library then falls back to ``clone``, whose flags a filter can read). Any other ABI (x32, i386 on
-    x86_64) kills the process. Defence in depth: the namespaces are the boundary, this narrows the
-    kernel code the candidate can reach. Returns ``["seccomp"]``, or ``[]`` on an unknown architecture."""
+    namespaces or mounts, inspect other processes, create or reach System V IPC objects and POSIX message
+    queues (their memory is not counted by ``RLIMIT_AS``, and without an IPC namespace they outlive the
+    process), or reach rarely needed kernel code (keys, BPF, perf, userfaultfd, io_uring, file handles);
+    ``clone`` with a namespace flag; ``socket``/``socketpair`` of a family outside
+    :data:`SOCKET_FAMILIES` (EAFNOSUPPORT); ``clone3`` gets ENOSYS (the C library then falls back to
+    ``clone``, whose flags a filter can read). Any other ABI (x32, i386 on x86_64) kills the process.
+    Defence in depth where the namespaces are the boundary, this narrows the kernel code the candidate can
+    reach; without namespaces (``unsafe``) it is what keeps IPC memory from outliving the run. Returns
+    ``["seccomp"]``, or ``[]`` on an unknown architecture."""
     import ctypes
     import platform
 
     if platform.machine() not in _SECCOMP_ARCH:
         return []
-    arch, clone, denied = _SECCOMP_ARCH[platform.machine()]
-    denied = denied + _SECCOMP_COMMON
-    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    allow, kill, eperm, enosys = 0x7FFF0000, 0x80000000, 0x00050000 | 1, 0x00050000 | 38
-    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0), (jge, 0, 1, 0x40000000)]
-    prog += [(ret, 0, 0, kill)]
-    for nr in denied:
-        prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
-    prog += [(jeq, 0, 1, _CLONE3), (ret, 0, 0, enosys), (jeq, 0, 3, clone), (ld, 0, 0, 16)]
-    prog += [(jset, 0, 1, _CLONE_NEW_ANY), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+    prog = _seccomp_program(platform.machine())
 
     class Filter(ctypes.Structure):
         _fields_ = [
@@ -401,7 +460,15 @@ def _run_code(code: str, entry: str, inputs: list[list[Any]], out_fd: int) -> No
     items = []
     for args in inputs:
         try:
-            items.append(f'["v",{dumps(fn(*args), allow_nan=False)}]')
+            value = fn(*args)
+            # UTF-8, non-ASCII unescaped: the output limit counts the bytes of the value, not 6-12 bytes
+            # of \uXXXX escapes per character; a string with a lone surrogate (not UTF-8) stays escaped
+            text = dumps(value, allow_nan=False, ensure_ascii=False)
+            try:
+                text.encode()
+            except UnicodeEncodeError:
+                text = dumps(value, allow_nan=False)
+            items.append(f'["v",{text}]')
         except BaseException as e:  # the call raised, or its value is not JSON
             items.append(dumps(["e", _describe(e)]))
     report('{"stage":"done","outputs":[' + ",".join(items) + "]}")
@@ -417,7 +484,10 @@ def _describe(e: BaseException) -> str:
 
 
 def _line(msg: dict[str, Any]) -> bytes:
-    return json.dumps(msg).encode() + b"\n"
+    """One protocol line: JSON in UTF-8 with non-ASCII unescaped, so a result of non-ASCII text is not
+    inflated 6-12 times on its way to the trainer. A lone surrogate (only ever inside a JSON string)
+    becomes its ``\\uXXXX`` escape, which decodes back to the same string."""
+    return json.dumps(msg, ensure_ascii=False).encode("utf-8", "backslashreplace") + b"\n"
 
 
 def _write_all(fd: int, data: bytes) -> None:

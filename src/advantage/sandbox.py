@@ -64,8 +64,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import os
+import re
 import secrets
 import select
 import signal
@@ -93,6 +95,16 @@ ISOLATION_MODES = ("kernel", "unsafe")
 _KIND = "auto"  # tests force a kernel mode: "root", "userns", or "none" (as if the kernel refused)
 _SCRIPT = os.path.abspath(_sandbox_child.__file__)
 _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "PYTHONHASHSEED": "0"}
+# Results nested deeper than this are garbled: json.loads recurses once per level, and a result nested
+# 100,000 deep raised RecursionError out of run_sandboxed (and would out of any later code that walks it).
+MAX_DEPTH = 100
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # brackets inside strings do not nest
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
+# The supervisor's last line holds the candidate's raw results (at most output_bytes + 4096 bytes) as a
+# JSON string: escaping makes a byte at most 6 (a control character is \u00XX). Reading more than this
+# means the supervisor is broken; the bound keeps the trainer's memory bounded whatever arrives.
+_RAW_FACTOR, _SLACK = 6, 4096
 
 
 @dataclass(frozen=True)
@@ -100,7 +112,9 @@ class SandboxLimits:
     """Limits of one run. ``wall_seconds`` bounds the whole run (start-up included); ``cpu_seconds`` the
     candidate's CPU time (whole seconds, the kernel's granularity); ``memory_bytes`` its address space;
     ``file_size_bytes`` the largest file it may write and the size of its ``/tmp``; ``max_processes``
-    the processes or threads it may start; ``output_bytes`` the size of its encoded results.
+    the processes or threads it may start; ``output_bytes`` the size of its results as JSON text in
+    UTF-8 with non-ASCII characters unescaped (so a string counts its UTF-8 bytes, not the 6-12 bytes
+    of its ``\\uXXXX`` escapes; the bytes read from the pipes are bounded by a multiple of it).
     ``isolation``: ``kernel`` (the default: namespaces and a minimal root; where the kernel refuses them
     the run fails with stage ``setup`` and nothing runs) or ``unsafe`` (no isolation but the rlimits and
     a clean environment: the code can read and write whatever the trainer's user can)."""
@@ -219,7 +233,8 @@ def run_sandboxed(
 
 def _read_messages(fd: int, nonce: str, deadline: float, cap: int, state: dict[str, Any]) -> None:
     """Read the supervisor's two lines (``{"inner": pid}`` at once, the final report at the end) until
-    EOF, the deadline, or more than ``cap`` bytes; record them in ``state``."""
+    EOF, the deadline, or more bytes than a report of ``cap`` bytes of results can take once escaped;
+    record them in ``state``."""
     poller = select.poll()  # not select.select: fd numbers above 1024 are fine
     poller.register(fd, select.POLLIN)
     buf = bytearray()
@@ -234,7 +249,7 @@ def _read_messages(fd: int, nonce: str, deadline: float, cap: int, state: dict[s
         if not chunk:
             break
         buf += chunk
-        if len(buf) > cap + 65536:
+        if len(buf) > _RAW_FACTOR * (cap + _SLACK) + 65536:
             state["killed_by"] = "output"
             return
         if state["inner"] is None and b"\n" in buf:
@@ -247,10 +262,25 @@ def _read_messages(fd: int, nonce: str, deadline: float, cap: int, state: dict[s
 def _decode(line: bytes, nonce: str) -> dict[str, Any] | None:
     """One supervisor message, or None when it is not JSON or lacks this run's nonce."""
     try:
-        msg = json.loads(line)
-    except ValueError:
+        ok, msg = _loads(line.decode())
+    except UnicodeDecodeError:
         return None
-    return msg if isinstance(msg, dict) and msg.get("nonce") == nonce else None
+    return msg if ok and isinstance(msg, dict) and msg.get("nonce") == nonce else None
+
+
+def _loads(text: str) -> tuple[bool, Any]:
+    """``(True, value)`` for JSON nested at most :data:`MAX_DEPTH` deep, else ``(False, None)``. The
+    depth is counted before decoding (brackets outside strings; a document that is not JSON can only
+    count deeper than the decoder gets before it fails), so decoding recurses a bounded number of times
+    whatever the candidate wrote; any decoding failure is a garbled result, never an exception."""
+    if text.count("[") + text.count("{") > MAX_DEPTH:  # the scan below only when it could matter
+        brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+        if max(itertools.accumulate(map(_NESTING.__getitem__, brackets)), default=0) > MAX_DEPTH:
+            return False, None
+    try:
+        return True, json.loads(text)
+    except (ValueError, RecursionError):  # ValueError includes integers of over 4300 digits
+        return False, None
 
 
 def _stop(proc: Any, state: dict[str, Any]) -> None:
@@ -304,9 +334,9 @@ def _interpret(state: dict[str, Any], limits: SandboxLimits, seconds: float, tai
     if killed:
         error = f"CPU time limit {limits.cpu_seconds} s exceeded" if killed == "cpu" else f"killed: {killed}"
         return SandboxResult(None, error, seconds, killed, "run", isolation)
-    try:
-        report = json.loads(final.get("result") or "null")
-    except ValueError:
+    raw = final.get("result")
+    ok, report = _loads(raw) if isinstance(raw, str) else (True, None)
+    if not ok:
         report = "garbled"
     if report is None:
         why = f"the program exited with status {final.get('status')} before reporting"

@@ -30,8 +30,11 @@ Verification rules (on top of :mod:`advantage.envs.text.core`'s stripping and ta
    tests passed; then ``score = (1 - w)·score + w·format_ok`` with ``w = format_reward``.
 5. Reasons never repeat the program's return values (they could carry file contents into logs).
 
-A sandbox that cannot start (no processes left, a broken interpreter) raises :class:`RuntimeError`
-instead of returning 0: an infrastructure failure must not read as a wrong answer. Where the kernel
+A sandbox that cannot start (no processes left, a broken interpreter) raises :class:`SandboxUnavailable`
+(a :class:`RuntimeError`) instead of returning 0: an infrastructure failure must not read as a wrong
+answer. Any other exception while one completion is run or judged is that completion's failure: it
+scores 0 (``format_ok=False``, so a format reward does not apply either) and is logged, and the rest of the
+batch, and the training run, go on. Where the kernel
 refuses the sandbox's namespaces the task cannot be made (:class:`ConfigError` saying what is missing
 and how to run): model-written code never runs unconfined unless ``sandbox="unsafe"`` is set explicitly
 (``data.sandbox=unsafe``; see ``docs/reliability.md``).
@@ -40,6 +43,7 @@ and how to run): model-written code never runs unconfined unless ``sandbox="unsa
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import re
@@ -63,7 +67,9 @@ from advantage.envs.text.core import (
 from advantage.errors import ConfigError
 from advantage.sandbox import Raised, SandboxLimits, SandboxResult, kernel_isolation_problem, run_sandboxed
 
-__all__ = ["CodeTask", "extract_code"]
+__all__ = ["CodeTask", "SandboxUnavailable", "extract_code"]
+
+log = logging.getLogger(__name__)
 
 MAX_CODE_CHARS = 10_000
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)\n?[ \t]*```", re.DOTALL)
@@ -204,6 +210,11 @@ def extract_code(completion: str, answer_format: str) -> tuple[str | None, str]:
     return text, "ok"
 
 
+class SandboxUnavailable(RuntimeError):
+    """The sandbox could not run at all (stage ``setup``): a fault of the machine, not of the completion,
+    so it stops the run instead of scoring 0."""
+
+
 def _same(got: Any, expected: Any) -> bool:
     """Equal as JSON values (rule 3): ``1 != 1.0 != True``, a tuple equals a list."""
     if isinstance(got, Raised):
@@ -300,13 +311,21 @@ class CodeTask:
         if code is None:
             return make_reward(False, False, None, why, self.format_reward)
         tests = example.meta["tests"]
-        result = run_sandboxed(code, [args for args, _ in tests], entry="f", limits=self.limits)
-        return self._judge(code, result, [expected for _, expected in tests])
+        try:
+            result = run_sandboxed(code, [args for args, _ in tests], entry="f", limits=self.limits)
+            return self._judge(code, result, [expected for _, expected in tests])
+        except SandboxUnavailable:
+            raise
+        except Exception as e:  # whatever one completion makes happen, it must not end the run
+            log.warning("code task: scoring a completion failed, it scores 0", exc_info=True)
+            why = f"the sandbox run failed: {type(e).__name__}"  # not the message: it may hold the output
+            return make_reward(False, False, code, why, self.format_reward)
 
     def verify_many(
         self, completions: Sequence[str], examples: Sequence[Example], max_workers: int = 2
     ) -> list[Reward]:
-        """:meth:`verify` for each pair, ``max_workers`` sandboxes at a time (each is one process)."""
+        """:meth:`verify` for each pair, ``max_workers`` sandboxes at a time (each is one process). One
+        completion's failure is its score of 0 (:meth:`verify`); only :class:`SandboxUnavailable` raises."""
         if len(completions) != len(examples):
             raise ValueError(f"got {len(completions)} completions for {len(examples)} examples")
         if max_workers <= 1:
@@ -320,7 +339,7 @@ class CodeTask:
         unsafe = "UNSAFE-no-isolation" in result.isolation
         note = " [no isolation: data.sandbox=unsafe]" if unsafe else ""
         if result.stage == "setup":
-            raise RuntimeError(f"the code sandbox could not run: {result.error}")
+            raise SandboxUnavailable(f"the code sandbox could not run: {result.error}")
         if result.outputs is None:
             format_ok = result.stage not in ("syntax", "entry")
             return make_reward(False, format_ok, code, f"{result.error}{note}", self.format_reward)
