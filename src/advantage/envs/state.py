@@ -34,17 +34,18 @@ _NOT_STATE = frozenset({"render_mode"})
 
 MAX_SEQUENCE = 10_000  # most numbers kept in one tuple or list, nested ones counted (saved and restored)
 MAX_ARRAY = 1_000_000  # most elements of one numpy array kept as state
+RECORDER = "EpisodeRecorder"  # advantage.envs.replay's wrapper: a checkpoint from before it lacks the layer
 MAX_DEPTH = 8  # deepest nesting of tuples and lists kept as state
 
 
 def _encode(value: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
     """The JSON form of one plain value, or None when it is not plain state (rebuilt by the constructor)."""
-    if isinstance(value, _SCALARS):
-        return {"v": value}
-    if isinstance(value, np.generic):
+    if isinstance(value, np.generic):  # before the scalars: np.float64 is a subclass of float
         if value.dtype.kind not in "biuf":
             return None
         return {"np": value.dtype.str, "v": value.item()}
+    if isinstance(value, _SCALARS):
+        return {"v": value}
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biuf" or value.size > MAX_ARRAY:
             return None
@@ -192,7 +193,10 @@ def env_state(env: gym.Env | gym.vector.VectorEnv) -> list[dict[str, Any]]:
             enc = _encode(v)
             if enc is not None:
                 attrs[k] = enc
-        out.append({"type": type(layer).__name__, "attrs": attrs})
+        entry: dict[str, Any] = {"type": type(layer).__name__, "attrs": attrs}
+        if hasattr(type(layer), "replay_record"):  # advantage.envs.replay.EpisodeRecorder
+            entry["replay"] = layer.replay_record()
+        out.append(entry)
     return out
 
 
@@ -222,6 +226,8 @@ def set_env_state(env: gym.Env | gym.vector.VectorEnv, state: list[dict[str, Any
         isinstance(s, dict) and isinstance(s.get("attrs"), dict) for s in state
     ):
         raise ValueError("the saved environment state is not a list of layers with attributes")
+    if not any(s.get("type") == RECORDER for s in state):  # saved before episodes were recorded
+        layers = [x for x in layers if type(x).__name__ != RECORDER]
     if [type(x).__name__ for x in layers] != [s.get("type") for s in state]:
         saved_outer = str(state[0].get("type")) if state else ""
         hint = (

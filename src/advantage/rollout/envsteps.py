@@ -106,7 +106,35 @@ class EnvSteps:
         """``autoreset``, ``ep_ret`` and ``ep_len`` for a checkpoint."""
         return {k: torch.as_tensor(getattr(self, k)) for k in ("autoreset", "ep_ret", "ep_len")}
 
+    def restart(self) -> None:
+        """Forget the episodes in progress (the envs were reset: :func:`restore_or_restart`)."""
+        self.autoreset[:] = False
+        self.ep_ret[:] = 0.0
+        self.ep_len[:] = 0
+
     def load(self, tensors: Any) -> None:
         """Restore what :meth:`tensors` saved."""
         for k in ("autoreset", "ep_ret", "ep_len"):
             setattr(self, k, tensors[k].numpy().copy())
+
+
+def restore_or_restart(env: Any, state: Any, seed: int, step: int, ctx: Any) -> Any | None:
+    """Put ``env`` (built from the run's config) back where the checkpoint's ``state`` left it: None when
+    it is there exactly (:func:`advantage.envs.replay.restore_env`); otherwise the envs start fresh
+    episodes (reset with a seed of this step, so a resumed run is still reproducible), ``ctx`` says so in
+    one line and in the run folder, and the new first observation is returned. A resume never stops on an
+    environment it cannot capture: the learner, buffers and counters carry on."""
+    from advantage.envs.replay import restore_env
+
+    why = restore_env(env, state)
+    if why is None:
+        return None
+    obs, _ = env.reset(seed=restart_seed(seed, step))
+    if ctx is not None and hasattr(ctx, "env_restarted"):
+        ctx.env_restarted(step, why)
+    return obs
+
+
+def restart_seed(seed: int, step: int) -> int:
+    """The reset seed of envs restarted at ``step`` on resume: new episodes, the same on every resume."""
+    return (seed * 1_000_003 + step) % 2**31

@@ -10,7 +10,8 @@ import numpy as np
 from gymnasium.spaces import Discrete
 
 from advantage.context import RunContext
-from advantage.envs import env_state, require_space, set_env_state
+from advantage.envs import env_state, require_space
+from advantage.rollout.envsteps import restore_or_restart
 from advantage.schedules import linear_schedule  # noqa: F401  (its old place)
 
 
@@ -80,7 +81,9 @@ def start_sampler(
         return np.random.default_rng(seed), int(env.reset(seed=seed)[0]), 0, {}
     saved = ctx.restored.state["algo"]
     env.reset(seed=seed)
-    set_env_state(env, saved["env"])
     rng = np.random.default_rng()
     rng.bit_generator.state = saved["rng"]
+    fresh = restore_or_restart(env, saved["env"], seed, ctx.restored.step, ctx)
+    if fresh is not None:  # a new episode: the running one's return, length and transitions are dropped
+        saved = {**saved, "obs": int(fresh), "ep_return": 0.0, "ep_len": 0, "episode": None}
     return rng, saved["obs"], ctx.restored.step, saved
