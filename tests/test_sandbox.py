@@ -9,6 +9,8 @@ runs, a clear error) and is then skipped."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import hashlib
 import json
 import os
@@ -20,6 +22,8 @@ import threading
 import time
 from pathlib import Path
 
+import hypothesis
+import hypothesis.strategies as st
 import pytest
 
 from advantage import _sandbox_child, sandbox
@@ -57,14 +61,19 @@ def _assert_fails_closed() -> None:
         task.verify("def f(x):\n    return x", _example(([1], 1)))
 
 
+def _use_kind(kind: str, monkeypatch) -> str:
+    """Force the kernel mode ``kind``; where this machine cannot run it, check it fails closed, then skip."""
+    monkeypatch.setattr(sandbox, "_KIND", kind)
+    if sandbox.kernel_isolation_problem() is not None:
+        _assert_fails_closed()
+        pytest.skip(f"sandbox mode {kind} unavailable here: checked that it fails closed")
+    return kind
+
+
 @pytest.fixture(params=KINDS)
 def mode(request, monkeypatch) -> str:
     """Each kernel mode; where this machine cannot run it, check it fails closed, then skip."""
-    monkeypatch.setattr(sandbox, "_KIND", request.param)
-    if sandbox.kernel_isolation_problem() is not None:
-        _assert_fails_closed()
-        pytest.skip(f"sandbox mode {request.param} unavailable here: checked that it fails closed")
-    return request.param
+    return _use_kind(request.param, monkeypatch)
 
 
 @pytest.fixture
@@ -628,3 +637,306 @@ def test_sandbox_works_from_a_non_main_thread(kernel):
     thread.start()
     thread.join()
     assert out["reward"].correct
+
+
+# --- Results the candidate writes itself, System V IPC, socket families, output size -----------------
+
+WRITE_RAW = """
+import os
+def f():
+    return 1
+PAYLOAD = {payload}
+for fd in range(3, 64):  # its result pipe is one of these: write the bytes there, then stop
+    try:
+        os.write(fd, PAYLOAD)
+    except OSError:
+        pass
+os._exit(0)
+"""
+
+
+def _writes(payload: str) -> str:
+    """Candidate code that writes the bytes the Python expression ``payload`` evaluates to on its result
+    pipe (after the sandbox's own first line) and exits before reporting anything itself."""
+    return WRITE_RAW.format(payload=payload)
+
+
+NESTED = "b'{\"stage\":\"done\",\"outputs\":[[\"v\",' + b'[' * 100000 + b']' * 100000 + b']]}'"
+
+
+def test_result_nested_100000_deep_scores_0(mode):
+    # json.loads of it raised RecursionError out of run_sandboxed, which crashed a GRPO code-task run
+    result = run_sandboxed(_writes(NESTED), [[]], limits=_task(mode).limits)
+    assert result.outputs is None and result.stage == "run" and "garbled" in result.error, result
+    reward = _attack(_task(mode), _writes(NESTED), _example(([1], 1)))
+    assert "garbled" in reward.reason
+    # what GRPO's reward step calls: the batch is scored, the nested completion 0, the others as usual
+    task = _task(mode)
+    (ex,) = task.examples("train", 1, seed=0)
+    rewards = task.verify_many([_writes(NESTED), ex.target, _writes(NESTED)], [ex] * 3, max_workers=2)
+    assert [r.score for r in rewards] == [0.0, 1.0, 0.0], [r.reason for r in rewards]
+
+
+def test_any_failure_of_one_completion_scores_0_and_the_batch_goes_on(monkeypatch, caplog):
+    # whatever escapes from running or judging one completion is that completion's 0, logged; only a
+    # sandbox that cannot run at all (stage setup: the machine's fault) stops the run
+    task = CodeTask(sandbox="unsafe", timeout=WALL, format_reward=0.5)
+    real = code_module.run_sandboxed
+
+    def flaky(code, inputs, **kw):
+        if "boom" in code:
+            raise RecursionError("maximum recursion depth exceeded while decoding JSON")
+        if "weird" in code:
+            return sandbox.SandboxResult([object()], None, 0.0, None)  # _judge cannot encode it
+        return real(code, inputs, **kw)
+
+    monkeypatch.setattr(code_module, "run_sandboxed", flaky)
+    ex = _example(([1], 1))
+    good = "def f(x):\n    return x"
+    with caplog.at_level("WARNING", logger=code_module.__name__):
+        rewards = task.verify_many(
+            [good, "def f(x):\n    return 'boom'", "def weird(x): pass", good], [ex] * 4
+        )
+    assert [r.score for r in rewards] == [1.0, 0.0, 0.0, 1.0], [r.reason for r in rewards]
+    assert "the sandbox run failed: RecursionError" in rewards[1].reason and not rewards[1].format_ok
+    assert "the sandbox run failed: TypeError" in rewards[2].reason
+    assert sum("scoring a completion failed" in r.message for r in caplog.records) == 2
+    monkeypatch.setattr(
+        code_module,
+        "run_sandboxed",
+        lambda *a, **k: sandbox.SandboxResult(None, "no fork", 0.0, None, "setup"),
+    )
+    with pytest.raises(code_module.SandboxUnavailable, match="could not run: no fork"):
+        task.verify_many([good], [ex])
+
+
+_PREFIX = b'{"stage":"done","outputs":[["v",'
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12,
+)
+_RAW_RESULTS = st.one_of(
+    st.binary(max_size=512),
+    st.text(max_size=200).map(str.encode),
+    _JSON_VALUES.map(lambda v: json.dumps({"stage": "done", "outputs": [["v", v]]}).encode()),
+    st.tuples(_JSON_VALUES, st.integers(0, 60)).map(  # a well-formed report, cut short
+        lambda vc: json.dumps({"stage": "done", "outputs": [["v", vc[0]]]}).encode()[: -vc[1] or None]
+    ),
+    st.tuples(  # deep nesting, of lists, objects or both, closed or not, in or outside strings
+        st.integers(0, 200_000),
+        st.sampled_from([b"[", b'{"a":', b'["x",', b'"[', b"[{"]),
+        st.binary(max_size=40),
+        st.booleans(),
+    ).map(lambda t: _PREFIX + t[1] * t[0] + t[2] + (b"]" * t[0] + b"]]}" if t[3] else b"")),
+    st.integers(4000, 6000).map(lambda n: _PREFIX + b"9" * n + b"]]}"),  # over int's digit limit
+)
+
+
+def _interpret_raw(raw: bytes, n: int) -> sandbox.SandboxResult:
+    """What the trainer makes of ``raw`` written on the candidate's result pipe: the supervisor's final
+    line as it builds it (the raw bytes decoded with replacement, then one protocol line), decoded and
+    interpreted by the trainer."""
+    final = {"nonce": "n", "overflow": False, "timeout": False, "cpu": 0.0, "error": None, "isolation": []}
+    final.update(signal=None, status=0, result=raw.decode(errors="replace") if raw.strip() else None)
+    line = _sandbox_child._line(final)
+    state = {"inner": None, "final": sandbox._decode(line[:-1], "n"), "killed_by": None, "n": n}
+    assert state["final"] is not None
+    return sandbox._interpret(state, SandboxLimits(), 0.0, "")
+
+
+@hypothesis.settings(max_examples=300, deadline=None, database=None)
+@hypothesis.given(raw=_RAW_RESULTS, n=st.integers(1, 3))
+def test_any_bytes_on_the_result_pipe_are_a_result_or_a_failure(raw, n):
+    result = _interpret_raw(raw, n)
+    if result.outputs is None:
+        assert result.stage == "run" and result.error, result
+    else:
+        assert len(result.outputs) == n and result.error is None
+    task = CodeTask(sandbox="unsafe", timeout=WALL)
+    reward = task._judge("def f(): pass", result, ["secret-" + secrets.token_hex(8)] * n)
+    assert reward.score == 0.0
+
+
+@hypothesis.settings(
+    max_examples=12,
+    deadline=None,
+    database=None,
+    suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture, hypothesis.HealthCheck.too_slow],
+)
+@hypothesis.given(head=st.binary(max_size=1500), depth=st.integers(0, 200_000), tail=st.binary(max_size=40))
+def test_any_bytes_written_by_the_candidate_score_0(kernel, head, depth, tail):
+    # the same through the real sandbox: the candidate writes them on its pipe and exits
+    payload = f"bytes.fromhex({head.hex()!r}) + b'[' * {depth} + bytes.fromhex({tail.hex()!r})"
+    reward = _attack(_task(), _writes(payload), _example(([1], "secret-" + secrets.token_hex(8))))
+    assert reward.reason
+
+
+IPC = r"""
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+libc.shmdt.argtypes = [ctypes.c_void_p]
+libc.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+
+class Message(ctypes.Structure):
+    _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_char * 4096)]
+
+def f(segment, count, queue):
+    out = {"shm": [], "msg": [], "sem": [], "mq": []}
+    for _ in range(count):  # segments left alive after detaching: memory that RLIMIT_AS does not count
+        sid = libc.shmget(0, segment, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+        if sid < 0:
+            out["shm"].append(ctypes.get_errno())
+            break
+        addr = libc.shmat(sid, None, 0)
+        if addr is not None and addr != 2**64 - 1:
+            libc.memset(addr, 1, segment)
+            libc.shmdt(addr)
+        out["shm"].append(["created", sid])
+    message = Message(1, b"x" * 4096)
+    for _ in range(count):
+        qid = libc.msgget(0, 0o1600)
+        if qid < 0:
+            out["msg"].append(ctypes.get_errno())
+            break
+        while libc.msgsnd(qid, ctypes.byref(message), 4096, 0o4000) == 0:  # IPC_NOWAIT: until full
+            pass
+        out["msg"].append(["created", qid])
+    semid = libc.semget(0, 8, 0o1600)
+    out["sem"].append(ctypes.get_errno() if semid < 0 else ["created", semid])
+    mq = libc.mq_open(queue.encode(), 0o100 | 2, 0o600, None)  # O_CREAT | O_RDWR
+    out["mq"].append(ctypes.get_errno() if mq < 0 else ["created", queue])
+    return out
+"""
+
+
+def _sysv_objects() -> dict[str, set[str]]:
+    """The host's System V IPC objects (the test's IPC namespace): one line each in /proc/sysvipc."""
+    out = {}
+    for name in ("shm", "msg", "sem"):
+        with open(f"/proc/sysvipc/{name}") as f:
+            out[name] = {" ".join(line.split()[:2]) for line in f.readlines()[1:]}  # key and id
+    return out
+
+
+def _meminfo_mib(field: str) -> int:
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) // 1024 for line in f if line.startswith(field + ":"))
+
+
+@pytest.fixture(params=[*KINDS, "unsafe"])
+def any_mode(request, monkeypatch) -> str:
+    """Each kernel mode (as :func:`mode`), and ``unsafe``: no namespace, the seccomp filter and rlimits."""
+    return "unsafe" if request.param == "unsafe" else _use_kind(request.param, monkeypatch)
+
+
+def _any_task(mode: str) -> CodeTask:
+    if mode != "unsafe":
+        return _task(mode)
+    task = CodeTask(sandbox="unsafe", timeout=WALL, memory_mb=256)
+    task.limits = SandboxLimits(
+        wall_seconds=WALL, cpu_seconds=2, memory_bytes=256 * 2**20, isolation="unsafe"
+    )
+    return task
+
+
+def test_system_v_ipc_and_message_queues_are_refused(any_mode):
+    # shmget + shmat + memset + shmdt left 2-2.5 GiB of host memory per two completions that RLIMIT_AS
+    # did not count; without an IPC namespace (unsafe) the segments outlived the run
+    task, queue = _any_task(any_mode), "/advantage-" + secrets.token_hex(8)
+    args = [64 * 2**20, 4, queue]  # four 64 MiB segments, four full message queues, a semaphore set
+    before, shmem, start = _sysv_objects(), _meminfo_mib("Shmem"), time.monotonic()
+    try:
+        result = run_sandboxed(IPC, [args], limits=task.limits)
+        elapsed, grown = time.monotonic() - start, _meminfo_mib("Shmem") - shmem
+        reward = _attack(task, IPC, _example((args, {"shm": [], "msg": [], "sem": [], "mq": []})))
+        left = {name: ids - before[name] for name, ids in _sysv_objects().items()}
+    finally:
+        if any_mode == "unsafe":  # the host's namespace: remove what an unfixed sandbox left there
+            libc = ctypes.CDLL(None, use_errno=True)
+            for name, remove in (("shm", libc.shmctl), ("msg", libc.msgctl), ("sem", libc.semctl)):
+                for line in _sysv_objects()[name] - before[name]:
+                    remove(int(line.split()[1]), 0, None)  # IPC_RMID
+            libc.mq_unlink(queue.encode())
+    assert result.error is None, result
+    (out,) = result.outputs
+    assert out == {"shm": [errno.EPERM], "msg": [errno.EPERM], "sem": [errno.EPERM], "mq": [errno.EPERM]}, out
+    assert left == {"shm": set(), "msg": set(), "sem": set()}, left
+    assert grown < 64, grown  # MiB of shared memory on the host, right after the run
+    assert elapsed < WALL + 1.0 and "returned a wrong value" in reward.reason
+
+
+FAMILIES = r"""
+import ctypes, socket
+libc = ctypes.CDLL(None, use_errno=True)
+
+def f():
+    opened, refused = set(), {}
+    for family in range(46):  # AF_UNSPEC .. AF_MCTP (AF_MAX is 46)
+        for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_RAW, socket.SOCK_SEQPACKET):
+            fd = libc.socket(family, kind, 0)
+            if fd >= 0:
+                opened.add(family)
+                libc.close(fd)
+            else:
+                refused.setdefault(family, ctypes.get_errno())
+        pair = (ctypes.c_int * 2)()
+        if libc.socketpair(family, socket.SOCK_STREAM, 0, pair) == 0:
+            opened.add(family)
+            libc.close(pair[0])
+            libc.close(pair[1])
+    try:  # a vsock listener shares the host's port space: no network namespace confines it
+        with socket.socket(40, socket.SOCK_STREAM) as s:
+            s.bind((0xFFFFFFFF, 5555))  # VMADDR_CID_ANY
+            s.listen()
+        vsock = "listening"
+    except OSError as e:
+        vsock = e.errno
+    a, b = socket.socketpair()  # what asyncio and multiprocessing need still works
+    a.sendall(b"ok")
+    pair = b.recv(2).decode()
+    return {"opened": sorted(opened), "vsock": vsock, "netlink": refused.get(16), "socketpair": pair}
+"""
+
+
+def test_only_isolated_socket_families_can_be_created(any_mode):
+    # AF_VSOCK sockets bound and listened on the host's port space from inside the network namespace
+    task = _any_task(any_mode)
+    result = run_sandboxed(FAMILIES, [[]], limits=task.limits)
+    assert result.error is None, result
+    (out,) = result.outputs
+    # the families docs/reliability.md lists as allowed: unix (its own namespace's), inet and inet6
+    allowed = {socket.AF_UNIX, socket.AF_INET, socket.AF_INET6}
+    assert set(out["opened"]) <= allowed, out
+    assert set(_sandbox_child.SOCKET_FAMILIES.values()) == allowed
+    assert out["vsock"] == errno.EAFNOSUPPORT and out["netlink"] == errno.EAFNOSUPPORT, out
+    assert out["socketpair"] == "ok"
+    assert "seccomp" in result.isolation, result.isolation
+    reward = _attack(task, FAMILIES, _example(([], "x")))
+    assert "returned a wrong value" in reward.reason
+
+
+@pytest.mark.parametrize(
+    ("value", "fits"),
+    [
+        ("'é' * 400_000", True),  # 800 KB of UTF-8; 2.4 MB as \u00e9 escapes
+        ("'\\U0001F600' * 200_000", True),  # 800 KB of UTF-8; 2.4 MB as surrogate-pair escapes
+        ("'\\ud800' + 'x'", True),  # a lone surrogate is not UTF-8: it travels escaped
+        ("'é' * 1_000_000", False),  # 2 MB of UTF-8: over the 1 MiB limit
+    ],
+)
+def test_output_limit_counts_the_utf8_bytes_of_the_value(kernel, value, fits):
+    limits = SandboxLimits(wall_seconds=WALL)
+    assert limits.output_bytes == 2**20
+    result = run_sandboxed(f"def f():\n    return {value}", [[]], limits=limits)
+    expected = eval(value)  # our own expression
+    if fits:
+        assert result.error is None and result.outputs == [expected], (result.error, result.killed_by)
+        task = _task()
+        assert task.verify(f"def f(x):\n    return {value}", _example(([1], expected))).correct
+    else:
+        assert result.outputs is None and result.killed_by == "output", result.error
+        assert result.error == f"results over {2**20} bytes"
