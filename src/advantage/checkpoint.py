@@ -27,13 +27,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from advantage.errors import CheckpointError
+from advantage.runfiles import Folder
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,37 +43,25 @@ FORMAT = 1
 TENSORS, STATE, MANIFEST, LATEST = "tensors.safetensors", "state.json", "manifest.json", "latest"
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def _plain_name(name: str) -> bool:
     """A printable name of a file or folder directly in the checkpoint folder: no separator, not hidden."""
     return not ("/" in name or "\\" in name or name.startswith(".")) and name.isprintable()
 
 
 def atomic_write(path: str | Path, data: bytes | str) -> None:
-    """Replace ``path`` with ``data`` so that readers see the old or the new content, never a mix."""
+    """Replace ``path`` with ``data`` so that readers see the old or the new content, never a mix (a link
+    at ``path`` is refused: :meth:`advantage.runfiles.Folder.write_atomic`)."""
     path = Path(path)
-    raw = data.encode() if isinstance(data, str) else data
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        _write_synced(tmp, raw)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    with Folder.open(path.parent) as folder:
+        folder.write_atomic(path.name, data)
+
+
+def _folder(path: str | Path | Folder, *, create: bool = False) -> tuple[Folder, bool]:
+    """``path`` as an open :class:`Folder` (checkpoint errors), and whether this call opened it (and so
+    closes it)."""
+    if isinstance(path, Folder):
+        return path, False
+    return Folder.open(path, create=create, error=CheckpointError), True
 
 
 @dataclass
@@ -116,7 +104,7 @@ def _safetensors(tensors: Mapping[str, torch.Tensor | np.ndarray], step: int) ->
 
 
 def save_checkpoint(
-    root: str | Path,
+    root: str | Path | Folder,
     step: int,
     tensors: Mapping[str, torch.Tensor | np.ndarray],
     state: Mapping[str, Any],
@@ -126,23 +114,40 @@ def save_checkpoint(
     """Write checkpoint ``root/step_<step>`` atomically, point ``latest`` at it, and keep the newest
     ``keep``. ``files`` are extra plain files (name -> bytes) written, hashed and verified with the rest.
     Returns the checkpoint folder. An OSError (disk full, file-size limit) leaves the previous
-    checkpoint and ``latest`` untouched."""
-    root = Path(root)
+    checkpoint and ``latest`` untouched. ``root`` may be an open :class:`~advantage.runfiles.Folder` (a
+    run's ``checkpoints``, opened without following a link); every name inside it is opened the same
+    way."""
     for fname in files or {}:
         if fname in (TENSORS, STATE, MANIFEST) or not _plain_name(fname):
             raise ValueError(f"checkpoint file name {fname!r} is reserved or not a plain file name")
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    for stale in root.glob(f".{LATEST}.tmp-*"):  # a `latest` replacement cut short by a kill
-        stale.unlink(missing_ok=True)
+    folder, own = _folder(root, create=True)
+    try:
+        return _save(folder, step, tensors, state, keep, files)
+    finally:
+        if own:
+            folder.close()
+
+
+def _save(
+    root: Folder,
+    step: int,
+    tensors: Mapping[str, torch.Tensor | np.ndarray],
+    state: Mapping[str, Any],
+    keep: int,
+    files: Mapping[str, bytes] | None,
+) -> Path:
+    for stale in root.names():
+        if stale.startswith(".tmp-"):
+            root.remove_tree(stale)
+        elif stale.startswith(f".{LATEST}.tmp-"):  # a `latest` replacement cut short by a kill
+            root.unlink(stale)
     # A step saved before (a resumed run ending where it started) gets a new folder: the old one is never
     # touched before `latest` points at the new one, and rotation then removes it.
     name, n = f"step_{step:012d}", 0
-    while (root / name).exists():
+    while root.exists(name):
         n += 1
         name = f"step_{step:012d}-{n}"
-    final = root / name
+    final = root.path / name
     blobs = {
         TENSORS: _safetensors(tensors, step),
         STATE: json.dumps(dict(state), sort_keys=True).encode(),
@@ -154,17 +159,20 @@ def save_checkpoint(
         "files": {n: {"bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in blobs.items()},
     }
     blobs[MANIFEST] = json.dumps(manifest, indent=1, sort_keys=True).encode()
-    tmp = root / f".tmp-{name}-{os.getpid()}"
+    tmp_name = f".tmp-{name}-{os.getpid()}"
     try:
-        tmp.mkdir()
-        for fname, data in blobs.items():
-            _write_synced(tmp / fname, data)
-        _fsync_dir(tmp)
-        os.rename(tmp, final)
-        _fsync_dir(root)
-        atomic_write(root / LATEST, name + "\n")
+        with root.child(tmp_name, exclusive=True) as tmp:
+            for fname, data in blobs.items():
+                with open(fname, "wb", opener=tmp.opener(exclusive=True)) as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            tmp.sync()
+        root.rename(tmp_name, name)
+        root.sync()
+        root.write_atomic(LATEST, name + "\n")
     except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
+        root.remove_tree(tmp_name)
         raise CheckpointError(
             f"could not write checkpoint {final}: {e.strerror or e}; previous checkpoint kept"
         ) from e
@@ -172,55 +180,72 @@ def save_checkpoint(
     return final
 
 
-def _rotate(root: Path, keep: int, protect: str) -> None:
-    folders = sorted(p.name for p in root.glob("step_*") if p.is_dir())
+def _rotate(root: Folder, keep: int, protect: str) -> None:
+    folders = [n for n in root.names() if n.startswith("step_") and root.is_dir(n)]
     for old in folders[: max(0, len(folders) - keep)]:
         if old != protect:
-            shutil.rmtree(root / old, ignore_errors=True)
+            root.remove_tree(old)
 
 
-def latest_checkpoint(root: str | Path) -> Path:
+def latest_checkpoint(root: str | Path | Folder) -> Path:
     """The folder ``root/latest`` names. Raises :class:`CheckpointError` naming what is missing; a pointer
     that is not a short text naming a ``step_*`` folder inside ``root`` is refused (its content is never
     echoed: it could be any file)."""
-    root = Path(root)
-    pointer = root / LATEST
-    if not pointer.is_file():
-        raise CheckpointError(f"no checkpoint: {pointer} does not exist")
-    bad = CheckpointError(f"{pointer}: not a pointer to a checkpoint folder in {root}")
-    if pointer.is_symlink() or pointer.stat().st_size > 256:
-        raise bad
+    folder, own = _folder(root)
     try:
-        name = pointer.read_bytes().decode("ascii").strip()
-    except UnicodeDecodeError:
+        with _open_latest(folder) as step:
+            return step.path
+    finally:
+        if own:
+            folder.close()
+
+
+def _open_latest(root: Folder) -> Folder:
+    """The checkpoint folder ``root/latest`` names, opened (neither the pointer nor the folder through a
+    link: a link could lead out of the run)."""
+    pointer = root.path / LATEST
+    if not root.exists(LATEST):
+        raise CheckpointError(f"no checkpoint: {pointer} does not exist")
+    bad = CheckpointError(f"{pointer}: not a pointer to a checkpoint folder in {root.path}")
+    try:
+        raw = root.read_bytes(LATEST, 256)  # a link, a FIFO, a folder or a long file: refused
+        name = raw.decode("ascii").strip()
+    except (CheckpointError, UnicodeDecodeError):
         raise bad from None
     if not name.startswith("step_") or not _plain_name(name):
         raise bad
-    folder = root / name
-    if not folder.is_dir() or folder.is_symlink() or folder.resolve().parent != root.resolve():
-        raise CheckpointError(f"{pointer} names {name!r}, which is not a checkpoint folder in {root}")
-    return folder
+    try:
+        return root.child(name)
+    except (CheckpointError, FileNotFoundError):
+        raise CheckpointError(
+            f"{pointer} names {name!r}, which is not a checkpoint folder in {root.path}"
+        ) from None
 
 
 _CHUNK = 1 << 20
 
 
-def _check_size(path: Path, entry: Mapping[str, Any]) -> None:
-    """The file exists, is a regular file (no link out of the folder) and has the manifest's size —
-    checked from its metadata, before a byte is read."""
-    if path.is_symlink() or not path.is_file():
-        raise CheckpointError(f"{path}: file missing or not a regular file")
-    size = path.stat().st_size
+def _open_sized(folder: Folder, fname: str, entry: Mapping[str, Any]) -> int:
+    """A descriptor of ``fname``: a regular file (never a link out of the folder) of the manifest's size,
+    checked from the opened file's metadata before a byte is read."""
+    path = folder.path / fname
+    try:
+        fd = folder.open_fd(fname, os.O_RDONLY)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: file missing or not a regular file") from None
+    size = os.fstat(fd).st_size
     if size != entry.get("bytes"):
+        os.close(fd)
         raise CheckpointError(
             f"{path}: {size} bytes, manifest says {entry.get('bytes')} (truncated or altered)"
         )
+    return fd
 
 
-def _read_verified(folder: Path, fname: str, entry: Mapping[str, Any]) -> bytes:
-    path = folder / fname
-    _check_size(path, entry)
-    data = path.read_bytes()
+def _read_verified(folder: Folder, fname: str, entry: Mapping[str, Any]) -> bytes:
+    path = folder.path / fname
+    with os.fdopen(_open_sized(folder, fname, entry), "rb") as f:
+        data = f.read(entry["bytes"] + 1)
     if len(data) != entry.get("bytes"):  # changed since the size check
         raise CheckpointError(f"{path}: {len(data)} bytes, manifest says {entry.get('bytes')} (altered)")
     if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
@@ -228,13 +253,16 @@ def _read_verified(folder: Path, fname: str, entry: Mapping[str, Any]) -> bytes:
     return data
 
 
-def _verify_streamed(path: Path, entry: Mapping[str, Any]) -> None:
+def _verify_streamed(folder: Folder, fname: str, entry: Mapping[str, Any]) -> None:
     """:func:`_read_verified` without holding the file in memory (model weights can be gigabytes)."""
-    _check_size(path, entry)
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    path = folder.path / fname
+    digest, seen = hashlib.sha256(), 0
+    with os.fdopen(_open_sized(folder, fname, entry), "rb") as f:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
+            seen += len(chunk)
+    if seen != entry.get("bytes"):
+        raise CheckpointError(f"{path}: {seen} bytes, manifest says {entry.get('bytes')} (altered)")
     if digest.hexdigest() != entry.get("sha256"):
         raise CheckpointError(f"{path}: SHA-256 does not match the manifest (corrupt or altered)")
 
@@ -243,15 +271,17 @@ def _verify_streamed(path: Path, entry: Mapping[str, Any]) -> None:
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
 
-def _read_manifest(folder: Path) -> tuple[int, dict[str, dict[str, Any]]]:
+def _read_manifest(folder: Folder) -> tuple[int, dict[str, dict[str, Any]]]:
     """The manifest's step and files, every field checked. Raises :class:`CheckpointError` naming it."""
-    mpath = folder / MANIFEST
-    if not mpath.is_file():
+    mpath = folder.path / MANIFEST
+    if not folder.exists(MANIFEST):
         raise CheckpointError(f"{mpath}: manifest missing; the checkpoint cannot be verified")
-    if mpath.stat().st_size > 1 << 20:
+    if folder.size(MANIFEST) > 1 << 20:
         raise CheckpointError(f"{mpath}: over 1 MiB, not a manifest")
     try:
-        manifest = json.loads(mpath.read_bytes().decode("utf-8"), parse_constant=_no_constant)
+        manifest = json.loads(
+            folder.read_bytes(MANIFEST, 1 << 20).decode("utf-8"), parse_constant=_no_constant
+        )
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         raise CheckpointError(f"{mpath}: not a valid manifest (not JSON: {type(e).__name__})") from None
     if not isinstance(manifest, dict):
@@ -268,7 +298,7 @@ def _read_manifest(folder: Path) -> tuple[int, dict[str, dict[str, Any]]]:
             raise CheckpointError(f"{mpath}: lists {fname!r}, which is not a plain file name")
         if fname.lower().endswith(_PICKLE_SUFFIXES):
             raise CheckpointError(
-                f"{folder / fname}: a pickle-based weights file; checkpoints never load pickles"
+                f"{folder.path / fname}: a pickle-based weights file; checkpoints never load pickles"
             )
         ok = isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
         size = entry.get("bytes") if isinstance(entry, dict) else None
@@ -283,44 +313,63 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def verify_checkpoint(folder: str | Path) -> Path:
+def verify_checkpoint(folder: str | Path | Folder) -> Path:
     """Check every file of the checkpoint ``folder`` against its manifest (sizes first, then SHA-256,
     streamed) and refuse files the manifest does not list, e.g. a ``pytorch_model.bin`` put next to the
     weights. Every read of a run's checkpoint goes through this or :func:`load_checkpoint`. Returns the
     folder."""
-    folder = Path(folder)
-    _, files = _read_manifest(folder)
-    for child in sorted(folder.iterdir()):
-        if child.name != MANIFEST and child.name not in files:
-            raise CheckpointError(f"{child}: not listed in the manifest {folder / MANIFEST}")
-    for fname, entry in files.items():
-        _verify_streamed(folder / fname, entry)
-    return folder
+    opened, own = _folder(folder)
+    try:
+        _, files = _read_manifest(opened)
+        for name in opened.names():
+            if name != MANIFEST and name not in files:
+                raise CheckpointError(
+                    f"{opened.path / name}: not listed in the manifest {opened.path / MANIFEST}"
+                )
+        for fname, entry in files.items():
+            _verify_streamed(opened, fname, entry)
+        return opened.path
+    finally:
+        if own:
+            opened.close()
 
 
-def load_checkpoint(path: str | Path) -> Checkpoint:
-    """Load and verify a checkpoint folder, or the ``latest`` of a ``checkpoints`` folder."""
-    path = Path(path)
-    folder = path if path.name.startswith("step_") else latest_checkpoint(path)
+def load_checkpoint(path: str | Path | Folder) -> Checkpoint:
+    """Load and verify a checkpoint folder, or the ``latest`` of a ``checkpoints`` folder (a path, or an
+    open :class:`~advantage.runfiles.Folder`: a run's ``checkpoints``, opened without following a link).
+    Every file is opened relative to the checkpoint folder, never through a link."""
+    given, own = _folder(path)
+    try:
+        if given.path.name.startswith("step_"):
+            return _load(given)
+        with _open_latest(given) as folder:
+            return _load(folder)
+    finally:
+        if own:
+            given.close()
+
+
+def _load(folder: Folder) -> Checkpoint:
     step, files = _read_manifest(folder)
     extra = tuple(sorted(set(files) - {TENSORS, STATE}))
     for fname in extra:
-        _verify_streamed(folder / fname, files[fname])
+        _verify_streamed(folder, fname, files[fname])
     raw_tensors = _read_verified(folder, TENSORS, files[TENSORS])
     raw_state = _read_verified(folder, STATE, files[STATE])
     from safetensors import SafetensorError
     from safetensors.torch import load as st_load
 
+    where = folder.path
     try:
         tensors = st_load(raw_tensors)
     except (SafetensorError, ValueError, RuntimeError) as e:
-        raise CheckpointError(f"{folder / TENSORS}: not a valid safetensors file ({e})") from None
+        raise CheckpointError(f"{where / TENSORS}: not a valid safetensors file ({e})") from None
     try:
         state = json.loads(raw_state.decode("utf-8"))  # NaN allowed: an algorithm's state may hold one
     except (ValueError, RecursionError) as e:
         raise CheckpointError(
-            f"{folder / STATE}: not valid JSON ({type(e).__name__}: {str(e)[:100]})"
+            f"{where / STATE}: not valid JSON ({type(e).__name__}: {str(e)[:100]})"
         ) from None
     if not isinstance(state, dict):
-        raise CheckpointError(f"{folder / STATE}: not a JSON object")
-    return Checkpoint(step=step, tensors=tensors, state=state, path=folder, files=extra)
+        raise CheckpointError(f"{where / STATE}: not a JSON object")
+    return Checkpoint(step=step, tensors=tensors, state=state, path=where, files=extra)

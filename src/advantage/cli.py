@@ -138,12 +138,17 @@ def _last_values(rows: Sequence[dict], names: Sequence[str]) -> list[str]:
 
 def cmd_resume(ns: argparse.Namespace) -> int:
     from advantage.config import parse_overrides
-    from advantage.distributed import launch
-    from advantage.runs import CONFIG_FILE, resolve_config, resume
+    from advantage.distributed import launch, launched
+    from advantage.runs import resolve_config, resume, run_config
 
     overrides = parse_overrides(ns.overrides)
-    saved = os.path.join(ns.run_dir, CONFIG_FILE)
-    n = _nproc(saved, overrides, lambda: resolve_config(None, saved, overrides)[1])
+    try:
+        saved = run_config(ns.run_dir)
+    except (AdvantageError, OSError):
+        saved = None  # resume() names what is wrong
+    n = 1
+    if saved is not None and "nproc_per_node" in str(saved) + str(overrides) and not launched():
+        n = int(getattr(resolve_config(None, saved, overrides)[1].trainer, "nproc_per_node", 1))
     if n > 1:
         return launch(n, ns.argv)
     return _ended(resume(ns.run_dir, progress=not ns.quiet, background=BACKGROUND, **overrides))
@@ -190,12 +195,12 @@ def _rounded(value: object) -> object:
 def cmd_plot(ns: argparse.Namespace) -> int:
     from advantage.plotting import plot_runs
 
-    out = ns.out or (
-        Path(ns.run_dirs[0]) / "plots" / "learning_curve.png"
-        if len(ns.run_dirs) == 1
-        else Path("learning_curves.png")
-    )
-    path = plot_runs(ns.run_dirs, out, metrics=ns.metric or _default_plot_metrics(ns.run_dirs))
+    metrics = ns.metric or _default_plot_metrics(ns.run_dirs)
+    if ns.out is None and len(ns.run_dirs) == 1:  # into the run folder, as every file there is written
+        run = ns.run_dirs[0]
+        path = plot_runs([run], Path(run) / "plots" / "learning_curve.png", metrics=metrics, inside=run)
+    else:
+        path = plot_runs(ns.run_dirs, ns.out or Path("learning_curves.png"), metrics=metrics)
     print(path)
     return 0
 
@@ -203,15 +208,15 @@ def cmd_plot(ns: argparse.Namespace) -> int:
 def _default_plot_metrics(run_dirs: Sequence[str]) -> tuple[str, ...]:
     """The metrics the runs' algorithms plot by default (``‖w‖`` and the value error for the linear TD
     methods), in order and without repeats; the returns for the others."""
-    from advantage.config import load_yaml
     from advantage.plotting import DEFAULT_METRICS
     from advantage.registry import ALGORITHMS, all_algorithms
+    from advantage.runs import run_config
 
     all_algorithms()
     out: list[str] = []
     for d in run_dirs:
         try:
-            name = load_yaml(Path(d) / "config.yaml").get("algo")
+            name = run_config(d).get("algo")
         except AdvantageError:
             name = None  # not a run folder: plot_runs says so
         algo = ALGORITHMS.get(name) if isinstance(name, str) else None
@@ -221,6 +226,7 @@ def _default_plot_metrics(run_dirs: Sequence[str]) -> tuple[str, ...]:
 
 def cmd_sweep(ns: argparse.Namespace) -> int:
     from advantage.config import flatten, parse_overrides
+    from advantage.runfiles import read_run_file
     from advantage.sweep import parse_grid, sweep
 
     algo, rest = _algo_and_overrides(ns.args)
@@ -236,7 +242,7 @@ def cmd_sweep(ns: argparse.Namespace) -> int:
         progress=not ns.quiet,
     )
     out = Path(rows[0]["run_dir"]).parent
-    print((out / "summary.md").read_text())
+    print(read_run_file(out, "summary.md", 1 << 24).decode())
     stopped = [r for r in rows if r.get("stopped_by")]
     if stopped:
         r = stopped[0]

@@ -281,21 +281,30 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{name}: no such file")
     if p.stat().st_size > YAML_MAX_BYTES:
         raise ConfigError(f"{name} is over {YAML_MAX_BYTES} bytes; a config file is small")
+    return parse_yaml(p.read_bytes(), name, str(path))
+
+
+def parse_yaml(data: bytes, name: str, where: str) -> dict[str, Any]:
+    """The mapping of a YAML config held in ``data`` (read by the caller, e.g. from a run folder without
+    following a link), checked as :func:`load_yaml` checks a file; ``name`` is how errors name it and
+    ``where`` the file name YAML's syntax errors show."""
+    if len(data) > YAML_MAX_BYTES:
+        raise ConfigError(f"{name} is over {YAML_MAX_BYTES} bytes; a config file is small")
     try:
-        data = yaml.safe_load(p.read_text())
+        parsed = yaml.safe_load(data.decode("utf-8"))
     except yaml.YAMLError as e:
-        detail = " ".join(str(e).split()).replace('"<unicode string>"', f'"{path}"')  # name the file
+        detail = " ".join(str(e).split()).replace('"<unicode string>"', f'"{where}"')  # name the file
         raise ConfigError(f"{name} is not valid YAML: {detail}") from None
     except (RecursionError, UnicodeDecodeError) as e:
         raise ConfigError(f"{name} is not valid YAML ({type(e).__name__})") from None
-    why = _too_big(data)
+    why = _too_big(parsed)
     if why:
         raise ConfigError(f"{name}: {why}; refused before expanding it")
-    if data is None:
+    if parsed is None:
         return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{name} must hold a mapping of sections, got {type(data).__name__}")
-    return data
+    if not isinstance(parsed, dict):
+        raise ConfigError(f"{name} must hold a mapping of sections, got {type(parsed).__name__}")
+    return parsed
 
 
 def _too_big(data: Any) -> str | None:
@@ -470,18 +479,22 @@ def _build(
     check = getattr(obj, "problems", None) if cross else None
     if callable(check):
         for p in check():
-            p = rebase(p, prefix)
+            p = rebase(p, prefix, fields)
             problems.append(p if p.startswith(prefix) else f"{prefix}{p}")
     return obj
 
 
-def rebase(message: str, prefix: str) -> str:
+def rebase(message: str, prefix: str, keys: Iterable[str]) -> str:
     """A section's message with the section's own keys named in full: a model section nested at
-    ``worker.actor.model.`` says ``model.path`` in its checks, which becomes ``worker.actor.model.path``."""
+    ``worker.actor.model.`` says ``model.path`` in its checks, which becomes ``worker.actor.model.path``.
+    Only ``keys`` (the section's option names) are rewritten, so a file the message names
+    (``model.safetensors``) keeps its name."""
     local = prefix.rstrip(".").rsplit(".", 1)[-1]
-    if not local or prefix == f"{local}.":
+    names = sorted(keys, key=len, reverse=True)
+    if not local or prefix == f"{local}." or not names:
         return message
-    return re.sub(rf"(?<![\w.]){re.escape(local)}\.(?=\w)", prefix, message)
+    alternatives = "|".join(re.escape(k) for k in names)
+    return re.sub(rf"(?<![\w.]){re.escape(local)}\.(?=(?:{alternatives})(?![\w-]))", prefix, message)
 
 
 def build(cls: type, data: Mapping[str, Any], *, cross_checks: bool = True) -> tuple[Any, list[str]]:

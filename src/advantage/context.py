@@ -39,6 +39,7 @@ from advantage.metrics import MetricsWriter
 from advantage.plotting import DEFAULT_METRICS
 from advantage.progress import ENV_FIELDS, LM_FIELDS, Fields, Progress
 from advantage.registry import Algorithm, Policy
+from advantage.runfiles import Folder
 
 if TYPE_CHECKING:  # checkpoint tensors; this module does not import them at run time
     import numpy as np
@@ -250,14 +251,16 @@ class RunContext:
             "window_lengths": self._window.lengths,
             "recent_returns": list(self._recent),
         }
-        return save_checkpoint(
-            self.run_dir / "checkpoints",
-            step,
-            snap.tensors,
-            {"algo": dict(snap.state), "run": run_state},
-            keep=self.cfg.trainer.keep_checkpoints,
-            files=snap.files() if callable(snap.files) else snap.files,
-        )
+        # `checkpoints` and every name in it opened without following a link (advantage.runfiles)
+        with Folder.open(self.run_dir) as run, run.child("checkpoints", create=True) as checkpoints:
+            return save_checkpoint(
+                checkpoints,
+                step,
+                snap.tensors,
+                {"algo": dict(snap.state), "run": run_state},
+                keep=self.cfg.trainer.keep_checkpoints,
+                files=snap.files() if callable(snap.files) else snap.files,
+            )
 
     def due(self, step: int) -> bool:
         """Whether :meth:`tick` at ``step`` evaluates or checkpoints (so it takes a snapshot)."""

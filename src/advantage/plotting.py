@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
 from advantage.errors import RunDirError
-from advantage.metrics import read_metrics
+from advantage.metrics import METRICS_FILE, read_metrics
+from advantage.runfiles import Folder, write_run_file
 
 DEFAULT_METRICS = ("train/episode_return", "eval/return_mean")
 
@@ -15,7 +19,7 @@ def _series(rows: list[dict], metric: str) -> tuple[list[int], list[float]]:
     xs, ys = [], []
     for r in rows:
         v = r.get(metric)
-        if isinstance(v, int | float) and not isinstance(v, bool):
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
             xs.append(r["step"])
             ys.append(float(v))
     return xs, ys
@@ -32,10 +36,16 @@ def plot_runs(
     out: str | Path,
     metrics: Sequence[str] = DEFAULT_METRICS,
     labels: Sequence[str] | None = None,
+    *,
+    inside: str | Path | None = None,
 ) -> Path:
     """Plot ``metrics`` (x: environment steps) of every run into ``out`` (PNG). ``eval/return_mean`` is
     drawn with a ±1 std band when ``eval/return_std`` is logged; a panel whose values are all positive and
-    span two orders of magnitude or more gets a log scale. Returns the written path."""
+    span two orders of magnitude or more gets a log scale. Returns the written path.
+
+    ``inside``: the run folder that holds ``out`` (``RUN/plots/learning_curve.png``): the folders between
+    are opened without following a link, as every file in a run folder is (:mod:`advantage.runfiles`).
+    The image is written atomically either way, and never through a link at ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -44,8 +54,9 @@ def plot_runs(
     runs = [Path(d) for d in run_dirs]
     data = {}
     for d in runs:
-        if not (d / "metrics.jsonl").is_file():
-            raise RunDirError(f"{d} is not a run folder (no metrics.jsonl)")
+        with Folder.open(d) if d.is_dir() else contextlib.nullcontext() as run:
+            if run is None or not run.exists(METRICS_FILE):
+                raise RunDirError(f"{d} is not a run folder (no {METRICS_FILE})")
         data[d] = read_metrics(d)
     shown = [m for m in metrics if any(_series(rows, m)[0] for rows in data.values())]
     if not shown:
@@ -74,10 +85,10 @@ def plot_runs(
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=110)
     plt.close(fig)
-    tmp.replace(out)
-    return out
+    out = Path(out)
+    if inside is not None:
+        return write_run_file(inside, out.relative_to(inside), image.getvalue())
+    return write_run_file(out.parent, out.name, image.getvalue())

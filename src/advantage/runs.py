@@ -9,18 +9,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from advantage import distributed
-from advantage.checkpoint import LATEST, Checkpoint, atomic_write, load_checkpoint
+from advantage.checkpoint import LATEST, Checkpoint, load_checkpoint
 from advantage.config import (
+    YAML_MAX_BYTES,
     build,
     device_problem,
     dump_yaml,
@@ -29,6 +32,7 @@ from advantage.config import (
     load_yaml,
     merge,
     nest,
+    parse_yaml,
     set_dotted,
     suggest,
     to_dict,
@@ -36,6 +40,7 @@ from advantage.config import (
 from advantage.errors import AdvantageError, CheckpointError, ConfigError, RunDirError
 from advantage.metrics import read_metrics, truncate_metrics
 from advantage.registry import Algorithm, Policy, all_algorithms, get_algorithm
+from advantage.runfiles import Folder, pseudo_filesystem, read_run_file, write_run_file
 
 if TYPE_CHECKING:
     from advantage.context import RunContext
@@ -209,27 +214,71 @@ class RunLock:
     """An exclusive ``flock`` on ``RUN/.lock`` held for the life of a run (``train`` or ``resume``), so a
     second writer of the same folder stops at once instead of interleaving checkpoints and metrics. The
     file holds the holder's pid for the message. The kernel releases the lock when the holder exits,
-    even by SIGKILL, so a stale lock file never blocks a later resume."""
+    even by SIGKILL, so a stale lock file never blocks a later resume.
 
-    def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / LOCK_FILE
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    The lock file is opened relative to the run folder without following a link, and must be a regular
+    file with no other name: a link planted at ``RUN/.lock`` would otherwise have the pid written into
+    the file it points to (:mod:`advantage.runfiles`)."""
+
+    def __init__(self, run_dir: Path | Folder):
+        run = run_dir if isinstance(run_dir, Folder) else Folder.open(run_dir)
+        self.path = run.path / LOCK_FILE
+        self._folder = Folder(run.path, os.dup(run.fd), run.error)  # this lock's own descriptor
+        if run is not run_dir:
+            run.close()
+        try:
+            try:  # created here (O_EXCL), so a refused `train` removes what it made and nothing else
+                self.fd = self._folder.open_fd(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                self.created = True
+            except FileExistsError:
+                self.fd = self._folder.open_fd(LOCK_FILE, os.O_RDWR, 0o644)
+                self.created = False
+        except BaseException:
+            self._folder.close()
+            raise
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(self.fd)
+            self.release()
             raise RunDirError(
-                f"run folder {str(run_dir)!r} is in use by another advantage process (pid {holder}); "
+                f"run folder {str(run.path)!r} is in use by another advantage process (pid {holder}); "
                 "wait for it to finish or stop it first"
             ) from None
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
 
-    def release(self) -> None:
+    def release(self, *, remove: bool = False) -> None:
+        """Drop the lock; ``remove``: also remove the lock file when this lock created it and it is still
+        the file at ``RUN/.lock`` (a refused ``train`` leaves the folder as it found it)."""
         if self.fd >= 0:
+            if remove and self.created:
+                with contextlib.suppress(OSError):
+                    st = os.stat(LOCK_FILE, dir_fd=self._folder.fd, follow_symlinks=False)
+                    if os.path.samestat(st, os.fstat(self.fd)):
+                        self._folder.unlink(LOCK_FILE)
             os.close(self.fd)  # closing the last descriptor drops the flock
             self.fd = -1
+        self._folder.close()
+
+
+def run_config(run_dir: str | Path) -> dict[str, Any]:
+    """The run folder's saved ``config.yaml`` as a mapping, read without following a link."""
+    path = Path(run_dir) / CONFIG_FILE
+    return parse_yaml(read_run_file(run_dir, CONFIG_FILE, YAML_MAX_BYTES), f"{str(path)!r}", str(path))
+
+
+def _new_run_folder(run_dir: Path) -> Folder:
+    """The folder ``trainer.run_dir`` names, created (with its parents) and opened; one line, exit 2, for a
+    path that cannot hold a run: a file, a folder that cannot be created, a kernel pseudo-filesystem
+    (``/proc``, ``/sys``), checked before anything is created there."""
+    why = pseudo_filesystem(run_dir)
+    if why:
+        raise RunDirError(f"trainer.run_dir {str(run_dir)!r} cannot hold a run: {why}")
+    try:
+        return Folder.open(run_dir, create=True)
+    except RunDirError as e:
+        raise RunDirError(f"trainer.run_dir: {e}") from None
 
 
 def _check_spaces(spec: Algorithm, cfg: Any) -> None:
@@ -277,28 +326,29 @@ def train(
     if not distributed.init(cfg.trainer).is_main:
         return _follow()
     run_dir = Path(cfg.trainer.run_dir) if cfg.trainer.run_dir else _default_run_dir(spec, cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    lock = RunLock(run_dir)  # taken before the emptiness check, so the check and the claim are one step
-    try:
-        if any(p.name != LOCK_FILE for p in run_dir.iterdir()):
-            raise RunDirError(
-                f"trainer.run_dir {str(run_dir)!r} already exists and is not empty; "
-                f"pick another folder, or continue it with `advantage resume {run_dir}`"
-            )
-        cfg.trainer.run_dir = str(run_dir)
-        atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
-        hp_note = cfg.__dict__.get("_hyperparams", (None, ""))[1]
-        if not quiet:
-            print(f"run folder: {run_dir}", flush=True)  # first: scripts read where the run went
-        if not quiet and hp_note:
-            print(hp_note, flush=True)
-        ctx = RunContext(spec, cfg, run_dir, quiet=quiet or not progress, background=background)
+    with _new_run_folder(run_dir) as run:
+        lock = RunLock(run)  # taken before the emptiness check, so the check and the claim are one step
         try:
-            _train(spec, cfg, ctx)
+            if any(name != LOCK_FILE for name in run.names()):
+                lock.release(remove=True)
+                raise RunDirError(
+                    f"trainer.run_dir {str(run_dir)!r} already exists and is not empty; "
+                    f"pick another folder, or continue it with `advantage resume {run_dir}`"
+                )
+            cfg.trainer.run_dir = str(run_dir)
+            run.write_atomic(CONFIG_FILE, config_yaml(spec, cfg))
+            hp_note = cfg.__dict__.get("_hyperparams", (None, ""))[1]
+            if not quiet:
+                print(f"run folder: {run_dir}", flush=True)  # first: scripts read where the run went
+            if not quiet and hp_note:
+                print(hp_note, flush=True)
+            ctx = RunContext(spec, cfg, run_dir, quiet=quiet or not progress, background=background)
+            try:
+                _train(spec, cfg, ctx)
+            finally:
+                ctx.close()
         finally:
-            ctx.close()
-    finally:
-        lock.release()
+            lock.release()
     return _ended(run_dir, ctx, background)
 
 
@@ -328,7 +378,7 @@ def resume(
     run_dir = Path(run_dir)
     old = Run(run_dir)
     if os.environ.get("RANK", "0") != "0":  # a rank of a launch other than the first
-        _, cfg = resolve_config(old.algo.name, run_dir / CONFIG_FILE, overrides)
+        _, cfg = resolve_config(old.algo.name, run_config(run_dir), overrides)
         distributed.init(cfg.trainer)
         return _follow()
     lock = RunLock(run_dir)
@@ -346,7 +396,7 @@ def _resume(
     background: bool,
     overrides: Mapping[str, Any],
 ) -> Run:
-    spec, cfg = resolve_config(old.algo.name, run_dir / CONFIG_FILE, overrides)
+    spec, cfg = resolve_config(old.algo.name, run_config(run_dir), overrides)
     from advantage.context import RunContext
 
     distributed.init(cfg.trainer)
@@ -367,19 +417,19 @@ def _resume(
                 file=sys.stderr,
             )
     cfg.trainer.run_dir = str(run_dir)
-    if not os.path.lexists(run_dir / "checkpoints" / LATEST):
+    if not _has_checkpoint(run_dir):
         # killed before its first checkpoint: start it again from its saved config, in the same folder
         truncate_metrics(run_dir, -1)  # every row: the run starts again
         if not quiet:
             print(f"run folder: {run_dir} (no checkpoint yet: starting from step 0)", flush=True)
-        atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
+        write_run_file(run_dir, CONFIG_FILE, config_yaml(spec, cfg))
         ctx = RunContext(spec, cfg, run_dir, quiet=quiet or not progress, background=background)
         try:
             _train(spec, cfg, ctx)
         finally:
             ctx.close()
         return _ended(run_dir, ctx, background)
-    ckpt = load_checkpoint(run_dir / "checkpoints")
+    ckpt = _load_latest(run_dir)
     if ckpt.step >= cfg.trainer.total_steps:
         if not quiet:
             print(
@@ -393,14 +443,14 @@ def _resume(
     truncate_metrics(run_dir, ckpt.step)
     if not quiet:
         print(f"run folder: {run_dir} (resuming at step {ckpt.step})", flush=True)
-    previous = (run_dir / CONFIG_FILE).read_text()
-    atomic_write(run_dir / CONFIG_FILE, config_yaml(spec, cfg))
+    previous = read_run_file(run_dir, CONFIG_FILE, YAML_MAX_BYTES)
+    write_run_file(run_dir, CONFIG_FILE, config_yaml(spec, cfg))
     ctx = RunContext(spec, cfg, run_dir, restored=ckpt, quiet=quiet or not progress, background=background)
     try:
         _train(spec, cfg, ctx)
     except BaseException as e:
         if ctx.saved_since_start is None:  # nothing was saved under the new config: keep the old one
-            atomic_write(run_dir / CONFIG_FILE, previous)
+            write_run_file(run_dir, CONFIG_FILE, previous)
         # raised while the algorithm read its state back, before its first step: a state.json that does
         # not fit this run (edited, or of another version), not a bug of the training loop
         unfit = isinstance(e, KeyError | TypeError | IndexError | ValueError | AttributeError)
@@ -411,6 +461,24 @@ def _resume(
     finally:
         ctx.close()
     return _ended(run_dir, ctx, background)
+
+
+def _has_checkpoint(run_dir: Path) -> bool:
+    """Whether ``RUN/checkpoints/latest`` exists (``checkpoints`` not followed through a link)."""
+    with Folder.open(run_dir) as run:
+        if not run.exists("checkpoints"):
+            return False
+        with run.child("checkpoints") as checkpoints:
+            return checkpoints.exists(LATEST)
+
+
+def _load_latest(run_dir: Path) -> Checkpoint:
+    """The run's latest checkpoint, ``checkpoints`` opened without following a link."""
+    with Folder.open(run_dir) as run:
+        if not run.exists("checkpoints"):
+            raise CheckpointError(f"no checkpoint: {run_dir / 'checkpoints' / LATEST} does not exist")
+        with run.child("checkpoints") as checkpoints:
+            return load_checkpoint(checkpoints)
 
 
 def _train(spec: Algorithm, cfg: Any, ctx: RunContext) -> None:
@@ -437,7 +505,7 @@ def _follow() -> Run:
         if got is None:  # rank 0 had nothing to train
             raise SystemExit(0)
         run_dir = Path(got["run_dir"])
-        spec, cfg = resolve_config(None, run_dir / CONFIG_FILE)
+        spec, cfg = resolve_config(None, run_config(run_dir))
         cfg.trainer.run_dir = str(run_dir)
         restored = load_checkpoint(got["restored"]) if got["restored"] else None
         rank_ctx: Any = distributed.RankContext(world, None, restored)
@@ -481,9 +549,10 @@ class Run:
         self.dir = Path(run_dir)
         if not self.dir.is_dir():
             raise RunDirError(f"run folder {str(self.dir)!r} does not exist")
-        if not (self.dir / CONFIG_FILE).is_file():
-            raise RunDirError(f"{str(self.dir)!r} is not a run folder: {CONFIG_FILE} is missing")
-        self.algo, self.config = resolve_config(None, self.dir / CONFIG_FILE, check_device=False)
+        with Folder.open(self.dir) as run:
+            if not run.exists(CONFIG_FILE):
+                raise RunDirError(f"{str(self.dir)!r} is not a run folder: {CONFIG_FILE} is missing")
+        self.algo, self.config = resolve_config(None, run_config(self.dir), check_device=False)
         # Set by train/resume: the signal that stopped the run ("SIGINT", "SIGTERM") or None, and the
         # step of the last checkpoint they wrote.
         self.stopped_by: str | None = None
@@ -504,7 +573,7 @@ class Run:
     @property
     def checkpoint(self) -> Checkpoint:
         if self._checkpoint is None:
-            self._checkpoint = load_checkpoint(self.dir / "checkpoints")
+            self._checkpoint = _load_latest(self.dir)
         return self._checkpoint
 
     @property
@@ -587,21 +656,31 @@ class Run:
 
         if not self.algo.uses_env:
             raise ConfigError(f"{self.algo.name} trains a language model: there is no episode to film")
-        out = Path(path) if path else self.dir / "videos" / f"step_{self.step}.mp4"
-        out.parent.mkdir(parents=True, exist_ok=True)
+        if path:
+            out = Path(path)
+            out.parent.mkdir(parents=True, exist_ok=True)
         # Frames are drawn off-screen: without this, pygame's SDL looks for a display and prints
         # "XDG_RUNTIME_DIR is invalid or not set" on a machine without one.
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         env = make_env(self.config.env, render_mode="rgb_array")
         try:
             t = self.config.trainer
-            record_video(
-                self.policy,
-                env,
-                str(out),
-                seed=t.seed + EVAL_SEED_OFFSET if seed is None else seed,
-                deterministic=deterministic,
-            )
+            # The default goes into the run folder: the encoder writes by name, so into a private
+            # folder of its own, and the finished file is copied in as every run file is written
+            # (`videos` and the name opened without following a link: advantage.runfiles).
+            with tempfile.TemporaryDirectory() as private:
+                target = out if path else Path(private) / "video.mp4"
+                record_video(
+                    self.policy,
+                    env,
+                    str(target),
+                    seed=t.seed + EVAL_SEED_OFFSET if seed is None else seed,
+                    deterministic=deterministic,
+                )
+                if not path:
+                    with open(target, "rb") as f:
+                        chunks = iter(lambda: f.read(1 << 20), b"")
+                        out = write_run_file(self.dir, Path("videos") / f"step_{self.step}.mp4", chunks)
         finally:
             env.close()
         return out
@@ -610,4 +689,8 @@ class Run:
         from advantage.plotting import DEFAULT_METRICS, plot_runs
 
         metrics = self.algo.plot_metrics or DEFAULT_METRICS
-        return plot_runs([self.dir], out or self.dir / "plots" / "learning_curve.png", metrics=metrics)
+        if out is not None:
+            return plot_runs([self.dir], out, metrics=metrics)
+        return plot_runs(
+            [self.dir], self.dir / "plots" / "learning_curve.png", metrics=metrics, inside=self.dir
+        )

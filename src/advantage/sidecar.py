@@ -27,6 +27,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from advantage.errors import AdvantageError
+from advantage.runfiles import Folder
+
 LOG_FILE = "sidecar.log"
 PLOT_FILE = Path("plots") / "learning_curve.png"
 POLL_SECONDS = 0.5  # how often the sidecar looks for new rows (TensorBoard's own flush is every 120 s)
@@ -38,7 +41,7 @@ def draw_learning_curve(run_dir: Path, metrics: Sequence[str]) -> str | None:
     from advantage.plotting import plot_runs
 
     try:
-        plot_runs([run_dir], run_dir / PLOT_FILE, metrics=metrics)
+        plot_runs([run_dir], run_dir / PLOT_FILE, metrics=metrics, inside=run_dir)
     except Exception as e:  # e.g. no metric logged yet: say so, no traceback
         return f"warning: could not plot learning curves: {e}"
     return None
@@ -63,12 +66,12 @@ class Sidecar:
             args += ["--purge-step", str(purge_step)]
         for m in plot_metrics or ():
             args += ["--plot", m]
-        self._log = run_dir / LOG_FILE
+        self._log, self._run_dir = run_dir / LOG_FILE, run_dir
         env = dict(os.environ)
         # the sidecar imports advantage from where this process did (an editable checkout, a test's src/)
         pkg_root = str(Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join([pkg_root, *filter(None, [env.get("PYTHONPATH")])])
-        with open(self._log, "ab") as log:
+        with Folder.open(run_dir) as run, run.open_file(LOG_FILE, "ab") as log:
             self.proc = subprocess.Popen(
                 args,
                 stdin=subprocess.PIPE,
@@ -92,10 +95,22 @@ class Sidecar:
         except subprocess.TimeoutExpired:
             return f"the plot and TensorBoard writer did not finish within {timeout:.0f} s"
         try:
-            text = self._log.read_text().strip()
-        except OSError:
+            text = _tail(self._run_dir, LOG_FILE).decode(errors="replace").strip()
+        except (OSError, AdvantageError):
             return None
         return text or None
+
+
+def _tail(run_dir: Path, name: str, limit: int = 1 << 16) -> bytes:
+    """The last ``limit`` bytes of ``RUN/name`` (a log read back for a message: bounded, and opened
+    without following a link)."""
+    with Folder.open(run_dir) as run:
+        fd = run.open_fd(name, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, limit, max(0, size - limit))
+    finally:
+        os.close(fd)
 
 
 class TensorBoardWriter:
@@ -131,7 +146,7 @@ def follow(
     until ``finished`` is set; the lines present then are read too. A torn line is skipped."""
     import time
 
-    with open(metrics_file, "rb") as f:
+    with Folder.open(metrics_file.parent) as run, run.open_file(metrics_file.name, "rb") as f:
         f.seek(offset)
         pending = b""
         while True:
@@ -184,10 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     warning = draw_learning_curve(ns.run_dir, ns.plot) if ns.plot else None
     if warning:
         print(warning, file=sys.stderr)
-    log = ns.run_dir / LOG_FILE
-    with contextlib.suppress(OSError):
-        if log.stat().st_size == 0:
-            log.unlink()
+    with contextlib.suppress(OSError, AdvantageError), Folder.open(ns.run_dir) as run:
+        if run.size(LOG_FILE) == 0:
+            run.unlink(LOG_FILE)
     return 1 if warning else 0
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from advantage.config import flatten, parse_overrides
 from advantage.errors import ConfigError
+from advantage.runfiles import Folder
 
 
 def parse_grid(specs: Sequence[str]) -> dict[str, list[Any]]:
@@ -208,8 +209,10 @@ def _write_summary(out_dir: Path, rows: list[dict[str, Any]], keys: list[str]) -
             for r in rows
         ),
     ]
-    (out_dir / "summary.md").write_text("\n".join(lines) + "\n")
-    (out_dir / "summary.json").write_text(json.dumps({"points": points, "trials": rows}, indent=1))
+    # opened in the sweep folder without following a link, written atomically (advantage.runfiles)
+    with Folder.open(out_dir, create=True) as folder:
+        folder.write_atomic("summary.md", "\n".join(lines) + "\n")
+        folder.write_atomic("summary.json", json.dumps({"points": points, "trials": rows}, indent=1))
     top = points[0]
     where = " ".join(f"{k}={top['point'][k]}" for k in keys)
     return f"{where}: {top['mean']:.4g} ± {top['std']:.3g} ({top['n']} seed{'' if top['n'] == 1 else 's'})"

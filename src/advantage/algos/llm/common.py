@@ -12,7 +12,9 @@ per-token quantity (log-probs, rewards, advantages, the response mask) is ``[B, 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
+import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -192,7 +194,8 @@ def check(
             tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
     except ConfigError as e:
         # Name the key as the user wrote it (grpo and ppo_rlhf: worker.actor.model.path).
-        problems.extend(rebase(p, model_prefix(cfg)) for p in e.problems)
+        keys = [f.name for f in dataclasses.fields(m)]
+        problems.extend(rebase(p, model_prefix(cfg), keys) for p in e.problems)
     if examples is not None and tok is not None:
         problems.extend(check_lengths(cfg, examples, tok, responses))
     context = m.max_position_embeddings
@@ -225,17 +228,49 @@ def model_folder(path: str) -> Path:
     """``model.path`` as a model folder: a run folder (``runs/<run>``) means its latest checkpoint, which
     is a ``save_pretrained`` folder; a run's ``checkpoints`` folder its latest; a checkpoint folder
     itself. Each is verified against its manifest first (:func:`advantage.checkpoint.verify_checkpoint`),
-    as every read of a run's checkpoint is. A plain model folder (no manifest) is returned as it is."""
-    from advantage.checkpoint import LATEST, MANIFEST, latest_checkpoint, verify_checkpoint
+    as every read of a run's checkpoint is. A plain model folder (no manifest) is the user's own model
+    and is returned as it is -- unless it is a run's checkpoint whose manifest is gone (it sits in a
+    run's ``checkpoints`` folder, or holds a checkpoint's own files): deleting the manifest must not be a
+    way to skip the verification, so it is refused."""
+    from advantage.checkpoint import LATEST, MANIFEST, STATE, TENSORS, latest_checkpoint, verify_checkpoint
+    from advantage.errors import CheckpointError
+    from advantage.runfiles import Folder
 
     folder = Path(path)
-    if (folder / "checkpoints" / LATEST).is_file():
-        return verify_checkpoint(latest_checkpoint(folder / "checkpoints"))
-    if (folder / LATEST).is_file():
-        return verify_checkpoint(latest_checkpoint(folder))
-    if (folder / MANIFEST).is_file():
-        return verify_checkpoint(folder)
+    if not folder.is_dir():
+        return folder  # load_tokenizer says what it is instead
+    with Folder.open(folder, error=CheckpointError) as given:
+        if given.exists("checkpoints"):
+            with given.child("checkpoints") as checkpoints:
+                if checkpoints.exists(LATEST):
+                    return verify_checkpoint(latest_checkpoint(checkpoints))
+        if given.exists(LATEST):
+            return verify_checkpoint(latest_checkpoint(given))
+        if given.exists(MANIFEST):
+            return verify_checkpoint(given)
+        own_files = {TENSORS, STATE} <= set(given.names())
+    run = _run_of_checkpoint(folder)
+    if run is not None or own_files:
+        where = f" of the run {str(run)!r}" if run is not None else ""
+        raise CheckpointError(
+            f"{folder / MANIFEST}: manifest missing; {str(folder)!r} is a checkpoint folder{where}, which is "
+            "never loaded unverified (refused)"
+        )
     return folder
+
+
+def _run_of_checkpoint(folder: Path) -> Path | None:
+    """The run folder around ``folder`` when ``folder`` is in a run's ``checkpoints`` folder (named so, in
+    a folder holding the run's ``config.yaml``, or holding a ``latest`` pointer), else None."""
+    from advantage.checkpoint import LATEST
+
+    parent = folder.resolve().parent
+    if parent.name != "checkpoints":
+        return None
+    run = parent.parent
+    if os.path.lexists(run / "config.yaml") or os.path.lexists(parent / LATEST):
+        return run
+    return None
 
 
 def build_model(cfg: Any, task: Task) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
