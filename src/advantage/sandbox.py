@@ -25,7 +25,8 @@ states the threat model).
    ctypes (``os.unshare`` needs Python 3.12). The network namespace has only a loopback that is down, so
    every connection fails, 127.0.0.1 and abstract unix sockets included. The candidate is PID 1 of its
    PID namespace and sees no other process (no ``kill``, ``ptrace`` or ``pidfd_open`` can name the
-   supervisor or the trainer).
+   supervisor or the trainer). System V IPC objects and POSIX message queues belong to the IPC
+   namespace and die with it (the filter of 6 refuses them anyway).
 2. ``pivot-root`` ``minimal-root`` ``readonly-fs`` ``private-tmp`` ``no-proc``: the candidate's root is a
    fresh read-only tmpfs holding only the interpreter's module folders (``sys.path``), the system
    library folders (``/lib``, ``/usr/lib`` …, for extension modules) and ``/dev/null``, ``/dev/zero``,
@@ -44,15 +45,23 @@ states the threat model).
    ``PR_SET_NO_NEW_PRIVS`` set, so the candidate cannot undo any of the above or gain privileges by exec.
 5. ``session`` ``minimal-env``: its own session; environment ``PATH``, ``LANG``, ``HOME``,
    ``PYTHONHASHSEED`` only, so no inherited secret.
+6. ``seccomp`` (x86_64, aarch64): a filter refuses the system calls that would undo or get around the
+   above (namespaces, mounts, ``ptrace``, keyrings, ``bpf``, ``io_uring`` …), System V IPC and POSIX
+   message queues (their memory is not counted by ``RLIMIT_AS`` and, without an IPC namespace, outlives
+   the process), and sockets of every family but ``AF_UNIX``, ``AF_INET`` and ``AF_INET6`` (``AF_VSOCK``
+   is not confined by a network namespace; netlink, packet, alg … are not needed).
 
 Where the kernel refuses the namespaces (e.g. Docker's default seccomp profile, Ubuntu's AppArmor
 restriction of unprivileged user namespaces), the run **fails closed**: stage ``setup``, an error saying
 what is missing and how to run, and no code runs. ``isolation="unsafe"`` (``data.sandbox=unsafe`` of the
-``code`` task) runs the code anyway with 3 and 5 only (``UNSAFE-no-isolation``): it can read and write
-whatever the trainer's user can and reach the network.
+``code`` task) runs the code anyway with 3, 5 and, where the kernel allows it, 6 only
+(``UNSAFE-no-isolation``): it can read and write whatever the trainer's user can and reach the network.
 
 Cost: one process start (~30 ms of interpreter start-up) plus the namespaces and the mounts, about
 70-150 ms per run on a 2-core machine. The trainer never compiles or runs the code itself.
+
+Results are decoded with bounded nesting (:data:`MAX_DEPTH`) and bounded reads: whatever bytes the code
+writes where its results go, the run ends with its values or a failure (``garbled``), never an exception.
 
 Limitations: values travel as JSON (tuples come back as lists, dict keys as strings); ``PYTHONHASHSEED``
 is set for programs the candidate might start, but ``-I`` makes its own interpreter ignore it, so string
@@ -84,6 +93,7 @@ from advantage.errors import ConfigError
 
 __all__ = [
     "ISOLATION_MODES",
+    "MAX_DEPTH",
     "Raised",
     "SandboxLimits",
     "SandboxResult",
