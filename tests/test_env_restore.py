@@ -192,7 +192,7 @@ def _equal(a, b) -> bool:
     return a == b
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plain_values)
 def test_any_plain_value_round_trips_through_json(value):
     enc = _encode(value)
@@ -211,14 +211,14 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=500)
+@settings(max_examples=500, deadline=None)
 @given(json_values, st.sampled_from([None, 1.5, np.zeros(2), "s", [1, 2], np.random.default_rng(0)]))
 def test_any_forged_value_decodes_or_is_a_value_error(enc, current):
     with contextlib.suppress(ValueError):
         _decode(enc, current, "x")
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(json_values)
 def test_a_forged_state_never_half_applies_or_raises_anything_else(forged):
     env = gym.make("CartPole-v1")

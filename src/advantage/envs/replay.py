@@ -82,7 +82,7 @@ class EpisodeRecorder(gym.Wrapper):
         rng = getattr(self.env.unwrapped, "_np_random", None)
         log.seed, log.options = seed, options
         if seed is None and isinstance(rng, np.random.Generator):
-            log.rng = rng.bit_generator.state
+            log.rng = dict(rng.bit_generator.state)
         log.ok = (seed is not None or log.rng is not None) and (
             options is None or _encode(options) is not None
         )
@@ -163,11 +163,11 @@ def _replay_one(rec: EpisodeRecorder, s: dict[str, Any]) -> str | None:
         rec.reset(seed=seed, options=options)
     else:
         name = rng_state.get("bit_generator") if isinstance(rng_state, dict) else None
-        if not isinstance(name, str) or name not in _BIT_GENERATORS:
+        if not isinstance(name, str) or name not in _BIT_GENERATORS or not isinstance(rng_state, dict):
             return f"unknown bit generator {str(name)[:40]!r}"
-        rng = np.random.Generator(_BIT_GENERATORS[name]())
-        rng.bit_generator.state = rng_state
-        rec.env.unwrapped._np_random = rng  # what reset(seed=None) draws the episode from
+        generator = np.random.Generator(_BIT_GENERATORS[name]())
+        generator.bit_generator.state = rng_state
+        rec.env.unwrapped._np_random = generator  # what reset(seed=None) draws the episode from
         rec.reset(options=options)
     space = rec.action_space
     for t, action in enumerate(actions):

@@ -106,28 +106,30 @@ def _decode_plain(enc: Any, where: str, depth: int = 0, budget: list[int] | None
     if "rng" in enc:
         raise ValueError(f"{where}: a random generator inside a sequence")
     if "nd" in enc:
-        dtype, shape, values = enc["nd"], enc.get("shape"), enc.get("v")
+        dtype, shape, flat = enc["nd"], enc.get("shape"), enc.get("v")
         if not (
             isinstance(dtype, str)
             and len(dtype) <= 8
             and isinstance(shape, list)
             and all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_ARRAY for n in shape)
-            and isinstance(values, list)
-            and len(values) <= MAX_ARRAY
+            and isinstance(flat, list)
+            and len(flat) <= MAX_ARRAY
         ):
             raise ValueError(f"{where}: not a numeric array")
         try:
             dt = np.dtype(dtype)
             if dt.kind not in "biuf" or dt.itemsize > 16:
                 raise TypeError(dtype)
-            return np.asarray(values, dtype=dt).reshape(shape)
+            return np.asarray(flat, dtype=dt).reshape(shape)
         except (TypeError, ValueError, OverflowError):
             raise ValueError(f"{where}: not a numeric array of dtype and shape as saved") from None
     value = enc.get("v")
     if "np" in enc:
         try:
-            dt = np.dtype(enc["np"]) if isinstance(enc["np"], str) and len(enc["np"]) <= 8 else None
-            if dt is None or dt.kind not in "biuf" or not isinstance(value, int | float):
+            if not (isinstance(enc["np"], str) and len(enc["np"]) <= 8 and isinstance(value, int | float)):
+                raise TypeError
+            dt = np.dtype(enc["np"])
+            if dt.kind not in "biuf":
                 raise TypeError
             with np.errstate(over="raise", invalid="raise"):
                 out = dt.type(value)
