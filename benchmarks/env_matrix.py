@@ -202,8 +202,8 @@ def write_report(cells: list[dict[str, Any]], skipped: dict[str, str], out: Path
         "",
         f"Written by `{meta['command'].strip()}` ({meta.get('torch', '?')}, gymnasium "
         f"{meta.get('gymnasium', '?')}, {meta['cpus']} CPUs, {meta['wall_seconds']} s). Each cell trains "
-        "with a short budget, is interrupted with SIGINT after its first checkpoint, resumed past the budget and "
-        "evaluated, all through the command line.",
+        "with a short budget, is interrupted with SIGINT after its first checkpoint, resumed past the "
+        "budget and evaluated, all through the command line.",
         "",
         f"**{counts['pass']} pass, {counts['refused']} refused (the algorithm cannot handle the space, one "
         f"line, exit 2), {counts['fail']} fail.** ✓ pass (↻: the resume started fresh episodes, saying so; "
