@@ -274,56 +274,32 @@ YAML_MAX_DEPTH = 64
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file; errors name the file (and the line, for syntax errors). Files over
-    :data:`YAML_MAX_BYTES`, or whose aliases expand to more than :data:`YAML_MAX_NODES` nodes or nest
-    deeper than :data:`YAML_MAX_DEPTH`, are refused before anything expands them."""
-    p, name = Path(path), f"--config {str(path)!r}"  # how every error names the file
-    if not p.is_file():
-        raise ConfigError(f"{name}: no such file")
-    if p.stat().st_size > YAML_MAX_BYTES:
-        raise ConfigError(f"{name} is over {YAML_MAX_BYTES} bytes; a config file is small")
-    return parse_yaml(p.read_bytes(), name, str(path))
+    :data:`YAML_MAX_BYTES` are refused before they are read (the size from the opened file, at most that
+    many bytes read), and files whose aliases expand to more than :data:`YAML_MAX_NODES` nodes or nest
+    deeper than :data:`YAML_MAX_DEPTH` before anything expands them (:func:`parse_yaml`)."""
+    from advantage.safe_read import read_bytes
+
+    name = f"--config {str(path)!r}"  # how every error names the file
+    data = read_bytes(path, YAML_MAX_BYTES, name, hint="; a config file is small")
+    return parse_yaml(data, name, str(path))
 
 
 def parse_yaml(data: bytes, name: str, where: str) -> dict[str, Any]:
     """The mapping of a YAML config held in ``data`` (read by the caller, e.g. from a run folder without
     following a link), checked as :func:`load_yaml` checks a file; ``name`` is how errors name it and
-    ``where`` the file name YAML's syntax errors show."""
+    ``where`` the file name YAML's syntax errors show. The bounded loader
+    (:func:`advantage.safe_read.parse_yaml`) counts values, aliases and nesting before it builds
+    anything; invalid UTF-8 is an error naming the byte."""
+    from advantage.safe_read import parse_yaml as bounded
+
     if len(data) > YAML_MAX_BYTES:
         raise ConfigError(f"{name} is over {YAML_MAX_BYTES} bytes; a config file is small")
-    try:
-        parsed = yaml.safe_load(data.decode("utf-8"))
-    except yaml.YAMLError as e:
-        detail = " ".join(str(e).split()).replace('"<unicode string>"', f'"{where}"')  # name the file
-        raise ConfigError(f"{name} is not valid YAML: {detail}") from None
-    except (RecursionError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{name} is not valid YAML ({type(e).__name__})") from None
-    why = _too_big(parsed)
-    if why:
-        raise ConfigError(f"{name}: {why}; refused before expanding it")
+    parsed = bounded(data, name, where=where, max_nodes=YAML_MAX_NODES, max_depth=YAML_MAX_DEPTH)
     if parsed is None:
         return {}
     if not isinstance(parsed, dict):
         raise ConfigError(f"{name} must hold a mapping of sections, got {type(parsed).__name__}")
     return parsed
-
-
-def _too_big(data: Any) -> str | None:
-    """Why ``data`` (as loaded, aliases shared) is too big once every alias is expanded, or None. Visits
-    at most :data:`YAML_MAX_NODES` + 1 nodes, so a bomb costs nothing to detect."""
-    stack, count = [(data, 1)], 0
-    while stack:
-        node, depth = stack.pop()
-        count += 1
-        if count > YAML_MAX_NODES:
-            return f"more than {YAML_MAX_NODES} values once its aliases are expanded (an alias bomb?)"
-        if depth > YAML_MAX_DEPTH:
-            return f"nested deeper than {YAML_MAX_DEPTH} levels"
-        if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values())
-            count += len(node)  # the keys
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node)
-    return None
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -599,8 +575,13 @@ def merge(*trees: Mapping[str, Any]) -> dict[str, Any]:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from advantage.safe_read import check_interpolations
+
     try:
         merged = OmegaConf.merge(*[OmegaConf.create(dict(t)) for t in trees])
+        # counted before anything resolves: a few hundred bytes of references to references can stand
+        # for gigabytes, or millions of resolutions
+        check_interpolations(OmegaConf.to_container(merged, resolve=False))
         return typing.cast(dict[str, Any], OmegaConf.to_container(merged, resolve=True))
     except OmegaConfBaseException as e:
         raise ConfigError(f"cannot resolve config: {' '.join(str(e).split())}") from None

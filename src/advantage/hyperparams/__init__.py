@@ -28,14 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from advantage.config import build, flatten, nest
 from advantage.errors import ConfigError
 
 DIR = Path(__file__).parent
-# libyaml's loader where PyYAML has it (the tables are read on every run; 10x faster than pure Python)
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 RESERVED = ("source", "notes")
 AUTO, NONE = "auto", "none"
 
@@ -72,6 +68,24 @@ def _display(path: Path) -> str:
         return str(path)
 
 
+def _read(path: Path, name: str) -> Any:
+    """The YAML value of a hyperparameter file, bounded as a config file is
+    (:func:`advantage.config.load_yaml`): at most :data:`~advantage.config.YAML_MAX_BYTES` read, and
+    values, aliases and nesting counted before anything is built, so an alias bomb costs nothing. The
+    loader is libyaml's where PyYAML has it: the tables are read on every run."""
+    from advantage.config import YAML_MAX_BYTES, YAML_MAX_DEPTH, YAML_MAX_NODES
+    from advantage.safe_read import load_yaml_file
+
+    return load_yaml_file(
+        path,
+        YAML_MAX_BYTES,
+        name,
+        max_nodes=YAML_MAX_NODES,
+        max_depth=YAML_MAX_DEPTH,
+        hint="; a hyperparameter table is small",
+    )
+
+
 def load_table(path: str | Path, config_cls: type) -> dict[str, Entry]:
     """Read and check every entry of a hyperparameter file against the config class ``config_cls``.
 
@@ -82,14 +96,9 @@ def load_table(path: str | Path, config_cls: type) -> dict[str, Entry]:
     """
     p = Path(path)
     name = _display(p)
-    if not p.is_file():
+    if not p.exists():
         raise ConfigError(f"hyperparams file {str(path)!r}: no such file (use auto, none or a YAML path)")
-    try:
-        data = yaml.load(p.read_text(), Loader=_LOADER)
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise ConfigError(
-            f"hyperparams file {name!r} is not valid YAML: {' '.join(str(e).split())}"
-        ) from None
+    data = _read(p, f"hyperparams file {name!r}")
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -126,7 +135,9 @@ def shipped_env_ids(algo: str) -> dict[str, str]:
     path = shipped_file(algo)
     if path is None:
         return {}
-    data = yaml.load(path.read_text(), Loader=_LOADER) or {}
+    data = _read(path, f"hyperparams file {_display(path)!r}") or {}
+    if not isinstance(data, dict):
+        return {}  # load_table says what is wrong when a run uses it
     return {str(k): str(v.get("source", "")) for k, v in data.items() if isinstance(v, dict)}
 
 
