@@ -81,11 +81,16 @@ def cmd_train(ns: argparse.Namespace) -> int:
 
 def _nproc(config: str | None, overrides: dict, cfg: Callable[[], Any]) -> int:
     """``trainer.nproc_per_node`` of a command not yet under a launcher (1 under one, or when no key or
-    file names it: the config is then not built twice)."""
+    file names it: the config is then not built twice). The file is read as the config is
+    (:data:`~advantage.config.YAML_MAX_BYTES` at most), so a huge one is refused, not read whole."""
+    from advantage.config import YAML_MAX_BYTES
     from advantage.distributed import launched
+    from advantage.safe_read import read_bytes
 
     named = "nproc_per_node" in str(overrides) or (
-        config is not None and Path(config).is_file() and "nproc_per_node" in Path(config).read_text()
+        config is not None
+        and b"nproc_per_node"
+        in read_bytes(config, YAML_MAX_BYTES, f"--config {config!r}", hint="; a config file is small")
     )
     return 1 if launched() or not named else int(getattr(cfg().trainer, "nproc_per_node", 1))
 

@@ -44,7 +44,6 @@ Verification:
 from __future__ import annotations
 
 import functools
-import json
 import random
 import threading
 from collections.abc import Callable, Mapping
@@ -88,20 +87,16 @@ SUFFIXES = (".jsonl", ".json", ".parquet")
 _SPLIT_ALIASES = {"val": "validation", "valid": "validation", "dev": "validation"}
 BOXED = "\\boxed"
 MAX_ROW_BYTES = 1 << 20  # one JSONL line, or one text field of any row: checked before anything tokenizes it
+MAX_JSON_BYTES = 1 << 29  # a whole .json dataset, parsed at once (a .jsonl file is read a row at a time)
 
 
-def _loads(text: str, where: str, line: bool = False) -> Any:
+def _loads(text: str | bytes, where: str, line: bool = False) -> Any:
     """``json.loads`` whose every failure is a :class:`ConfigError` naming ``where``: malformed JSON, a
-    number of thousands of digits (Python's int limit), nesting deeper than the parser's recursion."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        at = "" if line else f":{e.lineno}"
-        raise ConfigError(f"{where}{at}: malformed JSON{' line' if line else ''} ({e.msg})") from None
-    except RecursionError:
-        raise ConfigError(f"{where}: malformed JSON (nested too deeply)") from None
-    except ValueError as e:  # e.g. "Exceeds the limit (4300 digits) for integer string conversion"
-        raise ConfigError(f"{where}: malformed JSON ({str(e)[:120]})") from None
+    number of thousands of digits (Python's int limit), nesting deeper than
+    :data:`~advantage.safe_read.MAX_DEPTH` levels (counted before the parser recurses)."""
+    from advantage.safe_read import parse_json
+
+    return parse_json(text, where, line=line)
 
 
 def _read_rows(file: str | PathLike[str], what: str) -> tuple[Path, list[Any]]:
@@ -121,40 +116,23 @@ def _read_rows(file: str | PathLike[str], what: str) -> tuple[Path, list[Any]]:
 
 
 def _parse_rows(path: Path) -> list[Any]:
-    """The raw rows of a dataset file. A JSONL line over :data:`MAX_ROW_BYTES` is refused before it is
-    read whole."""
+    """The raw rows of a dataset file, every read bounded (:mod:`advantage.safe_read`): a JSONL line over
+    :data:`MAX_ROW_BYTES` is refused before it is read whole, a ``.json`` file over
+    :data:`MAX_JSON_BYTES` before a byte is read, a Parquet file whose values decode to more than
+    :data:`~advantage.safe_read.PARQUET_MAX_DECODED` bytes (by its footer, then by every batch decoded) or
+    hold a value over 4 x :data:`MAX_ROW_BYTES` bytes (more than :data:`MAX_ROW_BYTES` characters) before
+    it becomes Python objects."""
+    from advantage.safe_read import iter_jsonl, read_bytes, read_parquet_rows
+
     if path.suffix == ".jsonl":
-        rows = []
-        with path.open("rb") as f:
-            lineno = 0
-            while raw := f.readline(MAX_ROW_BYTES + 1):
-                lineno += 1
-                if len(raw) > MAX_ROW_BYTES:
-                    raise ConfigError(
-                        f"{path}:{lineno}: line over {MAX_ROW_BYTES} bytes; a row must be smaller"
-                    )
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise ConfigError(f"{path}:{lineno}: not valid UTF-8 (byte {e.start})") from None
-                if line.strip():
-                    rows.append(_loads(line, f"{path}:{lineno}", line=True))
-        return rows
+        return [row for _, row in iter_jsonl(path, MAX_ROW_BYTES, str(path))]
     if path.suffix == ".json":
-        try:
-            text = path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ConfigError(f"{path}: not valid UTF-8 (byte {e.start})") from None
-        data = _loads(text, str(path))
+        hint = "; a larger dataset can be a .jsonl file, read a row at a time"
+        data = _loads(read_bytes(path, MAX_JSON_BYTES, str(path), hint=hint), str(path))
         if not isinstance(data, list):
             raise ConfigError(f"{path}: a .json dataset must be a list of objects, got {type(data).__name__}")
         return data
-    import pyarrow.parquet as pq  # lazy: pyarrow is only needed for parquet files
-
-    try:
-        return pq.read_table(path).to_pylist()
-    except Exception as e:  # pyarrow raises ArrowInvalid/OSError subclasses for corrupt files
-        raise ConfigError(f"{path}: not a readable parquet file ({e})") from e
+    return read_parquet_rows(path, str(path), max_value_bytes=4 * MAX_ROW_BYTES)
 
 
 def _lookup(path: Path, i: int, row: Mapping[str, Any], key: str) -> Any:
