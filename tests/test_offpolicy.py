@@ -279,7 +279,9 @@ def test_actions_are_rescaled_to_the_bounds():
 @pytest.mark.parametrize("algo", ALGOS)
 def test_discrete_actions_rejected_with_the_space(algo):
     with pytest.raises(
-        EnvError, match=rf"{algo} needs a continuous \(Box\) action space; CartPole-v1 has Discrete\(2\)"
+        EnvError,
+        match=rf"^{algo} needs a Box action space; CartPole-v1 has Discrete\(2\); algorithms for Box "
+        r"observations and Discrete actions: a2c, dqn, ppo, reinforce, reinforce_is, trpo$",
     ):
         advantage.train(algo, quiet=True, **{"env.id": "CartPole-v1"})
 

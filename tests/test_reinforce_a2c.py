@@ -26,9 +26,15 @@ FAST = {"trainer.tensorboard": False, "trainer.eval_episodes": 2, "trainer.eval_
 
 
 @pytest.mark.parametrize("algo", ["reinforce", "reinforce_is", "a2c"])
-def test_discrete_observations_rejected(algo):
-    with pytest.raises(EnvError, match=f"{algo} needs a Box observation space; FrozenLake-v1 has Discrete"):
-        advantage.train(algo, quiet=True, **{"env.id": "FrozenLake-v1"})
+def test_discrete_observations_are_one_hot_not_refused(algo):
+    """FrozenLake's Discrete observations reach the MLP one-hot (tests/test_spaces.py: every space)."""
+    over = {
+        "env.id": "FrozenLake-v1",
+        "env.num_envs": 2,
+        "env.max_episode_steps": 20,
+        "trainer.total_steps": 100,
+    }
+    assert advantage.train(algo, quiet=True, **FAST, **over).step >= 100
 
 
 @pytest.mark.parametrize("algo", ["reinforce", "a2c"])

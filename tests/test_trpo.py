@@ -11,7 +11,7 @@ import torch
 
 import advantage
 from advantage.algos.trpo import distribution, mean_kl
-from advantage.errors import ConfigError, EnvError
+from advantage.errors import ConfigError
 from advantage.math import conjugate_gradient, fisher_vector_product, flat_grad, line_search, natural_step
 from advantage.nn import ActorCritic
 
@@ -182,9 +182,10 @@ def test_shared_trunk_is_refused():
         advantage.train("trpo", quiet=True, **{"model.shared_trunk": True})
 
 
-def test_discrete_observations_rejected():
-    with pytest.raises(EnvError, match="trpo needs a Box observation space; FrozenLake-v1 has Discrete"):
-        advantage.train("trpo", quiet=True, **{"env.id": "FrozenLake-v1"})
+def test_discrete_observations_are_one_hot_not_refused():
+    """FrozenLake's Discrete observations reach the MLP one-hot (tests/test_spaces.py: every space)."""
+    over = {"env.id": "FrozenLake-v1", "env.num_envs": 2, "algorithm.n_steps": 64, "trainer.total_steps": 128}
+    assert advantage.train("trpo", quiet=True, **FAST, **over).step >= 128
 
 
 def test_bad_values_are_listed_together():

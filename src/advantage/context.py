@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 from advantage.checkpoint import Checkpoint, save_checkpoint
-from advantage.envs import make_env
+from advantage.envs import flatten_observations, make_env
 from advantage.errors import CheckpointError, NonFiniteError
 from advantage.evaluation import EVAL_SEED_OFFSET, envs_for, evaluate_policy
 from advantage.metrics import MetricsWriter
@@ -149,7 +149,7 @@ class RunContext:
 
     # -- environments --------------------------------------------------------------------------------
     def make_env(self) -> gym.Env:
-        return make_env(self.cfg.env)
+        return make_env(self.cfg.env, flatten_obs=flatten_observations(self.cfg))
 
     # -- signals: stop at the next step boundary -----------------------------------------------------
     def _install_signal_handlers(self) -> None:
@@ -221,7 +221,8 @@ class RunContext:
         else:
             n = envs_for(policy, self.cfg.trainer.eval_episodes)
             while len(self._eval_envs) < n:
-                self._eval_envs.append(make_env(self.cfg.env))
+                # observations encoded as the trainer's envs encode them
+                self._eval_envs.append(make_env(self.cfg.env, flatten_obs=flatten_observations(self.cfg)))
             res = evaluate_policy(
                 policy,
                 self._eval_envs[0],

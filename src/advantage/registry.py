@@ -92,6 +92,9 @@ class Algorithm:
         task_options: for algorithms that train on a task's data: ``task_options(name)`` lists the
             ``data.*`` options of task ``name`` as ``(key, default, meaning)`` (for ``advantage list``);
             an unknown name is a :class:`~advantage.errors.ConfigError`.
+        observation_spaces, action_spaces: the Gymnasium space classes (by name, e.g. ``"Box"``) the
+            method handles; a refusal names the algorithms whose record lists the env's spaces
+            (:func:`advantage.envs.make.algorithms_for`). Empty for the algorithms without an env.
     """
 
     name: str
@@ -108,6 +111,8 @@ class Algorithm:
     workers: bool = False
     plot_metrics: tuple[str, ...] | None = None
     task_options: Callable[[str], list[tuple[str, Any, str]]] | None = None
+    observation_spaces: tuple[str, ...] = ()
+    action_spaces: tuple[str, ...] = ()
 
     @property
     def uses_env(self) -> bool:

@@ -284,10 +284,10 @@ def _new_run_folder(run_dir: Path) -> Folder:
 def _check_spaces(spec: Algorithm, cfg: Any) -> None:
     if spec.check_env is None:
         return
-    from advantage.envs import make_env
+    from advantage.envs import flatten_observations, make_env
     from advantage.envs.make import check_env_api
 
-    env = make_env(cfg.env)
+    env = make_env(cfg.env, flatten_obs=flatten_observations(cfg))  # as the algorithm will see it
     try:
         spec.check_env(cfg, env)
         check_env_api(cfg.env.id, env)
@@ -592,9 +592,9 @@ class Run:
             self._policy = self.algo.load_policy(self.config, self.checkpoint)
         if self._policy is None:
             assert self.algo.policy is not None
-            from advantage.envs import make_env
+            from advantage.envs import flatten_observations, make_env
 
-            env = make_env(self.config.env)
+            env = make_env(self.config.env, flatten_obs=flatten_observations(self.config))
             try:
                 self._policy = self.algo.policy(self.config, env, self.checkpoint.tensors)
             finally:
@@ -629,11 +629,15 @@ class Run:
             return self.algo.evaluate(self.config, self.policy, **options)
         if options:
             raise ConfigError(f"{self.algo.name} evaluation takes no options {sorted(options)}")
-        from advantage.envs import make_env
+        from advantage.envs import flatten_observations, make_env
         from advantage.evaluation import EVAL_SEED_OFFSET, envs_for, evaluate_policy
 
         episodes = episodes or t.eval_episodes
-        envs = [make_env(self.config.env) for _ in range(envs_for(self.policy, episodes, deterministic))]
+        flat = flatten_observations(self.config)  # the policy sees observations as in training
+        envs = [
+            make_env(self.config.env, flatten_obs=flat)
+            for _ in range(envs_for(self.policy, episodes, deterministic))
+        ]
         try:
             return evaluate_policy(
                 self.policy,
@@ -651,7 +655,7 @@ class Run:
         self, path: str | Path | None = None, seed: int | None = None, deterministic: bool = True
     ) -> Path:
         """Record one evaluation episode as an mp4 (default ``RUN/videos/step_<N>.mp4``)."""
-        from advantage.envs import make_env
+        from advantage.envs import flatten_observations, make_env
         from advantage.evaluation import EVAL_SEED_OFFSET, record_video
 
         if not self.algo.uses_env:
@@ -662,7 +666,9 @@ class Run:
         # Frames are drawn off-screen: without this, pygame's SDL looks for a display and prints
         # "XDG_RUNTIME_DIR is invalid or not set" on a machine without one.
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-        env = make_env(self.config.env, render_mode="rgb_array")
+        env = make_env(
+            self.config.env, render_mode="rgb_array", flatten_obs=flatten_observations(self.config)
+        )
         try:
             t = self.config.trainer
             # The default goes into the run folder: the encoder writes by name, so into a private

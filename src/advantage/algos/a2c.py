@@ -49,7 +49,7 @@ from torch import Tensor
 
 from advantage.configs.a2c import A2CAlgorithm, A2CConfig
 from advantage.context import RunContext
-from advantage.envs import make_vec_env
+from advantage.envs import flatten_observations, make_vec_env
 from advantage.errors import NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, masked_whiten, reward_to_go
 from advantage.nn import ActorCritic
@@ -132,7 +132,7 @@ def update(
 def train(cfg: A2CConfig, ctx: RunContext) -> None:
     a, t = cfg.algorithm, cfg.trainer
     setup_torch(t)
-    env = make_vec_env(cfg.env)
+    env = make_vec_env(cfg.env, flatten_obs=flatten_observations(cfg))
     model = cfg.model.build(env.single_observation_space, env.single_action_space)
     opt = make_optimizer(model, a)
     learner = LearnerState({"model": model}, {"optim": opt})

@@ -61,6 +61,7 @@ from advantage.configs.dqn import DQNAlgorithm, DQNConfig, DQNModel
 from advantage.context import RunContext, Snapshot
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
 from advantage.envs import env_state, make_env, make_vec_env, require_space, set_env_state
+from advantage.envs.make import flatten_observations, require_vector_observations
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import double_q_target, dueling_combine, polyak_update, td_target
 from advantage.nn import eager, mlp
@@ -166,8 +167,10 @@ class QNetwork(nn.Module):
 
 
 class DQNPolicy:
-    def __init__(self, q: QNetwork):
-        self.q = q
+    """The greedy policy of Q: ``start + argmax_a Q(s, a)`` (``start``: the Discrete space's first action)."""
+
+    def __init__(self, q: QNetwork, start: int = 0):
+        self.q, self.start = q, start
 
     def act(self, obs: Any, deterministic: bool = True) -> int:
         return self.act_batch(np.asarray(obs)[None])[0]
@@ -175,12 +178,20 @@ class DQNPolicy:
     @torch.inference_mode()
     def act_batch(self, obs: np.ndarray) -> list[int]:
         """Greedy actions for a batch of observations ``[N, ...]`` (side-by-side evaluation)."""
-        return self.q(torch.as_tensor(np.asarray(obs), dtype=torch.float32)).argmax(-1).tolist()
+        greedy = self.q(torch.as_tensor(np.asarray(obs), dtype=torch.float32)).argmax(-1)
+        return (greedy + self.start).tolist() if self.start else greedy.tolist()
 
 
 def check_env(cfg: DQNConfig, env: gym.Env) -> None:
-    require_space("dqn", cfg.env.id, "action", env.action_space, Discrete)
-    require_space("dqn", cfg.env.id, "observation", env.observation_space, Box)
+    """Discrete actions (a Q-value per action); observations with a vector encoding for the MLP (``env``
+    made with :func:`~advantage.envs.flatten_observations`), or a Box (of images) for ``model.cnn``; a
+    replay buffer that fits in memory."""
+    raw_obs = env.unwrapped.observation_space
+    require_space("dqn", cfg.env.id, "action", env.action_space, Discrete, other=raw_obs)
+    if cfg.model.cnn:
+        require_space("dqn", cfg.env.id, "observation", env.observation_space, Box, other=env.action_space)
+    else:
+        require_vector_observations("dqn", cfg.env.id, env.observation_space, env.action_space)
     check_buffer_memory(cfg, env)
 
 
@@ -276,11 +287,11 @@ class OverestimationProbe:
     are refused at construction: a saved and restored copy must step exactly as the original does.
     """
 
-    def __init__(self, env_cfg: Any, states: int, gamma: float, tolerance: float):
+    def __init__(self, env_cfg: Any, states: int, gamma: float, tolerance: float, flatten_obs: bool = False):
         self.gamma, self.k = gamma, states
         self.horizon = greedy_horizon(gamma, tolerance)
-        self.env = make_env(env_cfg)
-        self.copies = [make_env(env_cfg) for _ in range(states)]
+        self.env = make_env(env_cfg, flatten_obs=flatten_obs)  # observations as the Q-network takes them
+        self.copies = [make_env(env_cfg, flatten_obs=flatten_obs) for _ in range(states)]
         spec = getattr(self.env, "spec", None)
         self.limit = (
             int(spec.max_episode_steps) if spec is not None and spec.max_episode_steps else self.horizon
@@ -423,7 +434,13 @@ def make_probe(cfg: DQNConfig) -> tuple[OverestimationProbe | None, int]:
     if every == 0 or (every < 0 and a.gamma >= 1):
         return None, 0
     try:
-        probe = OverestimationProbe(cfg.env, a.overestimation_states, a.gamma, a.overestimation_tolerance)
+        probe = OverestimationProbe(
+            cfg.env,
+            a.overestimation_states,
+            a.gamma,
+            a.overestimation_tolerance,
+            flatten_obs=flatten_observations(cfg),
+        )
     except EnvError:
         if every > 0:
             raise
@@ -434,10 +451,11 @@ def make_probe(cfg: DQNConfig) -> tuple[OverestimationProbe | None, int]:
 def train(cfg: DQNConfig, ctx: RunContext) -> None:
     a, t = cfg.algorithm, cfg.trainer
     setup_torch(t)
-    env = make_vec_env(cfg.env)
+    env = make_vec_env(cfg.env, flatten_obs=flatten_observations(cfg))
     N = cfg.env.num_envs
     obs_space = cast(Box, env.single_observation_space)
     n_actions = int(cast(Discrete, env.single_action_space).n)
+    start = int(cast(Discrete, env.single_action_space).start)  # actions are indices from 0 inside
     q, q_target = QNetwork(obs_space, n_actions, cfg.model), QNetwork(obs_space, n_actions, cfg.model)
     q_target.load_state_dict(q.state_dict())
     q_target.requires_grad_(False)
@@ -470,7 +488,9 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
         state = {**meta, "buffer": buf_meta, "rng": rng.bit_generator.state, "env": env_state(env)}
         state |= {"next_train": next_train, "next_target": next_target, "next_measure": next_measure}
         return Snapshot(
-            DQNPolicy(q), {**tensors, **buf_tensors, "obs": torch.as_tensor(obs), **steps.tensors()}, state
+            DQNPolicy(q, start),
+            {**tensors, **buf_tensors, "obs": torch.as_tensor(obs), **steps.tensors()},
+            state,
         )
 
     while step < t.total_steps:
@@ -480,7 +500,7 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
             greedy = q(torch.as_tensor(obs, dtype=torch.float32)).argmax(-1).numpy()
         explore = rng.random(N) < eps
         actions = np.where(explore, rng.integers(n_actions, size=N), greedy)
-        next_obs, reward, term, trunc, _ = env.step(actions)
+        next_obs, reward, term, trunc, _ = env.step(actions + start if start else actions)
         step, valid, _ = steps.record(step, reward, next_obs, term, trunc, ctx)
         buffer.add(obs, actions, reward, next_obs, term, trunc, valid=valid)
         obs = next_obs
@@ -650,6 +670,7 @@ def _td_gradient_by_hand(
 
 
 def _policy(cfg: DQNConfig, env: gym.Env, tensors: Any) -> DQNPolicy:
-    q = QNetwork(cast(Box, env.observation_space), int(cast(Discrete, env.action_space).n), cfg.model)
+    space = cast(Discrete, env.action_space)
+    q = QNetwork(cast(Box, env.observation_space), int(space.n), cfg.model)
     load_module("q", q, tensors)
-    return DQNPolicy(q)
+    return DQNPolicy(q, int(space.start))

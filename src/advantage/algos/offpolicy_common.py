@@ -32,6 +32,7 @@ from torch import nn
 from advantage.context import RunContext, Snapshot
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
 from advantage.envs import describe_space, env_state, make_vec_env, require_space, set_env_state
+from advantage.envs.make import flatten_observations, require_vector_observations
 from advantage.errors import ConfigError, EnvError, NonFiniteError
 from advantage.nn import eager  # noqa: F401  (installed before LeanAdam builds its torch.optim.Adam)
 from advantage.nn.continuous import to_env_action
@@ -42,21 +43,19 @@ from advantage.torch_state import LearnerState, load_module
 
 
 def check_env(cfg: Any, env: gym.Env, algo: str) -> None:
-    """Raise :class:`EnvError` unless ``env`` has a bounded ``Box`` action space and a ``Box`` observation
-    space: the actor's ``tanh`` output is mapped onto ``[low, high]``, which must be finite."""
+    """Raise :class:`EnvError` unless ``env`` has a bounded ``Box`` action space (the actor's ``tanh``
+    output is mapped onto ``[low, high]``, which must be finite) and observations with a vector encoding
+    (``env`` made with :func:`~advantage.envs.flatten_observations`)."""
     space, env_id = env.action_space, cfg.env.id
-    if not isinstance(space, gym.spaces.Box):
-        raise EnvError(
-            f"{algo} needs a continuous (Box) action space; {env_id} has {describe_space(space)} "
-            "(for Discrete actions use dqn or ppo)"
-        )
+    require_space(algo, env_id, "action", space, gym.spaces.Box, other=env.unwrapped.observation_space)
+    assert isinstance(space, gym.spaces.Box)
     if not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
         raise EnvError(
             f"{algo} needs a bounded Box action space (finite low and high: the tanh-squashed actor is "
             f"rescaled to them); {env_id} has {describe_space(space)}. Wrap the env with "
             "gymnasium.wrappers.RescaleAction or give the space finite bounds"
         )
-    require_space(algo, env_id, "observation", env.observation_space, gym.spaces.Box)
+    require_vector_observations(algo, env_id, env.observation_space, space)
     check_buffer_memory(cfg, env)
 
 
@@ -193,7 +192,7 @@ class Experience:
 
     def __init__(self, cfg: Any):
         a, seed = cfg.algorithm, cfg.trainer.seed
-        self.env = make_vec_env(cfg.env)
+        self.env = make_vec_env(cfg.env, flatten_obs=flatten_observations(cfg))
         self.seed = seed
         self.N = cfg.env.num_envs
         obs_space, act_space = (

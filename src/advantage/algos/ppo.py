@@ -40,7 +40,13 @@ import torch
 
 from advantage.configs.ppo import PPOAlgorithm, PPOConfig
 from advantage.context import RunContext, Snapshot
-from advantage.envs import describe_space, make_vec_env, require_space
+from advantage.envs import (
+    describe_space,
+    flatten_observations,
+    make_vec_env,
+    require_space,
+    require_vector_observations,
+)
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, masked_whiten
 from advantage.math.kl import k3_from_ratio
@@ -52,13 +58,18 @@ from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collec
 from advantage.schedules import remaining
 from advantage.torch_state import LearnerState
 
+ACTIONS = (gym.spaces.Discrete, gym.spaces.Box, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+
 
 def check_env(cfg: Any, env: gym.Env, algo: str = "ppo") -> None:
-    """The spaces an :class:`~advantage.nn.ActorCritic` handles (PPO, TRPO, A2C, REINFORCE): Box
-    observations, Discrete or Box actions; ``model.squash`` only with Box actions; then, for the
+    """The spaces an :class:`~advantage.nn.ActorCritic` handles (PPO, TRPO, A2C, REINFORCE; ``env`` made
+    with :func:`~advantage.envs.flatten_observations`): observations with a vector encoding (Box,
+    Discrete, MultiDiscrete, MultiBinary, Dict, Tuple), Discrete, Box, MultiDiscrete or MultiBinary actions
+    (:func:`~advantage.nn.actor_critic.make_head`); ``model.squash`` only with Box actions; then, for the
     algorithms with ``algorithm.n_steps``, a rollout that fits in memory."""
-    require_space(algo, cfg.env.id, "observation", env.observation_space, gym.spaces.Box)
-    require_space(algo, cfg.env.id, "action", env.action_space, (gym.spaces.Discrete, gym.spaces.Box))
+    raw_obs = env.unwrapped.observation_space
+    require_vector_observations(algo, cfg.env.id, env.observation_space, env.action_space)
+    require_space(algo, cfg.env.id, "action", env.action_space, ACTIONS, other=raw_obs)
     if cfg.model.squash and not isinstance(env.action_space, gym.spaces.Box):
         raise EnvError(
             f"model.squash=true needs a Box action space; {cfg.env.id} has {describe_space(env.action_space)}"
@@ -72,7 +83,7 @@ def check_env(cfg: Any, env: gym.Env, algo: str = "ppo") -> None:
 def train(cfg: PPOConfig, ctx: RunContext) -> None:
     a, t = cfg.algorithm, cfg.trainer
     setup_torch(t)
-    env = make_vec_env(cfg.env)
+    env = make_vec_env(cfg.env, flatten_obs=flatten_observations(cfg))
     obs_space, act_space = env.single_observation_space, env.single_action_space
     model = cfg.model.build(obs_space, act_space)
     # The fused kernel updates every parameter in one call: a large share of a small network's step time.

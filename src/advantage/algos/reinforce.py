@@ -80,6 +80,7 @@ from advantage.configs.reinforce import (  # noqa: F401  (on this API page)
 )
 from advantage.context import RunContext, Snapshot
 from advantage.envs import env_state, make_vec_env, set_env_state
+from advantage.envs.make import flatten_observations
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import (
     POLICY_LOSSES,
@@ -281,7 +282,7 @@ def _step(opt: torch.optim.Optimizer, model: ActorCritic, loss: Tensor, max_grad
 def train(cfg: Any, ctx: RunContext, off_policy: bool = False) -> None:
     a, t = cfg.algorithm, cfg.trainer
     setup_torch(t)
-    env = make_vec_env(cfg.env)
+    env = make_vec_env(cfg.env, flatten_obs=flatten_observations(cfg))
     model = make_model(cfg, env.single_observation_space, env.single_action_space)
     parts = ReinforceModelParts(model)
     use_critic = a.baseline == "value"

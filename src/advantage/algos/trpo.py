@@ -8,8 +8,9 @@ Each update maximises the importance-sampled surrogate subject to a mean-KL trus
     \pi_\theta(\cdot|s))\big] \le \delta,
 
 by the natural-gradient step of :mod:`advantage.math.trust_region`: the gradient :math:`g` of
-:math:`\mathcal L`, conjugate gradient on Fisher-vector products of the *exact* mean KL (categorical, or
-diagonal Gaussian before any tanh squashing — KL is invariant under the bijection), the step scaled so
+:math:`\mathcal L`, conjugate gradient on Fisher-vector products of the *exact* mean KL (categorical,
+products of categoricals or Bernoullis for MultiDiscrete and MultiBinary actions, or diagonal Gaussian
+before any tanh squashing — KL is invariant under the bijection), the step scaled so
 its quadratic KL model is δ, then a backtracking line search that keeps the first candidate whose real
 surrogate improves and whose real mean KL is at most δ (else no policy update this time).
 
@@ -42,7 +43,7 @@ from torch import Tensor
 
 from advantage.configs.trpo import TRPOAlgorithm, TRPOConfig
 from advantage.context import RunContext
-from advantage.envs import make_vec_env
+from advantage.envs import flatten_observations, make_vec_env
 from advantage.errors import NonFiniteError
 from advantage.math import (
     conjugate_gradient,
@@ -54,7 +55,7 @@ from advantage.math import (
 )
 from advantage.math.value_losses import explained_variance
 from advantage.nn import ActorCritic
-from advantage.nn.actor_critic import CategoricalHead, GaussianHead
+from advantage.nn.actor_critic import GaussianHead
 from advantage.nn.lean import optimizer_step
 from advantage.rollout.envsteps import setup_torch
 from advantage.rollout.onpolicy import actor_critic_snapshot, make_collector, resume_or_reset
@@ -65,18 +66,22 @@ from advantage.torch_state import LearnerState
 
 
 def distribution(model: ActorCritic, obs: Tensor) -> Tensor:
-    """The policy's distribution parameters at ``obs [n, ...]``: log-probabilities ``[n, A]`` (Discrete)
-    or the Gaussian mean ``[n, D]`` (Box; the log-std is the state-independent ``model.head.log_std``)."""
-    h = model.pi_body(obs)
-    if isinstance(model.head, CategoricalHead):
-        return torch.log_softmax(model.head.logits(h), dim=-1)
-    return model.head.mean(h)
+    """The policy's distribution parameters at ``obs [n, ...]``: the Gaussian mean ``[n, D]`` (Box; the
+    log-std is the state-independent ``model.head.log_std``), otherwise the log-probabilities of every
+    factor's outcomes side by side: ``[n, A]`` (Discrete), ``[n, Σ nvec]`` (MultiDiscrete, one
+    categorical per entry), ``[n, 2K]`` (MultiBinary: ``log p_k`` and ``log(1 − p_k)`` of each bit)."""
+    h = model.pi_body(model.flat_obs(obs))
+    if isinstance(model.head, GaussianHead):
+        return model.head.mean(h)
+    return model.head.log_probs(h)
 
 
 def mean_kl(model: ActorCritic, obs: Tensor, old: Tensor, old_log_std: Tensor | None) -> Tensor:
     r"""Mean over states of :math:`D_\mathrm{KL}(\pi_\text{old}(\cdot|s)\,\|\,\pi_\theta(\cdot|s))`, exact.
 
-    Categorical: :math:`\sum_a p_\text{old}(a)(\log p_\text{old}(a) - \log p_\theta(a))`. Diagonal
+    Categorical: :math:`\sum_a p_\text{old}(a)(\log p_\text{old}(a) - \log p_\theta(a))`; for a product
+    of independent factors (MultiDiscrete's categoricals, MultiBinary's Bernoullis) the KL is the sum of
+    the factors' KLs, which is this same sum over the outcomes of every factor side by side. Diagonal
     Gaussian: :math:`\sum_d \log\frac{\sigma_d}{\sigma_{\text{old},d}} + \frac{\sigma_{\text{old},d}^2 +
     (\mu_{\text{old},d} - \mu_d)^2}{2\sigma_d^2} - \frac12`. ``old`` (and ``old_log_std``) are detached
     values of :func:`distribution` at :math:`\theta_k`."""
@@ -96,7 +101,7 @@ def mean_kl(model: ActorCritic, obs: Tensor, old: Tensor, old_log_std: Tensor | 
 def train(cfg: TRPOConfig, ctx: RunContext) -> None:
     a, t = cfg.algorithm, cfg.trainer
     setup_torch(t)
-    env = make_vec_env(cfg.env)
+    env = make_vec_env(cfg.env, flatten_obs=flatten_observations(cfg))
     model = cfg.model.build(env.single_observation_space, env.single_action_space)
     pi_params = [*model.pi_body.parameters(), *model.head.parameters()]
     vf_params = [*model.v_body.parameters(), *model.value_head.parameters()]
@@ -136,10 +141,11 @@ def policy_step(
     """One natural-gradient step with line search on the policy parameters; returns the logged row."""
     with torch.no_grad():
         old = distribution(model, obs)
-        old_log_std = None if isinstance(model.head, CategoricalHead) else model.head.log_std.detach().clone()
+        head = model.head
+        old_log_std = head.log_std.detach().clone() if isinstance(head, GaussianHead) else None
 
     def surrogate() -> tuple[Tensor, Tensor]:
-        logp, entropy = model.head.log_prob_entropy(model.pi_body(obs), actions)
+        logp, entropy = model.head.log_prob_entropy(model.pi_body(model.flat_obs(obs)), actions)
         return (torch.exp(logp - old_logp) * adv).mean(), entropy.mean()
 
     loss, entropy = surrogate()

@@ -37,6 +37,14 @@ MODULES: dict[str, str] = {
 }
 
 
+# The spaces of the registry records (Algorithm.observation_spaces / action_spaces): what an MLP takes once
+# Gymnasium flattens the observation (envs.make.encode_observations), the action spaces of the
+# actor-critic heads, and the raw Discrete spaces a table is indexed by.
+VECTOR_OBSERVATIONS = ("Box", "Discrete", "MultiDiscrete", "MultiBinary", "Dict", "Tuple")
+ACTOR_CRITIC_ACTIONS = ("Discrete", "Box", "MultiDiscrete", "MultiBinary")
+DISCRETE = ("Discrete",)
+
+
 def register_algorithm(name: str, summary: str, config: type, module: str, **fields: Any) -> None:
     """Register ``name``, trained by ``advantage.algos.<module>:train`` and rebuilt by its ``_policy`` unless
     ``fields`` name other :class:`~advantage.registry.Entry` objects; the other ``fields`` are the
@@ -57,6 +65,8 @@ def register_actor_critic(name: str, summary: str, config: type, **fields: Any) 
         policy=Entry("advantage.rollout.onpolicy:actor_critic_policy"),
         check_env=Entry("advantage.algos.ppo:check_env", algo=name),
         workers=True,
+        observation_spaces=VECTOR_OBSERVATIONS,
+        action_spaces=ACTOR_CRITIC_ACTIONS,
         **fields,
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
 from advantage.configs import register_actor_critic
@@ -34,6 +35,8 @@ class A2CAlgorithm:
 
 @dataclass
 class A2CConfig:
+    # Its networks are MLPs: every observation reaches them as one vector (envs.make.flatten_observations).
+    flatten_obs: ClassVar[bool] = True
     env: VecEnvConfig = section(VecEnvConfig)
     algorithm: A2CAlgorithm = section(A2CAlgorithm)
     model: ActorCriticModel = section(ActorCriticModel)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
-from advantage.configs import register_algorithm
+from advantage.configs import DISCRETE, VECTOR_OBSERVATIONS, register_algorithm
 from advantage.configs.models import hidden_sizes_problems
 from advantage.registry import Entry
 
@@ -100,6 +101,8 @@ class DQNModel:
 
 @dataclass
 class DQNConfig:
+    # Its networks are MLPs: every observation reaches them as one vector (envs.make.flatten_observations).
+    flatten_obs: ClassVar[bool] = True
     env: VecEnvConfig = section(VecEnvConfig)
     algorithm: DQNAlgorithm = section(DQNAlgorithm)
     model: DQNModel = section(DQNModel)
@@ -165,6 +168,8 @@ register_algorithm(
     DQNConfig,
     "dqn",
     check_env=Entry("advantage.algos.dqn:check_env"),
+    observation_spaces=VECTOR_OBSERVATIONS,  # model.cnn=true: Box images
+    action_spaces=DISCRETE,
     presets=PRESETS,
     # General defaults: SB3's (one env). CartPole-v1's tuned values are its entry in
     # advantage/hyperparams/dqn.yml: the plain max target with 3-step returns on a 128-128 MLP, 16

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advantage.config import EnvConfig, Preset, TrainerConfig, option, section
-from advantage.configs import register_algorithm
+from advantage.configs import DISCRETE, register_algorithm
 from advantage.registry import Entry
 
 FEATURES_HELP = (
@@ -137,6 +137,8 @@ def _register(
         f"tabular.{module}",
         train=Entry(f"advantage.algos.tabular.{module}:train", method=name),
         check_env=Entry("advantage.algos.tabular.linear_common:check_linear", name=name, control=control),
+        observation_spaces=DISCRETE,
+        action_spaces=DISCRETE,
         defaults=DEFAULTS,
         presets=presets,
         plot_metrics=PLOT_METRICS,

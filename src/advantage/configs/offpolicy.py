@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
-from advantage.configs import register_algorithm
+from advantage.configs import VECTOR_OBSERVATIONS, register_algorithm
 from advantage.configs.models import hidden_sizes_problems
 from advantage.registry import Entry
 
@@ -52,6 +52,9 @@ class OffPolicyModel:
 @dataclass
 class OffPolicyConfig:
     """The sections of an off-policy config; each algorithm narrows ``algorithm`` (and ``model``)."""
+
+    # Its networks are MLPs: every observation reaches them as one vector (envs.make.flatten_observations).
+    flatten_obs: ClassVar[bool] = True
 
     env: VecEnvConfig = section(VecEnvConfig)
     algorithm: OffPolicyAlgorithm = section(OffPolicyAlgorithm)
@@ -146,6 +149,8 @@ def register_offpolicy(
         config,
         module or name,
         check_env=Entry("advantage.algos.offpolicy_common:check_env", algo=name),
+        observation_spaces=VECTOR_OBSERVATIONS,
+        action_spaces=("Box",),
         presets=presets,
         # General defaults: the dataclass's, one env; Pendulum-v1's values are its entry in
         # advantage/hyperparams/<name>.yml.

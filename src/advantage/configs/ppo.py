@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
 from advantage.configs import register_actor_critic
@@ -51,6 +52,8 @@ class PPOAlgorithm:
 
 @dataclass
 class PPOConfig:
+    # Its networks are MLPs: every observation reaches them as one vector (envs.make.flatten_observations).
+    flatten_obs: ClassVar[bool] = True
     env: VecEnvConfig = section(VecEnvConfig)
     algorithm: PPOAlgorithm = section(PPOAlgorithm)
     model: ActorCriticModel = section(ActorCriticModel)

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
-from advantage.configs import register_algorithm
+from advantage.configs import ACTOR_CRITIC_ACTIONS, VECTOR_OBSERVATIONS, register_algorithm
 from advantage.configs.models import hidden_sizes_problems
 from advantage.registry import Entry
 
@@ -64,6 +65,8 @@ class ReinforceModel:
 
 @dataclass
 class ReinforceConfig:
+    # Its networks are MLPs: every observation reaches them as one vector (envs.make.flatten_observations).
+    flatten_obs: ClassVar[bool] = True
     env: VecEnvConfig = section(VecEnvConfig)
     algorithm: ReinforceAlgorithm = section(ReinforceAlgorithm)
     model: ReinforceModel = section(ReinforceModel)
@@ -127,6 +130,8 @@ register_algorithm(
     ReinforceConfig,
     "reinforce",
     check_env=Entry("advantage.algos.ppo:check_env", algo="reinforce"),
+    observation_spaces=VECTOR_OBSERVATIONS,
+    action_spaces=ACTOR_CRITIC_ACTIONS,
     presets=PRESETS,
     defaults=dict(PRESETS["cartpole"].overrides),
 )
@@ -138,6 +143,8 @@ register_algorithm(
     "reinforce",
     train=Entry("advantage.algos.reinforce:train", off_policy=True),
     check_env=Entry("advantage.algos.ppo:check_env", algo="reinforce_is"),
+    observation_spaces=VECTOR_OBSERVATIONS,
+    action_spaces=ACTOR_CRITIC_ACTIONS,
     presets=PRESETS_IS,
     defaults=dict(PRESETS_IS["cartpole"].overrides),
 )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from advantage.config import EnvConfig, Preset, TrainerConfig, option, section
-from advantage.configs import register_algorithm
+from advantage.configs import DISCRETE, register_algorithm
 from advantage.registry import Entry
 
 
@@ -121,6 +121,8 @@ for _name, _summary in _TD_SUMMARIES.items():
         "tabular.td",
         train=Entry("advantage.algos.tabular.td:train", method=_name),
         check_env=Entry("advantage.algos.tabular.common:check_discrete", name=_name),
+        observation_spaces=DISCRETE,
+        action_spaces=DISCRETE,
         presets=TD_PRESETS,
         # The defaults learn slippery FrozenLake-v1 (the default env) to value iteration's success rate.
         defaults={"trainer.total_steps": 150_000},
@@ -173,6 +175,8 @@ register_algorithm(
     train=Entry("advantage.algos.tabular.monte_carlo:train", control=True),
     policy=Entry("advantage.algos.tabular.monte_carlo:_control_policy"),
     check_env=Entry("advantage.algos.tabular.common:check_discrete", name="mc_control"),
+    observation_spaces=DISCRETE,
+    action_spaces=DISCRETE,
     presets={
         "frozenlake": Preset(
             "deterministic FrozenLake 4x4", {"env.is_slippery": False, "trainer.total_steps": 50_000}
@@ -189,6 +193,8 @@ register_algorithm(
     train=Entry("advantage.algos.tabular.monte_carlo:train", control=False),
     policy=Entry("advantage.algos.tabular.monte_carlo:_prediction_policy"),
     check_env=Entry("advantage.algos.tabular.common:check_discrete", name="mc_prediction"),
+    observation_spaces=DISCRETE,
+    action_spaces=DISCRETE,
     presets={"every_visit": Preset("every-visit instead of first-visit", {"algorithm.visit": "every"})},
 )
 
@@ -227,5 +233,7 @@ for _name, _summary in _PLANNING_SUMMARIES.items():
         "tabular.planning",
         train=Entry("advantage.algos.tabular.planning:train", method=_name),
         check_env=Entry("advantage.algos.tabular.planning:check_env", name=_name),
+        observation_spaces=DISCRETE,
+        action_spaces=DISCRETE,
         defaults={"trainer.total_steps": 0, "trainer.eval_every": 0},
     )

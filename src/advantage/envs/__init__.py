@@ -6,9 +6,12 @@ from advantage.envs.make import (
     check_env_api,
     check_env_config,
     describe_space,
+    encode_observations,
+    flatten_observations,
     make_env,
     make_vec_env,
     require_space,
+    require_vector_observations,
 )
 from advantage.envs.model import TabularModel, tabular_model
 from advantage.envs.state import env_state, set_env_state
@@ -22,10 +25,13 @@ __all__ = [
     "check_env_api",
     "check_env_config",
     "describe_space",
+    "encode_observations",
     "env_state",
+    "flatten_observations",
     "make_env",
     "make_vec_env",
     "require_space",
+    "require_vector_observations",
     "set_env_state",
     "tabular_model",
 ]

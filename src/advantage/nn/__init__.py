@@ -1,14 +1,26 @@
-"""Networks: MLPs and actor-critic heads for Discrete and Box action spaces."""
+"""Networks: MLPs and actor-critic heads for Discrete, MultiDiscrete, MultiBinary and Box action spaces."""
 
-from advantage.nn.actor_critic import ActorCritic, ActorCriticModel, CategoricalHead, GaussianHead, mlp
+from advantage.nn.actor_critic import (
+    ActorCritic,
+    ActorCriticModel,
+    BernoulliHead,
+    CategoricalHead,
+    GaussianHead,
+    MultiCategoricalHead,
+    make_head,
+    mlp,
+)
 from advantage.nn.policy import ActorCriticPolicy, ObsNormalizer
 
 __all__ = [
     "ActorCritic",
     "ActorCriticModel",
     "ActorCriticPolicy",
+    "BernoulliHead",
     "CategoricalHead",
     "GaussianHead",
+    "MultiCategoricalHead",
     "ObsNormalizer",
+    "make_head",
     "mlp",
 ]

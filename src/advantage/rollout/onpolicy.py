@@ -47,7 +47,8 @@ class Batch:
     """The valid transitions of one rollout, flattened to ``[n]`` (``n`` ≤ N·T)."""
 
     obs: Tensor  # [n, *obs_shape] float32 (normalised when normalisation is on)
-    actions: Tensor  # [n] long (Discrete) or [n, *action_shape] (Box, the raw pre-squash sample)
+    actions: Tensor  # [n] long (Discrete), [n, K] long (MultiDiscrete), [n, K] float (MultiBinary; Box: the
+    # raw pre-squash sample)
     logp: Tensor  # [n] log π_old(a|s)
     values: Tensor  # [n] V_old(s)
     advantages: Tensor  # [n] GAE(γ, λ)
@@ -75,18 +76,17 @@ class OnPolicyCollector:
     ):
         self.env, self.model, self.T, self.N = env, model, n_steps, env.num_envs
         self.gamma, self.normalize_reward, self.ctx = gamma, normalize_reward, ctx
-        obs_space, act_space = env.single_observation_space, env.single_action_space
-        assert obs_space.shape is not None and act_space.shape is not None  # Box or Discrete
+        obs_space = env.single_observation_space
+        assert obs_space.shape is not None  # a Box (other spaces arrive encoded as vectors)
         self.obs_norm = ObsNormalizer(obs_space.shape, normalize_obs, clip_obs)
         self.ret_rms = RunningMeanStd(())
-        self.discrete = isinstance(act_space, gym.spaces.Discrete)
         T, N = n_steps, self.N
         # Storage is [T, N] (time first while collecting); what the env returns stays in numpy until
-        # the rollout ends: one conversion per rollout, not one per step.
+        # the rollout ends: one conversion per rollout, not one per step. Actions as the head samples
+        # them: [T, N] long (Discrete), [T, N, K] long (MultiDiscrete), [T, N, K] float (MultiBinary, Box).
         self.obs_buf = torch.zeros((T, N, *obs_space.shape))
-        self.act_buf = (
-            torch.zeros((T, N), dtype=torch.long) if self.discrete else torch.zeros((T, N, *act_space.shape))
-        )
+        head = model.head
+        self.act_buf = torch.zeros((T, N, *head.action_shape), dtype=head.action_dtype)
         self.logp_buf, self.val_buf = torch.zeros((T, N)), torch.zeros((T, N))
         self.rew_np = np.zeros((T, N))
         self.term_np, self.trunc_np, self.mask_np = (np.zeros((T, N), dtype=bool) for _ in range(3))
@@ -293,9 +293,17 @@ def make_collector(
         "ctx": ctx,
     }
     if cfg.trainer.num_workers > 0:
+        from advantage.envs import flatten_observations
         from advantage.rollout.remote import RemoteCollector
 
         return RemoteCollector(
-            cfg.env, cfg.model, model, n_steps, cfg.trainer, obs_space=env.single_observation_space, **common
+            cfg.env,
+            cfg.model,
+            model,
+            n_steps,
+            cfg.trainer,
+            obs_space=env.single_observation_space,
+            flatten_obs=flatten_observations(cfg),
+            **common,
         )
     return OnPolicyCollector(env, model, n_steps, **common)

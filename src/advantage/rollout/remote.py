@@ -91,6 +91,7 @@ class EnvWorker:
         model_cfg: ActorCriticModel,
         spec: gym.envs.registration.EnvSpec | None,
         seed: int,
+        flatten_obs: bool = False,
     ):
         from advantage.envs import make_vec_env
 
@@ -98,7 +99,7 @@ class EnvWorker:
         if spec is not None and spec.id not in gym.registry:  # an env registered only in the driver
             gym.register(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.init})
         torch.manual_seed(seed)
-        self.env = make_vec_env(env_cfg)
+        self.env = make_vec_env(env_cfg, flatten_obs=flatten_obs)  # observations as the learner's
         self.model = model_cfg.build(self.env.single_observation_space, self.env.single_action_space)
         self.raw, _ = self.env.reset(seed=seed)
         self.steps = EnvSteps(env_cfg.num_envs)
@@ -247,8 +248,10 @@ class RemoteCollector:
         normalize_reward: bool,
         ctx: RunContext,
         obs_space: gym.Space,
+        flatten_obs: bool = False,
     ):
         self.ray = import_ray(trainer.ray_address, trainer.num_workers)
+        self.flatten_obs = flatten_obs  # the workers' envs encode observations as the learner's does
         self.W, self.T = trainer.num_workers, n_steps
         self.N = env_cfg.num_envs
         self.per_worker = self.N // self.W
@@ -278,7 +281,8 @@ class RemoteCollector:
 
         def args(i: int, restarts: int) -> tuple:
             # distinct, reproducible seeds per worker and per replacement
-            return (self.env_cfg, self.model_cfg, self.spec, seed + 1_000_003 * (i + 1) + 7_919 * restarts)
+            seed_i = seed + 1_000_003 * (i + 1) + 7_919 * restarts
+            return (self.env_cfg, self.model_cfg, self.spec, seed_i, self.flatten_obs)
 
         self.pool = WorkerPool(self.ray, EnvWorker, args, self.W, self.trainer)
 

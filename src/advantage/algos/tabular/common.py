@@ -56,8 +56,9 @@ class TablePolicy:
 
 def check_discrete(cfg: Any, env: gym.Env, name: str) -> None:
     """``check_env`` of the tabular methods (``name``: the algorithm): Discrete observations and actions."""
-    require_space(name, cfg.env.id, "observation", env.observation_space, gym.spaces.Discrete)
-    require_space(name, cfg.env.id, "action", env.action_space, gym.spaces.Discrete)
+    obs, act = env.observation_space, env.action_space
+    require_space(name, cfg.env.id, "observation", obs, gym.spaces.Discrete, other=act)
+    require_space(name, cfg.env.id, "action", act, gym.spaces.Discrete, other=obs)
 
 
 def table_shape(env: gym.Env) -> tuple[int, int]:
