@@ -312,6 +312,25 @@ def test_dqn_stores_one_hot_observations_in_a_byte():
     env.close()
 
 
+@pytest.mark.parametrize("obs, stored", [("image", np.uint8), ("tuple", np.uint8), ("dict", np.float32)])
+def test_offpolicy_replay_stores_byte_observations_in_a_byte(obs, stored):
+    from advantage.algos.offpolicy_common import Experience
+
+    class Ctx:  # what Experience.env_step reports finished episodes to
+        def episode(self, step, ret, length):
+            pass
+
+    over = {"env.id": env_id(obs, "box"), "algorithm.buffer_size": 100, "algorithm.batch_size": 4}
+    exp = Experience(resolve_config("sac", None, over)[1])
+    assert exp.buffer.obs.dtype == stored
+    for _ in range(10):
+        exp.env_step(exp.random_actions(), Ctx())
+    batch_obs, *_, next_obs, _, _ = exp.sample(4)
+    assert batch_obs.dtype == next_obs.dtype == torch.float32  # what the networks take
+    assert batch_obs.shape == (4, gym.spaces.flatdim(OBSERVATIONS[obs]()))
+    exp.close()
+
+
 # --------------------------------------------------------------------------------- describe and check
 
 

@@ -192,7 +192,7 @@ def check_env(cfg: DQNConfig, env: gym.Env) -> None:
         require_space("dqn", cfg.env.id, "observation", env.observation_space, Box, other=env.action_space)
     else:
         require_vector_observations("dqn", cfg.env.id, env.observation_space, env.action_space)
-    check_buffer_memory(cfg, env)
+    check_buffer_memory(cfg, env, env.observation_space.dtype)  # DQN stores them as the space has them
 
 
 # ----------------------------------------------------------------------------------------------------

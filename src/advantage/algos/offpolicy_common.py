@@ -56,17 +56,24 @@ def check_env(cfg: Any, env: gym.Env, algo: str) -> None:
             "gymnasium.wrappers.RescaleAction or give the space finite bounds"
         )
     require_vector_observations(algo, env_id, env.observation_space, space)
-    check_buffer_memory(cfg, env)
+    check_buffer_memory(cfg, env, stored_obs_dtype(env.observation_space))
 
 
-def check_buffer_memory(cfg: Any, env: gym.Env) -> None:
+def stored_obs_dtype(space: gym.Space) -> np.dtype:
+    """How the replay buffer stores observations of ``space`` (encoded as a vector): one byte each when
+    the space's are bytes (one-hots, bits, image pixels: exact, and a quarter of float32's memory),
+    float32 otherwise."""
+    return np.dtype(np.uint8 if space.dtype == np.uint8 else np.float32)
+
+
+def check_buffer_memory(cfg: Any, env: gym.Env, obs_dtype: Any = np.float32) -> None:
     """:class:`ConfigError` before anything runs when ``algorithm.buffer_size`` transitions of ``env``
-    would not fit in the memory available."""
+    (observations stored as ``obs_dtype``) would not fit in the memory available."""
     from advantage.data.replay import memory_problem, replay_bytes
 
     obs, act = cast(gym.spaces.Box, env.observation_space), env.action_space
     n = cfg.algorithm.buffer_size
-    need = replay_bytes(n, obs.shape, np.float32, act.shape or (), np.float32)
+    need = replay_bytes(n, obs.shape, obs_dtype, act.shape or (), np.float32)
     problem = memory_problem(f"algorithm.buffer_size={n}: the replay buffer", need)
     if problem:
         raise ConfigError(problem)
@@ -208,7 +215,7 @@ class Experience:
         self.buffer = ReplayBuffer(
             capacity=a.buffer_size,
             obs_shape=(self.obs_dim,),
-            obs_dtype=np.float32,
+            obs_dtype=stored_obs_dtype(obs_space),
             action_shape=(self.act_dim,),
             action_dtype=np.float32,
             num_envs=self.N,
@@ -263,6 +270,8 @@ class Experience:
         if self.obs_norm.enabled:
             obs = self.obs_norm(obs).astype(np.float32)
             next_obs = self.obs_norm(next_obs).astype(np.float32)
+        elif obs.dtype != np.float32:  # stored as bytes (stored_obs_dtype)
+            obs, next_obs = obs.astype(np.float32), next_obs.astype(np.float32)
         columns = (obs, b["actions"], b["rewards"], next_obs, b["terminated"], b["discounts"])
         return tuple(torch.from_numpy(x) for x in columns)
 
