@@ -120,7 +120,10 @@ def read_bytes(
             raise error(f"{name} is over {limit} bytes (it is {size} bytes){hint}")
         with os.fdopen(fd, "rb", closefd=False) as f:
             try:
-                data = f.read(limit + 1)
+                # the size it has (a read of n bytes allocates n at once), then what it grew by, if anything
+                data = f.read(size + 1)
+                if len(data) > size:
+                    data += f.read(limit + 1 - len(data))
             except OSError as e:
                 raise error(f"{name}: cannot be read ({e.strerror or e})") from None
     finally:
@@ -330,11 +333,16 @@ def parse_yaml(
             return constructor.construct_document(node)
         finally:
             constructor.dispose()
+    except AdvantageError:
+        raise  # ours, raised above (a ConfigError is also a ValueError)
     except yaml.YAMLError as e:
         detail = " ".join(str(e).split()).replace('"<unicode string>"', f'"{where or what}"')
         raise error(f"{what} is not valid YAML: {detail[:300]}") from None
     except RecursionError:
         raise error(f"{what} is not valid YAML (nested too deeply)") from None
+    except (ValueError, TypeError, OverflowError) as e:  # a value PyYAML's constructors cannot build:
+        # a date such as 2001-13-45, an integer of more than 4300 digits
+        raise error(f"{what} is not valid YAML: {' '.join(str(e).split())[:200]}") from None
 
 
 def _expanded_too_big(node: Any, max_nodes: int, max_depth: int) -> str | None:
@@ -628,22 +636,23 @@ def read_parquet_rows(
     what: str | None = None,
     *,
     max_value_bytes: int,
-    max_decoded: int = PARQUET_MAX_DECODED,
+    max_decoded: int | None = None,
     error: Error = ConfigError,
 ) -> list[dict[str, Any]]:
     """The rows of a Parquet file as dicts, decoded within bounds.
 
     Before any data is read, the footer's declared decoded size (every column chunk's uncompressed size)
-    must be at most ``max_decoded`` bytes: a file of a few hundred kilobytes can compress gigabytes of one
-    repeated byte. Rows are then decoded in batches sized from the footer's largest average row (about
-    :data:`PARQUET_BATCH_BYTES` each); each batch's decoded bytes count against ``max_decoded`` and its
-    longest string or binary value (nested lists and structs included) must be at most
-    ``max_value_bytes`` before it becomes Python objects. So a footer that understates the sizes is
-    caught at the first batch past a limit."""
+    must be at most ``max_decoded`` bytes (default :data:`PARQUET_MAX_DECODED`): a file of a few hundred
+    kilobytes can compress gigabytes of one repeated byte. Rows are then decoded in batches sized from
+    the footer's largest average row (about :data:`PARQUET_BATCH_BYTES` each); each batch's decoded bytes
+    count against ``max_decoded`` and its longest string or binary value (nested lists and structs
+    included) must be at most ``max_value_bytes`` before it becomes Python objects. So a footer that
+    understates the sizes is caught at the first batch past a limit."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     name = _name(path, what)
+    max_decoded = PARQUET_MAX_DECODED if max_decoded is None else max_decoded
     fd = _open_regular(path, name, error)  # a regular file (no FIFO, no device), checked before pyarrow
     os.close(fd)
     try:
@@ -719,3 +728,74 @@ def _longest_value(array: Any, pa: Any) -> int:
     if pa.types.is_struct(t):
         return max((_longest_value(array.field(i), pa) for i in range(t.num_fields)), default=0)
     return 0
+
+
+# ----------------------------------------------------------------------------------------------------
+# Model folders
+
+# The JSON files transformers reads from a model folder: each must be a JSON object within bounds.
+MODEL_JSON_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "adapter_config.json",
+)
+# Tokenizer files the tokenizers library reads whole: their size is checked.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+
+
+def check_model_folder(folder: str | os.PathLike[str], *, error: Error = ConfigError) -> Path:
+    """Check, before transformers reads them, the files of a model folder that it parses whole: each JSON
+    file of :data:`MODEL_JSON_FILES` present is at most :data:`MODEL_JSON_MAX_BYTES`, UTF-8, nested at
+    most :data:`MAX_DEPTH` deep and a JSON object (transformers' own reads end in a ``RecursionError``,
+    a ``UnicodeDecodeError`` or an ``AttributeError`` on a list otherwise); each tokenizer file of
+    :data:`TOKENIZER_FILES` is at most :data:`TOKENIZER_FILE_MAX_BYTES`; ``chat_template.jinja`` and a
+    ``chat_template`` in ``tokenizer_config.json`` are UTF-8 text of at most
+    :data:`CHAT_TEMPLATE_MAX_BYTES`. Returns ``folder``; a path that is not a folder is returned as it is
+    (the loader says what it is)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return folder
+    for name in MODEL_JSON_FILES:
+        path = folder / name
+        if os.path.lexists(path):
+            value = load_json(
+                path, MODEL_JSON_MAX_BYTES, f"model folder file {str(path)!r}", error=error, expect=dict
+            )
+            if name == "tokenizer_config.json":
+                _check_template_field(value.get("chat_template"), f"{str(path)!r}: its chat_template", error)
+    for name in TOKENIZER_FILES:
+        path = folder / name
+        if os.path.lexists(path):
+            size = file_size(path, f"model folder file {str(path)!r}", error=error)
+            if size > TOKENIZER_FILE_MAX_BYTES:
+                raise error(
+                    f"model folder file {str(path)!r} is over {TOKENIZER_FILE_MAX_BYTES} bytes (it is {size} "
+                    "bytes); refused before the tokenizer reads it"
+                )
+    jinja = folder / "chat_template.jinja"
+    if os.path.lexists(jinja):
+        read_text(jinja, CHAT_TEMPLATE_MAX_BYTES, f"model folder file {str(jinja)!r}", error=error)
+    return folder
+
+
+def _check_template_field(value: Any, what: str, error: Error) -> None:
+    """A ``chat_template`` value: a string, or a list of ``{"name", "template"}``, of bounded length."""
+    templates = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    for t in templates:
+        text = t.get("template") if isinstance(t, dict) else t
+        if isinstance(text, str) and len(text.encode("utf-8", "surrogatepass")) > CHAT_TEMPLATE_MAX_BYTES:
+            raise error(f"{what} is over {CHAT_TEMPLATE_MAX_BYTES} bytes; a chat template is small")

@@ -118,7 +118,7 @@ def check_lengths(
         if not exs:
             continue
         try:
-            texts = [prompt_text(tok, e.prompt, chat) for e in exs]
+            texts = prompt_texts(tok, [e.prompt for e in exs], chat)
         except ConfigError as err:
             return [f"{err} (the prompts of {d.task!r})"]
         for k, (e, ids) in enumerate(
@@ -200,11 +200,12 @@ def check(
         problems.extend(check_lengths(cfg, examples, tok, responses))
     context = m.max_position_embeddings
     if folder is not None and (folder / "config.json").is_file():
-        import json
+        from advantage.safe_read import MODEL_JSON_MAX_BYTES, load_json
 
-        try:
-            context = json.loads((folder / "config.json").read_text()).get("max_position_embeddings")
-        except ValueError:
+        try:  # model_folder checked it; read again within the same bounds
+            config = load_json(folder / "config.json", MODEL_JSON_MAX_BYTES, expect=dict)
+            context = config.get("max_position_embeddings")
+        except ConfigError:
             context = None  # load_tokenizer above named the unreadable file
     if isinstance(context, int) and (d.max_prompt_length or 0) + d.max_response_length > context:
         problems.append(
@@ -231,10 +232,13 @@ def model_folder(path: str) -> Path:
     as every read of a run's checkpoint is. A plain model folder (no manifest) is the user's own model
     and is returned as it is -- unless it is a run's checkpoint whose manifest is gone (it sits in a
     run's ``checkpoints`` folder, or holds a checkpoint's own files): deleting the manifest must not be a
-    way to skip the verification, so it is refused."""
+    way to skip the verification, so it is refused. The folder's JSON, tokenizer and template files are
+    checked by the bounded reader before transformers parses them
+    (:func:`advantage.safe_read.check_model_folder`)."""
     from advantage.checkpoint import LATEST, MANIFEST, STATE, TENSORS, latest_checkpoint, verify_checkpoint
     from advantage.errors import CheckpointError
     from advantage.runfiles import Folder
+    from advantage.safe_read import check_model_folder
 
     folder = Path(path)
     if not folder.is_dir():
@@ -243,11 +247,11 @@ def model_folder(path: str) -> Path:
         if given.exists("checkpoints"):
             with given.child("checkpoints") as checkpoints:
                 if checkpoints.exists(LATEST):
-                    return verify_checkpoint(latest_checkpoint(checkpoints))
+                    return check_model_folder(verify_checkpoint(latest_checkpoint(checkpoints)))
         if given.exists(LATEST):
-            return verify_checkpoint(latest_checkpoint(given))
+            return check_model_folder(verify_checkpoint(latest_checkpoint(given)))
         if given.exists(MANIFEST):
-            return verify_checkpoint(given)
+            return check_model_folder(verify_checkpoint(given))
         own_files = {TENSORS, STATE} <= set(given.names())
     run = _run_of_checkpoint(folder)
     if run is not None or own_files:
@@ -256,7 +260,7 @@ def model_folder(path: str) -> Path:
             f"{folder / MANIFEST}: manifest missing; {str(folder)!r} is a checkpoint folder{where}, which is "
             "never loaded unverified (refused)"
         )
-    return folder
+    return check_model_folder(folder)
 
 
 def _run_of_checkpoint(folder: Path) -> Path | None:
@@ -314,8 +318,9 @@ def policy_model(
     m = cfg.model
     if restored is not None and m.lora.rank == 0:
         from advantage.nn.lm import load_pretrained
+        from advantage.safe_read import check_model_folder
 
-        model, tok = load_pretrained(restored.path, dtype=getattr(torch, m.dtype))
+        model, tok = load_pretrained(check_model_folder(restored.path), dtype=getattr(torch, m.dtype))
         return model.to(cfg.trainer.device), tok
     model, tok = build_model(cfg, task)
     if restored is not None:
@@ -459,21 +464,36 @@ def prompt_text(tokenizer: PreTrainedTokenizerBase, prompt: str, chat_template: 
     """The text the model sees: the raw prompt, or the chat template with the generation prompt. A
     :class:`~advantage.envs.text.core.ChatPrompt` (a dataset's list of chat messages) always goes through
     the template, with all its messages."""
+    return prompt_texts(tokenizer, [prompt], chat_template)[0]
+
+
+def prompt_texts(
+    tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], chat_template: bool
+) -> list[str]:
+    """:func:`prompt_text` of each prompt. The template is the model folder's own code, so it is rendered
+    within bounds of time, output and memory (:mod:`advantage.chat_template`), all the prompts in one
+    round trip."""
+    from advantage.chat_template import render_chats
     from advantage.envs.text.core import ChatPrompt
 
-    chat = isinstance(prompt, ChatPrompt)
-    if not chat_template and not chat:
-        return prompt
+    chats = [i for i, p in enumerate(prompts) if chat_template or isinstance(p, ChatPrompt)]
+    if not chats:
+        return list(prompts)
     if not getattr(tokenizer, "chat_template", None):
-        if chat:
+        if any(isinstance(p, ChatPrompt) for p in prompts):
             raise ConfigError(
                 "the prompts are chat messages, but the tokenizer has no chat template to render them"
             )
         raise ConfigError("data.chat_template=true, but the tokenizer has no chat template")
-    messages = (
-        list(prompt.messages) if isinstance(prompt, ChatPrompt) else [{"role": "user", "content": prompt}]
-    )
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    conversations = [
+        list(p.messages) if isinstance(p, ChatPrompt) else [{"role": "user", "content": p}]
+        for p in (prompts[i] for i in chats)
+    ]
+    texts = list(prompts)
+    rendered = render_chats(tokenizer, conversations, add_generation_prompt=True)
+    for i, text in zip(chats, rendered, strict=True):
+        texts[i] = text
+    return texts
 
 
 class TaskExamples:
@@ -535,7 +555,7 @@ class LMPolicy(TaskExamples):
         if slots is not None and len(slots) != len(prompts):
             raise ValueError(f"slots must give one place per prompt: {len(slots)} for {len(prompts)} prompts")
         d = self.cfg.data
-        texts = [prompt_text(self.tokenizer, p, d.chat_template) for p in prompts]
+        texts = prompt_texts(self.tokenizer, prompts, d.chat_template)
         try:  # each prompt once, then repeated: the tokenizer is a visible share of a small model's step
             ids, mask = encode_prompts(self.tokenizer, texts, max_length=d.max_prompt_length)  # None: no cap
         except ConfigError as e:  # name the setting to change, not the sampler's argument
@@ -595,8 +615,10 @@ def load_policy(cfg: Any, ckpt: Checkpoint, task_factory: Callable[[Any], Any] =
     """The policy of a checkpoint: its folder is a ``save_pretrained`` model folder; its task is
     ``task_factory(cfg.data)`` (default :func:`make_task`; the trainers bind theirs)."""
     from advantage.nn.lm import load_pretrained
+    from advantage.safe_read import check_model_folder
 
-    model, tok = load_pretrained(ckpt.path, trust_remote_code=False, dtype=getattr(torch, cfg.model.dtype))
+    folder = check_model_folder(ckpt.path)
+    model, tok = load_pretrained(folder, trust_remote_code=False, dtype=getattr(torch, cfg.model.dtype))
     return LMPolicy(model.to(cfg.trainer.device), tok, task_factory(cfg.data), cfg)
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from advantage.algos.llm.common import eval_mode, prompt_text
+from advantage.algos.llm.common import eval_mode, prompt_texts
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -53,7 +53,7 @@ def greedy_responses(
     lengths: list[int] = []
     with eval_mode(model):
         for i in range(0, len(prompts), max(1, batch_size)):
-            chunk = [prompt_text(tokenizer, p, chat_template) for p in prompts[i : i + batch_size]]
+            chunk = prompt_texts(tokenizer, prompts[i : i + batch_size], chat_template)
             ids, mask = encode_prompts(tokenizer, chunk, max_length=max_prompt_length)
             gen = generate(
                 model,

@@ -196,7 +196,13 @@ def load_reward_model(
             f"{str(folder)!r} is not a reward model folder: no {HEAD_FILE} (a policy or SFT checkpoint?)"
         )
     meta_path = folder / META_FILE
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    if meta_path.is_file():
+        from advantage.safe_read import MODEL_JSON_MAX_BYTES, load_json
+
+        what = f"reward model file {str(meta_path)!r}"
+        meta = load_json(meta_path, MODEL_JSON_MAX_BYTES, what, expect=dict)
+    else:
+        meta = {}
     backbone, tok = load_pretrained(folder, dtype=dtype)
     rm = RewardModel(backbone, tok, chat_template=bool(meta.get("chat_template", False)))
     rm.head.load_state_dict(load_file(folder / HEAD_FILE))
