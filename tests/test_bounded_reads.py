@@ -473,18 +473,28 @@ def _copy(folder: Path, dest: Path) -> Path:
 
 
 @pytest.mark.parametrize(
-    "content, message",
+    "name, content, message",
     [
-        (b"[" * 100_000, "config.json': malformed JSON .nested deeper than 64 levels"),
-        (b'{"model_type": "\xff"}', r"config.json': not valid UTF-8 \(byte 16\)"),
-        (b"[1, 2]", "config.json' must hold a JSON object, got a JSON array"),
+        ("config.json", b"[" * 100_000, "config.json': malformed JSON .nested deeper than 64 levels"),
+        ("config.json", b'{"model_type": "\xff"}', r"config.json': not valid UTF-8 \(byte 16\)"),
+        ("config.json", b"[1, 2]", "config.json' must hold a JSON object, got a JSON array"),
+        ("tokenizer.json", b"[" * 100_000, "tokenizer.json': malformed JSON .nested deeper than 64 levels"),
+        ("tokenizer.json", b'{"a": "\xff"}', r"tokenizer.json': not valid UTF-8 \(byte 7\)"),
+        ("tokenizer.json", b'{"model": ', r"tokenizer.json':1: malformed JSON .Expecting value"),
+        ("tokenizer_config.json", b'{"x": 1}' + b" " * 10, None),
+        ("merges.txt", b"#version: 0.2\n\xc3\n", r"merges.txt': not valid UTF-8 \(byte 14\)"),
     ],
 )
-def test_a_model_folders_config_json_is_checked_before_transformers_reads_it(
-    tiny_folder, tmp_path, content, message
+def test_a_model_folders_json_files_are_checked_before_transformers_reads_them(
+    tiny_folder, tmp_path, name, content, message
 ):
+    """Each of these was a traceback out of transformers (RecursionError, UnicodeDecodeError,
+    JSONDecodeError, AttributeError on a list)."""
     folder = _copy(tiny_folder, tmp_path / "m")
-    (folder / "config.json").write_bytes(content)
+    (folder / name).write_bytes(content)
+    if message is None:
+        assert common.model_folder(str(folder)) == folder
+        return
     with pytest.raises(ConfigError, match=message):
         common.model_folder(str(folder))
 

@@ -745,51 +745,61 @@ MODEL_JSON_FILES = (
     "processor_config.json",
     "adapter_config.json",
 )
-# Tokenizer files the tokenizers library reads whole: their size is checked.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "vocab.json",
-    "vocab.txt",
-    "merges.txt",
-    "tokenizer.model",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-)
+# Tokenizer files transformers or the tokenizers library read whole: JSON (an object, like the files
+# above), text (UTF-8) and binary (sentencepiece models: the size only), each within
+# TOKENIZER_FILE_MAX_BYTES.
+TOKENIZER_JSON_FILES = ("tokenizer.json", "vocab.json")
+TOKENIZER_TEXT_FILES = ("merges.txt", "vocab.txt")
+TOKENIZER_BINARY_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
+TOKENIZER_FILES = TOKENIZER_JSON_FILES + TOKENIZER_TEXT_FILES + TOKENIZER_BINARY_FILES
+# Files found good, by identity and version (device, inode, size, modification time): a run checks its
+# model folder several times (the config check, the tokenizer, the model), and a tokenizer.json can be
+# tens of megabytes.
+_CHECKED: set[tuple[int, int, int, int]] = set()
 
 
 def check_model_folder(folder: str | os.PathLike[str], *, error: Error = ConfigError) -> Path:
     """Check, before transformers reads them, the files of a model folder that it parses whole: each JSON
     file of :data:`MODEL_JSON_FILES` present is at most :data:`MODEL_JSON_MAX_BYTES`, UTF-8, nested at
     most :data:`MAX_DEPTH` deep and a JSON object (transformers' own reads end in a ``RecursionError``,
-    a ``UnicodeDecodeError`` or an ``AttributeError`` on a list otherwise); each tokenizer file of
-    :data:`TOKENIZER_FILES` is at most :data:`TOKENIZER_FILE_MAX_BYTES`; ``chat_template.jinja`` and a
-    ``chat_template`` in ``tokenizer_config.json`` are UTF-8 text of at most
-    :data:`CHAT_TEMPLATE_MAX_BYTES`. Returns ``folder``; a path that is not a folder is returned as it is
-    (the loader says what it is)."""
+    a ``UnicodeDecodeError`` or an ``AttributeError`` on a list otherwise); the tokenizer files
+    (:data:`TOKENIZER_FILES`) are at most :data:`TOKENIZER_FILE_MAX_BYTES` and, for the JSON and text
+    ones, checked the same way; ``chat_template.jinja`` and a ``chat_template`` in
+    ``tokenizer_config.json`` are UTF-8 text of at most :data:`CHAT_TEMPLATE_MAX_BYTES`. Returns
+    ``folder``; a path that is not a folder is returned as it is (the loader says what it is)."""
     folder = Path(folder)
     if not folder.is_dir():
         return folder
-    for name in MODEL_JSON_FILES:
+    kinds = [(n, "json", MODEL_JSON_MAX_BYTES) for n in MODEL_JSON_FILES]
+    kinds += [(n, "json", TOKENIZER_FILE_MAX_BYTES) for n in TOKENIZER_JSON_FILES]
+    kinds += [(n, "text", TOKENIZER_FILE_MAX_BYTES) for n in TOKENIZER_TEXT_FILES]
+    kinds += [(n, "bytes", TOKENIZER_FILE_MAX_BYTES) for n in TOKENIZER_BINARY_FILES]
+    kinds += [("chat_template.jinja", "text", CHAT_TEMPLATE_MAX_BYTES)]
+    for name, kind, limit in kinds:
         path = folder / name
         if os.path.lexists(path):
-            value = load_json(
-                path, MODEL_JSON_MAX_BYTES, f"model folder file {str(path)!r}", error=error, expect=dict
-            )
-            if name == "tokenizer_config.json":
-                _check_template_field(value.get("chat_template"), f"{str(path)!r}: its chat_template", error)
-    for name in TOKENIZER_FILES:
-        path = folder / name
-        if os.path.lexists(path):
-            size = file_size(path, f"model folder file {str(path)!r}", error=error)
-            if size > TOKENIZER_FILE_MAX_BYTES:
-                raise error(
-                    f"model folder file {str(path)!r} is over {TOKENIZER_FILE_MAX_BYTES} bytes (it is {size} "
-                    "bytes); refused before the tokenizer reads it"
-                )
-    jinja = folder / "chat_template.jinja"
-    if os.path.lexists(jinja):
-        read_text(jinja, CHAT_TEMPLATE_MAX_BYTES, f"model folder file {str(jinja)!r}", error=error)
+            _check_model_file(path, kind, limit, error)
     return folder
+
+
+def _check_model_file(path: Path, kind: str, limit: int, error: Error) -> None:
+    what = f"model folder file {str(path)!r}"
+    st = os.stat(path) if path.exists() else None
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None
+    if key is not None and key in _CHECKED:
+        return
+    if kind == "bytes":
+        size = file_size(path, what, error=error)
+        if size > limit:
+            raise error(f"{what} is over {limit} bytes (it is {size} bytes); refused before it is read")
+    elif kind == "text":
+        read_text(path, limit, what, error=error)
+    else:
+        value = load_json(path, limit, what, error=error, expect=dict)
+        if path.name == "tokenizer_config.json":
+            _check_template_field(value.get("chat_template"), f"{what}: its chat_template", error)
+    if key is not None:
+        _CHECKED.add(key)
 
 
 def _check_template_field(value: Any, what: str, error: Error) -> None:
