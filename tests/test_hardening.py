@@ -318,13 +318,23 @@ def test_env_state_restores_only_plain_attributes_and_numpy_bit_generators():
         (lambda s: s[base]["attrs"].__setitem__("state", {"v": "up"}), "state: a str"),
         (lambda s: s[base]["attrs"]["state"].__setitem__("nd", "|O"), "state: not a numeric array"),
         (lambda s: s[base]["attrs"].__setitem__("observation_space", {"v": 1}), "holds a Box there"),
-        (lambda s: s[base]["attrs"].__setitem__("render_mode", {"v": "human"}), "'render_mode'"),
     ]:
         target, state = edited(change)
         before = target.unwrapped.gravity
         with pytest.raises(ValueError, match=message):
             set_env_state(target, state)
         assert target.unwrapped.gravity == before  # nothing half-applied to that layer
+
+
+def test_env_state_never_sets_render_mode():
+    """A saved render_mode ("human" would open a window) is a constructor's choice: skipped, never set."""
+    env = gym.make("CartPole-v1")
+    env.reset(seed=0)
+    state = json.loads(json.dumps(env_state(env)))
+    assert all("render_mode" not in layer["attrs"] for layer in state)  # not saved
+    state[-1]["attrs"]["render_mode"] = {"v": "human"}  # as an older version or a forger wrote it
+    set_env_state(env, state)
+    assert env.unwrapped.render_mode is None
 
 
 def test_env_state_keeps_a_state_held_as_a_tuple_of_numbers():

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from advantage.errors import AdvantageError
+from advantage.errors import AdvantageError, EnvError
 
 EPILOG_TRAIN = """examples:
   advantage train q_learning env.id=FrozenLake-v1 env.is_slippery=false trainer.total_steps=20000
@@ -112,22 +112,31 @@ def _ended(run) -> int:
 
 def final_line(run, step: int) -> str:
     """``done: step N, <the final evaluation> — RUN``: the return for an environment run, the accuracy
-    (and the win rate, where there is one) for a language-model run."""
+    (and the win rate, where there is one) for a language-model run. Only numbers are shown: a value of
+    another kind in the row (an edited ``metrics.jsonl``) is left out, never a traceback."""
     evals = [r for r in run.metrics if any(k.startswith("eval/") for k in r)]
-    if not evals:
-        return f"done: step {step} — {run.dir}"
-    last = evals[-1]
+    last = evals[-1] if evals else {}
     if run.algo.uses_env:
-        parts = [f"eval/return_mean {last['eval/return_mean']:.4g} ± {last.get('eval/return_std', 0.0):.3g}"]
-        if "eval/success_rate" in last:
-            parts.append(f"success_rate {last['eval/success_rate']:.3f}")
+        mean, std = _number(last.get("eval/return_mean")), _number(last.get("eval/return_std", 0.0))
+        parts = [f"eval/return_mean {mean:.4g} ± {std or 0.0:.3g}"] if mean is not None else []
+        rate = _number(last.get("eval/success_rate"))
+        if rate is not None:
+            parts.append(f"success_rate {rate:.3f}")
     else:
         names = ("accuracy", "win_rate", "hidden_score", "pass@1", "maj@1")
-        parts = [f"eval/{n} {last[f'eval/{n}']:.3f}" for n in names if f"eval/{n}" in last]
-        parts = parts or [f"eval/return_mean {last['eval/return_mean']:.4g}"]
+        parts = [f"eval/{n} {v:.3f}" for n in names if (v := _number(last.get(f"eval/{n}"))) is not None]
+        mean = _number(last.get("eval/return_mean"))
+        parts = parts or ([f"eval/return_mean {mean:.4g}"] if mean is not None else [])
+    if not parts:
+        return f"done: step {step} — {run.dir}"
     at = "" if last["step"] == step else f" (evaluated at step {last['step']})"
     own = _last_values(run.metrics, run.algo.plot_metrics or ())
     return f"done: step {step}, {', '.join(own + parts)}{at} — {run.dir}"
+
+
+def _number(value: object) -> float | None:
+    """``value`` if it is a number (not a boolean), else None."""
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _last_values(rows: Sequence[dict], names: Sequence[str]) -> list[str]:
@@ -135,8 +144,8 @@ def _last_values(rows: Sequence[dict], names: Sequence[str]) -> list[str]:
     linear TD methods, where the return says nothing)."""
     out = []
     for name in names:
-        value = next((r[name] for r in reversed(rows) if name in r), None)
-        if isinstance(value, int | float):
+        value = _number(next((r[name] for r in reversed(rows) if name in r), None))
+        if value is not None:
             out.append(f"{name} {value:.4g}")
     return out
 
@@ -179,7 +188,10 @@ def cmd_eval(ns: argparse.Namespace) -> int:
         res = run.evaluate(seed=ns.seed, **{k: v for k, v in options.items() if v is not None})
     res = {"run_dir": str(run.dir), "step": run.step, **res}
     if ns.video:
-        res["video"] = str(run.video(seed=ns.seed, deterministic=not ns.stochastic))
+        try:
+            res["video"] = str(run.video(seed=ns.seed, deterministic=not ns.stochastic))
+        except EnvError as e:  # an env that draws no frames: the evaluation stands, the video is skipped
+            print(f"video: skipped: {e}", file=sys.stderr)
     if ns.json:
         print(json.dumps(res))  # full precision for programs
     else:

@@ -46,6 +46,9 @@ if TYPE_CHECKING:  # checkpoint tensors; this module does not import them at run
     import torch
 
 
+EVENTS_FILE = "events.jsonl"  # what happened to a run besides its metrics (an env restarted on resume)
+
+
 @dataclass
 class Snapshot:
     """The algorithm's state at a step boundary: its policy, its tensors and its JSON state (and, for a
@@ -237,6 +240,24 @@ class RunContext:
         if target is not None and res["return_mean"] >= target:
             self._stop_signal = self._stop_signal or "stop_at_return"
         return res
+
+    def env_restarted(self, step: int, why: str) -> None:
+        """A resume whose envs could not be put back exactly (:func:`advantage.rollout.envsteps.
+        restore_or_restart`): one line on stderr, and a row in ``RUN/events.jsonl``."""
+        import json
+        import sys
+
+        from advantage.runfiles import Folder
+
+        print(
+            f"resume: the environment could not be restored exactly at step {step} ({why}); "
+            "training goes on from the checkpoint with fresh episodes",
+            file=sys.stderr,
+            flush=True,
+        )
+        row = {"step": step, "event": "env_restarted", "reason": why}
+        with Folder.open(self.run_dir) as folder, folder.open_file(EVENTS_FILE, "a") as f:
+            f.write(json.dumps(row) + "\n")
 
     @property
     def saved_since_start(self) -> int | None:

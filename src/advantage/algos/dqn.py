@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
@@ -62,6 +63,7 @@ from advantage.context import RunContext, Snapshot
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
 from advantage.envs import env_state, make_env, make_vec_env, require_space, set_env_state
 from advantage.envs.make import flatten_observations, require_vector_observations
+from advantage.envs.replay import restore_or_restart
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import double_q_target, dueling_combine, polyak_update, td_target
 from advantage.nn import eager, mlp
@@ -299,7 +301,7 @@ class OverestimationProbe:
         self.stride = max(1, math.ceil(self.limit / states))
         try:
             self._check_restore(env_cfg.id)
-        except EnvError:
+        except (EnvError, ValueError):
             self.close()
             raise
 
@@ -441,9 +443,9 @@ def make_probe(cfg: DQNConfig) -> tuple[OverestimationProbe | None, int]:
             a.overestimation_tolerance,
             flatten_obs=flatten_observations(cfg),
         )
-    except EnvError:
+    except (EnvError, ValueError) as e:
         if every > 0:
-            raise
+            raise EnvError(str(e)) from None
         return None, 0
     return probe, every if every > 0 else AUTO_EVERY
 
@@ -476,11 +478,14 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
         learner.load(ck.tensors, s, str(ck.path))
         load_buffer(buffer, ck.tensors, s["buffer"])
         rng.bit_generator.state = s["rng"]
-        set_env_state(env, s["env"])
         step, next_train, next_target = ck.step, s["next_train"], s["next_target"]
         obs = ck.tensors["obs"].numpy().copy()
         steps.load(ck.tensors)
         next_measure = s.get("next_measure", next_measure)
+        fresh = restore_or_restart(env, s["env"], t.seed, step, ctx)
+        if fresh is not None:
+            obs = fresh
+            steps.restart()
 
     def snapshot() -> Snapshot:
         buf_tensors, buf_meta = buffer_state(buffer)
@@ -518,7 +523,12 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
                 ctx.log(step, row | ({"train/learning_rate": lr} if a.lr_schedule == "linear" else {}))
         if probe is not None and step >= next_measure:
             # The probe's seed is the measurement's step mark: a resumed run measures the same states.
-            ctx.log(step, probe.measure(q, eps, seed=t.seed * 1_000_003 + next_measure))
+            try:
+                ctx.log(step, probe.measure(q, eps, seed=t.seed * 1_000_003 + next_measure))
+            except ValueError as e:  # a state a copy of the env could not take: measure no more
+                print(f"dqn: overestimation probe switched off at step {step}: {e}", file=sys.stderr)
+                probe.close()
+                probe = None
             next_measure += every * (1 + (step - next_measure) // every)
         if step >= next_target:
             next_target += a.target_update_interval

@@ -31,8 +31,9 @@ from torch import nn
 
 from advantage.context import RunContext, Snapshot
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
-from advantage.envs import describe_space, env_state, make_vec_env, require_space, set_env_state
+from advantage.envs import describe_space, env_state, make_vec_env, require_space
 from advantage.envs.make import flatten_observations, require_vector_observations
+from advantage.envs.replay import restore_or_restart
 from advantage.errors import ConfigError, EnvError, NonFiniteError
 from advantage.nn import eager  # noqa: F401  (installed before LeanAdam builds its torch.optim.Adam)
 from advantage.nn.continuous import to_env_action
@@ -150,7 +151,7 @@ def run(
     if ctx.restored is not None:
         ck, s = ctx.restored, ctx.restored.state["algo"]
         learner.load(ck.tensors, s["learner"], str(ck.path))
-        exp.restore(ck.step, ck.tensors, s["experience"])
+        exp.restore(ck.step, ck.tensors, s["experience"], ctx)
         next_train = s["next_train"]
 
     def snapshot() -> Snapshot:
@@ -289,16 +290,19 @@ class Experience:
             "env": env_state(self.env),
         }
 
-    def restore(self, step: int, tensors: Any, state: dict[str, Any]) -> None:
+    def restore(self, step: int, tensors: Any, state: dict[str, Any], ctx: Any = None) -> None:
         load_buffer(self.buffer, tensors, state["buffer"])
         if self.obs_norm.enabled:
             self.obs_norm.rms.load("obs_rms", tensors)
         self.rng.bit_generator.state = state["rng"]
         self.env.reset(seed=self.seed)
-        set_env_state(self.env, state["env"])
         self.step = step
         self.obs = tensors["obs"].numpy().copy()
         self.steps.load(tensors)
+        fresh = restore_or_restart(self.env, state["env"], self.seed, step, ctx)
+        if fresh is not None:
+            self.obs = self._flat(fresh)
+            self.steps.restart()
 
     def close(self) -> None:
         self.env.close()

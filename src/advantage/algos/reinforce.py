@@ -79,8 +79,9 @@ from advantage.configs.reinforce import (  # noqa: F401  (on this API page)
     ReinforceModel,
 )
 from advantage.context import RunContext, Snapshot
-from advantage.envs import env_state, make_vec_env, set_env_state
+from advantage.envs import env_state, make_vec_env
 from advantage.envs.make import flatten_observations
+from advantage.envs.replay import restore_or_restart
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import (
     POLICY_LOSSES,
@@ -299,8 +300,8 @@ def train(cfg: Any, ctx: RunContext, off_policy: bool = False) -> None:
     if ctx.restored is not None:
         ck, s = ctx.restored, ctx.restored.state["algo"]
         learner.load(ck.tensors, s, str(ck.path))
-        set_env_state(env, s["env"])
         step = ck.step
+        restore_or_restart(env, s["env"], t.seed, step, ctx)  # each batch starts new episodes anyway
 
     def snapshot() -> Snapshot:
         tensors, meta = learner.save()

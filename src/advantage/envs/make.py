@@ -21,6 +21,8 @@ from gymnasium.wrappers import vector as vector_wrappers
 
 from advantage.config import EnvConfig, VecEnvConfig
 from advantage.envs.atari import atari_wrappers, register_ale
+from advantage.envs.replay import EpisodeRecorder
+from advantage.envs.user import is_user_id, needs_env_object, resolve
 from advantage.errors import EnvError
 
 # Toy-text tasks with a goal: an episode that terminates there is a success (info["is_success"], the key
@@ -143,7 +145,7 @@ def _encode_vector_observations(env: gym.vector.VectorEnv) -> gym.vector.VectorE
 
 
 def _entry_point_class(env_id: str) -> Any:
-    spec = gym.spec(env_id)
+    spec = gym.spec(resolve(env_id))
     ep = spec.entry_point
     if callable(ep):
         return ep
@@ -153,7 +155,18 @@ def _entry_point_class(env_id: str) -> Any:
 
 
 def check_env_id(env_id: str) -> list[str]:
-    """Problems with an env id: unknown, or an old version (with the registered ones suggested)."""
+    """Problems with an env id: unknown, or an old version (with the registered ones suggested); for a
+    user's ``module:name`` (:mod:`advantage.envs.user`), a module that cannot be imported or a name that is
+    not an env."""
+    if is_user_id(env_id) or needs_env_object(env_id):
+        why = needs_env_object(env_id)
+        if why:
+            return [why]
+        try:
+            resolve(env_id)
+        except EnvError as e:
+            return [str(e)]
+        return []
     try:
         register_ale(env_id)
     except EnvError as e:
@@ -219,7 +232,7 @@ _EXTRAS = {"gymnasium.envs.box2d": "box2d", "gymnasium.envs.mujoco": "mujoco"}
 
 def _extra_hint(env_id: str, error: Exception) -> str:
     """Gymnasium's missing-dependency message, pointing at this package's extra where one covers it."""
-    module = str(gym.spec(env_id).entry_point).partition(":")[0]
+    module = str(gym.spec(resolve(env_id)).entry_point).partition(":")[0]
     extra = next((x for m, x in _EXTRAS.items() if module.startswith(m)), None)
     return f"{error}; install it with: pip install 'advantage[{extra}]'" if extra else str(error)
 
@@ -236,13 +249,19 @@ def make_env(cfg: EnvConfig, *, render_mode: str | None = None, flatten_obs: boo
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            env = gym.make(cfg.id, render_mode=render_mode, **kwargs)
+            env = gym.make(resolve(cfg.id), render_mode=render_mode, **kwargs)
     except gym.error.DependencyNotInstalled as e:
         raise EnvError(f"cannot make env.id {cfg.id!r}: {_extra_hint(cfg.id, e)}") from None
     except gym.error.Error as e:
         raise EnvError(f"cannot make env.id {cfg.id!r}: {e}") from None
     except (TypeError, ValueError) as e:
         raise EnvError(f"cannot make env.id {cfg.id!r} with {kwargs}: {e}") from None
+    except EnvError:
+        raise
+    except Exception as e:
+        raise EnvError(
+            f"cannot make env.id {cfg.id!r}: its constructor raised {type(e).__name__}: {e}"
+        ) from None
     if cfg.wrappers == "atari":
         env = atari_wrappers(env, training=False)  # evaluation: real scores, whole games
     rule = _SUCCESS_ON_TERMINATION.get(type(env.unwrapped).__name__)
@@ -272,7 +291,7 @@ def make_vec_env(cfg: VecEnvConfig, *, flatten_obs: bool = False) -> gym.vector.
     """
     kwargs = _make_kwargs(cfg)
     mode = cfg.vectorization
-    has_native = gym.spec(cfg.id).vector_entry_point is not None
+    has_native = gym.spec(resolve(cfg.id)).vector_entry_point is not None
     if mode == "native" and not has_native:
         raise EnvError(
             f"env.vectorization=native: {cfg.id!r} has no vectorized version (use auto, sync or async)"
@@ -290,13 +309,25 @@ def make_vec_env(cfg: VecEnvConfig, *, flatten_obs: bool = False) -> gym.vector.
                 mode = "sync"
             if flatten_obs and mode != "vector_entry_point":
                 wrappers.append(encode_observations)
+            if mode == "sync":  # outermost: exact resume by replaying the episode (advantage.envs.replay)
+                wrappers.append(EpisodeRecorder)
             env = gym.make_vec(
-                cfg.id, num_envs=cfg.num_envs, vectorization_mode=mode, wrappers=wrappers or None, **kwargs
+                resolve(cfg.id),
+                num_envs=cfg.num_envs,
+                vectorization_mode=mode,
+                wrappers=wrappers or None,
+                **kwargs,
             )
     except gym.error.Error as e:
         raise EnvError(f"cannot make env.id {cfg.id!r} x{cfg.num_envs}: {e}") from None
     except (TypeError, ValueError) as e:
         raise EnvError(f"cannot make env.id {cfg.id!r} x{cfg.num_envs} with {kwargs}: {e}") from None
+    except EnvError:
+        raise
+    except Exception as e:
+        raise EnvError(
+            f"cannot make env.id {cfg.id!r} x{cfg.num_envs}: its constructor raised {type(e).__name__}: {e}"
+        ) from None
     autoreset = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
     if autoreset != gym.vector.AutoresetMode.NEXT_STEP:
         env.close()
@@ -313,14 +344,14 @@ def check_env_api(env_id: str, env: gym.Env) -> None:
     an encoder. Checks the base env: the wrappers Gymnasium adds would fail first, with a bare unpacking
     error."""
     env = env.unwrapped
-    out: tuple[Any, ...] = env.reset(seed=0)
+    out: tuple[Any, ...] = _call(env_id, "reset()", lambda: env.reset(seed=0))
     if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
         raise EnvError(
             f"{env_id}: reset() must return (obs, info), got {type(out).__name__} "
             "(the pre-0.26 Gym API? port the env to Gymnasium or wrap it with shimmy)"
         )
     _check_obs(env_id, "reset()", out[0], env.observation_space)
-    out = env.step(env.action_space.sample())
+    out = _call(env_id, "step()", lambda: env.step(env.action_space.sample()))
     if not (isinstance(out, tuple) and len(out) == 5):
         got = f"a {len(out)}-tuple" if isinstance(out, tuple) else type(out).__name__
         raise EnvError(
@@ -328,6 +359,16 @@ def check_env_api(env_id: str, env: gym.Env) -> None:
             "(the pre-0.26 Gym API's (obs, reward, done, info)?)"
         )
     _check_obs(env_id, "step()", out[0], env.observation_space)
+
+
+def _call(env_id: str, where: str, fn: Callable[[], Any]) -> Any:
+    """``fn()``, with any exception the env raises turned into one line naming the env and the call."""
+    try:
+        return fn()
+    except EnvError:
+        raise
+    except Exception as e:
+        raise EnvError(f"{env_id}: {where} raised {type(e).__name__}: {e}") from None
 
 
 def _check_obs(env_id: str, where: str, obs: Any, space: gym.Space) -> None:
@@ -349,9 +390,20 @@ def _obs_problem(obs: Any, space: gym.Space, path: str) -> str | None:
     """What is wrong with ``obs`` (at ``path`` inside the observation, ``""`` for all of it), or None."""
     where = f"whose part {path} is " if path else ""
     if isinstance(space, gym.spaces.Box):
-        if np.shape(obs) == space.shape:
-            return None
-        return f"whose part {path} has shape {np.shape(obs)}" if path else f"of shape {np.shape(obs)}"
+        if np.shape(obs) != space.shape:
+            return f"whose part {path} has shape {np.shape(obs)}" if path else f"of shape {np.shape(obs)}"
+        # outside the bounds (another dtype is cast, as Gymnasium's checker only warns about it)
+        x = np.asarray(obs, dtype=np.float64)
+        low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
+        outside = ~((x >= low) & (x <= high))  # NaN counts as outside
+        if outside.any():
+            idx = tuple(int(k) for k in np.argwhere(outside)[0])
+            at = f"{path}{list(idx) if idx else ''}"
+            return (
+                f"{'whose part ' if path else 'with '}{at or 'value'} = {x[idx]:g} outside its bounds "
+                f"[{low[idx]:g}, {high[idx]:g}]"
+            )
+        return None
     if isinstance(space, gym.spaces.Dict):
         if not isinstance(obs, dict) or set(obs) != set(space.spaces):
             return f"{where}{_describe_value(obs)} (expected the keys {list(space.spaces)})"

@@ -218,8 +218,8 @@ def set_env_state(env: gym.Env | gym.vector.VectorEnv, state: list[dict[str, Any
 
     Every attribute is decoded first and set only when all of them decode (nothing is half-applied). Only
     plain instance attributes are set: never a name the class defines as behaviour (a method, a property,
-    a descriptor), a dunder, a constructor choice such as ``render_mode``, or an attribute holding an
-    object; each value must be of the live attribute's category (see :func:`_decode`). Random generators
+    a descriptor), a dunder, or an attribute holding an object (a constructor's choice such as
+    ``render_mode``, which older checkpoints saved, is skipped); each value must be of the live attribute's category (see :func:`_decode`). Random generators
     only of numpy's bit generators. Anything else raises ValueError. A checkpoint can still change the
     value of an attribute the environment itself stores, such as CartPole's ``gravity``: the manifest's
     hashes detect damage, not a forger."""
@@ -251,16 +251,16 @@ def set_env_state(env: gym.Env | gym.vector.VectorEnv, state: list[dict[str, Any
             for k in saved["attrs"]
             if not (isinstance(k, str) and k.isidentifier())
             or k.startswith("__")
-            or k in _NOT_STATE
             or k in ("env", "envs")
             or _class_behaviour(layer, k)
         ]
         if bad:
             names = ", ".join(repr(str(k)[:40]) for k in bad[:5])
             raise ValueError(f"{name} has no saved attribute {names} of its own")
-        values = {
+        values = {  # a constructor's choice (render_mode), saved by older versions, is never set
             k: _decode(enc, vars(layer).get(k, getattr(type(layer), k, None)), f"{name}.{k}")
             for k, enc in saved["attrs"].items()
+            if k not in _NOT_STATE
         }
         plan.append((layer, values))
     for layer, values in plan:

@@ -105,7 +105,7 @@ def register_object(env_id: str, obj: Any) -> None:
             raise EnvError(
                 f"env.id {env_id!r}: {obj.__qualname__} is a class but not a gymnasium.Env subclass"
             )
-        entry: Callable[..., Any] = obj
+        entry: Callable[..., Any] = _checked_factory(env_id, obj)
     elif callable(obj):
         entry = _checked_factory(env_id, obj)
     else:
@@ -120,8 +120,10 @@ def register_object(env_id: str, obj: Any) -> None:
 
 
 def _checked_factory(env_id: str, factory: Callable[..., Any]) -> Callable[..., gym.Env]:
-    """The factory, called with Gymnasium's keyword arguments only when there are any (a zero-argument
-    function is the common case), and its result checked to be an env."""
+    """The factory (or class), called with Gymnasium's keyword arguments only when there are any (a
+    zero-argument function is the common case; ``render_mode=None`` is left out, so a class that takes no
+    ``render_mode`` builds too), and its result checked to be an env. ``__wrapped__`` lets the env
+    section's keys be checked against the factory's own signature."""
 
     def make(**kwargs: Any) -> gym.Env:
         kwargs = {k: v for k, v in kwargs.items() if not (k == "render_mode" and v is None)}
@@ -132,6 +134,7 @@ def _checked_factory(env_id: str, factory: Callable[..., Any]) -> Callable[..., 
             )
         return env
 
+    make.__wrapped__ = factory  # type: ignore[attr-defined]
     return make
 
 

@@ -116,25 +116,3 @@ class EnvSteps:
         """Restore what :meth:`tensors` saved."""
         for k in ("autoreset", "ep_ret", "ep_len"):
             setattr(self, k, tensors[k].numpy().copy())
-
-
-def restore_or_restart(env: Any, state: Any, seed: int, step: int, ctx: Any) -> Any | None:
-    """Put ``env`` (built from the run's config) back where the checkpoint's ``state`` left it: None when
-    it is there exactly (:func:`advantage.envs.replay.restore_env`); otherwise the envs start fresh
-    episodes (reset with a seed of this step, so a resumed run is still reproducible), ``ctx`` says so in
-    one line and in the run folder, and the new first observation is returned. A resume never stops on an
-    environment it cannot capture: the learner, buffers and counters carry on."""
-    from advantage.envs.replay import restore_env
-
-    why = restore_env(env, state)
-    if why is None:
-        return None
-    obs, _ = env.reset(seed=restart_seed(seed, step))
-    if ctx is not None and hasattr(ctx, "env_restarted"):
-        ctx.env_restarted(step, why)
-    return obs
-
-
-def restart_seed(seed: int, step: int) -> int:
-    """The reset seed of envs restarted at ``step`` on resume: new episodes, the same on every resume."""
-    return (seed * 1_000_003 + step) % 2**31

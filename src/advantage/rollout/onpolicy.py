@@ -32,7 +32,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from advantage.envs import env_state, set_env_state
+from advantage.envs import env_state
+from advantage.envs.replay import restore_or_restart
 from advantage.math import gae
 from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer
 from advantage.rollout.envsteps import EnvSteps
@@ -125,16 +126,21 @@ class OnPolicyCollector:
         """Collector metrics for the training row (none in one process)."""
         return {}
 
-    def load(self, tensors: dict[str, Tensor], state: list[dict[str, Any]], seed: int) -> None:
-        """Restore :meth:`tensors` and :meth:`state` (the envs are reset with ``seed`` first)."""
+    def load(self, tensors: dict[str, Tensor], state: list[dict[str, Any]], seed: int, step: int = 0) -> None:
+        """Restore :meth:`tensors` and :meth:`state` (the envs are reset with ``seed`` first). Envs that
+        cannot be put back exactly start fresh episodes (:func:`restore_or_restart`)."""
         self.obs_norm.rms.load("obs_rms", tensors)
         if "disc_ret" in tensors:  # A2C's checkpoints before it used this collector had no reward scaling
             self.ret_rms.load("ret_rms", tensors)
             self.disc_ret = tensors["disc_ret"].numpy().copy()
         self.env.reset(seed=seed)
-        set_env_state(self.env, state)
         self.obs = tensors["obs"].numpy().copy()
         self.steps.load(tensors)
+        fresh = restore_or_restart(self.env, state, seed, step, self.ctx)
+        if fresh is not None:
+            self.obs = np.ascontiguousarray(self.obs_norm(fresh))
+            self.steps.restart()
+            self.disc_ret[:] = 0.0
 
     # ---- collection ---------------------------------------------------------------------------------
 
@@ -250,7 +256,7 @@ def resume_or_reset(
         return 0, {}
     ck, s = ctx.restored, ctx.restored.state["algo"]
     learner.load(ck.tensors, s, str(ck.path))
-    collector.load(ck.tensors, s["env"], seed)
+    collector.load(ck.tensors, s["env"], seed, ck.step)
     return ck.step, s
 
 

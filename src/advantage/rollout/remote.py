@@ -358,7 +358,7 @@ class RemoteCollector:
         """``train/worker_restarts`` (cumulative) and ``train/weights_version`` (rollouts so far)."""
         return {"train/worker_restarts": self.restarts, "train/weights_version": self.version}
 
-    def load(self, tensors: dict[str, Tensor], state: dict[str, Any], seed: int) -> None:
+    def load(self, tensors: dict[str, Tensor], state: dict[str, Any], seed: int, step: int = 0) -> None:
         self.obs_norm.rms.load("obs_rms", tensors)
         self.ret_rms.load("ret_rms", tensors)
         self.disc_ret = tensors["disc_ret"].numpy().copy()

@@ -11,7 +11,7 @@ from gymnasium.spaces import Discrete
 
 from advantage.context import RunContext
 from advantage.envs import env_state, require_space
-from advantage.rollout.envsteps import restore_or_restart
+from advantage.envs.replay import restore_or_restart
 from advantage.schedules import linear_schedule  # noqa: F401  (its old place)
 
 
