@@ -125,6 +125,8 @@ def restore_env(env: Any, state: Any) -> str | None:
     its plain attributes, then each recorded episode replayed (:class:`EpisodeRecorder` layers). Returns
     None when the environment is exactly where it was saved, else why not (one line): the caller then
     starts fresh episodes instead."""
+    if isinstance(env, gym.vector.AsyncVectorEnv):  # its copies live in other processes
+        return "an async vector env's copies run in other processes, whose state is not saved"
     try:
         set_env_state(env, state)
     except ValueError as e:
