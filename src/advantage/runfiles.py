@@ -53,6 +53,8 @@ class Folder:
         """Open the folder ``path`` (created with its parents when ``create``). The path is the user's and
         is followed as given; what is inside is not."""
         path = Path(path)
+        if "\0" in str(path):
+            raise error(f"{str(path)!r}: a path cannot hold a NUL character")
         try:
             if create:
                 path.mkdir(parents=True, exist_ok=True)
@@ -359,6 +361,8 @@ def filesystem_type(path: str | Path) -> str | None:
 def pseudo_filesystem(path: str | Path) -> str | None:
     """Why ``path`` cannot hold a run folder (it is on a kernel pseudo-filesystem such as ``/proc`` or
     ``/sys``), or None."""
+    if "\0" in str(path):
+        return "a path cannot hold a NUL character"
     real = os.path.realpath(path)
     for top in ("/proc", "/sys"):
         if real == top or real.startswith(top + "/"):
