@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from advantage.errors import AdvantageError
+from advantage.errors import AdvantageError, EnvError
 
 EPILOG_TRAIN = """examples:
   advantage train q_learning env.id=FrozenLake-v1 env.is_slippery=false trainer.total_steps=20000
@@ -188,7 +188,10 @@ def cmd_eval(ns: argparse.Namespace) -> int:
         res = run.evaluate(seed=ns.seed, **{k: v for k, v in options.items() if v is not None})
     res = {"run_dir": str(run.dir), "step": run.step, **res}
     if ns.video:
-        res["video"] = str(run.video(seed=ns.seed, deterministic=not ns.stochastic))
+        try:
+            res["video"] = str(run.video(seed=ns.seed, deterministic=not ns.stochastic))
+        except EnvError as e:  # an env that draws no frames: the evaluation stands, the video is skipped
+            print(f"video: skipped: {e}", file=sys.stderr)
     if ns.json:
         print(json.dumps(res))  # full precision for programs
     else:

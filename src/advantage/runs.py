@@ -37,7 +37,7 @@ from advantage.config import (
     suggest,
     to_dict,
 )
-from advantage.errors import AdvantageError, CheckpointError, ConfigError, RunDirError
+from advantage.errors import AdvantageError, CheckpointError, ConfigError, EnvError, RunDirError
 from advantage.metrics import read_metrics, truncate_metrics
 from advantage.registry import Algorithm, Policy, all_algorithms, get_algorithm
 from advantage.runfiles import Folder, pseudo_filesystem, read_run_file, write_run_file
@@ -342,6 +342,7 @@ def train(
     algo: str | None = None,
     config: str | Path | Mapping[str, Any] | None = None,
     *,
+    env: Any = None,
     quiet: bool = False,
     progress: bool = True,
     background: bool = False,
@@ -353,6 +354,9 @@ def train(
     Args:
         algo: algorithm name (``advantage list``); default: the config's ``algo`` or ``ppo``.
         config: a YAML file or a nested mapping.
+        env: the environment: a registered id (``"CartPole-v1"``), a ``gymnasium.Env`` subclass, or a
+            function of no arguments that returns an env (:mod:`advantage.envs.user`); the same as
+            ``env.id=...``, which also takes ``"my_package:MyEnv-v0"`` and ``"my_package.module:MyEnv"``.
         quiet: no progress display and no "run folder" line.
         progress: False: no progress display, but the "run folder" line is still printed (``--quiet``).
         background: return without waiting for the learning-curve plot and the last TensorBoard events,
@@ -362,6 +366,12 @@ def train(
 
     Everything is validated before the run folder is created, so a bad input leaves nothing behind.
     """
+    if isinstance(env, Mapping):  # overrides of the env section, e.g. from the command line
+        overrides, env = {**overrides, "env": env}, None
+    if env is not None:
+        from advantage.envs.user import env_id_for
+
+        overrides = {**overrides, "env.id": env_id_for(env)}
     spec, cfg = resolve_config(algo, config, overrides)
     from advantage.context import RunContext
 
@@ -408,6 +418,7 @@ def _ended(run_dir: Path, ctx: RunContext, background: bool) -> Run:
 def resume(
     run_dir: str | Path,
     *,
+    env: Any = None,
     quiet: bool = False,
     progress: bool = True,
     background: bool = False,
@@ -417,9 +428,12 @@ def resume(
     ``resume(run, **{"trainer.total_steps": 200_000})``. Changing a non-``trainer`` value prints a
     warning with the old and new value (the run then mixes two settings); the values the checkpoint's
     tensors depend on (:func:`fixed_on_resume`) cannot change. ``quiet``, ``progress`` and
-    ``background`` as in :func:`train`."""
+    ``background`` as in :func:`train`; ``env``: the env class or function the run was trained with, for a
+    run whose ``env.id`` a new process cannot import (:mod:`advantage.envs.user`)."""
+    if isinstance(env, Mapping):  # overrides of the env section, e.g. from the command line
+        overrides, env = {**overrides, "env": env}, None
     run_dir = Path(run_dir)
-    old = Run(run_dir)
+    old = Run(run_dir, env)
     if os.environ.get("RANK", "0") != "0":  # a rank of a launch other than the first
         _, cfg = resolve_config(old.algo.name, run_config(run_dir), overrides)
         distributed.init(cfg.trainer)
@@ -588,24 +602,33 @@ class Run:
     ``Run(path)`` and ``Run.load(path)`` are the same. The checkpoint and policy load lazily.
     """
 
-    def __init__(self, run_dir: str | Path):
+    def __init__(self, run_dir: str | Path, env: Any = None):
         self.dir = Path(run_dir)
         if not self.dir.is_dir():
             raise RunDirError(f"run folder {str(self.dir)!r} does not exist")
         with Folder.open(self.dir) as run:
             if not run.exists(CONFIG_FILE):
                 raise RunDirError(f"{str(self.dir)!r} is not a run folder: {CONFIG_FILE} is missing")
-        self.algo, self.config = resolve_config(None, run_config(self.dir), check_device=False)
+        saved = run_config(self.dir)
+        if env is not None and not isinstance(env, str):  # the user's env object, under the id recorded
+            env_id = (saved.get("env") or {}).get("id") if isinstance(saved.get("env"), dict) else None
+            if isinstance(env_id, str):
+                from advantage.envs.user import register_object
+
+                register_object(env_id, env)
+        self.algo, self.config = resolve_config(None, saved, check_device=False)
         # Set by train/resume: the signal that stopped the run ("SIGINT", "SIGTERM") or None, and the
         # step of the last checkpoint they wrote.
         self.stopped_by: str | None = None
         self.last_step: int | None = None
         self._checkpoint: Checkpoint | None = None
         self._policy: Policy | None = None
+        self._raw_space: Any = None  # gymnasium spaces, set when the policy reads encoded observations
+        self._encoded_space: Any = None
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> Run:
-        return cls(run_dir)
+    def load(cls, run_dir: str | Path, env: Any = None) -> Run:
+        return cls(run_dir, env)
 
     def __repr__(self) -> str:
         kind = "env" if self.algo.uses_env else "task"
@@ -640,6 +663,14 @@ class Run:
             env = make_env(self.config.env, flatten_obs=flatten_observations(self.config))
             try:
                 self._policy = self.algo.policy(self.config, env, self.checkpoint.tensors)
+                # the env's own observations -> what the network reads (act takes the raw ones)
+                import gymnasium as gym
+
+                raw = env
+                while isinstance(raw, gym.ObservationWrapper):
+                    raw = raw.env
+                if raw is not env:
+                    self._raw_space, self._encoded_space = raw.observation_space, env.observation_space
             finally:
                 env.close()
         return self._policy
@@ -649,7 +680,12 @@ class Run:
         of one prompt)."""
         import numpy as np
 
-        action = self.policy.act(obs, deterministic=deterministic)
+        policy = self.policy
+        if self._raw_space is not None and np.shape(obs) != self._encoded_space.shape:  # a raw observation
+            import gymnasium as gym
+
+            obs = np.asarray(gym.spaces.flatten(self._raw_space, obs), dtype=self._encoded_space.dtype)
+        action = policy.act(obs, deterministic=deterministic)
         return action.item() if isinstance(action, np.generic) else action
 
     def evaluate(
@@ -709,9 +745,20 @@ class Run:
         # Frames are drawn off-screen: without this, pygame's SDL looks for a display and prints
         # "XDG_RUNTIME_DIR is invalid or not set" on a machine without one.
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-        env = make_env(
-            self.config.env, render_mode="rgb_array", flatten_obs=flatten_observations(self.config)
-        )
+        try:
+            env = make_env(
+                self.config.env, render_mode="rgb_array", flatten_obs=flatten_observations(self.config)
+            )
+        except (EnvError, AssertionError) as e:  # the env draws no rgb_array frames
+            why = str(e).split(". ")[-1] if isinstance(e, AssertionError) else str(e)
+            env_id = self.config.env.id
+            raise EnvError(f"{env_id} cannot draw video frames (render_mode=rgb_array): {why}") from None
+        modes = list(env.metadata.get("render_modes") or [])
+        if "rgb_array" not in modes:
+            env.close()
+            raise EnvError(
+                f"{self.config.env.id} cannot draw video frames: its render modes are {modes}, not rgb_array"
+            )
         try:
             t = self.config.trainer
             # The default goes into the run folder: the encoder writes by name, so into a private
