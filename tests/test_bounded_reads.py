@@ -647,3 +647,24 @@ def test_config_files_still_load_as_before(tmp_path):
     f = tmp_path / "c.yaml"
     f.write_text("algo: sarsa\nbase: &b {gamma: 0.8}\nalgorithm:\n  <<: *b\nenv:\n  id: CliffWalking-v1\n")
     assert load_yaml(f) == yaml.safe_load(f.read_text())
+
+
+def test_a_render_interrupted_while_waiting_never_gives_its_answer_to_the_next(monkeypatch):
+    """Ctrl-C while the renderer works: the next render must not read the interrupted one's answer."""
+    from advantage import chat_template
+
+    tok = _tokenizer()
+    original, calls = chat_template._Child._read, []
+
+    def interrupted(self, n, deadline):
+        if not calls:
+            calls.append(1)
+            time.sleep(0.3)  # the child's answer is in the pipe now
+            raise KeyboardInterrupt
+        return original(self, n, deadline)
+
+    monkeypatch.setattr(chat_template._Child, "_read", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        common.prompt_texts(tok, ["first question"], True)
+    second = common.prompt_texts(tok, ["second question"], True)
+    assert second == ["<|user|>second question<eos><|assistant|>"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import json
 import os
 import select
@@ -183,7 +184,7 @@ def render_chats(
     if not isinstance(template, str):
         raise ConfigError(f"{what} is not a string of jinja2 text")
     kwargs = _plain(dict(tokenizer.special_tokens_map))
-    head = json.dumps([template, kwargs, add_generation_prompt])
+    head = hashlib.sha256(json.dumps([template, kwargs, add_generation_prompt]).encode()).hexdigest()
     keys = [head + json.dumps(_plain(c)) for c in conversations]
     with _lock:
         texts: list[str | None] = [_cache.get(k) for k in keys]
@@ -251,6 +252,9 @@ def _ask_child(
     except (OSError, ValueError) as e:
         _close()
         raise ConfigError(f"{what}: the template renderer failed ({type(e).__name__}: {e})") from None
+    except BaseException:  # e.g. Ctrl-C while waiting: its answer must not be read as the next one's
+        _close()
+        raise
     if "error" in answer:
         kind, detail = answer.get("kind"), str(answer["error"])
         if kind != "template":
