@@ -15,6 +15,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -620,10 +621,20 @@ def test_sft_with_a_model_whose_template_loops_exits_2_in_seconds(tiny_folder, t
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     start = time.monotonic()
-    code = main(
-        ["train", "sft", f"model.path={folder}", "data.task=dataset", f"data.path={data}",
-         "data.chat_template=true", "trainer.eval_episodes=4", f"trainer.run_dir={tmp_path / 'run'}"]
-    )  # fmt: skip
+
+    def hung(signum, frame):
+        raise TimeoutError("the render was not stopped")  # the loop would otherwise run for hours
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        code = main(
+            ["train", "sft", f"model.path={folder}", "data.task=dataset", f"data.path={data}",
+             "data.chat_template=true", "trainer.eval_episodes=4", f"trainer.run_dir={tmp_path / 'run'}"]
+        )  # fmt: skip
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
     line = _one_line(capfd.readouterr().err)
     assert code == 2 and time.monotonic() - start < 30
     assert "loop" in line and f"did not finish in {RENDER_SECONDS} s" in line
