@@ -679,3 +679,32 @@ def test_a_render_interrupted_while_waiting_never_gives_its_answer_to_the_next(m
         common.prompt_texts(tok, ["first question"], True)
     second = common.prompt_texts(tok, ["second question"], True)
     assert second == ["<|user|>second question<eos><|assistant|>"]
+
+
+def test_a_state_file_of_3gb_is_refused_whatever_the_manifest_says(tmp_path):
+    """The manifest names the size, and the file has it: still not read (a state file is small)."""
+    import torch
+
+    from advantage.checkpoint import save_checkpoint
+
+    folder = save_checkpoint(tmp_path / "checkpoints", 3, {"w": torch.ones(2)}, {"step": 3})
+    _sparse(folder / "state.json")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"]["state.json"]["bytes"] = GB3
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    code, err, seconds = _run(
+        f"""
+        import sys
+        from advantage.checkpoint import load_checkpoint
+        from advantage.errors import CheckpointError
+        try:
+            load_checkpoint({str(tmp_path / "checkpoints")!r})
+        except CheckpointError as e:
+            print(f"error: {{e}}", file=sys.stderr)
+            sys.exit(2)
+        """,
+        memory=1 << 30,
+        timeout=60,
+    )
+    line = _one_line(err)
+    assert code == 2 and seconds < 10 and "state.json: 3221225472 bytes, over the 268435456" in line, line

@@ -223,6 +223,9 @@ def _open_latest(root: Folder) -> Folder:
 
 
 _CHUNK = 1 << 20
+# state.json holds counters, random-generator states and short lists (tensors go to the safetensors
+# file): its size is bounded here, whatever the manifest says
+STATE_MAX_BYTES = 256 << 20
 
 
 def _open_sized(folder: Folder, fname: str, entry: Mapping[str, Any]) -> int:
@@ -351,6 +354,11 @@ def load_checkpoint(path: str | Path | Folder) -> Checkpoint:
 
 def _load(folder: Folder) -> Checkpoint:
     step, files = _read_manifest(folder)
+    if files[STATE]["bytes"] > STATE_MAX_BYTES:  # the manifest's word is not a reason to read it all
+        raise CheckpointError(
+            f"{folder.path / STATE}: {files[STATE]['bytes']} bytes, over the {STATE_MAX_BYTES} a state file "
+            "holds; refused before it is read"
+        )
     extra = tuple(sorted(set(files) - {TENSORS, STATE}))
     for fname in extra:
         _verify_streamed(folder, fname, files[fname])
