@@ -34,7 +34,6 @@ SAMPLE = [
     ("sac", "MountainCarContinuous-v0", "pass"),
     ("td3", "LunarLanderContinuous-v3", "pass"),  # Box2D: resumed by replaying the episode
     ("ddpg", "Pendulum-v1", "pass"),
-    ("ppo", "CarRacing-v3", "pass"),  # image observations into the MLP
     ("q_learning", "FrozenLake-v1", "pass"),
     ("sarsa", "CliffWalking-v1", "pass"),
     ("expected_sarsa", "Taxi-v4", "pass"),
@@ -59,8 +58,15 @@ def test_the_sample_names_every_environment_algorithm():
     assert {a for a, _, _ in SAMPLE} == env_algos
 
 
+IMAGES = [("ppo", "CarRacing-v3", "pass")]  # image observations into the MLP: minutes here, -m heavy
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("algo, env_id, expected", SAMPLE, ids=[f"{a}-{e}" for a, e, _ in SAMPLE])
+@pytest.mark.parametrize(
+    "algo, env_id, expected",
+    [*SAMPLE, *(pytest.param(*c, marks=pytest.mark.heavy) for c in IMAGES)],
+    ids=[f"{a}-{e}" for a, e, _ in [*SAMPLE, *IMAGES]],
+)
 def test_a_cell_trains_stops_resumes_and_evaluates(tmp_path, algo, env_id, expected):
     cell = matrix.run_cell(algo, env_id, tmp_path)
     assert cell["status"] == expected, cell

@@ -269,7 +269,10 @@ def _cells() -> list[tuple[str, str]]:
             warnings.simplefilter("ignore")
             box = isinstance(gym.make(env_id).action_space, gym.spaces.Box)
         cells += [("ppo", env_id)] + ([("sac", env_id)] if box else [])
-    return cells
+    # CarRacing's 96x96x3 frames take minutes here: run with -m heavy
+    return [
+        pytest.param(a, e, marks=pytest.mark.heavy) if e.startswith("CarRacing") else (a, e) for a, e in cells
+    ]
 
 
 @pytest.mark.slow
