@@ -1,6 +1,8 @@
 """Every environment of Gymnasium's registry × every environment algorithm, as a user would run them.
 
     python benchmarks/env_matrix.py      # the whole matrix -> benchmarks/results/env_matrix.{md,json}
+    python benchmarks/env_matrix.py --envs Hopper-v5 --jobs 2  # some envs; the report: every logged cell
+    python benchmarks/env_matrix.py --report-only               # the report from the committed cell log
     python benchmarks/env_matrix.py --jobs 2        # two cells at a time
     python benchmarks/env_matrix.py --cells ppo:FrozenLake-v1,dqn:Blackjack-v1 --out /tmp/m   # some cells
 
@@ -235,22 +237,45 @@ def main() -> None:
     ap.add_argument("--algos", default="", help="only these algorithms (comma-separated)")
     ap.add_argument("--envs", default="", help="only these env ids (comma-separated)")
     ap.add_argument("--out", default=str(HERE / "results" / "env_matrix"), help="report path without suffix")
+    ap.add_argument(
+        "--log",
+        default=str(HERE / "results" / "env_matrix_cells.jsonl"),
+        help="each finished cell is appended here; cells already logged are not run again, and the report "
+        "is written from every logged cell (several invocations on disjoint --envs share one log)",
+    )
+    ap.add_argument("--report-only", action="store_true", help="write the report from the log, run nothing")
+    ap.add_argument("--again", action="store_true", help="run the picked cells even if logged (newest wins)")
     args = ap.parse_args()
-    ids, skipped = env_ids()
+    ids, skipped = env_ids()  # every buildable id, before --envs picks some
     algos = algorithms()
     if args.cells:
         pairs = [tuple(c.split(":", 1)) for c in args.cells.split(",")]
     else:
         algos = [a for a in algos if not args.algos or a in args.algos.split(",")]
-        ids = [i for i in ids if not args.envs or i in args.envs.split(",")]
-        pairs = [(a, i) for i in ids for a in algos]
+        picked = [i for i in ids if not args.envs or i in args.envs.split(",")]
+        pairs = [(a, i) for i in picked for a in algos]
+    log = Path(args.log)
+
+    def logged() -> dict[tuple[str, str], dict[str, Any]]:
+        rows = [json.loads(x) for x in log.read_text().splitlines() if x.strip()] if log.exists() else []
+        return {(c["algo"], c["env"]): c for c in rows}  # the newest line of a cell wins
+
+    done = logged()
+    todo = [] if args.report_only else [p for p in pairs if args.again or p not in done]
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
-        cells = []
-        for c in pool.map(lambda p: run_cell(p[0], p[1], Path(tmp)), pairs):
+        for c in pool.map(lambda p: run_cell(p[0], p[1], Path(tmp)), todo):
             print(f"{c['status']:8} {c['algo']:26} {c['env']:28} {c.get('note', '')[:120]}", flush=True)
-            cells.append(c)
-    write_report(cells, {} if args.cells else skipped, Path(args.out), time.monotonic() - t0)
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("a") as f:
+                f.write(json.dumps(c) + "\n")
+    done = logged()
+    all_ids = ids
+    wanted = set(pairs) if args.cells else {(a, i) for i in all_ids for a in algorithms()}
+    cells = [c for key, c in done.items() if key in wanted]
+    order = {e: n for n, e in enumerate(all_ids)}
+    cells.sort(key=lambda c: (order.get(c["env"], len(order)), c["algo"]))
+    write_report(cells, skipped, Path(args.out), time.monotonic() - t0)
     fails = sum(c["status"] == "fail" for c in cells)
     print(f"{len(cells)} cells: {len(cells) - fails} pass or refused, {fails} fail -> {args.out}.md")
     sys.exit(1 if fails else 0)
