@@ -182,12 +182,24 @@ def test_ensemble_q_is_k_separate_mlps():
     q = EnsembleQ(3, 2, [8, 6], n=2)
     obs, act = torch.randn(5, 3), torch.randn(5, 2)
     x = torch.cat([obs, act], -1)
+    u = 2.0**-24  # fp32 unit roundoff
     for k in range(2):
-        w0 = q.first_weight[:, k * 8 : (k + 1) * 8]
-        h = torch.relu(x @ w0 + q.first_bias[k * 8 : (k + 1) * 8])
-        h = torch.relu(h @ q.weights[0][k] + q.biases[0][k])
-        expected = (h @ q.weights[1][k] + q.biases[1][k]).squeeze(-1)
-        assert torch.allclose(q(obs, act)[k], expected, atol=1e-6)
+        layers = [
+            (q.first_weight[:, k * 8 : (k + 1) * 8], q.first_bias[k * 8 : (k + 1) * 8]),
+            (q.weights[0][k], q.biases[0][k]),
+            (q.weights[1][k], q.biases[1][k]),
+        ]
+        h, mag, err = x, x.abs().double(), torch.zeros(x.shape, dtype=torch.float64)
+        for i, (w, b) in enumerate(layers):
+            h = h @ w + b
+            # One evaluation's forward error bound (Higham §3.5): a sum of n + 1 terms adds (n + 1)·u times
+            # their magnitudes, and the error in the inputs passes on through |W| (ReLU is 1-Lipschitz).
+            wa = w.detach().abs().double()
+            mag = mag @ wa + b.detach().abs().double()
+            err = err @ wa + (w.shape[0] + 1) * u * mag
+            h = torch.relu(h) if i < 2 else h
+        # the fused addmm/baddbmm and these matmuls: two evaluations, at most twice the bound apart
+        assert ((q(obs, act)[k] - h.squeeze(-1)).abs() <= 2 * err.squeeze(-1)).all()
     assert torch.allclose(q(obs, act, first_only=True)[0], q(obs, act)[0])
     # detach: the gradient reaches the action, not the critic's weights
     act.requires_grad_(True)
