@@ -93,6 +93,61 @@ def test_presets_and_unknown_preset():
         resolve_config("q_learning", overrides={"preset": "frozenlak"})
 
 
+def _file(tmp_path, text):
+    f = tmp_path / "c.yaml"
+    f.write_text(text)
+    return f
+
+
+def test_preset_on_the_command_line_applies_over_the_config_file(tmp_path):
+    """Every pair of the four sources: the file, the file's preset, the command line's preset and the
+    command line's keys (docs/concepts.md, "Where values come from")."""
+    # file over the file's preset
+    f = _file(tmp_path, "preset: frozenlake\ntrainer:\n  total_steps: 7\n")
+    _, cfg = resolve_config("q_learning", f)
+    assert cfg.trainer.total_steps == 7 and cfg.env.kwargs["is_slippery"] is False
+    # the command line's preset over the file, for the keys it sets; the file's other keys stay
+    f = _file(tmp_path, "algorithm:\n  gamma: 0.8\ntrainer:\n  total_steps: 7\n")
+    _, cfg = resolve_config("q_learning", f, {"preset": "frozenlake"})
+    assert cfg.trainer.total_steps == 20000 and cfg.algorithm.gamma == 0.8
+    assert cfg.__dict__["_preset_note"] == (  # env.id: FrozenLake-v1 is q_learning's default already
+        "preset frozenlake over the config file: env.is_slippery (unset) -> False, "
+        "trainer.total_steps 7 -> 20000"
+    )
+    # the command line's preset replaces the file's preset (taxi's alpha=0.2 is not applied)
+    f = _file(tmp_path, "preset: taxi\n")
+    _, cfg = resolve_config("q_learning", f, {"preset": "frozenlake"})
+    assert cfg.env.id == "FrozenLake-v1" and cfg.trainer.total_steps == 20000
+    assert cfg.algorithm.alpha == resolve_config("q_learning")[1].algorithm.alpha != 0.2
+    # the command line's keys over its preset, over the file and over the file's preset
+    f = _file(tmp_path, "preset: taxi\ntrainer:\n  total_steps: 7\n")
+    _, cfg = resolve_config("q_learning", f, {"preset": "frozenlake", "trainer.total_steps": 5})
+    assert cfg.trainer.total_steps == 5
+    assert "trainer.total_steps" not in cfg.__dict__["_preset_note"]  # the typed key set it, not the preset
+    _, cfg = resolve_config("q_learning", f, {"trainer.total_steps": 5, "algorithm.alpha": 0.3})
+    assert cfg.trainer.total_steps == 5 and cfg.algorithm.alpha == 0.3 and cfg.env.id == "Taxi-v4"
+    # without a file a preset is below the keys, and there is nothing to report
+    _, cfg = resolve_config("q_learning", overrides={"preset": "frozenlake", "trainer.total_steps": 5})
+    assert cfg.trainer.total_steps == 5 and cfg.__dict__["_preset_note"] == ""
+
+
+def test_a_saved_config_with_a_preset_prints_what_the_preset_changed(tmp_path, capsys):
+    from advantage.cli import main
+
+    run = tmp_path / "first"
+    over = ["trainer.total_steps=50", "trainer.eval_episodes=1", "trainer.tensorboard=false"]
+    over.append("trainer.plot=false")
+    assert main(["train", "q_learning", "env.id=FrozenLake-v1", f"trainer.run_dir={run}", *over]) == 0
+    capsys.readouterr()
+    second = tmp_path / "second"
+    args = ["train", "q_learning", "--config", str(run / "config.yaml"), "preset=frozenlake", *over]
+    assert main([*args, f"trainer.run_dir={second}"]) == 0
+    out = capsys.readouterr().out
+    assert "preset frozenlake over the config file: env.is_slippery" in out
+    assert "trainer.total_steps" not in out.split("preset frozenlake", 1)[1].splitlines()[0]  # typed after it
+    assert "is_slippery: false" in (second / "config.yaml").read_text()
+
+
 def test_yaml_file_and_round_trip(tmp_path):
     f = tmp_path / "c.yaml"
     f.write_text("algo: sarsa\nalgorithm:\n  gamma: 0.8\nenv:\n  id: CliffWalking-v1\n")

@@ -412,10 +412,9 @@ def test_synthetic_task_without_a_reward_model_is_refused():
 
 @pytest.mark.parametrize("preset", sorted(grpo.PRESETS))
 def test_every_preset_applies_on_top_of_the_example(preset):
-    """A config file outranks ``preset=NAME`` (defaults < preset < file < overrides), so a preset key set in
-    examples/grpo_addition.yaml to another value would silently undo the preset (or, for gspo's clip
-    range, make the config invalid): `advantage train grpo --config examples/grpo_addition.yaml
-    preset=NAME` must run NAME."""
+    """``preset=NAME`` typed next to ``--config`` applies over the file for the keys it sets
+    (defaults < file < that preset < overrides): `advantage train grpo --config
+    examples/grpo_addition.yaml preset=NAME` runs NAME, and the file's other settings stay."""
     from pathlib import Path
 
     from advantage.runs import resolve_config

@@ -64,6 +64,11 @@ def resolve_config(
     """Build and validate a run config from defaults < algorithm defaults < the env's tuned entry
     (:mod:`advantage.hyperparams`) < preset < file < overrides.
 
+    A preset named in ``overrides`` (on the command line) is what the user asks for now: it goes above the
+    file, for the keys it sets, and below the other overrides (defaults < entry < file < that preset <
+    overrides); it replaces a preset the file names. ``cfg._preset_note`` then says which of the file's
+    values it changed (printed by :func:`train`). A preset named only in the file stays below the file.
+
     Args:
         algo: registered algorithm name; defaults to the file's ``algo`` key, then ``ppo``.
         config: a YAML path or a nested mapping (same shape as the saved ``config.yaml``).
@@ -82,8 +87,8 @@ def resolve_config(
     if algo and file_algo and algo != file_algo:
         raise ConfigError(f"the config file is for algorithm {file_algo!r}, but {algo!r} was asked for")
     spec = get_algorithm(name)
-    preset_name = over.pop("preset", None) or tree.pop("preset", None)
-    tree.pop("preset", None)
+    typed_preset, file_preset = over.pop("preset", None), tree.pop("preset", None)
+    preset_name = typed_preset if typed_preset is not None else file_preset
     preset: dict[str, Any] = {}
     if preset_name is not None:
         if preset_name not in spec.presets:
@@ -94,10 +99,17 @@ def resolve_config(
             )
         preset = nest(dict(spec.presets[preset_name].overrides))
     defaults = nest(dict(spec.defaults))
-    entry, hp_note, record = _hyperparams(spec, over, tree, merge(defaults, preset, tree, over))
+    # a preset typed next to a file applies over the file's values (the docstring)
+    above_file = typed_preset is not None and bool(tree)
+    order = (tree, preset) if above_file else (preset, tree)
+    entry, hp_note, record = _hyperparams(spec, over, tree, merge(defaults, *order, over))
     tuned = nest(dict(entry.overrides)) if entry is not None else {}
-    merged = merge(defaults, tuned, preset, tree, over)
-    interpolated = interpolations(defaults, tuned, preset, tree, over)
+    merged = merge(defaults, tuned, *order, over)
+    interpolated = interpolations(defaults, tuned, *order, over)
+    preset_note = ""
+    if above_file:
+        below = {**flatten(to_dict(spec.config())), **flatten(merge(defaults, tuned, tree))}
+        preset_note = _preset_note(str(preset_name), preset, below, over)
     refused = _paths_from_environment(interpolated)
     if refused:  # before any check that could name the path (and so the value) in its message
         raise ConfigError(refused)
@@ -121,7 +133,25 @@ def resolve_config(
         raise ConfigError(_redact(problems, merged, interpolated))
     cfg.__dict__["_interpolations"] = interpolated
     cfg.__dict__["_hyperparams"] = (record, hp_note)
+    cfg.__dict__["_preset_note"] = preset_note
     return spec, cfg
+
+
+def _preset_note(
+    name: str, preset: Mapping[str, Any], below: Mapping[str, Any], over: Mapping[str, Any]
+) -> str:
+    """The line a run prints when a preset typed on the command line changes values of the config file:
+    each key the preset sets to another value than the file (or the defaults under it, ``below``, dotted)
+    had, unless a key typed on the command line sets it anyway."""
+    typed = flatten(dict(over))
+    changed = [
+        f"{key} {below[key]!r} -> {value!r}" if key in below else f"{key} (unset) -> {value!r}"
+        for key, value in flatten(dict(preset)).items()
+        if key not in typed and (key not in below or below[key] != value)
+    ]
+    if not changed:
+        return f"preset {name}: the config file already has every value it sets"
+    return f"preset {name} over the config file: " + ", ".join(changed)
 
 
 def _env_chosen(cfg: Any, *layers: Mapping[str, Any]) -> bool:
@@ -395,6 +425,9 @@ def train(
                 print(f"run folder: {run_dir}", flush=True)  # first: scripts read where the run went
             if not quiet and hp_note:
                 print(hp_note, flush=True)
+            preset_note = cfg.__dict__.get("_preset_note", "")
+            if not quiet and preset_note:
+                print(preset_note, flush=True)
             ctx = RunContext(spec, cfg, run_dir, quiet=quiet or not progress, background=background)
             try:
                 _train(spec, cfg, ctx)
