@@ -406,6 +406,14 @@ def _elsewhere(key: str, root: type | None, prefix: str) -> str:
     return f"; did you mean {' or '.join(found[:3])}?" if found else ""
 
 
+def _foreign(name: str, value: Any, root: type) -> str:
+    """``; SB3's total_timesteps is trainer.total_steps`` for another library's name
+    (:mod:`advantage.migration`), looked up by the dotted names under ``name`` (a nested ``value``)."""
+    from advantage.migration import hint, leaves
+
+    return hint(leaves(name, value), [k for k, _, _ in describe(root)])
+
+
 def _build(
     cls: type, data: Any, prefix: str, problems: list[str], root: type | None = None, cross: bool = True
 ) -> Any:
@@ -416,7 +424,7 @@ def _build(
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
-        problems.append(f"{where} must be a mapping of keys, got {data!r}")
+        problems.append(f"{where} must be a mapping of keys, got {data!r}{_foreign(where, data, root)}")
         return cls()
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
@@ -430,7 +438,11 @@ def _build(
             if takes_extra:
                 extra[key] = value  # e.g. environment kwargs; checked by the section's owner
                 continue
-            hint = _elsewhere(str(key), root, prefix) or suggest(str(key), fields, prefix)
+            hint = (
+                _foreign(name, value, root)
+                or _elsewhere(str(key), root, prefix)
+                or suggest(str(key), fields, prefix)
+            )
             problems.append(f"unknown key {name}{hint} (allowed: {', '.join(fields)})")
             continue
         tp = hints[key]

@@ -137,8 +137,11 @@ def get_algorithm(name: str) -> Algorithm:
     load(name)  # its config module only (imports no training code)
     if name not in ALGORITHMS:
         load_all()  # every name, for the suggestions
+        from advantage.migration import algorithm_hint
+
+        hint = algorithm_hint(name, ALGORITHMS) or suggest(name, ALGORITHMS, cutoff=0.5, n=3)
         raise ConfigError(
-            f"unknown algorithm {name!r}{suggest(name, ALGORITHMS, cutoff=0.5, n=3)} "
+            f"unknown algorithm {name!r}{hint} "
             f"(available: {', '.join(sorted(ALGORITHMS))}; see `advantage list`)"
         )
     return ALGORITHMS[name]

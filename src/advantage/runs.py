@@ -130,6 +130,7 @@ def resolve_config(
     except ConfigError as e:
         problems = list(e.problems)
     if problems:
+        problems = [_foreign_name(p, spec) for p in problems]
         raise ConfigError(_redact(problems, merged, interpolated))
     cfg.__dict__["_interpolations"] = interpolated
     cfg.__dict__["_hyperparams"] = (record, hp_note)
@@ -152,6 +153,23 @@ def _preset_note(
     if not changed:
         return f"preset {name}: the config file already has every value it sets"
     return f"preset {name} over the config file: " + ", ".join(changed)
+
+
+_UNKNOWN_FOR = re.compile(r"(unknown (?:key|option) ([\w.]+) for [^(;]*?)(?=\s\(|;|$)")
+
+
+def _foreign_name(problem: str, spec: Algorithm) -> str:
+    """An environment's or a task's unknown-option line (``unknown key env.n_envs for CartPole-v1 (...)``)
+    with the other library's name behind it (:mod:`advantage.migration`): ``...; SB3's n_envs is
+    env.num_envs``. The config's own unknown keys get theirs where they are found."""
+    m = _UNKNOWN_FOR.match(problem)
+    if m is None:
+        return problem
+    from advantage.config import describe
+    from advantage.migration import hint
+
+    found = hint([m.group(2)], [k for k, _, _ in describe(spec.config)])
+    return problem[: m.end(1)] + found + problem[m.end(1) :] if found else problem
 
 
 def _env_chosen(cfg: Any, *layers: Mapping[str, Any]) -> bool:
