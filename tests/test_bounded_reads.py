@@ -200,6 +200,25 @@ def test_what_is_not_a_regular_file_is_refused_without_blocking(tmp_path):
         read_bytes(tmp_path / "missing", 100)
 
 
+@HYPO
+@given(
+    data=st.binary(max_size=300)
+    | st.lists(_JSON, max_size=4).map(lambda rows: "\n".join(json.dumps(r) for r in rows).encode()),
+    suffix=st.sampled_from([".jsonl", ".json", ".parquet"]),
+)
+def test_any_bytes_as_a_dataset_give_rows_or_a_config_error(tmp_path, data, suffix):
+    from advantage.envs.text.datasets import _read_rows
+
+    path = tmp_path / f"d{suffix}"
+    path.write_bytes(data)
+    try:
+        _, rows = _read_rows(path, "dataset")
+    except ConfigError as e:
+        assert str(path) in str(e) and "\n" not in str(e)
+        return
+    assert isinstance(rows, list) and rows
+
+
 _KEYS = st.sampled_from(["a", "b", "c", "d"])
 
 
