@@ -1,6 +1,22 @@
 import pytest
 
 
+def pytest_addoption(parser, pluginmanager):
+    """With pytest-xdist switched off (``-p no:xdist``) or not installed, accept the project's ``-n`` and
+    ``--dist`` (pyproject's addopts) and ignore them: the tests then run in this one process, as ``-n 0``."""
+    if pluginmanager.has_plugin("xdist") or pluginmanager.has_plugin("xdist.plugin"):
+        return
+    group = parser.getgroup("xdist", "pytest-xdist is off: its options are accepted and ignored")
+    # _addoption: pytest reserves lower-case short options for itself; pytest-xdist registers -n this way
+    group._addoption("-n", "--numprocesses", dest="numprocesses", default=None, help="ignored without xdist")
+    group.addoption("--dist", dest="dist", default="no", help="ignored without xdist")
+
+
+def pytest_configure(config):
+    if not config.pluginmanager.has_plugin("xdist.plugin"):  # the marker xdist would have registered
+        config.addinivalue_line("markers", "xdist_group(name): run with the group's other tests (xdist)")
+
+
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path, monkeypatch):
     """Every test runs in its own folder, so default run folders (runs/...) never collide."""

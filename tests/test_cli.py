@@ -225,3 +225,25 @@ def test_default_algorithm_is_ppo_on_cartpole():
 
     spec, cfg = resolve_config()
     assert spec.name == "ppo" and cfg.env.id == "CartPole-v1"
+
+
+def test_list_piped_prints_option_names_whole():
+    """Piped, ``advantage list`` had 80 columns and cut long names (``data.max_response_leng…``); now every
+    row is one line with the whole name."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "advantage", "list", "grpo", "data.task=math"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "…" not in out
+    for key in (
+        "data.max_response_length",
+        "worker.actor.model.max_position_embeddings",
+        "data.timeout_seconds",
+    ):
+        (line,) = [x for x in out.splitlines() if f" {key} " in x]
+        assert len(line.split("│")) >= 4  # option, default and meaning on that one line

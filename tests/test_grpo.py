@@ -441,3 +441,36 @@ def test_min_new_tokens_gives_fixed_length_responses(tmp_path):
     assert lengths and all(x == 6.0 for x in lengths)
     with pytest.raises(ConfigError, match="worker.rollout.min_new_tokens=7 is more than data.max_response"):
         resolve_config("grpo", overrides={**TINY, "worker.rollout.min_new_tokens": 7})
+
+
+def test_a_shorter_generation_budget_than_the_sft_run_trained_on_is_warned(tmp_path, capsys):
+    """GSM8K's recipe: SFT on answers of up to 256 tokens, then GRPO generating 48 cut nearly every answer
+    before its end; the run now says so, naming both lengths."""
+    sft = advantage.train(
+        "sft",
+        quiet=True,
+        **{
+            **{k: v for k, v in TINY.items() if k.startswith(("data.", "trainer.")) and "rollout" not in k},
+            "data.max_response_length": 12,
+            "model.hidden_size": 32,
+            "model.layers": 1,
+            "model.heads": 2,
+            "trainer.total_steps": 1,
+            "trainer.run_dir": str(tmp_path / "sft"),
+        },
+    )
+    over = {**TINY, "worker.actor.model.path": str(sft.dir), "trainer.total_steps": 1}
+    for k in ("worker.actor.model.hidden_size", "worker.actor.model.layers", "worker.actor.model.heads"):
+        over.pop(k)
+    from advantage.runs import resolve_config
+
+    _, cfg = resolve_config("grpo", overrides=over)
+    (warning,) = cfg.__dict__["_warnings"]
+    assert f"worker.actor.model.path={sft.dir} was trained on responses of up to 12 tokens" in warning
+    assert "data.max_response_length=6 here" in warning and "raise data.max_response_length to 12" in warning
+    advantage.train(
+        "grpo", quiet=False, progress=False, **{**over, "trainer.run_dir": str(tmp_path / "grpo")}
+    )
+    assert warning in capsys.readouterr().out
+    _, cfg = resolve_config("grpo", overrides={**over, "data.max_response_length": 12})
+    assert cfg.__dict__["_warnings"] == []

@@ -181,6 +181,39 @@ def test_train_prints_the_entry(tmp_path, capsys, monkeypatch):
     assert yaml.safe_load(Path("r/config.yaml").read_text())["hyperparams"]["env_id"] == "CartPole-v1"
 
 
+def test_quiet_keeps_the_hyperparams_line_as_the_docs_say(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "trainer.total_steps=64",
+        "trainer.eval_episodes=1",
+        "trainer.tensorboard=false",
+        "trainer.run_dir=r",
+    ]
+    assert main(["train", "ppo", "--quiet", *args]) == 0
+    assert "hyperparams: CartPole-v1 from advantage/hyperparams/ppo.yml" in capsys.readouterr().out
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "hyperparams.md").read_text()
+    assert "`--quiet` keeps these lines" in doc and "`--quiet` prints none" not in doc
+
+
+def test_a_saved_config_on_another_env_takes_that_envs_entry(tmp_path):
+    """A CartPole run's config.yaml with env.id=Acrobot-v1: the CartPole entry's values (and the ones it
+    left at their defaults that Acrobot's entry sets) leave the file, Acrobot's entry applies and is
+    recorded, as for a fresh Acrobot run; a value the user changed in the file stays."""
+    spec, cartpole = resolve_config("ppo", None, {"algorithm.vf_coef": 0.7})
+    path = tmp_path / "config.yaml"
+    path.write_text(config_yaml(spec, cartpole))
+    _, moved = resolve_config("ppo", path, {"env.id": "Acrobot-v1"})
+    _, fresh = resolve_config("ppo", None, {"env.id": "Acrobot-v1", "algorithm.vf_coef": 0.7})
+    assert flatten(to_dict(moved)) == flatten(to_dict(fresh))
+    record, note = moved.__dict__["_hyperparams"]
+    assert record["env_id"] == "Acrobot-v1"
+    assert note.startswith("hyperparams: the config file was tuned for CartPole-v1; env.id is Acrobot-v1")
+    assert "algorithm.n_steps" in note and "Acrobot-v1 from advantage/hyperparams/ppo.yml" in note
+    # the same env: the file reproduces its run, nothing is re-resolved
+    _, same = resolve_config("ppo", path)
+    assert flatten(to_dict(same)) == flatten(to_dict(cartpole)) and same.__dict__["_hyperparams"][1] == ""
+
+
 def test_docs_list_every_shipped_entry():
     from advantage.hyperparams import shipped_env_ids
 

@@ -439,3 +439,14 @@ def test_addition_mixed_lengths_spreads_the_digit_counts():
     assert all(e.answer == str(e.meta["a"] + e.meta["b"]) for e in mixed)
     with pytest.raises(ConfigError, match="data.mixed_lengths must be true or false"):
         make_task("addition", mixed_lengths="yes")
+
+
+def test_a_data_file_without_a_data_task_says_which_task_reads_it():
+    from advantage.runs import resolve_config
+
+    with pytest.raises(ConfigError) as e:
+        resolve_config("sft", overrides={"data.path": "train.jsonl"})
+    assert (
+        "unknown option data.path for task 'addition'; set data.task=math or data.task=dataset to use"
+        in str(e.value)
+    )

@@ -365,3 +365,28 @@ def test_sft_on_trl_prompt_completion_file(tmp_path, data, user_model):
     )
     assert run.step == 2 and run.config.data.kwargs["path"] == str(data["prompt_completion"])
     assert run.config.trainer.eval_episodes == 4  # lowered to the file's validation rows
+
+
+def test_without_a_model_folder_the_docs_say_what_model_path_to_pass(tmp_path):
+    """docs/algorithms/datasets.md: no model folder → leave model.path out; a scratch model with a tokenizer
+    of the data's characters is built, and the file trains (one step here)."""
+    doc = (ROOT / "docs" / "algorithms" / "datasets.md").read_text()
+    assert "Without a model folder, leave `model.path` out" in doc
+    run = advantage.train(
+        "sft",
+        quiet=True,
+        **QUIET,
+        **{
+            "data.task": "math",
+            "data.path": str(ROOT / "examples" / "data" / "gsm8k.jsonl"),
+            "data.max_response_length": 256,
+            "model.hidden_size": 32,
+            "model.layers": 1,
+            "model.heads": 2,
+            "model.max_position_embeddings": 512,
+            "trainer.total_steps": 1,
+            "trainer.eval_episodes": 1,
+            "trainer.run_dir": str(tmp_path / "sft"),
+        },
+    )
+    assert run.step == 1 and run.config.model.path is None

@@ -291,18 +291,36 @@ def _print_hyperparams(console: Any, algo: str) -> None:
     console.print(table)
 
 
-def cmd_list(ns: argparse.Namespace) -> int:
+def _list_console() -> Any:
+    """The console of ``advantage list``: the terminal's width on a terminal; piped or redirected, no width
+    limit, so every row is one line that grep and scripts read whole (at 80 columns a long option name
+    was cut to ``data.max_response_leng…``)."""
     from rich.console import Console
+
+    probe = Console()
+    return probe if probe.is_terminal else Console(width=100_000, no_color=True)
+
+
+def _option_table(keys: Sequence[str]) -> Any:
+    """An option/default/meaning table whose option column is as wide as its longest key (never cut)."""
+    from rich.table import Column, Table
+
+    return Table(
+        Column("option", min_width=max(map(len, keys), default=6), no_wrap=True), "default", "meaning"
+    )
+
+
+def cmd_list(ns: argparse.Namespace) -> int:
     from rich.table import Table
 
     from advantage.config import describe
     from advantage.registry import all_algorithms, get_algorithm
 
-    console = Console()
+    console = _list_console()
     if ns.algo:
         algo = get_algorithm(ns.algo)
         console.print(f"[bold]{algo.name}[/bold] — {algo.summary}")
-        table = Table("option", "default", "meaning")
+        table = _option_table([k for k, _, _ in describe(algo.config)])
         defaults = dict(algo.defaults)
         for key, default, help_ in describe(algo.config):
             table.add_row(key, repr(defaults.get(key, default)), help_)
@@ -332,8 +350,6 @@ def cmd_list(ns: argparse.Namespace) -> int:
 
 def _print_task_options(console: Any, algo: Any, overrides: Sequence[str]) -> None:
     """The ``data.*`` options of the task named by ``data.task=NAME`` (default: the algorithm's)."""
-    from rich.table import Table
-
     from advantage.config import describe, flatten, parse_overrides
 
     given = flatten(parse_overrides(overrides))
@@ -342,8 +358,9 @@ def _print_task_options(console: Any, algo: Any, overrides: Sequence[str]) -> No
         raise AdvantageError(f"`advantage list` takes only data.task=NAME, got {', '.join(unknown)}")
     defaults = {key: default for key, default, _ in describe(algo.config)}
     name = str(given.get("data.task", algo.defaults.get("data.task", defaults.get("data.task"))))
-    table = Table("option", "default", "meaning")
-    for key, default, help_ in algo.task_options(name):
+    rows = algo.task_options(name)
+    table = _option_table([key for key, _, _ in rows])
+    for key, default, help_ in rows:
         table.add_row(key, repr(default), help_)
     console.print(
         f"[bold]data.task={name}[/bold]: its own options (`advantage list {algo.name} data.task=NAME`)"

@@ -135,7 +135,31 @@ def resolve_config(
     cfg.__dict__["_interpolations"] = interpolated
     cfg.__dict__["_hyperparams"] = (record, hp_note)
     cfg.__dict__["_preset_note"] = preset_note
+    cfg.__dict__["_warnings"] = _response_budget_warnings(cfg)
     return spec, cfg
+
+
+def _response_budget_warnings(cfg: Any) -> list[str]:
+    """A warning when the policy comes from an SFT run folder that trained on longer responses than this
+    run generates: GSM8K's recipe trains 256-token answers, then GRPO with 48 new tokens cut almost every
+    answer before its end, and so before the \\boxed{} that the reward reads, without a word."""
+    worker = getattr(cfg, "worker", None)
+    actor = getattr(worker, "actor", None)
+    path = getattr(getattr(actor, "model", None), "path", None)
+    budget = getattr(getattr(cfg, "data", None), "max_response_length", None)
+    if not path or not isinstance(budget, int) or not (Path(path) / CONFIG_FILE).is_file():
+        return []
+    try:
+        trained = load_yaml(Path(path) / CONFIG_FILE).get("data", {}).get("max_response_length")
+    except (ConfigError, AttributeError, OSError):
+        return []  # not a run folder's config: nothing to compare
+    if not isinstance(trained, int) or trained <= budget:
+        return []
+    return [
+        f"warning: worker.actor.model.path={path} was trained on responses of up to {trained} tokens "
+        f"(its data.max_response_length) but data.max_response_length={budget} here: a longer answer is "
+        f"cut before its end (and before a final \\boxed{{}}); raise data.max_response_length to {trained}"
+    ]
 
 
 def _preset_note(
@@ -250,20 +274,67 @@ def _hyperparams(
 
     choice = over.pop("hyperparams", None)
     saved = tree.pop("hyperparams", None)
+    env = merged.get("env")
+    env_id = env.get("id") if isinstance(env, Mapping) else None
+    env_id = env_id if isinstance(env_id, str) else None
+    moved = ""
     if choice is None and isinstance(saved, Mapping):
-        return None, "", dict(saved)
+        if not spec.uses_env or env_id is None or saved.get("env_id") in (None, env_id):
+            return None, "", dict(saved)
+        # A saved config reused on another env: its old entry's values would carry over under the old
+        # label. They are taken out of the file and the new env's entry is chosen as for a fresh run.
+        moved, choice = _drop_saved_entry(spec, saved, tree, env_id)
     if choice is None:
         choice = saved
     if not spec.uses_env:
         if choice not in (None, "auto", NONE):
             raise ConfigError(f"{spec.name} trains on data, not an env: hyperparams takes no file")
         return None, "", None
-    env = merged.get("env")
-    env_id = env.get("id") if isinstance(env, Mapping) else None
-    entry, note = choose(spec.name, spec.config, choice, env_id if isinstance(env_id, str) else None)
+    entry, note = choose(spec.name, spec.config, choice, env_id)
+    note = f"{moved}; {note.removeprefix('hyperparams: ')}" if moved and note else moved or note
     if entry is not None:
         return entry, note, entry.record()
     return None, note, NONE if str(choice) == NONE else None
+
+
+def _drop_saved_entry(
+    spec: Algorithm, saved: Mapping[str, Any], tree: dict[str, Any], env_id: str
+) -> tuple[str, str]:
+    """For a saved config whose ``hyperparams`` record names another env than the run's: remove from the
+    file (``tree``, in place) the values it holds only because of the old resolution, so the new env's
+    entry applies as on a fresh run: every key of the old or the new entry whose value in the file is
+    what the old resolution gave (the old entry's value, else the algorithm's default). Returns the note
+    that says so and the table to choose the new entry from (the shipped one, or the recorded file when
+    it is still there); a value the user changed in the file stays and wins, as a file's values do."""
+    from advantage.hyperparams import AUTO, load_table, shipped_file
+
+    old_id, recorded = str(saved.get("env_id")), str(saved.get("file", ""))
+    shipped = shipped_file(spec.name)
+    if recorded == str(Path("advantage") / "hyperparams" / f"{spec.name}.yml") and shipped is not None:
+        table_choice, path = AUTO, shipped
+    elif recorded and Path(recorded).is_file():
+        table_choice, path = recorded, Path(recorded)
+    else:
+        gone = f"hyperparams: the config file was tuned for {old_id} ({recorded}, no longer found)"
+        return f"{gone}; its values are kept for {env_id}", AUTO
+    table = load_table(path, spec.config)
+    old, new = table.get(old_id), table.get(env_id)
+    before = {**flatten(to_dict(spec.config())), **flatten(nest(dict(spec.defaults)))}
+    before.update(old.overrides if old else {})
+    keys = {*(old.overrides if old else ()), *(new.overrides if new else ())}
+    flat = flatten(tree)
+    dropped = sorted(k for k in keys if k in flat and k in before and flat[k] == before[k])
+    for key in dropped:
+        node = tree
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node[part]
+        del node[leaf]
+    return (
+        f"hyperparams: the config file was tuned for {old_id}; env.id is {env_id}, so its values of the "
+        f"entries' keys are dropped ({', '.join(dropped) or 'none'})",
+        table_choice,
+    )
 
 
 def config_yaml(spec: Algorithm, cfg: Any) -> str:
@@ -443,9 +514,10 @@ def train(
                 print(f"run folder: {run_dir}", flush=True)  # first: scripts read where the run went
             if not quiet and hp_note:
                 print(hp_note, flush=True)
-            preset_note = cfg.__dict__.get("_preset_note", "")
-            if not quiet and preset_note:
-                print(preset_note, flush=True)
+            notes = [cfg.__dict__.get("_preset_note", ""), *cfg.__dict__.get("_warnings", [])]
+            for note in notes if not quiet else ():
+                if note:
+                    print(note, flush=True)
             ctx = RunContext(spec, cfg, run_dir, quiet=quiet or not progress, background=background)
             try:
                 _train(spec, cfg, ctx)

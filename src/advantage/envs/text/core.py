@@ -375,6 +375,12 @@ def build_task(
         if key not in allowed:
             close = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.6)
             hint = f"; did you mean data.{close[0]}?" if close else ""
+            # another task's option (data.path on the default generated task): name the tasks that take it
+            owners = sorted(
+                (t for t in registry if key in keyword_options(registry[t])), key=lambda t: t != "math"
+            )
+            if owners and not close:
+                hint = f"; set data.task={' or data.task='.join(owners)} to use data.{key}"
             problems.append(
                 f"unknown option data.{key} for {kind} {name!r}{hint} (allowed: {', '.join(allowed)})"
             )

@@ -1,0 +1,24 @@
+"""The project's pytest settings (pyproject's addopts: ``-n auto --dist loadgroup``) with pytest-xdist
+switched off: ``-p no:xdist`` runs the tests in one process, as ``-n 0`` does (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("flags", [["-p", "no:xdist"], ["-n", "0"]])
+def test_one_process_either_way(flags):
+    cmd = [sys.executable, "-m", "pytest", *flags, "-q", "-p", "no:cacheprovider"]
+    cmd += [
+        "tests/test_config.py::test_defaults_and_dotted_overrides",
+        "tests/test_grpo.py::test_synthetic_task_without_a_reward_model_is_refused",
+    ]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "passed" in done.stdout
