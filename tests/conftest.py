@@ -111,3 +111,15 @@ def _foreground_outputs(monkeypatch):
     import advantage.cli
 
     monkeypatch.setattr(advantage.cli, "BACKGROUND", False)
+
+
+@pytest.fixture(autouse=True)
+def _denormals_back_on():
+    """Trainers flush denormals to zero for speed (``torch.set_flush_denormal(True)``, a process-wide CPU
+    flag); a test that runs one leaves the flag set for the next test of its worker, where hypothesis'
+    float strategies refuse to run. Each test gets the IEEE default back."""
+    yield
+    import sys
+
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_flush_denormal(False)
