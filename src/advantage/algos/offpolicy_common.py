@@ -21,6 +21,7 @@ Conventions:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -69,13 +70,32 @@ def stored_obs_dtype(space: gym.Space) -> np.dtype:
 
 def check_buffer_memory(cfg: Any, env: gym.Env, obs_dtype: Any = np.float32) -> None:
     """:class:`ConfigError` before anything runs when ``algorithm.buffer_size`` transitions of ``env``
-    (observations stored as ``obs_dtype``) would not fit in the memory available."""
-    from advantage.data.replay import memory_problem, replay_bytes
+    (observations stored as ``obs_dtype``) would not fit in the memory available.
+
+    The default size (a million transitions, the papers' and SB3's) is a choice for vector observations:
+    of 96x96x3 images it would need 51 GiB. Left at its default, it becomes the largest round size that
+    fits in half the memory available, said in one line and recorded in the run's ``config.yaml`` (so the
+    run reproduces from it); a size the user chose is never changed."""
+    from advantage.data.replay import available_memory, memory_problem, replay_bytes
 
     obs, act = cast(gym.spaces.Box, env.observation_space), env.action_space
     n = cfg.algorithm.buffer_size
     need = replay_bytes(n, obs.shape, obs_dtype, act.shape or (), np.float32)
     problem = memory_problem(f"algorithm.buffer_size={n}: the replay buffer", need)
+    if problem and n == type(cfg.algorithm)().buffer_size:
+        per = replay_bytes(1, obs.shape, obs_dtype, act.shape or (), np.float32)
+        fits = available_memory() // 2 // per
+        step = 10 ** max(0, len(str(fits)) - 2)  # two significant digits
+        size = fits // step * step
+        if size >= 1000:
+            print(
+                f"algorithm.buffer_size: the default {n:,} transitions of {describe_space(obs)} need "
+                f"{need / 2**30:.3g} GiB; using {size:,} (half the memory available); set "
+                "algorithm.buffer_size to choose",
+                file=sys.stderr,
+            )
+            cfg.algorithm.buffer_size = size
+            return
     if problem:
         raise ConfigError(problem)
 
