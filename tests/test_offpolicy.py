@@ -493,3 +493,26 @@ def test_sac_halfcheetah_v5_return_rises_in_20k_steps():
     final = [r["eval/return_mean"] for r in run.metrics if "eval/return_mean" in r][-1]
     # 20 episodes of 1000 steps: the first (random warm-up actions) against the last three and the eval
     assert np.mean(returns[-3:]) > returns[0] + 200 and final > returns[0] + 200, (returns, final)
+
+
+def test_a_default_replay_that_does_not_fit_shrinks_and_says_so_a_chosen_one_is_refused(monkeypatch, capsys):
+    """The default million transitions is sized for vector observations: left at its default it becomes
+    the largest round size that fits in half the memory available (recorded in the config); a size the
+    user chose is refused as before."""
+    import advantage.data.replay as replay
+    from advantage.algos.offpolicy_common import check_buffer_memory
+    from advantage.configs.sac import SACConfig
+
+    monkeypatch.setattr(replay, "available_memory", lambda: 2 * 2**30)  # 2 GiB free
+    env = gym.make("Pendulum-v1")
+    cfg = SACConfig()
+    cfg.algorithm.buffer_size = type(cfg.algorithm)().buffer_size  # the default
+    monkeypatch.setattr(env, "observation_space", gym.spaces.Box(0, 255, (96 * 96 * 3,), np.uint8))
+    check_buffer_memory(cfg, env, np.uint8)
+    per = replay.replay_bytes(1, (96 * 96 * 3,), np.uint8, (1,), np.float32)
+    assert 1000 <= cfg.algorithm.buffer_size <= 2**30 // per
+    err = capsys.readouterr().err
+    assert f"using {cfg.algorithm.buffer_size:,} (half the memory available)" in err
+    cfg.algorithm.buffer_size = 500_000  # chosen
+    with pytest.raises(ConfigError, match="algorithm.buffer_size=500000: the replay buffer needs"):
+        check_buffer_memory(cfg, env, np.uint8)
