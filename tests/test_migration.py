@@ -39,8 +39,9 @@ def _error(algo: str, **over) -> str:
         (
             "grpo",
             "data.train_files",
-            "verl's and EasyR1's data.train_files is data.path (with data.task=math)",
+            "verl's and EasyR1's data.train_files is data.path (with data.task=math; a file or a list)",
         ),
+        ("grpo", "data.val_files", "verl's and EasyR1's data.val_files is data.validation_path"),
         ("grpo", "actor_rollout_ref.rollout.n", "verl's actor_rollout_ref.rollout.n is worker.rollout.n"),
         ("grpo", "actor_rollout_ref.actor.entropy_coeff", "verl's actor_rollout_ref.* is worker.*"),
         ("grpo", "trainer.total_epochs", "verl's trainer.total_epochs is trainer.total_steps (steps here"),

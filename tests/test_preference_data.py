@@ -118,7 +118,10 @@ def test_dataset_task_splits_by_prompt_hash_or_split_column(tmp_path):
         task.examples("test", 1000, 0)
     tagged = [{**r, "split": "val" if i % 2 else "train"} for i, r in enumerate(rows[:10])]
     task = make_preference_task("dataset", path=str(_jsonl(tmp_path / "s.jsonl", tagged)))
-    assert task.split_sizes == {"train": 5, "validation": 5, "test": 0}
+    # no test rows: the validation rows stand in for them (as verl validates on its test files)
+    assert task.split_sizes == {"train": 5, "validation": 5, "test": 5} and task.stand_ins == {
+        "test": "validation"
+    }
 
 
 def test_registry_errors():

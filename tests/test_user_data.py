@@ -118,6 +118,14 @@ def test_the_documented_example_files_load(tmp_path):
         else:
             fmt, rows = read_dataset(folder / file)
             assert fmt.name == name and len(rows) == 40
+    from advantage.envs.text.samples import VERL_FILES, write_verl_files
+
+    written = write_verl_files(tmp_path, n=40, seed=0)  # verl's own pair, split in extra_info only
+    for split, file in VERL_FILES.items():
+        fmt, rows = read_dataset(folder / file)
+        assert fmt.name == "verl" and len(rows) == (32 if split == "train" else 8)
+        assert {r.meta["extra_info"]["split"] for r in rows} == {split} and "split" not in rows[0].meta
+        assert [r.prompt for r in rows] == [r.prompt for r in read_dataset(written[split])[1]]
 
 
 # ---- data problems, before the run folder exists ------------------------------------------------------
@@ -176,8 +184,113 @@ def test_prompt_too_long(tmp_path):
 
 
 def test_empty_split(tmp_path):
-    rows = [{**r, "split": "train" if r["split"] == "validation" else r["split"]} for r in _rows()]
-    _bad(tmp_path, rows, "the validation split is empty")
+    rows = [{**r, "split": "test" if r["split"] == "train" else r["split"]} for r in _rows()]
+    _bad(tmp_path, rows, "the train split is empty")
+
+
+# ---- verl's files: a split in extra_info, separate train and validation files, lists --------------------
+
+# A GRPO run on a data file with the scratch model, one step: what "trains" means below.
+_ONE_STEP = {
+    "data.task": "math",
+    "data.rollout_batch_size": 2,
+    "data.max_response_length": 8,
+    "worker.rollout.n": 2,
+    "worker.actor.mini_batch_size": 2,
+    "worker.actor.model.hidden_size": 32,
+    "worker.actor.model.layers": 1,
+    "worker.actor.model.heads": 2,
+    "trainer.total_steps": 1,
+    "trainer.eval_episodes": 4,
+}
+
+
+def _train_and_eval(tmp_path, capsys, name, **data):
+    run = advantage.train(
+        "grpo", progress=False, **QUIET, **_ONE_STEP, **data, **{"trainer.run_dir": str(tmp_path / name)}
+    )
+    out = capsys.readouterr().out
+    assert main(["eval", str(run.dir), "--json"]) == 0
+    return run, out, json.loads(capsys.readouterr().out)
+
+
+def test_verls_own_files_train_and_evaluate_as_they_are(tmp_path, capsys):
+    """verl's layout (no split column; extra_info.split) as its preprocessing writes it: the pair of files
+    (data.path and data.validation_path, verl's train_files and val_files), one file holding both splits
+    in extra_info.split, and a list of files, each trains and evaluates with nothing edited; the train file
+    alone trains with one warning line and `advantage eval` says in one line there is no test split."""
+    from advantage.envs.text.samples import write_verl_files
+
+    files = write_verl_files(tmp_path, n=60)
+    train, test = str(files["train"]), str(files["test"])
+    run, out, res = _train_and_eval(
+        tmp_path, capsys, "pair", **{"data.path": train, "data.validation_path": test}
+    )
+    assert run.step == 1 and res["split"] == "test" and res["n"] == 12
+    assert run.config.data.train_size == 48 and run.config.data.validation_size == 12
+    assert "no test rows: the validation rows stand in (as verl validates on its test files)" in out
+    # one file whose rows name their split in extra_info.split (train and test)
+    both = write_rows(tmp_path / "both.parquet", read_rows(files["train"]) + read_rows(files["test"]))
+    run, out, res = _train_and_eval(tmp_path, capsys, "one", **{"data.path": str(both)})
+    assert run.config.data.train_size == 48 and res["n"] == 12
+    # verl's list of files
+    run, _, res = _train_and_eval(tmp_path, capsys, "list", **{"data.path": [train, test]})
+    assert run.config.data.train_size == 48 and res["n"] == 12
+    # the train file alone: every row says train; training warns in one line and runs without evaluation
+    run = advantage.train(
+        "grpo",
+        progress=False,
+        **QUIET,
+        **_ONE_STEP,
+        **{"data.path": train, "trainer.run_dir": str(tmp_path / "alone")},
+    )
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("warning:")]
+    assert (
+        "no validation rows: no evaluation during training; no test rows: advantage eval has no test" in line
+    )
+    assert run.step == 1 and not any("eval/accuracy" in r for r in run.metrics)
+    assert main(["eval", str(run.dir)]) == 2
+    assert "the test split is empty, nothing to evaluate; give data.test_path=FILE" in capsys.readouterr().err
+
+
+def read_rows(path):
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+def test_a_small_evaluation_split_says_so(tmp_path):
+    """A GSM8K file without a split column: 40 rows hashed 90/5/5 give 2 test prompts; the run says so."""
+    from advantage.runs import resolve_config
+
+    rows = [
+        {"question": p["question"], "answer": f"{p['reasoning']}\n#### {p['answer']}"}
+        for p in word_problems(40)
+    ]
+    path = write_rows(tmp_path / "gsm8k.jsonl", rows)
+    _, cfg = resolve_config("grpo", overrides={**_ONE_STEP, "data.path": str(path)})
+    (line,) = cfg.__dict__["_warnings"]
+    n = cfg.data.test_size
+    assert n < 20 and f"test has {n} rows, so its accuracy moves in steps of {100 / n:.3g} %" in line, line
+    assert line.startswith(f"warning: data.path {str(path)!r}: ")
+
+
+def test_extra_info_split_and_bad_file_lists(tmp_path):
+    from advantage.envs.text.datasets import MathTask
+
+    rows = [
+        {"prompt": f"{i}+1=", "answer": str(i + 1), "extra_info": {"split": s, "index": i}}
+        for i, s in enumerate(["train", "train", "test", "val"])
+    ]
+    task = MathTask(path=str(write_rows(tmp_path / "x.jsonl", rows)))
+    assert task.split_sizes == {"train": 2, "validation": 1, "test": 1} and task.stand_ins == {}
+    rows[1]["extra_info"]["split"] = "holdout"
+    with pytest.raises(ConfigError, match=r"x.jsonl row 1 column 'extra_info.split' must be one of"):
+        MathTask(path=str(write_rows(tmp_path / "x.jsonl", rows)))
+    with pytest.raises(
+        ConfigError, match=r"data.validation_path must be a file or a non-empty list of files"
+    ):
+        MathTask(path=str(tmp_path / "x.jsonl"), validation_path=[])
 
 
 def test_wrong_type(tmp_path):

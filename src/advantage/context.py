@@ -219,7 +219,10 @@ class RunContext:
     # -- evaluation and checkpoints ------------------------------------------------------------------
     def evaluate(self, step: int, policy: Policy) -> dict[str, Any]:
         start = time.perf_counter()
-        if self.algo.evaluate is not None:  # a language model: accuracy, pass@K, maj@K on prompts
+        examples = getattr(policy, "examples", None) if self.algo.evaluate is not None else None
+        if callable(examples) and not examples("validation", 1):
+            res: dict[str, Any] = {"n": 0}  # a data file without validation rows: nothing to score
+        elif self.algo.evaluate is not None:  # a language model: accuracy, pass@K, maj@K on prompts
             res = dict(self.algo.evaluate(self.cfg, policy))
         else:
             n = envs_for(policy, self.cfg.trainer.eval_episodes)
@@ -237,7 +240,7 @@ class RunContext:
         self.log(step, {f"eval/{k}": v for k, v in res.items() if isinstance(v, int | float | bool)})
         self._last_eval = (step, res)
         target = self.cfg.trainer.stop_at_return
-        if target is not None and res["return_mean"] >= target:
+        if target is not None and res.get("return_mean", -math.inf) >= target:
             self._stop_signal = self._stop_signal or "stop_at_return"
         return res
 

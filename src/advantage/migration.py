@@ -121,7 +121,8 @@ NAMES: tuple[Name, ...] = (
     _n("TRL", "center_rewards_coefficient", "algorithm.center_rewards_coef"),
     _n("TRL", "dataset_name", "data.path", note="a local file, with data.task=math"),
     # verl: Hydra keys of ppo_trainer.yaml
-    _n("verl", "data.train_files", "data.path", note="with data.task=math"),
+    _n("verl", "data.train_files", "data.path", note="with data.task=math; a file or a list"),
+    _n("verl", "data.val_files", "data.validation_path", note="with data.task=math; a file or a list"),
     _n("verl", "data.train_batch_size", "data.rollout_batch_size"),
     _n("verl", "actor_rollout_ref.model.path", "worker.actor.model.path"),
     _n("verl", "actor_rollout_ref.actor.optim.lr", "worker.actor.learning_rate"),
@@ -151,7 +152,8 @@ NAMES: tuple[Name, ...] = (
     _n("verl", "trainer.default_local_dir", "trainer.run_dir"),
     _n("verl", "trainer.n_gpus_per_node", "trainer.nproc_per_node"),
     # EasyR1: examples/config.yaml (its worker.* layout is ours)
-    _n("EasyR1", "data.train_files", "data.path", note="with data.task=math"),
+    _n("EasyR1", "data.train_files", "data.path", note="with data.task=math; a file or a list"),
+    _n("EasyR1", "data.val_files", "data.validation_path", note="with data.task=math; a file or a list"),
     _n("EasyR1", "algorithm.adv_estimator", "algorithm.advantage"),
     _n("EasyR1", "algorithm.kl_penalty", "worker.actor.kl_estimator"),
     _n("EasyR1", "algorithm.kl_coef", "worker.actor.kl_coef"),

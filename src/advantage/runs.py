@@ -135,7 +135,8 @@ def resolve_config(
     cfg.__dict__["_interpolations"] = interpolated
     cfg.__dict__["_hyperparams"] = (record, hp_note)
     cfg.__dict__["_preset_note"] = preset_note
-    cfg.__dict__["_warnings"] = _response_budget_warnings(cfg)
+    warnings = [*cfg.__dict__.get("_warnings", []), *_response_budget_warnings(cfg)]
+    cfg.__dict__["_warnings"] = list(dict.fromkeys(warnings))  # one line each, however often checked
     return spec, cfg
 
 
@@ -215,6 +216,8 @@ PATH_OPTIONS = frozenset(
         "worker.actor.model.path",
         "worker.reward.model",
         "data.path",
+        "data.validation_path",
+        "data.test_path",
         "algorithm.policy",
     }
 )

@@ -70,29 +70,66 @@ def split_size(d: Any, split: str, task: Task) -> int:
     return type(d).GENERATED_SIZES[SPLITS.index(split)] if hasattr(type(d), "GENERATED_SIZES") else 0
 
 
+# An evaluation split of a file with fewer rows than this is reported: its accuracy moves in steps of
+# more than 5 points (2 test prompts of a 40-row GSM8K file: 0, 50 or 100 %).
+SMALL_SPLIT = 20
+
+
 def resolve_sizes(cfg: Any, task: Any) -> None:  # a Task; a file task has split_sizes and path
-    """Fill the unset ``data.*_size`` from the task (:func:`split_size`), so the saved config says what ran;
-    an empty split of a file is an error naming the file and split. A validation split read from a file
-    smaller than ``trainer.eval_episodes`` lowers it to the split's size."""
+    """Fill the unset ``data.*_size`` from the task (:func:`split_size`), so the saved config says what ran.
+    Of a file: an empty train split is an error naming the file; an empty or small validation or test
+    split is one warning line (``cfg._warnings``, printed by ``train``, see :func:`_evaluation_warning`):
+    training goes on, without evaluations when there is no evaluation row at all (verl's own train file:
+    every row ``extra_info.split == "train"``), and ``advantage eval`` of an empty split is the error. A
+    validation split smaller than ``trainer.eval_episodes`` lowers it to the split's size."""
     d = cfg.data
-    problems = []
-    for split in SPLITS:
-        if getattr(d, f"{split}_size") is not None:
-            continue
+    sizes = getattr(task, "split_sizes", None)
+    unset = [split for split in SPLITS if getattr(d, f"{split}_size") is None]
+    for split in unset:
         n = split_size(d, split, task)
-        if n == 0:
-            total = sum(task.split_sizes.values())
-            problems.append(
-                f"data.path {str(task.path)!r}: the {split} split is empty (0 of {total} rows; rows go to "
-                "the split named by their 'split' column, else 90/5/5 by a hash of the prompt): add a "
-                "'split' column or more rows"
+        if n == 0 and split == "train":
+            where = getattr(task, "where", f"data.path {str(task.path)!r}")
+            origin = getattr(task, "split_origin", "the 'split' column, else 90/5/5 by a hash of the prompt")
+            total = sum((sizes or {}).values())
+            raise ConfigError(
+                f"{where}: the train split is empty (0 of {total} rows; rows go to a split by {origin}): add "
+                "a 'split' column or more rows"
             )
-            continue
+        if n == 0:
+            continue  # left unset: the saved config reads the data again, as this run did
         setattr(d, f"{split}_size", n)
         if split == "validation" and cfg.trainer.eval_episodes > n:
             cfg.trainer.eval_episodes = n
-    if problems:
-        raise ConfigError(problems)
+    if sizes is not None:
+        line = _evaluation_warning(task, [s for s in unset if s != "train"])
+        if line:
+            cfg.__dict__.setdefault("_warnings", []).append(line)
+
+
+def _evaluation_warning(task: Any, splits: list[str]) -> str:
+    """One line on the evaluation splits of a file task that are empty or small (under
+    :data:`SMALL_SPLIT` rows) among ``splits`` (those the config leaves to the data), or ``""``: which
+    one stands in for the other (``task.stand_ins``), what an empty one means for the run, how coarse a
+    small one's accuracy is, and the keys that give more rows."""
+    sizes, stand_ins = task.split_sizes, getattr(task, "stand_ins", {})
+    parts, seen = [], set()
+    for split in splits:
+        n, other = sizes[split], stand_ins.get(split)
+        if other is not None:
+            parts.append(f"no {split} rows: the {other} rows stand in (as verl validates on its test files)")
+        elif n == 0:
+            use = "no evaluation during training" if split == "validation" else "advantage eval has no test"
+            parts.append(f"no {split} rows: {use}")
+        if 0 < n < SMALL_SPLIT and (other or split) not in seen:
+            seen.add(other or split)
+            parts.append(f"{other or split} has {n} rows, so its accuracy moves in steps of {100 / n:.3g} %")
+    if not parts:
+        return ""
+    where = getattr(task, "where", f"data.path {str(task.path)!r}")
+    return (
+        f"warning: {where}: " + "; ".join(parts) + " (give data.validation_path or data.test_path files, as "
+        "verl's data.val_files, a 'split' column or more rows)"
+    )
 
 
 def _where(e: Any, split: str, k: int) -> str:
@@ -700,7 +737,15 @@ def eval_examples(
         raise ConfigError(f"{greedy}; --samples must be 1, got {samples}")
     if samples is not None and samples < 1:
         raise ConfigError(f"samples must be >= 1, got {samples}")
-    return policy.examples(split, limit or (cfg.trainer.eval_episodes if split == "validation" else None))
+    examples = policy.examples(split, limit or (cfg.trainer.eval_episodes if split == "validation" else None))
+    if not examples:
+        where = getattr(getattr(policy, "task", None), "where", "the data")
+        other = "validation" if split == "test" else "test"
+        raise ConfigError(
+            f"{where}: the {split} split is empty, nothing to evaluate; give data.{split}_path=FILE when "
+            f"training, or evaluate --split {other}"
+        )
+    return examples
 
 
 @contextmanager

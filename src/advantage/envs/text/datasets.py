@@ -23,8 +23,14 @@ the file and row. Every problem raises :class:`~advantage.errors.ConfigError` na
 the column or key (and the columns present).
 
 Splits: a column named ``split`` (values ``train``/``validation``/``test``; ``val``, ``valid`` and ``dev``
-mean ``validation``) is used as given — its disjointness is the file's business. Without it a row's split
-is a BLAKE2b hash of its prompt, 90/5/5, so identical prompts always share a split.
+mean ``validation``), else verl's ``extra_info.split``, is used as given — its disjointness is the file's
+business. Without either a row's split is a BLAKE2b hash of its prompt, 90/5/5, so identical prompts
+always share a split. ``path`` may be one file or a list of files (read in order, as verl's
+``data.train_files``). Separate files per split, as verl keeps them (``data.train_files``,
+``data.val_files``): with ``validation_path`` or ``test_path`` (each a file or a list) every row of
+``path`` is a training row, the validation rows are ``validation_path``'s and the test rows
+``test_path``'s. Either way, when only one of validation and test has rows it stands in for the other
+(verl validates on its test files); the run says so.
 ``examples(split, n, seed)`` shuffles that split's rows with the seed and takes the first ``n``.
 
 Verification:
@@ -75,6 +81,7 @@ __all__ = [
     "DatasetTask",
     "MathTask",
     "chat_messages",
+    "data_files",
     "detect_format",
     "extract_boxed",
     "last_boxed",
@@ -367,28 +374,77 @@ def load_examples(
     )[1]
 
 
-def _split_rows(path: Path, rows: list[Example]) -> dict[str, list[Example]]:
-    """Rows by split: the ``split`` column when present (aliases allowed), else a hash of the prompt."""
+def _row_split(meta: Mapping[str, Any]) -> tuple[str, Any] | None:
+    """``(column, value)`` naming a row's split: its ``split`` column, else verl's ``extra_info.split``."""
+    if "split" in meta:
+        return "split", meta["split"]
+    extra = meta.get("extra_info")
+    if isinstance(extra, Mapping) and "split" in extra:
+        return "extra_info.split", extra["split"]
+    return None
+
+
+def _split_rows(rows: list[Example]) -> dict[str, list[Example]]:
+    """Rows by split: the ``split`` column or ``extra_info.split`` when present (aliases allowed), else a
+    hash of the prompt. A bad value names its file and row (``Example.origin``)."""
     out: dict[str, list[Example]] = {s: [] for s in SPLITS}
-    for i, ex in enumerate(rows):
-        if "split" in ex.meta:
-            raw = ex.meta["split"]
+    for ex in rows:
+        named = _row_split(ex.meta)
+        if named is not None:
+            column, raw = named
             split = _SPLIT_ALIASES.get(raw, raw) if isinstance(raw, str) else raw
             if split not in out:
                 allowed = ", ".join([*SPLITS, *_SPLIT_ALIASES])
-                raise ConfigError(f"{path}: row {i} column 'split' must be one of {allowed}, got {raw!r}")
+                raise ConfigError(f"{ex.origin} column {column!r} must be one of {allowed}, got {raw!r}")
         else:
             split = split_of(ex.prompt)
         out[split].append(ex)
     return out
 
 
-class _DiskTask:
-    """Shared state of the tasks read from a file (composition helper, not a public base class)."""
+def data_files(value: Any, key: str = "data.path") -> list[str]:
+    """The files of ``data.path`` / ``data.validation_path`` / ``data.test_path``: one file or a non-empty
+    list of files (verl's ``data.train_files`` and ``data.val_files`` take both); ``[]`` for None."""
+    if value is None:
+        return []
+    if isinstance(value, str | PathLike):
+        return [str(value)]
+    if isinstance(value, list | tuple) and value and all(isinstance(v, str | PathLike) for v in value):
+        return [str(v) for v in value]
+    raise ConfigError(f"{key} must be a file or a non-empty list of files, got {value!r}")
 
-    def __init__(self, name: str, path: Any, examples: list[Example]):
-        self.name, self.path = name, Path(path)
-        self._splits = _split_rows(self.path, examples)
+
+class _DiskTask:
+    """Shared state of the tasks read from files (composition helper, not a public base class).
+
+    ``examples`` are ``path``'s rows; ``held_out`` maps ``validation`` / ``test`` to the rows of their own
+    files when the user gave any (module docstring: then ``path``'s rows are all training rows)."""
+
+    def __init__(
+        self,
+        name: str,
+        path: Any,
+        examples: list[Example],
+        held_out: Mapping[str, list[Example]] | None = None,
+    ):
+        files = data_files(path)
+        self.name, self.path = name, Path(files[0])
+        more = f" (and {len(files) - 1} more files)" if len(files) > 1 else ""
+        self.where = f"data.path {files[0]!r}{more}"  # how messages name the data
+        if held_out:
+            self._splits = {"train": list(examples), **{k: list(v) for k, v in held_out.items()}}
+            self._splits.setdefault("validation", [])
+            self._splits.setdefault("test", [])
+            self.split_origin = "their own files (data.validation_path, data.test_path)"
+        else:
+            self._splits = _split_rows(examples)
+            self.split_origin = "the 'split' column or extra_info.split, else 90/5/5 by a hash of the prompt"
+        # Validation and test stand in for each other when only one has rows, as verl validates on its
+        # test files; ``stand_ins`` says which (reported when a run starts).
+        self.stand_ins: dict[str, str] = {}
+        for split, other in (("validation", "test"), ("test", "validation")):
+            if not self._splits[split] and self._splits[other] and other not in self.stand_ins:
+                self._splits[split], self.stand_ins[split] = self._splits[other], other
         self.split_sizes = {s: len(rows) for s, rows in self._splits.items()}
 
     def examples(self, split: str, n: int, seed: int) -> list[Example]:
@@ -410,9 +466,37 @@ def _load(
 ) -> list[Example]:
     if path is None:
         raise ConfigError("data.path is required for a dataset task (a .jsonl, .json or .parquet file)")
-    return load_examples(
-        path, prompt_key=prompt_key, answer_key=answer_key, target_key=target_key, format=format
-    )
+    return _load_files(data_files(path), prompt_key, answer_key, target_key, format)
+
+
+def _load_files(
+    files: list[str], prompt_key: str | None, answer_key: str | None, target_key: str | None, format: str
+) -> list[Example]:
+    """Every row of ``files``, in order (each file's layout found from its own columns)."""
+    return [
+        ex
+        for f in files
+        for ex in load_examples(
+            f, prompt_key=prompt_key, answer_key=answer_key, target_key=target_key, format=format
+        )
+    ]
+
+
+def _held_out(
+    validation_path: Any,
+    test_path: Any,
+    prompt_key: str | None,
+    answer_key: str | None,
+    target_key: str | None,
+    format: str,
+) -> dict[str, list[Example]]:
+    """The rows of ``data.validation_path`` and ``data.test_path`` by split (only those given)."""
+    out = {}
+    for split, value in (("validation", validation_path), ("test", test_path)):
+        files = data_files(value, f"data.{split}_path")
+        if files:
+            out[split] = _load_files(files, prompt_key, answer_key, target_key, format)
+    return out
 
 
 class DatasetTask(_DiskTask):
@@ -422,7 +506,9 @@ class DatasetTask(_DiskTask):
     def __init__(
         self,
         *,
-        path: str | None = None,
+        path: str | list[str] | None = None,
+        validation_path: str | list[str] | None = None,
+        test_path: str | list[str] | None = None,
         format: str = "auto",
         prompt_key: str | None = None,
         answer_key: str | None = None,
@@ -432,14 +518,21 @@ class DatasetTask(_DiskTask):
     ):
         self.format_reward, self.special_tokens = format_options([], answer_format, format_reward)
         rows = _load(path, prompt_key, answer_key, target_key, format)
-        if target_key is None:  # the SFT target follows the answer format
-            rows = [
+        held = _held_out(validation_path, test_path, prompt_key, answer_key, target_key, format)
+
+        def as_targets(exs: list[Example]) -> list[Example]:  # the SFT target follows the answer format
+            if target_key is not None:
+                return exs
+            return [
                 replace(ex, answer=ex.answer.strip(), target=render_target(ex.answer.strip(), answer_format))
-                for ex in rows
+                for ex in exs
             ]
-        super().__init__("dataset", path, rows)
+
+        rows, held = as_targets(rows), {k: as_targets(v) for k, v in held.items()}
+        super().__init__("dataset", path, rows, held)
         self.answer_format = answer_format
-        self.alphabet = alphabet_of([*(ex.prompt + ex.target for ex in rows), *self.special_tokens])
+        every = [ex for part in (rows, *held.values()) for ex in part]
+        self.alphabet = alphabet_of([*(ex.prompt + ex.target for ex in every), *self.special_tokens])
 
     def verify(self, completion: str, example: Example) -> Reward:
         """Exact match after stripping; no answer grammar (see :func:`.core.verify_exact`)."""
@@ -515,7 +608,9 @@ class MathTask(_DiskTask):
     def __init__(
         self,
         *,
-        path: str | None = None,
+        path: str | list[str] | None = None,
+        validation_path: str | list[str] | None = None,
+        test_path: str | list[str] | None = None,
         format: str = "auto",
         prompt_key: str | None = None,
         answer_key: str | None = None,
@@ -534,14 +629,21 @@ class MathTask(_DiskTask):
         except ImportError as e:
             raise ImportError("the math task needs math-verify: pip install 'advantage[llm]'") from e
         rows = _load(path, prompt_key, answer_key, target_key, format)
-        if target_key is None:  # a worked solution (GSM8K, MATH) stays the target, else \boxed{answer}
-            rows = [
-                ex if ex.target != ex.answer else replace(ex, target=f"{BOXED}{{{ex.answer}}}") for ex in rows
+        held = _held_out(validation_path, test_path, prompt_key, answer_key, target_key, format)
+
+        def as_targets(exs: list[Example]) -> list[Example]:  # a worked solution (GSM8K, MATH) stays
+            if target_key is not None:  # the target, else \boxed{answer}
+                return exs
+            return [
+                ex if ex.target != ex.answer else replace(ex, target=f"{BOXED}{{{ex.answer}}}") for ex in exs
             ]
-        super().__init__("math", path, rows)
+
+        rows, held = as_targets(rows), {k: as_targets(v) for k, v in held.items()}
+        super().__init__("math", path, rows, held)
         self.format_reward, self.timeout_seconds = float(format_reward), timeout_seconds
         self.special_tokens: tuple[str, ...] = ()
-        self.alphabet = alphabet_of([*(ex.prompt + ex.target for ex in rows), BOXED + "{}"])
+        every = [ex for part in (rows, *held.values()) for ex in part]
+        self.alphabet = alphabet_of([*(ex.prompt + ex.target for ex in every), BOXED + "{}"])
 
     def verify(self, completion: str, example: Example) -> Reward:
         r"""Exactly one ``\boxed{}``, its content equal to the gold answer by math_verify."""

@@ -28,8 +28,11 @@ OPTION_HELP: dict[str, str] = {
     "memory_mb": "address-space limit of the test process, MiB",
     "sandbox": "kernel: namespaces + seccomp, fails closed where unavailable; unsafe: run unconfined",
     # files
-    "path": "the data file: .jsonl, .json (a list of objects) or .parquet; splits from a 'split' column, "
-    "else 90/5/5 by a hash of the prompt",
+    "path": "the data file (or a list of files): .jsonl, .json (a list of objects) or .parquet; splits "
+    "from a 'split' column or verl's extra_info.split, else 90/5/5 by a hash of the prompt; with "
+    "validation_path or test_path, every row is a training row",
+    "validation_path": "validation file(s), as verl's data.val_files (unset: the split of data.path)",
+    "test_path": "test file(s) for advantage eval (unset: data.validation_path's rows, else data.path's)",
     "format": "auto (from the columns), plain (prompt, answer), verl (prompt messages, "
     "reward_model.ground_truth), gsm8k (question, answer with '#### N'), math (problem, solution with "
     "\\boxed{}), prompt_completion (TRL: prompt, completion)",

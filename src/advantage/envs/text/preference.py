@@ -68,6 +68,7 @@ from advantage.envs.text.datasets import (
     _read_rows,
     _response,
     chat_messages,
+    data_files,
 )
 from advantage.errors import ConfigError
 
@@ -203,7 +204,9 @@ class PreferenceDatasetTask:
     def __init__(
         self,
         *,
-        path: str | None = None,
+        path: str | list[str] | None = None,
+        validation_path: str | list[str] | None = None,
+        test_path: str | list[str] | None = None,
         prompt_key: str = "prompt",
         chosen_key: str = "chosen",
         rejected_key: str = "rejected",
@@ -213,18 +216,33 @@ class PreferenceDatasetTask:
             raise ConfigError(
                 "data.path is required for the preference dataset task (a .jsonl, .json or .parquet file)"
             )
-        rows = load_preferences(
-            path,
-            prompt_key=prompt_key,
-            chosen_key=chosen_key,
-            rejected_key=rejected_key,
-            responses_key=responses_key,
+        keys = {
+            "prompt_key": prompt_key,
+            "chosen_key": chosen_key,
+            "rejected_key": rejected_key,
+            "responses_key": responses_key,
+        }
+
+        def load(value: Any, key: str) -> list[PreferenceExample]:
+            return [ex for f in data_files(value, key) for ex in load_preferences(f, **keys)]
+
+        rows = load(path, "data.path")
+        held = {
+            split: load(value, f"data.{split}_path")
+            for split, value in (("validation", validation_path), ("test", test_path))
+            if value is not None
+        }
+        # _DiskTask only reads .prompt, .meta and .origin: the split logic is the text datasets' own.
+        self._disk = _DiskTask("preference", path, rows, held)  # type: ignore[arg-type]
+        self.path, self.split_sizes = self._disk.path, self._disk.split_sizes
+        self.where, self.split_origin, self.stand_ins = (
+            self._disk.where,
+            self._disk.split_origin,
+            self._disk.stand_ins,
         )
-        # _DiskTask only reads .prompt and .meta: the split logic is the text datasets' own.
-        self._disk = _DiskTask("preference", path, rows)  # type: ignore[arg-type]
-        self.path, self.split_sizes = Path(path), self._disk.split_sizes
         self.special_tokens: tuple[str, ...] = ()
-        self.alphabet = alphabet_of(ex.prompt + "".join(ex.responses) for ex in rows)
+        every = [ex for part in (rows, *held.values()) for ex in part]
+        self.alphabet = alphabet_of(ex.prompt + "".join(ex.responses) for ex in every)
 
     def examples(self, split: str, n: int, seed: int) -> list[PreferenceExample]:
         """``n`` rows of ``split``: the split shuffled with ``seed``, first ``n`` taken."""

@@ -15,7 +15,9 @@ Ava have now?"``), written in each format:
   lists of chat messages.
 
 Each row has a ``split`` column (every tenth row validation, the next test), so even a file of a few
-dozen rows has every split.
+dozen rows has every split. :func:`write_verl_files` writes verl's own layout instead: a train file and a
+test file, the split only in ``extra_info.split`` (what verl's ``examples/data_preprocess`` scripts
+write, and what ``data.train_files`` / ``data.val_files`` name).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FILES", "word_problems", "write_examples", "write_rows"]
+__all__ = ["FILES", "VERL_FILES", "word_problems", "write_examples", "write_rows", "write_verl_files"]
 
 _NAMES = ("Ava", "Ben", "Cleo", "Dan", "Eli", "Fay", "Gus", "Hana")
 _THINGS = ("apples", "books", "coins", "marbles", "pens", "stamps")
@@ -117,3 +119,20 @@ def write_examples(
         f: write_rows(Path(folder) / FILES[f], [_row(f, i, p) for i, p in enumerate(problems)])
         for f in (formats or FILES)
     }
+
+
+# split -> file name of verl's own pair (write_verl_files)
+VERL_FILES = {"train": "verl_train.parquet", "test": "verl_test.parquet"}
+
+
+def write_verl_files(folder: str | Path, n: int = 40, seed: int = 0, test_every: int = 5) -> dict[str, Path]:
+    """verl's layout as its preprocessing writes it: ``n`` problems, every ``test_every``-th in the test
+    file, the rest in the train file; no ``split`` column, ``extra_info.split`` says ``train`` or ``test``
+    (as verl's GSM8K script). Returns split → path (:data:`VERL_FILES`)."""
+    rows: dict[str, list[dict[str, Any]]] = {"train": [], "test": []}
+    for i, p in enumerate(word_problems(n, seed)):
+        split = "test" if i % test_every == test_every - 1 else "train"
+        row = _row("verl", i, {**p, "split": split})
+        del row["split"]
+        rows[split].append(row)
+    return {split: write_rows(Path(folder) / VERL_FILES[split], rows[split]) for split in VERL_FILES}
