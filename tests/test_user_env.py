@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -153,6 +154,42 @@ def test_exact_resume_on_an_env_whose_attributes_change_dtype_and_shape(tmp_path
         return [{k: v for k, v in r.items() if k != "time" and "per_second" not in k} for r in keep]
 
     assert rows(straight) == rows(resumed)
+
+
+class OwnRandomness(ShapeShifter):
+    """Draws from Python's global ``random`` as well: no snapshot or replay can put it back."""
+
+    def step(self, action):
+        out = super().step(action)
+        self.state = self.state + random.random()  # state that no seed reproduces
+        return self._obs(), *out[1:]
+
+
+def test_an_env_that_cannot_be_captured_resumes_with_fresh_episodes_and_says_so(tmp_path, capfd):
+    first = _ppo_run(tmp_path, "a", 256, OwnRandomness)
+    stopped = first.step
+    resumed = advantage.resume(first.dir, quiet=True, **{"trainer.total_steps": 512})
+    assert resumed.step >= 512
+    err = capfd.readouterr().err
+    assert "could not be restored exactly" in err and "randomness of its own" in err
+    (event,) = [json.loads(x) for x in (first.dir / "events.jsonl").read_text().splitlines()]
+    assert event["event"] == "env_restarted" and event["step"] == stopped
+
+
+@pytest.mark.slow
+def test_dict_observations_and_multidiscrete_actions_through_the_cli_forms(tmp_path):
+    """The test module's own env class named as module:Class, trained, resumed exactly and evaluated by
+    three processes."""
+    run_dir = tmp_path / "run"
+    keys = [f"{k}={v}" for k, v in SHORT.items()] + ["env.num_envs=2", "algorithm.n_steps=64"]
+    common = dict(path=Path(__file__).parent, timeout=300)
+    train = _cli("train", "a2c", "env.id=test_user_env:ShapeShifter", *keys, f"trainer.run_dir={run_dir}",
+                 "trainer.total_steps=512", "--quiet", **common)  # fmt: skip
+    assert train.returncode == 0, train.stderr
+    resumed = _cli("resume", str(run_dir), "trainer.total_steps=1024", "--quiet", **common)
+    assert resumed.returncode == 0 and "could not be restored" not in resumed.stderr, resumed.stderr
+    ev = _cli("eval", str(run_dir), "--episodes", "2", "--json", **common)
+    assert ev.returncode == 0 and np.isfinite(json.loads(ev.stdout.splitlines()[-1])["return_mean"])
 
 
 def test_a_lambda_env_trains_and_resumes_with_the_same_object(tmp_path):
