@@ -247,3 +247,33 @@ def test_a_named_env_that_is_wrong_is_one_line_exit_2_and_no_run_folder(tmp_path
     assert message in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert len([x for x in out.stderr.splitlines() if x.strip()]) == 1, out.stderr
     assert not run_dir.exists()
+
+
+class OffsetActions(gym.Env):
+    """A corridor whose actions are Discrete(2, start=5): 5 steps left, 6 right (an env that asserts it
+    never sees an index)."""
+
+    observation_space = gym.spaces.Box(0, 10, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2, start=5)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        assert action in (5, 6), action
+        self.pos = min(10, max(0, self.pos + (1 if action == 6 else -1)))
+        return np.array([self.pos], np.float32), float(self.pos == 10), self.pos == 10, False, {}
+
+
+def test_dqn_and_its_probe_act_in_a_discrete_space_with_an_offset(tmp_path):
+    keys = {**SHORT, "trainer.total_steps": 600, "trainer.run_dir": str(tmp_path / "a")}
+    keys |= {
+        "algorithm.learning_starts": 100,
+        "algorithm.overestimation_every": 200,
+        "env.max_episode_steps": 50,
+    }
+    run = advantage.train("dqn", env=OffsetActions, quiet=True, **keys)
+    assert any("train/overestimation" in r for r in run.metrics)
+    assert run.act(np.array([3.0], np.float32)) in (5, 6)

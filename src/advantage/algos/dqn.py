@@ -266,7 +266,9 @@ def greedy_returns(
         with torch.inference_mode():
             actions = q(torch.as_tensor(obs[live], dtype=torch.float32)).argmax(-1).tolist()
         for i, action in zip(live.tolist(), actions, strict=True):
-            o, reward, terminated, _, _ = envs[i].step(action)
+            o, reward, terminated, _, _ = envs[i].step(
+                action + int(getattr(envs[i].action_space, "start", 0))
+            )
             returns[i] += discount * float(reward)
             obs[i] = o
             alive[i] = not terminated
@@ -311,8 +313,8 @@ class OverestimationProbe:
         probe.reset(seed=0)
         copy.reset(seed=1)
         state = env_state(probe)
-        n_actions = int(cast(Discrete, probe.action_space).n)
-        actions = [i * 7 % n_actions for i in range(1, 9)]  # a fixed mix of actions
+        space = cast(Discrete, probe.action_space)
+        actions = [int(space.start) + i * 7 % int(space.n) for i in range(1, 9)]  # a fixed mix of actions
         ours = []
         for action in actions:
             ours.append(probe.step(action)[:3])
@@ -335,7 +337,10 @@ class OverestimationProbe:
         rng = np.random.default_rng(seed)
         env = self.env
         obs, _ = env.reset(seed=seed % 2**31)
-        n_actions = int(cast(Discrete, env.action_space).n)
+        n_actions, start = (
+            int(cast(Discrete, env.action_space).n),
+            int(cast(Discrete, env.action_space).start),
+        )
         states: list[Any]
         observations, states, t, ep_t = [], [], 0, 0
         while len(states) < self.k:
@@ -347,7 +352,7 @@ class OverestimationProbe:
             else:
                 with torch.inference_mode():
                     action = int(q(torch.as_tensor(np.asarray(obs)[None], dtype=torch.float32)).argmax(-1))
-            obs, _, terminated, truncated, _ = env.step(action)
+            obs, _, terminated, truncated, _ = env.step(action + start)
             t, ep_t = t + 1, ep_t + 1
             if terminated or truncated or ep_t >= self.limit:
                 obs, _ = env.reset()
