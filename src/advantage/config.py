@@ -123,15 +123,34 @@ class TrainerConfig:
         120.0, "seconds a worker may take for a rollout before it is replaced", lo=0, lo_open=True
     )
     fault_tolerance: bool = option(True, "replace failed or hung workers (false: stop the run)")
+    schedule_steps: list[list[int]] = option(
+        [],
+        "the totals a resumed run's earlier parts scheduled against: [[until_step, total], ...], written "
+        "by advantage resume (steps before until_step use that total; later ones trainer.total_steps)",
+    )
 
     def problems(self) -> list[str]:
+        out = schedule_steps_problems(self.schedule_steps)
         if self.device != "cpu":
-            return [
+            out.append(
                 f"device={self.device!r}: this algorithm trains on the CPU only (its small networks are "
                 "fastest there); trainer.device=cuda is for the language-model algorithms "
                 "(sft, grpo, dpo, reward_model, ppo_rlhf)"
-            ]
-        return []
+            )
+        return out
+
+
+def schedule_steps_problems(parts: list[list[int]]) -> list[str]:
+    """``trainer.schedule_steps`` must be ``[until_step, total]`` pairs of positive ints, ``until_step``
+    increasing (what :func:`advantage.runs.resume` writes)."""
+    pairs_ok = all(len(p) == 2 and all(isinstance(v, int) and v >= 1 for v in p) for p in parts)
+    untils = [p[0] for p in parts] if pairs_ok else []
+    if not pairs_ok or untils != sorted(set(untils)):
+        return [
+            f"schedule_steps must be [until_step, total] pairs of positive ints, until_step increasing; "
+            f"got {parts!r}"
+        ]
+    return []
 
 
 def device_problem(device: str, *, available: bool = True) -> str | None:

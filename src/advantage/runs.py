@@ -596,7 +596,8 @@ def _resume(
     for key in sorted(set(before) | set(after)):
         if not key.startswith("trainer.") and before.get(key) != after.get(key):
             print(
-                f"warning: {key} changed on resume: {before.get(key)!r} -> {after.get(key)!r}",
+                f"warning: {key} changed on resume: {before.get(key)!r} -> {after.get(key)!r} (config.yaml "
+                "keeps the new value, so it no longer reproduces the steps before the resume)",
                 file=sys.stderr,
             )
     cfg.trainer.run_dir = str(run_dir)
@@ -624,6 +625,8 @@ def _resume(
         distributed.shutdown()
         return Run(run_dir)
     truncate_metrics(run_dir, ckpt.step)
+    if "trainer.schedule_steps" not in flatten(dict(overrides)):
+        cfg.trainer.schedule_steps = schedule_parts(old.config.trainer, cfg.trainer, ckpt.step)
     if not quiet:
         print(f"run folder: {run_dir} (resuming at step {ckpt.step})", flush=True)
     previous = read_run_file(run_dir, CONFIG_FILE, YAML_MAX_BYTES)
@@ -644,6 +647,20 @@ def _resume(
     finally:
         ctx.close()
     return _ended(run_dir, ctx, background)
+
+
+def schedule_parts(before: Any, after: Any, step: int) -> list[list[int]]:
+    """``trainer.schedule_steps`` of a run resumed at ``step`` from trainer section ``before`` with
+    ``after``'s ``total_steps``: the steps before ``step`` ran their schedules against ``before``'s total
+    (and its own earlier parts), the rest run against the new one. With the pair ``[step, old total]``
+    appended, the run folder's config.yaml reproduces the resumed run (:func:`advantage.schedules.
+    schedule_total`); without it, a run trained from that file would decay its learning rate, ε and
+    clip range over the new total from step 0 and end elsewhere."""
+    parts = [list(p) for p in before.schedule_steps]
+    last = parts[-1][0] if parts else 0
+    if after.total_steps != before.total_steps and step > last:
+        parts.append([int(step), int(before.total_steps)])
+    return parts
 
 
 def _has_checkpoint(run_dir: Path) -> bool:

@@ -9,8 +9,9 @@ run and the configs use them without importing torch (:mod:`advantage.math`, whi
 from __future__ import annotations
 
 import math
+from typing import Any
 
-__all__ = ["LR_SCHEDULES", "linear_schedule", "remaining", "warmup_decay"]
+__all__ = ["LR_SCHEDULES", "linear_schedule", "remaining", "schedule_total", "warmup_decay"]
 
 LR_SCHEDULES = ("constant", "cosine", "linear")
 
@@ -23,6 +24,25 @@ def linear_schedule(start: float, end: float, fraction: float, step: int, total:
     """
     horizon = max(1.0, fraction * total)
     return start + (end - start) * min(1.0, step / horizon)
+
+
+def schedule_total(trainer: Any, step: int, *, after_step: bool = False) -> int:
+    """The total ``T`` the schedules run against at ``step``: ``trainer.total_steps``, except in the parts
+    of a resumed run that ran against another total (``trainer.schedule_steps``, pairs
+    ``[until_step, total]``: the steps that start before ``until_step`` used ``total``).
+
+    ``after_step``: the value is computed once the step count has gone up to ``step`` (a tabular update,
+    a DQN update after its environment step), so the step that ended at a resume's ``until_step`` still
+    belongs to the part before it.
+
+    Why: ``advantage resume RUN trainer.total_steps=N`` stretches every schedule from the resume on, while
+    the steps before it ran against the old total. The run folder's ``config.yaml`` records both (resume
+    appends the pair), so training from it reproduces the resumed run's schedules, step for step."""
+    started = step - 1 if after_step else step
+    for until, total in trainer.schedule_steps:
+        if started < until:
+            return int(total)
+    return int(trainer.total_steps)
 
 
 def remaining(step: int, total: int) -> float:

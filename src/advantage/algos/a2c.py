@@ -56,7 +56,7 @@ from advantage.nn import ActorCritic
 from advantage.nn.lean import clip_grad_norm, optimizer_step, zero_grad
 from advantage.rollout.envsteps import setup_torch
 from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
-from advantage.schedules import remaining
+from advantage.schedules import remaining, schedule_total
 from advantage.torch_state import LearnerState
 
 
@@ -145,7 +145,9 @@ def train(cfg: A2CConfig, ctx: RunContext) -> None:
     stats: dict[str, list[float]] = {}
     next_log = step - step % t.log_every + t.log_every
     while step < t.total_steps:
-        lr = a.learning_rate * (remaining(step, t.total_steps) if a.lr_schedule == "linear" else 1.0)
+        lr = a.learning_rate * (
+            remaining(step, schedule_total(t, step)) if a.lr_schedule == "linear" else 1.0
+        )
         for g in opt.param_groups:
             g["lr"] = lr
         batch, step = rollout.collect(step, a.gae_lambda, targets, env_major=True)

@@ -69,7 +69,7 @@ from advantage.math import double_q_target, dueling_combine, polyak_update, td_t
 from advantage.nn import eager, mlp
 from advantage.nn.lean import clip_grad_norm
 from advantage.rollout.envsteps import EnvSteps, setup_torch
-from advantage.schedules import remaining
+from advantage.schedules import remaining, schedule_total
 from advantage.torch_state import LearnerState, load_module
 
 _LEAN_BACKWARD = "ADVANTAGE_LEAN_BACKWARD"  # "0": the TD step's gradient by autograd (detail 7)
@@ -394,10 +394,15 @@ def make_buffer(cfg: DQNConfig, obs_space: gym.spaces.Box) -> ReplayBuffer | Pri
     )
     if not a.prioritized:
         return ReplayBuffer(**buffer_args)
-    beta_steps = max(1, (t.total_steps - a.learning_starts) // a.train_freq * a.gradient_steps)
     return PrioritizedReplayBuffer(
-        **buffer_args, alpha=a.per_alpha, beta_start=a.per_beta_start, beta_steps=beta_steps
+        **buffer_args, alpha=a.per_alpha, beta_start=a.per_beta_start, beta_steps=beta_steps(a, t.total_steps)
     )
+
+
+def beta_steps(a: DQNAlgorithm, total_steps: int) -> int:
+    """The ``sample`` calls over which prioritized replay's β anneals to 1: the updates of a run of
+    ``total_steps`` environment steps."""
+    return max(1, (total_steps - a.learning_starts) // a.train_freq * a.gradient_steps)
 
 
 def epsilon(a: DQNAlgorithm, step: int, total_steps: int) -> float:
@@ -505,7 +510,7 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
 
     while step < t.total_steps:
         # ---- act ε-greedily in N envs ----------------------------------------------------------------
-        eps = epsilon(a, step, t.total_steps)
+        eps = epsilon(a, step, schedule_total(t, step))
         with torch.inference_mode():
             greedy = q(torch.as_tensor(obs, dtype=torch.float32)).argmax(-1).numpy()
         explore = rng.random(N) < eps
@@ -522,7 +527,10 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
             # transitions stored so far, as SB3 does; only an empty buffer (n-step windows not yet closed)
             # skips the update
             if len(buffer) > 0:
-                lr = a.learning_rate * (remaining(step, t.total_steps) if a.lr_schedule == "linear" else 1.0)
+                total = schedule_total(t, step, after_step=True)  # the update after the env step
+                if isinstance(buffer, PrioritizedReplayBuffer):  # β anneals over this part's total too
+                    buffer.beta_steps = beta_steps(a, total)
+                lr = a.learning_rate * (remaining(step, total) if a.lr_schedule == "linear" else 1.0)
                 opt.opt.param_groups[0]["lr"] = lr
                 row = {"train/loss": learn(q, q_target, opt, buffer, a, step), "train/epsilon": eps}
                 ctx.log(step, row | ({"train/learning_rate": lr} if a.lr_schedule == "linear" else {}))

@@ -55,7 +55,7 @@ from advantage.nn import ActorCritic
 from advantage.nn.lean import clip_grad_norm, optimizer_step, zero_grad
 from advantage.rollout.envsteps import setup_torch
 from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
-from advantage.schedules import remaining
+from advantage.schedules import remaining, schedule_total
 from advantage.torch_state import LearnerState
 
 ACTIONS = (gym.spaces.Discrete, gym.spaces.Box, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
@@ -101,7 +101,7 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
     value_hp = {"clip": a.value_clip} if a.value_loss == "clipped" else {}
     value_loss = partial(VALUE_LOSSES[a.value_loss], **value_hp)
     while step < t.total_steps:
-        progress_left = remaining(step, t.total_steps)
+        progress_left = remaining(step, schedule_total(t, step))
         lr = a.learning_rate * (progress_left if a.lr_schedule == "linear" else 1.0)
         for g in opt.param_groups:
             g["lr"] = lr

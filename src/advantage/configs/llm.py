@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
 
-from advantage.config import TrainerConfig, device_problem, option, section
+from advantage.config import TrainerConfig, device_problem, option, schedule_steps_problems, section
 from advantage.errors import ConfigError
 from advantage.schedules import LR_SCHEDULES
 
@@ -131,7 +131,7 @@ class LMTrainerConfig(TrainerConfig):
     def problems(self) -> list[str]:
         # The spelling here; whether the device exists is checked before a run starts (resolve_config).
         problem = device_problem(self.device, available=False)
-        return [problem] if problem else []
+        return schedule_steps_problems(self.schedule_steps) + ([problem] if problem else [])
 
 
 class LMOptim:

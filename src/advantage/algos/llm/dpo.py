@@ -57,6 +57,7 @@ from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import DPO_LOSSES, dpo_metrics
 from advantage.nn.lean import adamw_step, zero_grad
 from advantage.nn.packing import PACK_ROW_LENGTH, pack_prompts, packable, packed_logprobs
+from advantage.schedules import schedule_total
 from advantage.torch_state import LearnerState
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
@@ -209,7 +210,7 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
     while step < t.total_steps:
         idx = cursor.next(a.batch_size)
         share = world.share(idx)  # this rank's pairs; the loss and metrics below are over all of idx
-        lr = common.set_learning_rate(opt, a, step, t.total_steps)
+        lr = common.set_learning_rate(opt, a, step, schedule_total(t, step))
         clock = time.perf_counter()
         zero_grad(params)  # opt.zero_grad(set_to_none=True), and the clip and step below: torch's kernels
         # without its per-call Python layers (advantage.nn.lean)

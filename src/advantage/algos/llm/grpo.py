@@ -109,6 +109,7 @@ from advantage.configs.grpo import (  # noqa: F401  (PRESETS: re-exported)
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import KL_ESTIMATORS, POLICY_LOSSES, aggregate, masked_mean
+from advantage.schedules import schedule_total
 from advantage.torch_state import LearnerState
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
@@ -941,7 +942,7 @@ def train(cfg: GRPOConfig, ctx: RunContext) -> None:
 
     net.train()
     while step < t.total_steps:
-        lr = common.set_learning_rate(opt, actor, step, t.total_steps)
+        lr = common.set_learning_rate(opt, actor, step, schedule_total(t, step))
         lm_distributed.unshard(world, net, model, everywhere=True)  # fsdp: every rank samples
         ro, m = rollout.collect()
         if ro is None:  # every group had equal rewards, even after max_sampling_rounds: nothing to learn

@@ -91,6 +91,7 @@ from advantage.errors import NonFiniteError
 from advantage.math import KL_ESTIMATORS, VALUE_LOSSES, AdaptiveKLController, aggregate, gae, ppo_clip
 from advantage.math.masked import masked_mean
 from advantage.math.value_losses import explained_variance
+from advantage.schedules import schedule_total
 from advantage.torch_state import LearnerState
 
 make_task = common.preference_task  # the preference task whose prompts PPO answers
@@ -517,7 +518,7 @@ def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
 
     net.train()
     while step < t.total_steps:
-        lr = common.learning_rate(actor, step, t.total_steps)
+        lr = common.learning_rate(actor, step, schedule_total(t, step))
         opt.param_groups[0]["lr"] = lr
         opt.param_groups[1]["lr"] = lr * critic.learning_rate / actor.learning_rate  # the actor's schedule
         lm_distributed.unshard(world, net, models, everywhere=True)  # fsdp: every rank samples and scores

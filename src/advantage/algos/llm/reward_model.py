@@ -69,6 +69,7 @@ from advantage.errors import ConfigError, NonFiniteError
 from advantage.math.preference import bradley_terry_loss, kwise_ranking_loss
 from advantage.nn.lean import adamw_step, zero_grad
 from advantage.nn.packing import PackedPrompts, long_tensor, pack_prompts, packable, packed_hidden
+from advantage.schedules import schedule_total
 from advantage.torch_state import LearnerState
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
@@ -389,7 +390,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     while step < t.total_steps:
         idx = cursor.next(a.batch_size)
         share = world.share(idx)  # this rank's comparisons; the loss is normalized by all of idx
-        lr = common.set_learning_rate(opt, a, step, t.total_steps)
+        lr = common.set_learning_rate(opt, a, step, schedule_total(t, step))
         zero_grad(params)  # opt.zero_grad(set_to_none=True), the optimizer step and the clip below: the
         # same kernels as torch's without its per-call Python layers (advantage.nn.lean)
         sums: dict[str, Tensor] = {}  # the step's loss and statistics, tensors until the step ends

@@ -55,6 +55,7 @@ from advantage.configs.sft import PREFERENCE_ONLY, SFTAlgorithm, SFTConfig  # no
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import aggregate
+from advantage.schedules import schedule_total
 from advantage.torch_state import LearnerState
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
@@ -219,7 +220,7 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
     clock = time.perf_counter()
     while step < t.total_steps:
         batch = cursor.next(a.batch_size)
-        lr = common.set_learning_rate(opt, a, step, t.total_steps)
+        lr = common.set_learning_rate(opt, a, step, schedule_total(t, step))
         normalizer = float(sum(len(responses[i]) for i in batch))  # of the global batch: every rank's Z
         idx = world.share(batch)
         opt.zero_grad(set_to_none=True)

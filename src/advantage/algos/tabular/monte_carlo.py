@@ -45,6 +45,7 @@ from advantage.configs.tabular import (
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError
 from advantage.math import mc_update, reward_to_go
+from advantage.schedules import schedule_total
 
 
 def fixed_policy_table(spec: str, n_states: int, n_actions: int) -> np.ndarray:
@@ -79,9 +80,10 @@ def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: b
         else fixed_policy_table(cast(MCPredictionAlgorithm, a_cfg).policy, n_states, n_actions)
     )
 
-    def epsilon(step: int) -> float:
+    def epsilon(step: int, after_step: bool = False) -> float:
         c = cast(MCControlAlgorithm, a_cfg)  # control only
-        return linear_schedule(c.epsilon_start, c.epsilon_end, c.epsilon_decay_fraction, step, t.total_steps)
+        total = schedule_total(t, step, after_step=after_step)
+        return linear_schedule(c.epsilon_start, c.epsilon_end, c.epsilon_decay_fraction, step, total)
 
     rng, obs, step, s = start_sampler(ctx, env, t.seed)
     episode = _episode(s.get("episode"))
@@ -122,7 +124,7 @@ def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: b
             if terminated:
                 boot = 0.0
             elif control:
-                boot = float(epsilon_greedy_probs(table()[obs], epsilon(step)) @ table()[obs])
+                boot = float(epsilon_greedy_probs(table()[obs], epsilon(step, True)) @ table()[obs])
             else:
                 boot = float(est[obs])
             keys = torch.tensor(episode.states, dtype=torch.long)
@@ -135,7 +137,7 @@ def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: b
             episode = _episode()
             obs, _ = env.reset()
         if control and step % 1000 == 0:
-            ctx.log(step, {"train/epsilon": epsilon(step)})
+            ctx.log(step, {"train/epsilon": epsilon(step, True)})
         if ctx.tick(step, snapshot):
             break
     ctx.finish(step, snapshot())

@@ -38,6 +38,7 @@ from advantage.algos.tabular.common import (
 )
 from advantage.configs.tabular import TDConfig
 from advantage.context import RunContext, Snapshot
+from advantage.schedules import schedule_total
 
 
 def bootstrap_value(method: str, q_next: np.ndarray, next_action: int, epsilon: float) -> float:
@@ -56,13 +57,18 @@ def train(cfg: TDConfig, ctx: RunContext, method: str) -> None:
 
     def epsilon(step: int) -> float:
         return linear_schedule(
-            a_cfg.epsilon_start, a_cfg.epsilon_end, a_cfg.epsilon_decay_fraction, step, t.total_steps
+            a_cfg.epsilon_start,
+            a_cfg.epsilon_end,
+            a_cfg.epsilon_decay_fraction,
+            step,
+            schedule_total(t, step, after_step=True),
         )
 
     def alpha(step: int) -> float:
         if a_cfg.alpha_end is None:
             return a_cfg.alpha
-        return linear_schedule(a_cfg.alpha, a_cfg.alpha_end, 1.0, step, t.total_steps)
+        total = schedule_total(t, step, after_step=True)  # an update, after the step
+        return linear_schedule(a_cfg.alpha, a_cfg.alpha_end, 1.0, step, total)
 
     rng, obs, step, s = start_sampler(ctx, env, t.seed)
     if ctx.restored is None:
