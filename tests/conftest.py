@@ -17,6 +17,18 @@ def pytest_configure(config):
         config.addinivalue_line("markers", "xdist_group(name): run with the group's other tests (xdist)")
 
 
+def pytest_collection_modifyitems(config, items):
+    """A ``-m`` given on the command line replaces pyproject's ``-m 'not heavy'``: ``-m "not slow"`` would
+    then run the heavy tests too (minutes each). Unless the expression names ``heavy`` itself, they stay
+    out, so ``python -m pytest -m "not slow"`` is the fast part of the default suite."""
+    if "heavy" in (config.option.markexpr or ""):
+        return
+    heavy = [item for item in items if item.get_closest_marker("heavy")]
+    if heavy:
+        config.hook.pytest_deselected(items=heavy)
+        items[:] = [item for item in items if not item.get_closest_marker("heavy")]
+
+
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path, monkeypatch):
     """Every test runs in its own folder, so default run folders (runs/...) never collide."""
