@@ -313,17 +313,39 @@ def test_user_feature_function_and_bad_inputs(tmp_path, monkeypatch):
     for over, message in (
         ({"algorithm.features": "myfeatures:ragged"}, "same non-zero number of floats"),
         ({"algorithm.features": "myfeatures:nope"}, "cannot import nope from myfeatures"),
-        ({"algorithm.features": "tile"}, "algorithm.features must be onehot, baird or 'module:function'"),
-        ({"model.init_weights": [1.0, 2.0]}, "model.init_weights has 2 values"),
-        ({"env.id": "FrozenLake-v1"}, "algorithm.features=baird needs Baird-v0's 7 states"),
         (
-            {"env.id": "FrozenLake-v1", "algorithm.features": "onehot"},
+            {"algorithm.features": "tile"},
+            "algorithm.features must be auto, onehot, baird or 'module:function'",
+        ),
+        ({"model.init_weights": [1.0, 2.0]}, "model.init_weights has 2 values"),
+        (
+            {"env.id": "FrozenLake-v1", "algorithm.features": "baird"},
+            "features=baird needs Baird-v0's 7 states",
+        ),
+        (
+            {"env.id": "FrozenLake-v1", "algorithm.behavior": "env"},
             "algorithm.behavior=env, but FrozenLake-v1 defines no behavior policy",
         ),
     ):
         with pytest.raises(ConfigError, match=message):
             advantage.train("semi_gradient_td", quiet=True, **common, **over)
     assert not Path("runs").exists() or len(list(Path("runs").iterdir())) == 2
+
+
+@pytest.mark.parametrize(
+    "algo", ["semi_gradient_td", "tdc", "gtd2", "semi_gradient_q_learning", "semi_gradient_sarsa"]
+)
+def test_the_defaults_train_on_any_discrete_env_with_a_model(tmp_path, algo):
+    """features, behavior and target default to auto: Baird's features and policies on Baird-v0, one-hot
+    features and uniform policies on any other env (FrozenLake-v1 here), which they used to refuse."""
+    keys = {
+        **QUIET,
+        "trainer.total_steps": 300,
+        "env.id": "FrozenLake-v1",
+        "trainer.run_dir": str(tmp_path / "r"),
+    }
+    run = advantage.train(algo, quiet=True, **keys)
+    assert run.step == 300 and torch.isfinite(run.checkpoint.tensors["w"]).all()
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -12,12 +12,14 @@ from advantage.configs import DISCRETE, register_algorithm
 from advantage.registry import Entry
 
 FEATURES_HELP = (
-    "feature map x(s): onehot (tabular), baird (Sutton & Barto §11.2, Baird-v0 only), or a function "
-    "'module:function' mapping a state index to a list of floats"
+    "feature map x(s): auto (baird on Baird-v0, onehot on any other env), onehot (tabular), baird "
+    "(Sutton & Barto §11.2, Baird-v0 only), or a function 'module:function' mapping a state index to a "
+    "list of floats"
 )
 BEHAVIOR_HELP = (
-    "behaviour policy μ: env (the env's own: Baird's dashed 6/7, solid 1/7), uniform, or target "
-    "(follow the target policy: on-policy, which removes the off-policy leg)"
+    "behaviour policy μ: env (the env's own: Baird's dashed 6/7, solid 1/7), uniform, target "
+    "(follow the target policy: on-policy, which removes the off-policy leg), or auto (the env's own "
+    "where it defines one, else uniform)"
 )
 UPDATE_HELP = (
     "sampled: one update per environment step (importance-weighted); expected: one expected (DP) "
@@ -41,18 +43,18 @@ class LinearAlgorithm:
 
     gamma: float = option(0.99, "discount factor γ", lo=0, hi=1, hi_open=True)
     alpha: float = option(0.01, "step size α of w", lo=0, lo_open=True)
-    features: str = option("baird", FEATURES_HELP)
-    behavior: str = option("env", BEHAVIOR_HELP, choices=("env", "uniform", "target"))
+    features: str = option("auto", FEATURES_HELP)
+    behavior: str = option("auto", BEHAVIOR_HELP, choices=("auto", "env", "uniform", "target"))
 
     def problems(self) -> list[str]:
         """Problems with the *form* of ``features`` (the function itself is checked against the
         environment by :func:`advantage.algos.tabular.linear_common.feature_matrix`)."""
         spec = self.features
         module, sep, name = spec.partition(":")
-        if spec in ("onehot", "baird") or (sep and module and name):
+        if spec in ("auto", "onehot", "baird") or (sep and module and name):
             return []
         hint = "; did you mean onehot?" if spec.lower().startswith("one") else ""
-        return [f"algorithm.features must be onehot, baird or 'module:function', got {spec!r}{hint}"]
+        return [f"algorithm.features must be auto, onehot, baird or 'module:function', got {spec!r}{hint}"]
 
 
 @dataclass
@@ -61,7 +63,7 @@ class LinearModel:
 
     init_weights: list[float] | None = option(
         None,
-        "initial w (null: Baird's (1,1,1,1,1,1,10,1) with features=baird, repeated per action for "
+        "initial w (null: Baird's (1,1,1,1,1,1,10,1) with Baird's features, repeated per action for "
         "action values; zeros otherwise)",
     )
 
@@ -83,9 +85,10 @@ class LinearConfig:
 @dataclass
 class LinearPredictionAlgorithm(LinearAlgorithm):
     target: str = option(
-        "env",
-        "target policy π: env (the env's own: Baird's always solid) or uniform",
-        choices=("env", "uniform"),
+        "auto",
+        "target policy π: env (the env's own: Baird's always solid), uniform, or auto (the env's own where "
+        "it defines one, else uniform)",
+        choices=("auto", "env", "uniform"),
     )
     update: str = option("sampled", UPDATE_HELP, choices=("sampled", "expected"))
 

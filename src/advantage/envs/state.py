@@ -219,10 +219,11 @@ def set_env_state(env: gym.Env | gym.vector.VectorEnv, state: list[dict[str, Any
     Every attribute is decoded first and set only when all of them decode (nothing is half-applied). Only
     plain instance attributes are set: never a name the class defines as behaviour (a method, a property,
     a descriptor), a dunder, or an attribute holding an object (a constructor's choice such as
-    ``render_mode``, which older checkpoints saved, is skipped); each value must be of the live attribute's category (see :func:`_decode`). Random generators
-    only of numpy's bit generators. Anything else raises ValueError. A checkpoint can still change the
-    value of an attribute the environment itself stores, such as CartPole's ``gravity``: the manifest's
-    hashes detect damage, not a forger."""
+    ``render_mode``, which older checkpoints saved, is skipped); each value must be of the live
+    attribute's category (see :func:`_decode`). Random generators only of numpy's bit generators.
+    Anything else raises ValueError. A checkpoint can still change the value of an attribute the
+    environment itself stores, such as CartPole's ``gravity``: the manifest's hashes detect damage, not a
+    forger."""
     layers = _layers(env)
     if not isinstance(state, list) or not all(
         isinstance(s, dict) and isinstance(s.get("attrs"), dict) for s in state

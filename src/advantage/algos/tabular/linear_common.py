@@ -34,8 +34,16 @@ from advantage.errors import ConfigError, EnvError
 from advantage.math.linear_td import state_distribution, value_error
 
 
+def resolve_features(spec: str, env_id: str) -> str:
+    """``auto`` (the default): Baird's features on ``Baird-v0``, the counterexample they were made for,
+    one-hot (a table) on any other env; any other spec as it is."""
+    if spec != "auto":
+        return spec
+    return "baird" if env_id == "Baird-v0" else "onehot"
+
+
 def feature_matrix(spec: str, n_states: int) -> np.ndarray:
-    """The features of every state, ``[S, d]`` float64.
+    """The features of every state, ``[S, d]`` float64 (``spec`` resolved: :func:`resolve_features`).
 
     Raises:
         ConfigError: naming ``algorithm.features``: Baird's features on another state count, a function
@@ -95,14 +103,17 @@ def initial_weights(cfg: Any, size: int, blocks: int = 1) -> np.ndarray:
         if not all(math.isfinite(v) for v in given):
             raise ConfigError(f"model.init_weights must be finite, got {given}")
         return np.asarray(given, dtype=np.float64)
-    if cfg.algorithm.features == "baird":
+    if resolve_features(cfg.algorithm.features, cfg.env.id) == "baird":
         return np.tile(np.asarray(INITIAL_WEIGHTS), blocks)
     return np.zeros(size)
 
 
 def policy_table(env: gym.Env, which: str, choice: str, env_id: str) -> np.ndarray:
     """The policy ``[S, A]`` that ``algorithm.<which>=<choice>`` names: the env's own ``behavior_policy``
-    or ``target_policy`` (``env``; Baird-v0 has both) or the uniform one (``uniform``)."""
+    or ``target_policy`` (``env``; Baird-v0 has both), the uniform one (``uniform``), or ``auto``: the
+    env's own where it defines one, else uniform."""
+    if choice == "auto":
+        choice = "env" if getattr(env.unwrapped, f"{which}_policy", None) is not None else "uniform"
     if choice != "env":
         n_states, n_actions = table_shape(env)
         return np.full((n_states, n_actions), 1.0 / n_actions)
@@ -157,7 +168,7 @@ def check_linear(cfg: Any, env: gym.Env, name: str, control: bool = False) -> No
     except EnvError as e:
         raise EnvError(f"{name}: {e}") from None
     n_states, n_actions = table_shape(env)
-    phi = feature_matrix(cfg.algorithm.features, n_states)
+    phi = feature_matrix(resolve_features(cfg.algorithm.features, cfg.env.id), n_states)
     blocks = n_actions if control else 1
     initial_weights(cfg, phi.shape[1] * blocks, blocks)
     policy_table(env, "behavior", cfg.algorithm.behavior, cfg.env.id)

@@ -58,7 +58,10 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
     n_states, n_actions = table_shape(env)
     model = tabular_model(env, cfg.env.id)
     x = torch.from_numpy(
-        linear_common.action_features(linear_common.feature_matrix(a.features, n_states), n_actions)
+        linear_common.action_features(
+            linear_common.feature_matrix(linear_common.resolve_features(a.features, cfg.env.id), n_states),
+            n_actions,
+        )
     )  # [S, A, D]
     x_flat = x.reshape(n_states * n_actions, -1)
     fixed_mu = None
@@ -164,6 +167,9 @@ def _policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
     """The greedy policy in the learned action values."""
     n_states, n_actions = table_shape(env)
     x = linear_common.action_features(
-        linear_common.feature_matrix(cfg.algorithm.features, n_states), n_actions
+        linear_common.feature_matrix(
+            linear_common.resolve_features(cfg.algorithm.features, cfg.env.id), n_states
+        ),
+        n_actions,
     )
     return TablePolicy(x @ tensors["w"].numpy())

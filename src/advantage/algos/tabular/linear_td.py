@@ -70,7 +70,8 @@ class _Problem:
     def __init__(self, cfg: Any, env: Any):
         a = cfg.algorithm
         model = tabular_model(env, cfg.env.id)
-        self.phi = linear_common.feature_matrix(a.features, int(env.observation_space.n))
+        features = linear_common.resolve_features(a.features, cfg.env.id)
+        self.phi = linear_common.feature_matrix(features, int(env.observation_space.n))
         self.pi = linear_common.policy_table(env, "target", a.target, cfg.env.id)
         if a.behavior == "target":
             self.mu = self.pi
