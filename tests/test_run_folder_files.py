@@ -255,6 +255,8 @@ _PATH_KEYS = {
     "algorithm.policy": "policy_evaluation",
     "model.path": "sft",
     "data.path": "sft",
+    "data.validation_path": "sft",
+    "data.test_path": "sft",
     "worker.actor.model.path": "grpo",
     "worker.reward.model": "grpo",
 }
