@@ -173,7 +173,13 @@ def run_cell(algo: str, env_id: str, root: Path) -> dict[str, Any]:
     return out | {"status": "pass", "return_mean": ret, "seconds": round(time.monotonic() - t0, 1)}
 
 
-def write_report(cells: list[dict[str, Any]], skipped: dict[str, str], out: Path, seconds: float) -> None:
+def write_report(
+    cells: list[dict[str, Any]],
+    skipped: dict[str, str],
+    out: Path,
+    seconds: float,
+    missing: list[tuple[str, str]] | None = None,
+) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
         "python": platform.python_version(),
@@ -191,10 +197,10 @@ def write_report(cells: list[dict[str, Any]], skipped: dict[str, str], out: Path
         pass
     counts = {s: sum(c["status"] == s for c in cells) for s in ("pass", "refused", "fail")}
     restarted = sum(bool(c.get("env_restarted")) for c in cells)
-    out.with_suffix(".json").write_text(
-        json.dumps({"meta": meta, "counts": counts, "cells": cells, "not_buildable": skipped}, indent=1)
-        + "\n"
-    )
+    missing = missing or []
+    counts["not_run"] = len(missing)
+    report = {"meta": meta, "counts": counts, "cells": cells, "not_run": missing, "not_buildable": skipped}
+    out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
     algos = sorted({c["algo"] for c in cells})
     envs = list(dict.fromkeys(c["env"] for c in cells))
     by = {(c["algo"], c["env"]): c for c in cells}
@@ -220,6 +226,17 @@ def write_report(cells: list[dict[str, Any]], skipped: dict[str, str], out: Path
             c = by.get((a, env))
             row.append("" if c is None else mark[c["status"]] + ("↻" if c.get("env_restarted") else ""))
         lines.append(f"| {env} | " + " | ".join(row) + " |")
+    if missing:
+        by_env: dict[str, list[str]] = {}
+        for a, e in missing:
+            by_env.setdefault(e, []).append(a)
+        lines[6:6] = [
+            f"**{len(missing)} cells not run yet** (the cell log is resumable: "
+            "`python benchmarks/env_matrix.py --envs ...` runs only what is missing): "
+            + "; ".join(f"{e} ({len(a)})" for e, a in by_env.items())
+            + ".",
+            "",
+        ]
     fails = [c for c in cells if c["status"] == "fail"]
     if fails:
         lines += ["", "## Failures", ""] + [f"- {c['algo']} × {c['env']}: {c['note']}" for c in fails]
@@ -275,7 +292,8 @@ def main() -> None:
     cells = [c for key, c in done.items() if key in wanted]
     order = {e: n for n, e in enumerate(all_ids)}
     cells.sort(key=lambda c: (order.get(c["env"], len(order)), c["algo"]))
-    write_report(cells, skipped, Path(args.out), time.monotonic() - t0)
+    missing = sorted(wanted - set(done), key=lambda p: (order.get(p[1], 0), p[0]))
+    write_report(cells, skipped, Path(args.out), time.monotonic() - t0, missing)
     fails = sum(c["status"] == "fail" for c in cells)
     print(f"{len(cells)} cells: {len(cells) - fails} pass or refused, {fails} fail -> {args.out}.md")
     sys.exit(1 if fails else 0)
