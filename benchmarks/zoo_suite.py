@@ -211,6 +211,8 @@ def config_hash(row: Row, variant: str, budget: int) -> str:
     tree = to_dict(cfg)
     for key in ("seed", "run_dir", "eval_episodes"):
         tree["trainer"].pop(key, None)
+    if not tree["trainer"].get("schedule_steps"):  # no earlier parts (a run never resumed): as before the key
+        tree["trainer"].pop("schedule_steps", None)
     for (section, key), value in AS_BEFORE.get(row.algo, {}).items():
         if section in tree and tree[section].get(key, value) == value:
             tree[section].pop(key, None)
