@@ -5,13 +5,18 @@ Layout of ``RUN/checkpoints``::
     step_000000020000/
         tensors.safetensors   networks, optimizer state, Q-tables, torch RNG state
         state.json            counters, numpy/env RNG states, anything JSON
-        manifest.json         {"format": 1, "step": ..., "files": {name: {"bytes": n, "sha256": h}}}
+        manifest.json         {"format": 1, "step": ..., "files": {name: {"bytes": n, "sha256": h}},
+                               "versions": {"python": ..., "torch": ..., ...}}
     latest                    the name of the newest complete checkpoint folder
 
 An algorithm may add files of its own (``files=``): a language model's checkpoint carries its
 ``save_pretrained`` files (``config.json``, ``model.safetensors``, tokenizer files), so the folder is also
 a model folder that ``from_pretrained`` and ``model.path`` accept. They are in the manifest and verified
 like the others.
+
+The manifest's ``versions`` are those of Python, torch, transformers, numpy, gymnasium and advantage that
+wrote the checkpoint (:mod:`advantage.versions`; ``resume`` says when they differ from its own). A
+checkpoint written before the field existed has none (``Checkpoint.versions`` is ``None``).
 
 A checkpoint is written into a hidden temporary folder, every file fsynced, the folder renamed into place
 and the parent fsynced; only then is ``latest`` replaced (temp file + fsync + rename). A process killed at
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from advantage import versions as _versions
 from advantage.errors import CheckpointError
 from advantage.runfiles import Folder
 
@@ -66,13 +72,15 @@ def _folder(path: str | Path | Folder, *, create: bool = False) -> tuple[Folder,
 
 @dataclass
 class Checkpoint:
-    """A loaded checkpoint: ``tensors`` (name -> torch tensor), ``state`` (JSON), ``step``, ``path``."""
+    """A loaded checkpoint: ``tensors`` (name -> torch tensor), ``state`` (JSON), ``step``, ``path``, and the
+    library ``versions`` that wrote it (``None``: a checkpoint from before they were recorded)."""
 
     step: int
     tensors: dict[str, torch.Tensor]
     state: dict[str, Any]
     path: Path
     files: tuple[str, ...] = ()  # extra verified files in ``path`` (e.g. a model's save_pretrained files)
+    versions: dict[str, str | None] | None = None
 
 
 def _to_tensor(name: str, value: Any) -> torch.Tensor:
@@ -157,6 +165,7 @@ def _save(
         "format": FORMAT,
         "step": step,
         "files": {n: {"bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in blobs.items()},
+        "versions": _versions.current(),
     }
     blobs[MANIFEST] = json.dumps(manifest, indent=1, sort_keys=True).encode()
     tmp_name = f".tmp-{name}-{os.getpid()}"
@@ -274,8 +283,11 @@ def _verify_streamed(folder: Folder, fname: str, entry: Mapping[str, Any]) -> No
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
 
-def _read_manifest(folder: Folder) -> tuple[int, dict[str, dict[str, Any]]]:
-    """The manifest's step and files, every field checked. Raises :class:`CheckpointError` naming it."""
+def _read_manifest(
+    folder: Folder,
+) -> tuple[int, dict[str, dict[str, Any]], dict[str, str | None] | None]:
+    """The manifest's step, files and versions (``None`` when it has none), every field checked. Raises
+    :class:`CheckpointError` naming it."""
     mpath = folder.path / MANIFEST
     if not folder.exists(MANIFEST):
         raise CheckpointError(f"{mpath}: manifest missing; the checkpoint cannot be verified")
@@ -309,7 +321,13 @@ def _read_manifest(folder: Folder) -> tuple[int, dict[str, dict[str, Any]]]:
             raise CheckpointError(
                 f"{mpath}: not a valid manifest (entry of {fname!r} needs bytes and sha256)"
             )
-    return step, files
+    versions = manifest.get("versions")
+    if versions is not None and not _versions.is_valid(versions):
+        raise CheckpointError(
+            f"{mpath}: not a valid manifest (versions must map at most {_versions.MAX_ENTRIES} library names "
+            f"to version strings of at most {_versions.MAX_VERSION} printable characters, or null)"
+        )
+    return step, files, versions
 
 
 def _no_constant(name: str) -> Any:
@@ -323,7 +341,7 @@ def verify_checkpoint(folder: str | Path | Folder) -> Path:
     folder."""
     opened, own = _folder(folder)
     try:
-        _, files = _read_manifest(opened)
+        _, files, _ = _read_manifest(opened)
         for name in opened.names():
             if name != MANIFEST and name not in files:
                 raise CheckpointError(
@@ -353,7 +371,7 @@ def load_checkpoint(path: str | Path | Folder) -> Checkpoint:
 
 
 def _load(folder: Folder) -> Checkpoint:
-    step, files = _read_manifest(folder)
+    step, files, versions = _read_manifest(folder)
     if files[STATE]["bytes"] > STATE_MAX_BYTES:  # the manifest's word is not a reason to read it all
         raise CheckpointError(
             f"{folder.path / STATE}: {files[STATE]['bytes']} bytes, over the {STATE_MAX_BYTES} a state file "
@@ -380,4 +398,4 @@ def _load(folder: Folder) -> Checkpoint:
         ) from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{where / STATE}: not a JSON object")
-    return Checkpoint(step=step, tensors=tensors, state=state, path=where, files=extra)
+    return Checkpoint(step=step, tensors=tensors, state=state, path=where, files=extra, versions=versions)

@@ -46,7 +46,8 @@ if TYPE_CHECKING:  # checkpoint tensors; this module does not import them at run
     import torch
 
 
-EVENTS_FILE = "events.jsonl"  # what happened to a run besides its metrics (an env restarted on resume)
+# what happened to a run besides its metrics (an env restarted on resume, other library versions)
+EVENTS_FILE = "events.jsonl"
 
 
 @dataclass
@@ -247,10 +248,7 @@ class RunContext:
     def env_restarted(self, step: int, why: str) -> None:
         """A resume whose envs could not be put back exactly (:func:`advantage.rollout.envsteps.
         restore_or_restart`): one line on stderr, and a row in ``RUN/events.jsonl``."""
-        import json
         import sys
-
-        from advantage.runfiles import Folder
 
         print(
             f"resume: the environment could not be restored exactly at step {step} ({why}); "
@@ -258,9 +256,45 @@ class RunContext:
             file=sys.stderr,
             flush=True,
         )
-        row = {"step": step, "event": "env_restarted", "reason": why}
+        self.event({"step": step, "event": "env_restarted", "reason": why})
+
+    def versions_changed(self, restored: Checkpoint) -> bool:
+        """A resume under other library versions than the ``restored`` checkpoint's (its manifest's
+        ``versions``; none recorded: nothing to compare): one line on stderr naming the libraries that
+        differ, and a row in ``RUN/events.jsonl``. The run goes on. Returns whether they differ."""
+        import sys
+
+        from advantage import versions
+
+        if restored.versions is None:
+            return False
+        now = versions.current()
+        names = versions.changed(restored.versions, now)
+        if not names:
+            return False
+        print(
+            f"resume: this checkpoint was written with {versions.describe(names, restored.versions)}; "
+            f"now {versions.describe(names, now)}: the continuation may not be bit-identical to an "
+            "uninterrupted run",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.event(
+            {
+                "step": restored.step,
+                "event": "versions_changed",
+                "checkpoint": {n: restored.versions[n] for n in names},
+                "now": {n: now[n] for n in names},
+            }
+        )
+        return True
+
+    def event(self, row: Mapping[str, Any]) -> None:
+        """Append ``row`` to ``RUN/events.jsonl`` (opened without following a link)."""
+        import json
+
         with Folder.open(self.run_dir) as folder, folder.open_file(EVENTS_FILE, "a") as f:
-            f.write(json.dumps(row) + "\n")
+            f.write(json.dumps(dict(row)) + "\n")
 
     @property
     def saved_since_start(self) -> int | None:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from advantage import distributed
+from advantage import distributed, versions
 from advantage.checkpoint import LATEST, Checkpoint, load_checkpoint
 from advantage.config import (
     YAML_MAX_BYTES,
@@ -512,6 +512,7 @@ def train(
                 )
             cfg.trainer.run_dir = str(run_dir)
             run.write_atomic(CONFIG_FILE, config_yaml(spec, cfg))
+            run.write_atomic(versions.VERSIONS_FILE, versions.as_json())  # what this run runs on
             hp_note = cfg.__dict__.get("_hyperparams", (None, ""))[1]
             if not quiet:
                 print(f"run folder: {run_dir}", flush=True)  # first: scripts read where the run went
@@ -553,9 +554,11 @@ def resume(
     """Continue a run from its latest checkpoint, in the same folder. Typically
     ``resume(run, **{"trainer.total_steps": 200_000})``. Changing a non-``trainer`` value prints a
     warning with the old and new value (the run then mixes two settings); the values the checkpoint's
-    tensors depend on (:func:`fixed_on_resume`) cannot change. ``quiet``, ``progress`` and
-    ``background`` as in :func:`train`; ``env``: the env class or function the run was trained with, for a
-    run whose ``env.id`` a new process cannot import (:mod:`advantage.envs.user`)."""
+    tensors depend on (:func:`fixed_on_resume`) cannot change. Library versions other than those the
+    checkpoint records (:mod:`advantage.versions`) print one line and add a row to ``RUN/events.jsonl``;
+    the run goes on. ``quiet``, ``progress`` and ``background`` as in :func:`train`; ``env``: the env
+    class or function the run was trained with, for a run whose ``env.id`` a new process cannot import
+    (:mod:`advantage.envs.user`)."""
     if isinstance(env, Mapping):  # overrides of the env section, e.g. from the command line
         overrides, env = {**overrides, "env": env}, None
     run_dir = Path(run_dir)
@@ -607,6 +610,7 @@ def _resume(
         if not quiet:
             print(f"run folder: {run_dir} (no checkpoint yet: starting from step 0)", flush=True)
         write_run_file(run_dir, CONFIG_FILE, config_yaml(spec, cfg))
+        write_run_file(run_dir, versions.VERSIONS_FILE, versions.as_json())
         ctx = RunContext(spec, cfg, run_dir, quiet=quiet or not progress, background=background)
         try:
             _train(spec, cfg, ctx)
@@ -631,8 +635,10 @@ def _resume(
         print(f"run folder: {run_dir} (resuming at step {ckpt.step})", flush=True)
     previous = read_run_file(run_dir, CONFIG_FILE, YAML_MAX_BYTES)
     write_run_file(run_dir, CONFIG_FILE, config_yaml(spec, cfg))
+    write_run_file(run_dir, versions.VERSIONS_FILE, versions.as_json())  # this session's, as config.yaml
     ctx = RunContext(spec, cfg, run_dir, restored=ckpt, quiet=quiet or not progress, background=background)
     try:
+        ctx.versions_changed(ckpt)  # other versions than the checkpoint's: one line and an event, no refusal
         _train(spec, cfg, ctx)
     except BaseException as e:
         if ctx.saved_since_start is None:  # nothing was saved under the new config: keep the old one
