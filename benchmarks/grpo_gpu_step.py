@@ -55,7 +55,7 @@ def build_model_folder(path: Path, max_positions: int) -> int:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from advantage.envs.text import make_task
-    from advantage.nn.lm import build_char_tokenizer
+    from advantage.lm.model import build_char_tokenizer
 
     task = make_task("addition", digits=3)
     tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)

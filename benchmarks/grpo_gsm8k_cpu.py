@@ -1,6 +1,6 @@
 """What ``examples/grpo_gsm8k.yaml`` costs on a CPU with a tiny model of one's own: the three commands of a
 GSM8K run (SFT, GRPO, eval) on ``examples/data/gsm8k.jsonl``, with a local model folder built here (a tiny
-Qwen2 and a BPE tokenizer trained with ``tokenizers``, no pad token: :mod:`advantage.nn.tiny_folder`).
+Qwen2 and a BPE tokenizer trained with ``tokenizers``, no pad token: :mod:`advantage.lm.tiny_folder`).
 
     python benchmarks/grpo_gsm8k_cpu.py   # -> benchmarks/results/grpo_gsm8k_cpu.{md,json}  (about a minute)
 
@@ -53,7 +53,7 @@ def main() -> None:
     p.add_argument("--out", default=str(OUT), help="folder for grpo_gsm8k_cpu.{md,json}")
     out = Path(p.parse_args().out)
     from advantage.envs.text.samples import word_problems
-    from advantage.nn.tiny_folder import save_tiny_folder
+    from advantage.lm.tiny_folder import save_tiny_folder
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp_dir = Path(tmp)

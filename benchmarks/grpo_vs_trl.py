@@ -350,7 +350,7 @@ def matmul_limit(size: str) -> dict[str, float]:
     import torch
 
     from advantage.envs.text import make_task
-    from advantage.nn.lm import build_char_tokenizer
+    from advantage.lm.model import build_char_tokenizer
 
     torch.set_num_threads(1)
     s, task = SIZES[size], make_task("addition", **TASK)

@@ -295,7 +295,7 @@ def trl_step_clock() -> tuple[Any, dict[str, list[float]]]:
 def scratch_lm(task: Any, size: dict[str, Any], max_position_embeddings: int, seed: int) -> tuple[Any, Any]:
     """``(tokenizer, model)``: the character tokenizer over ``task``'s alphabet and a random Qwen2 model with
     ``size``'s ``hidden_size``, ``layers`` and ``heads`` (the models the LM benchmarks train)."""
-    from advantage.nn.lm import build_char_tokenizer, build_scratch_model
+    from advantage.lm.model import build_char_tokenizer, build_scratch_model
 
     tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
     dims = {k: size[k] for k in ("hidden_size", "layers", "heads")}
@@ -322,7 +322,7 @@ def lm_folder(
     points (one token each, never in a prompt) up to ``vocab`` tokens, so the output layer and the
     log-softmax cost what they cost in a real model's 32k-150k vocabulary. Returns ``(tokenizer, model)``.
     """
-    from advantage.nn.lm import build_char_tokenizer, build_scratch_model
+    from advantage.lm.model import build_char_tokenizer, build_scratch_model
 
     tok = build_char_tokenizer(alphabet, extra_tokens=special_tokens)
     pad = max(vocab - len(tok), 0)

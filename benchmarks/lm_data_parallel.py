@@ -10,7 +10,7 @@ point of each rank (``--rank``), which runs the command and then records its pea
 the global batch; GRPO: generated tokens, summed over the ranks), the median over the logged rows after
 the first (warm-up). The model is ``benchmarks/grpo_vs_trl.py``'s medium one (4 layers × 128); GRPO takes
 its batch too (8 prompts × 8 samples, up to 32 new tokens); each rank decodes its share of the prompts
-in one batch, from the same slot-seeded draws as one process (``advantage.rollout.generate.slot_uniforms``).
+in one batch, from the same slot-seeded draws as one process (``advantage.lm.generate.slot_uniforms``).
 SFT runs twice: on 2-digit addition (sequences of about 12 tokens) and on ``reverse`` of 64 letters
 (sequences of 137 tokens, ``sft-137``), because how well a step splits depends on its size (``TASKS``).
 Writes ``benchmarks/results/lm_data_parallel.{json,md}`` (``--quick`` only prints its table).

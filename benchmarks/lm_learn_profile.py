@@ -1,7 +1,7 @@
 """Where a GRPO learn step's time goes at realistic response lengths, and how close it is to the matmul limit.
 
 One learn step of the library's GRPO path on a random model: the packed log-probs of G responses per
-prompt (:func:`advantage.nn.packing.generation_logprobs`, the lean forward and its hand-written backward),
+prompt (:func:`advantage.lm.packing.generation_logprobs`, the lean forward and its hand-written backward),
 the PPO-clip loss aggregated per token, backward, gradient clipping and fused AdamW. Sizes: ``4x128``
 (4 layers, hidden 128, the 8 × 8-completion batch of ``grpo_vs_trl.py``'s medium size, a 1,000-word
 vocabulary) and ``8x256`` (8 layers, hidden 256, a 32,000-word vocabulary so the output layer costs what it
@@ -88,9 +88,9 @@ def random_batch(
 
 
 def learn_step(model: torch.nn.Module, opt: torch.optim.Optimizer, data: tuple[torch.Tensor, ...]) -> None:
+    from advantage.lm.packing import generation_logprobs
     from advantage.math import POLICY_LOSSES, aggregate
-    from advantage.nn.lean import clip_grad_norm
-    from advantage.nn.packing import generation_logprobs
+    from advantage.optim import clip_grad_norm
 
     prompt_ids, prompt_mask, response_ids, lengths, advantages = data
     logp = generation_logprobs(model, prompt_ids, prompt_mask, response_ids, lengths)  # [B, T]
@@ -109,10 +109,10 @@ def matmul_shapes(
     dims: tuple[int, int, int, int], data: tuple[torch.Tensor, ...]
 ) -> list[tuple[str, int, int, int, int]]:
     """``(kind, batch, M, K, N)`` of every matrix product of one packed forward + backward: the rows of
-    :func:`advantage.nn.packing.pack_prompts` (``R × L`` slots, pads included, as the lean forward
+    :func:`advantage.lm.packing.pack_prompts` (``R × L`` slots, pads included, as the lean forward
     computes them), attention over each row, the output layer on the predicting positions. ``dims``:
     ``(layers, hidden, heads, vocab)``."""
-    from advantage.nn.packing import pack_prompts, response_segments
+    from advantage.lm.packing import pack_prompts, response_segments
 
     layers, hidden, heads, vocab = dims
     prompt_ids, _, response_ids, lengths, _ = data

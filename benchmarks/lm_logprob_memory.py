@@ -5,7 +5,7 @@ Shape of a GRPO learn step: ``B × T`` response tokens (64 × 256 by default) th
 ``sum(w · log π(y))`` in a fresh process with one torch thread; the extra peak is the process's peak RSS
 (``ru_maxrss``) minus its RSS just before the step, once the inputs exist. The full path is
 ``token_logprobs(F.linear(h, W), y)`` (what the library did before: the ``[B·T, V]`` fp32 logits and their
-softmax are held for the backward); the chunked path is :func:`advantage.nn.chunked.chunked_logprobs`.
+softmax are held for the backward); the chunked path is :func:`advantage.lm.chunked.chunked_logprobs`.
 Also reports the largest gradient difference between the two.
 
     python benchmarks/lm_logprob_memory.py            # 64 × 256 × 32k, writes results/lm_logprob_memory.*
@@ -34,8 +34,8 @@ def child(variant: str, tokens: int, hidden: int, vocab: int, out: str) -> None:
     import torch
     import torch.nn.functional as F
 
-    from advantage.nn.chunked import chunked_logprobs
-    from advantage.nn.lm import token_logprobs
+    from advantage.lm.chunked import chunked_logprobs
+    from advantage.lm.model import token_logprobs
 
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)

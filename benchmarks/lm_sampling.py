@@ -59,8 +59,8 @@ def warm_core(seconds: float = 0.5) -> None:
 def bench_one(
     name: str, sizes: dict[str, int], batch: int, repeats: int, attn: str, new_tokens: int = NEW_TOKENS
 ) -> dict[str, Any]:
-    from advantage.nn.lm import build_char_tokenizer, build_scratch_model
-    from advantage.rollout import SamplingParams, encode_prompts, generate
+    from advantage.lm import SamplingParams, encode_prompts, generate
+    from advantage.lm.model import build_char_tokenizer, build_scratch_model
 
     sizes = dict(sizes)
     alphabet = "0123456789+=- "
@@ -180,7 +180,7 @@ def main() -> None:
     p.add_argument("--name", default="lm_sampling", help="results file name (without suffix)")
     args = p.parse_args()
     torch.set_num_threads(1)
-    from advantage.nn.lm import ATTN_IMPLEMENTATION
+    from advantage.lm.model import ATTN_IMPLEMENTATION
 
     attn = args.attn or ATTN_IMPLEMENTATION
     warm_core()

@@ -118,7 +118,7 @@ def trl_model(size: str, seed: int) -> tuple[Any, Any]:
     from transformers import AutoModelForSequenceClassification
 
     from advantage.algos.llm.reward_model import RewardModel
-    from advantage.nn.lm import ATTN_IMPLEMENTATION
+    from advantage.lm.model import ATTN_IMPLEMENTATION
 
     s = SIZES[size]
     task = task_of(size)

@@ -274,7 +274,7 @@ def phase_worker_trl(launched: float) -> dict[str, float]:
     from trl import SFTConfig, SFTTrainer
 
     from advantage.envs.text import make_task
-    from advantage.nn.lm import build_char_tokenizer, build_scratch_model
+    from advantage.lm.model import build_char_tokenizer, build_scratch_model
 
     marks["imports"] = time.time()
     task = make_task("addition")

@@ -213,6 +213,8 @@ def config_hash(row: Row, variant: str, budget: int) -> str:
         tree["trainer"].pop(key, None)
     if not tree["trainer"].get("schedule_steps"):  # no earlier parts (a run never resumed): as before the key
         tree["trainer"].pop("schedule_steps", None)
+    if tree["trainer"].get("kernels") == "fast":  # every fast path, as runs did before the option existed
+        tree["trainer"].pop("kernels", None)
     for (section, key), value in AS_BEFORE.get(row.algo, {}).items():
         if section in tree and tree[section].get(key, value) == value:
             tree[section].pop(key, None)

@@ -135,3 +135,16 @@ def _denormals_back_on():
 
     if "torch" in sys.modules:
         sys.modules["torch"].set_flush_denormal(False)
+
+
+@pytest.fixture
+def fast_path(monkeypatch):
+    """``fast_path(name, on)``: switch one fast path of :mod:`advantage.kernels` for the rest of the test (the
+    ``trainer.kernels`` option's effect, without a run)."""
+    from advantage import kernels
+
+    def switch(name: str, on: bool) -> None:
+        assert name in kernels.FAST_PATHS, name
+        monkeypatch.setattr(kernels, "_on", kernels._on | {name} if on else kernels._on - {name})
+
+    return switch

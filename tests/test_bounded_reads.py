@@ -482,7 +482,7 @@ def test_parquet_rows_read_in_batches_are_the_rows_of_the_table(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory) -> Path:
-    from advantage.nn.tiny_folder import save_tiny_folder
+    from advantage.lm.tiny_folder import save_tiny_folder
 
     return save_tiny_folder(tmp_path_factory.mktemp("model") / "tiny", ["what is 1+1? 2", "2+2 is 4"] * 20)
 
@@ -539,7 +539,7 @@ def test_model_folder_files_over_their_limits_are_refused_before_they_are_read(t
 
 
 def _tokenizer(template: str | None = None):
-    from advantage.nn.lm import build_char_tokenizer
+    from advantage.lm.model import build_char_tokenizer
 
     tok = build_char_tokenizer("abcdefghijklmnopqrstuvwxyz +=?0123456789")
     if template is not None:

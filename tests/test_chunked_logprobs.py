@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from advantage.nn.chunked import chunk_rows, chunked_logprobs
-from advantage.nn.lm import token_logprobs
+from advantage.lm.chunked import chunk_rows, chunked_logprobs
+from advantage.lm.model import token_logprobs
 
 U = 2.0**-24  # unit roundoff of fp32: one rounding is off by at most u times the value
 
@@ -173,7 +173,7 @@ class _Hidden(torch.nn.Module):
         self.model, self.response_start = model, response_start
 
     def forward(self, ids, attn):
-        from advantage.nn.lm import sequence_logprobs
+        from advantage.lm.model import sequence_logprobs
 
         return sequence_logprobs(
             self.model, ids, attn, response_start=self.response_start, return_hidden=True
@@ -187,20 +187,21 @@ def _hidden_jacobian_abs_sums(model, ids, attn, response_start, monkeypatch):
     function of the parameters; its hand-written backward has no batching rule)."""
     wrapper = _Hidden(model, response_start)
     params = {k: v.detach() for k, v in wrapper.named_parameters()}
-    with monkeypatch.context() as m:
-        m.setenv("ADVANTAGE_LEAN", "0")
+    from advantage import kernels
+
+    with kernels.using(kernels.parse("reference")):
         h, vjp = torch.func.vjp(lambda p: torch.func.functional_call(wrapper, p, (ids, attn)), params)
         (rows,) = torch.vmap(vjp)(torch.eye(h.numel()).view(-1, *h.shape))
     return [rows[k].abs().sum(0) for k in params]
 
 
 @pytest.mark.parametrize("lean", ["1", "0"])
-def test_sequence_logprobs_chunked_path_equals_the_full_path(lean, monkeypatch):
+def test_sequence_logprobs_chunked_path_equals_the_full_path(lean, monkeypatch, fast_path):
     """Forced into chunks (tiny ``chunk_elements``), ``sequence_logprobs`` gives the full path's
     log-probs and parameter gradients, through the lean decoder and through transformers' forward."""
-    from advantage.nn.lm import build_char_tokenizer, build_scratch_model, sequence_logprobs
+    from advantage.lm.model import build_char_tokenizer, build_scratch_model, sequence_logprobs
 
-    monkeypatch.setenv("ADVANTAGE_LEAN", lean)
+    fast_path("lm_forward", lean == "1")
     tok = build_char_tokenizer("0123456789+=")
     model = build_scratch_model("qwen2", tok, hidden_size=16, layers=2, heads=2, seed=0)
     model.train()

@@ -49,7 +49,7 @@ def _model_and_items(n=6):
 
 
 def test_sequence_logps_are_sums_over_each_response():
-    from advantage.nn.lm import sequence_logprobs
+    from advantage.lm.model import sequence_logprobs
 
     model, tok, items = _model_and_items(3)
     chosen, rejected = dpo.sequence_logps(model, items, tok.pad_token_id)

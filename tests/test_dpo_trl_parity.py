@@ -38,8 +38,8 @@ import torch
 from advantage.algos.llm import dpo
 from advantage.algos.llm.common import DataConfig
 from advantage.envs.text.preference import make_preference_task
-from advantage.nn import packing
-from advantage.nn.lm import build_char_tokenizer, build_scratch_model
+from advantage.lm import packing
+from advantage.lm.model import build_char_tokenizer, build_scratch_model
 
 BETA = 0.5  # large enough that the sigmoid is far from linear on these log-ratios
 TOL = {"rtol": 1e-5, "atol": 1e-5}

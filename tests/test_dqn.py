@@ -10,18 +10,17 @@ import torch
 import torch.nn.functional as F
 
 import advantage
+from advantage import optim
 from advantage.algos.dqn import (
     DQNAlgorithm,
     DQNModel,
     OverestimationProbe,
     QNetwork,
-    clip_grad_norm,
     gradient_step,
     greedy_horizon,
     greedy_returns,
     update_batches,
 )
-from advantage.algos.offpolicy_common import LeanAdam
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
 from advantage.errors import ConfigError, EnvError
 from advantage.math import double_q_target, td_target
@@ -358,13 +357,13 @@ def test_overestimation_probe_on_an_env_holding_its_state_as_a_tuple():
 )
 @pytest.mark.parametrize("lean_backward", ["1", "0"])
 def test_an_update_takes_the_steps_of_the_per_batch_reference(
-    double, dueling, prioritized, loss, activation, lean_backward, monkeypatch
+    double, dueling, prioritized, loss, activation, lean_backward, monkeypatch, fast_path
 ):
     """update_batches + gradient_step (all batches and target-network values of an update in one pass,
-    the gradient by hand for an MLP, LeanAdam, the fused clip) take the steps of the textbook loop: per
+    the gradient by hand for an MLP, optim.step, the fused clip) take the steps of the textbook loop: per
     batch, Q_target on its next states, td_target / double_q_target, Huber or ½·MSE loss through autograd,
-    torch's clip_grad_norm_ and torch.optim.Adam; with ADVANTAGE_LEAN_BACKWARD=0 and without."""
-    monkeypatch.setenv("ADVANTAGE_LEAN_BACKWARD", lean_backward)
+    torch's clip_grad_norm_ and torch.optim.Adam; with the dqn_td_backward fast path and without."""
+    fast_path("dqn_td_backward", lean_backward == "1")
     torch.manual_seed(0)
     space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
     model, a = (
@@ -382,7 +381,7 @@ def test_an_update_takes_the_steps_of_the_per_batch_reference(
         buffer.add(
             obs, g.integers(0, 2, 2), g.normal(size=2), next_obs, g.random(2) < 0.05, g.random(2) < 0.02
         )
-    opt, ref_opt = LeanAdam(q.parameters(), 1e-3), torch.optim.Adam(ref.parameters(), lr=1e-3, fused=True)
+    opt, ref_opt = optim.adam(q.parameters(), 1e-3), torch.optim.Adam(ref.parameters(), lr=1e-3, fused=True)
     clipped = 0
     for b in update_batches(buffer, q_target, 8, 32, double):
         _, td_error = gradient_step(q, opt, b, a)
@@ -417,7 +416,7 @@ def test_clip_grad_norm_is_torchs_arithmetic():
             p.grad = scale * torch.randn_like(p)
             t.grad = p.grad.clone()
         torch.nn.utils.clip_grad_norm_(theirs, 1.0)
-        clip_grad_norm(params, 1.0)
+        optim.clip_grad_norm(params, 1.0)
         assert all(torch.equal(p.grad, t.grad) for p, t in zip(params, theirs, strict=True))
 
 

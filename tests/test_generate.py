@@ -1,4 +1,4 @@
-"""advantage.rollout.generate: our KV-cache sampler against transformers' generate and our log-probs."""
+"""advantage.lm.generate: our KV-cache sampler against transformers' generate and our log-probs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import torch
 pytest.importorskip("transformers")
 
 from advantage.errors import ConfigError
-from advantage.nn.lm import build_char_tokenizer, build_scratch_model, sequence_logprobs
-from advantage.rollout import (
+from advantage.lm import (
     Generation,
     SamplingParams,
     encode_prompts,
@@ -19,6 +18,7 @@ from advantage.rollout import (
     sample_tokens,
     slot_uniforms,
 )
+from advantage.lm.model import build_char_tokenizer, build_scratch_model, sequence_logprobs
 
 PROMPTS = ["1+2=", "12+34=", "9", "100-99=", "7-7=", "55+5="]
 
@@ -355,7 +355,7 @@ def test_a_large_vocabulary_samples_through_the_fused_head(monkeypatch):
     banned until ``min_new_tokens``, and shared prompts (prefilled once) give what separate rows give."""
     import importlib
 
-    gen_module = importlib.import_module("advantage.rollout.generate")  # the module, not the function
+    gen_module = importlib.import_module("advantage.lm.generate")  # the module, not the function
 
     alphabet = "0123456789+=- "
     big = build_char_tokenizer(alphabet + "".join(map(chr, range(0x4E00, 0x4E00 + 3000 - 19))))

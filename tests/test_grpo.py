@@ -328,7 +328,7 @@ def test_grpo_trains_on_the_code_task(tmp_path):
 
 def test_trimmed_micro_batches_give_the_full_width_log_probs():
     from advantage.algos.llm.common import LMPolicy, build_model, make_task
-    from advantage.nn.lm import sequence_logprobs
+    from advantage.lm.model import sequence_logprobs
     from advantage.runs import resolve_config
 
     _, cfg = resolve_config("grpo", overrides=TINY)

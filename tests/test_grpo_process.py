@@ -12,7 +12,7 @@ from advantage.algos.llm import grpo
 from advantage.envs.text import Reward, make_task
 from advantage.envs.text.core import Example, prefix_steps
 from advantage.errors import ConfigError, NonFiniteError
-from advantage.nn.lm import build_char_tokenizer
+from advantage.lm.model import build_char_tokenizer
 from test_grpo import TINY, CoinTask  # tests/ is on sys.path (pytest rootdir-relative imports)
 
 

@@ -59,16 +59,16 @@ trl = pytest.importorskip("trl", minversion="1.16")  # private API: _compute_los
 
 from advantage.algos.llm.grpo import ActorConfig, grpo_loss, step_normalizer  # noqa: E402
 from advantage.envs.text import Example, make_task  # noqa: E402
-from advantage.math import aggregate  # noqa: E402
-from advantage.math.advantages import GROUP_ADVANTAGES  # noqa: E402
-from advantage.math.kl import kl_k3  # noqa: E402
-from advantage.nn.lm import (  # noqa: E402
+from advantage.lm.model import (  # noqa: E402
     build_char_tokenizer,
     build_scratch_model,
     position_ids_from_mask,
     response_mask,
     sequence_logprobs,
 )
+from advantage.math import aggregate  # noqa: E402
+from advantage.math.advantages import GROUP_ADVANTAGES  # noqa: E402
+from advantage.math.kl import kl_k3  # noqa: E402
 
 G = 4
 MAX_COMPLETION_LENGTH = 9  # > the longest completion (8 tokens): T = 8 < max_len, so dr_grpo's scale shows

@@ -1,4 +1,4 @@
-"""The lean Qwen2/Llama forward (advantage.nn.lean) against the transformers forward: hidden states,
+"""The lean Qwen2/Llama forward (advantage.lm.lean) against the transformers forward: hidden states,
 log-probs, gradients, packed rows, cached decoding, and the cases where it must step aside."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import torch
 
 pytest.importorskip("transformers")
 
-from advantage.nn.lean import additive_mask, lean_decoder, padded_causal_mask
-from advantage.nn.lm import (
+from advantage.lm.generate import SamplingParams, generate
+from advantage.lm.lean import additive_mask, lean_decoder, padded_causal_mask
+from advantage.lm.model import (
     build_char_tokenizer,
     build_scratch_model,
     position_ids_from_mask,
     sequence_logprobs,
 )
-from advantage.rollout.generate import SamplingParams, generate
 
 ARCHS = [("qwen2", 4), ("qwen2", 2), ("llama", 4), ("llama", 1)]  # (arch, kv heads of 4): GQA included
 
@@ -61,12 +61,12 @@ def test_hidden_states_and_gradients_equal_the_transformers_forward(tok, arch, k
 
 
 @pytest.mark.parametrize(("arch", "kv"), ARCHS[:3])
-def test_sequence_logprobs_are_the_same_on_both_paths(tok, arch, kv, monkeypatch):
+def test_sequence_logprobs_are_the_same_on_both_paths(tok, arch, kv, monkeypatch, fast_path):
     model = model_of(tok, arch, kv)
     ids, mask = padded_batch(tok, seed=2)
     got = {}
     for flag in ("1", "0"):
-        monkeypatch.setenv("ADVANTAGE_LEAN", flag)
+        fast_path("lm_forward", flag == "1")
         got[flag] = sequence_logprobs(model, ids, mask, response_start=7, temperature=0.7)
     assert (got["1"] - got["0"]).abs().max() <= 1e-5
     assert got["1"].max() < 0
@@ -90,7 +90,7 @@ def test_packed_rows_match_the_padded_batch(tok):
 
 
 @pytest.mark.parametrize(("arch", "kv"), ARCHS)
-def test_cached_decoding_matches_the_transformers_path(tok, arch, kv, monkeypatch):
+def test_cached_decoding_matches_the_transformers_path(tok, arch, kv, monkeypatch, fast_path):
     """Greedy tokens are identical and sampled tokens (same noise) too, with log-probs to 1e-5, between the
     preallocated-cache decoder and the DynamicCache one; rows that end early leave the batch in both."""
     model = model_of(tok, arch, kv, seed=3)
@@ -100,19 +100,19 @@ def test_cached_decoding_matches_the_transformers_path(tok, arch, kv, monkeypatc
         params = SamplingParams(temperature=temperature, max_new_tokens=12)
         gens = {}
         for flag in ("1", "0"):
-            monkeypatch.setenv("ADVANTAGE_LEAN", flag)
+            fast_path("lm_forward", flag == "1")
             g = torch.Generator().manual_seed(5)
             gens[flag] = generate(model, ids, mask, params, eos_id=eos, pad_id=0, generator=g)
         assert torch.equal(gens["1"].response_ids, gens["0"].response_ids)
         assert (gens["1"].logprobs - gens["0"].logprobs).abs().max() <= 1e-5
 
 
-def test_the_lean_path_steps_aside_when_it_would_not_be_exact(tok, monkeypatch):
+def test_the_lean_path_steps_aside_when_it_would_not_be_exact(tok, monkeypatch, fast_path):
     model = model_of(tok, "qwen2", 4)
     assert lean_decoder(model) is not None
-    monkeypatch.setenv("ADVANTAGE_LEAN", "0")
+    fast_path("lm_forward", False)
     assert lean_decoder(model) is None
-    monkeypatch.delenv("ADVANTAGE_LEAN")
+    fast_path("lm_forward", True)
     # attention dropout only matters while training
     model.config.attention_dropout = 0.1
     assert lean_decoder(model) is not None
@@ -133,10 +133,10 @@ def test_the_lean_path_steps_aside_when_it_would_not_be_exact(tok, monkeypatch):
 
 
 @pytest.mark.parametrize("lean", ["1", "0"], ids=["lean", "transformers"])
-def test_shared_prompts_prefill_once_and_sample_the_same(tok, lean, monkeypatch):
+def test_shared_prompts_prefill_once_and_sample_the_same(tok, lean, monkeypatch, fast_path):
     """G samples per prompt: prefilling each prompt once and copying its cache gives the tokens and
     log-probs of prefilling every row; groups whose rows differ are refused."""
-    monkeypatch.setenv("ADVANTAGE_LEAN", lean)
+    fast_path("lm_forward", lean == "1")
     model = model_of(tok, "qwen2", 2, seed=6)
     ids, mask = padded_batch(tok, seed=7)
     ids, mask = ids[:3].repeat_interleave(4, 0), mask[:3].repeat_interleave(4, 0)  # 3 prompts x G = 4

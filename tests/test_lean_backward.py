@@ -1,4 +1,4 @@
-"""The lean decoder's training node (advantage.nn.lean._Stack): its hand-written backward against finite
+"""The lean decoder's training node (advantage.lm.lean._Stack): its hand-written backward against finite
 differences (float64 gradcheck), against the autograd lean path and against the transformers forward
 (fp32, 1e-5), on packed and left-padded batches, with and without the ``rows`` read-out; and the cases
 where it must step aside."""
@@ -6,15 +6,16 @@ where it must step aside."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 
 import pytest
 import torch
 
 pytest.importorskip("transformers")
 
-from advantage.nn.lean import _Stack, lean_decoder, padded_causal_mask
-from advantage.nn.lm import build_char_tokenizer, build_scratch_model, position_ids_from_mask
-from advantage.nn.packing import pack_prompts
+from advantage.lm.lean import _Stack, lean_decoder, padded_causal_mask
+from advantage.lm.model import build_char_tokenizer, build_scratch_model, position_ids_from_mask
+from advantage.lm.packing import pack_prompts
 
 # (arch, kv heads of 4): Qwen2 has q/k/v biases, Llama none; kv < 4 is grouped-query attention
 ARCHS = [("qwen2", 4), ("qwen2", 2), ("llama", 4), ("llama", 1)]
@@ -126,7 +127,7 @@ def test_gradcheck_float64(tok, arch, kv, batch):
 @pytest.mark.parametrize(("arch", "kv"), ARCHS)
 @pytest.mark.parametrize("batch", ["padded", "packed128", "packed16"])
 @pytest.mark.parametrize("read", ["all", "rows", "many_rows"])  # many: more than a row's width
-def test_equal_to_the_autograd_path_and_transformers(tok, arch, kv, batch, read, monkeypatch):
+def test_equal_to_the_autograd_path_and_transformers(tok, arch, kv, batch, read, monkeypatch, fast_path):
     model = model_of(tok, arch, kv)
     weights = torch.randn(32, generator=torch.Generator().manual_seed(1))
     if batch == "padded":
@@ -146,7 +147,7 @@ def test_equal_to_the_autograd_path_and_transformers(tok, arch, kv, batch, read,
     keep = None if rows is not None else real  # compare real tokens only (pads' outputs are never read)
     results = {}
     for flag in ("1", "0"):
-        monkeypatch.setenv("ADVANTAGE_LEAN_BACKWARD", flag)
+        fast_path("lm_backward", flag == "1")
         h, grads, node = run(model, ids, pos, mask, rows, weights, keep)
         results[flag] = (h if keep is None else h[keep], grads)
         assert (node == "_StackBackward") == (flag == "1"), node
@@ -176,7 +177,7 @@ def test_rows_equal_the_full_hidden_states_and_repeat(tok):
     assert torch.equal(got[1], got[2])
 
 
-def test_the_training_node_steps_aside(tok, monkeypatch):
+def test_the_training_node_steps_aside(tok, monkeypatch, fast_path):
     model = model_of(tok, "qwen2", 4)
     lean = lean_decoder(model)
     ids, pos, mask = padded(tok)
@@ -188,9 +189,13 @@ def test_the_training_node_steps_aside(tok, monkeypatch):
     assert node() == "_StackBackward"
     with torch.no_grad():  # scoring without gradients: the plain forward
         assert node() == "none"
-    monkeypatch.setenv("ADVANTAGE_LEAN_BACKWARD", "0")
+    fast_path("lm_backward", False)
     assert node() not in ("none", "_StackBackward")
-    monkeypatch.delenv("ADVANTAGE_LEAN_BACKWARD")
+    fast_path("lm_backward", True)
+    features = importlib.import_module("advantage.lm.lean").FEATURES
+    monkeypatch.setitem(features, "backward_kernels", False)  # a torch without its private kernels
+    assert node() not in ("none", "_StackBackward")
+    monkeypatch.setitem(features, "backward_kernels", True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert lean._stack_inputs(ids, pos, mask, None, None) is None
     model.requires_grad_(False)  # nothing to differentiate
@@ -233,7 +238,7 @@ def test_gradients_accumulate_over_calls_and_tied_embeddings(tok):
         assert (p.grad - 2 * once[n]).abs().max() <= 1e-5 * max(1.0, once[n].abs().max().item()), n
 
 
-def test_a_pad_token_read_as_a_token_adds_no_gradient_to_its_embedding_row(tok, monkeypatch):
+def test_a_pad_token_read_as_a_token_adds_no_gradient_to_its_embedding_row(tok, monkeypatch, fast_path):
     """A sampled pad token (or the EOS where pad = EOS) is read like any token, and, by nn.Embedding's
     ``padding_idx`` rule, its lookups add nothing to its row's gradient: the lean pass (hand-written and
     autograd backward) equals the transformers forward, embedding included."""
@@ -248,6 +253,6 @@ def test_a_pad_token_read_as_a_token_adds_no_gradient_to_its_embedding_row(tok, 
     ref = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     assert ref["model.embed_tokens.weight"][tok.pad_token_id].abs().max() == 0
     for flag in ("1", "0"):
-        monkeypatch.setenv("ADVANTAGE_LEAN_BACKWARD", flag)
+        fast_path("lm_backward", flag == "1")
         _, grads, _ = run(model, ids, pos, mask, None, weights, real)
         assert_close(grads, ref)

@@ -1,4 +1,5 @@
-"""advantage.nn.lm: the char tokenizer, scratch models, local checkpoints, per-token log-probs and masks."""
+"""advantage.lm.model: the char tokenizer, scratch models, local checkpoints, per-token log-probs and
+masks."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 pytest.importorskip("transformers")
 
 from advantage.errors import ConfigError
-from advantage.nn.lm import (
+from advantage.lm.model import (
     build_char_tokenizer,
     build_scratch_model,
     load_pretrained,
@@ -213,10 +214,10 @@ def test_batched_left_padded_logprobs_equal_unpadded(tok, arch, response_pad_mas
 
 
 @pytest.mark.parametrize("lean", [True, False], ids=["lean", "transformers"])
-def test_logits_only_for_response_positions(tok, lean, monkeypatch):
-    from advantage.nn.lean import LeanDecoder
+def test_logits_only_for_response_positions(tok, lean, monkeypatch, fast_path):
+    from advantage.lm.lean import LeanDecoder
 
-    monkeypatch.setenv("ADVANTAGE_LEAN", "1" if lean else "0")
+    fast_path("lm_forward", lean)
     model = tiny("qwen2", tok)
     ids, mask, p = batch([tok.encode("12345678")], [tok.encode("9")], 0)
     seen = []

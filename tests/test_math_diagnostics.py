@@ -1,5 +1,5 @@
 """The small shared pieces of the math core: explained variance, k3 from a ratio at hand, and the one
-gradient clip (advantage.nn.lean.clip_grad_norm) on what each trainer passes it."""
+gradient clip (advantage.optim.clip_grad_norm) on what each trainer passes it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from advantage.math import explained_variance, k3_from_ratio, kl_k3, ppo_clip, ppo_penalty
-from advantage.nn.lean import clip_grad_norm
+from advantage.optim import clip_grad_norm
 
 
 def test_explained_variance_exact_values():

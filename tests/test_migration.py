@@ -127,7 +127,7 @@ def test_the_page_has_a_command_for_each_library():
 def my_model(tmp_path_factory):
     """The reader's own model folder (``my-model`` on the page): a tiny Qwen2 with a BPE tokenizer."""
     from advantage.envs.text.samples import word_problems
-    from advantage.nn.tiny_folder import save_tiny_folder
+    from advantage.lm.tiny_folder import save_tiny_folder
 
     texts = [f"{p['question']} {p['reasoning']} \\boxed{{{p['answer']}}}" for p in word_problems(300, seed=1)]
     return save_tiny_folder(tmp_path_factory.mktemp("model") / "my-model", texts)

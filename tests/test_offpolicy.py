@@ -207,21 +207,22 @@ def test_ensemble_q_is_k_separate_mlps():
     assert act.grad is not None and all(p.grad is None for p in q.parameters())
 
 
-def test_lean_adam_matches_fused_torch_adam_exactly():
-    from advantage.algos.offpolicy_common import LeanAdam
+def test_minimize_matches_fused_torch_adam_exactly():
+    from advantage import optim
+    from advantage.algos.offpolicy_common import minimize
 
     torch.manual_seed(0)
     ours = [torch.nn.Parameter(torch.randn(4, 3)), torch.nn.Parameter(torch.randn(3))]
     theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
-    lean, ref = LeanAdam(ours, 1e-2), torch.optim.Adam(theirs, lr=1e-2, fused=True)
-    for _ in range(5):
+    lean, ref = optim.adam(ours, 1e-2), torch.optim.Adam(theirs, lr=1e-2, fused=True)
+    for step in range(5):
         x = torch.randn(8, 4)
-        for params, opt in ((ours, lean), (theirs, ref)):
-            opt.zero_grad()
-            ((x @ params[0] + params[1]) ** 2).mean().backward()
-            opt.step()
+        minimize(lean, ((x @ ours[0] + ours[1]) ** 2).mean(), step, "loss")
+        ref.zero_grad()
+        ((x @ theirs[0] + theirs[1]) ** 2).mean().backward()
+        ref.step()
     assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
-    state = lean.opt.state_dict()["state"]
+    state = lean.state_dict()["state"]
     assert float(state[0]["step"]) == 5.0 and torch.equal(
         state[1]["exp_avg"], ref.state_dict()["state"][1]["exp_avg"]
     )

@@ -1,4 +1,4 @@
-"""Shared-prompt packing (advantage.nn.packing) of sampled responses: the same log-probs and gradients
+"""Shared-prompt packing (advantage.lm.packing) of sampled responses: the same log-probs and gradients
 as the padded batch."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from advantage.nn.lm import build_char_tokenizer, build_scratch_model, sequence_logprobs
-from advantage.nn.packing import generation_logprobs, response_segments
+from advantage.lm.model import build_char_tokenizer, build_scratch_model, sequence_logprobs
+from advantage.lm.packing import generation_logprobs, response_segments
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +35,12 @@ def sampled_batch() -> tuple[torch.Tensor, ...]:
     ("arch", "chunks", "row_length"),
     [("qwen2", False, 128), ("llama", False, 128), ("qwen2", True, 128), ("llama", False, 7)],
 )
-def test_packed_generation_logprobs_equal_the_padded_batch(tok, arch, chunks, row_length, monkeypatch):
+def test_packed_generation_logprobs_equal_the_padded_batch(
+    tok, arch, chunks, row_length, monkeypatch, fast_path
+):
     """row_length 7: a prompt's responses split over several segments, the prompt repeated in each."""
-    if chunks:  # the output layer and log-softmax in chunks of two tokens (advantage.nn.chunked)
-        monkeypatch.setattr("advantage.nn.chunked.DEFAULT_CHUNK_ELEMENTS", 2 * len(tok))
+    if chunks:  # the output layer and log-softmax in chunks of two tokens (advantage.lm.chunked)
+        monkeypatch.setattr("advantage.lm.chunked.DEFAULT_CHUNK_ELEMENTS", 2 * len(tok))
     model = build_scratch_model(arch, tok, hidden_size=32, layers=2, heads=4, kv_heads=2)
     prompt_ids, prompt_mask, response_ids, lengths = sampled_batch()
     T = int(lengths.max())
@@ -48,7 +50,7 @@ def test_packed_generation_logprobs_equal_the_padded_batch(tok, arch, chunks, ro
     weights = torch.randn(6, T, generator=torch.Generator().manual_seed(1)) * valid
     results = []
     for flag in ("1", "0"):  # the lean forward and the transformers forward both pack
-        monkeypatch.setenv("ADVANTAGE_LEAN", flag)
+        fast_path("lm_forward", flag == "1")
         model.zero_grad()
         packed = generation_logprobs(
             model, prompt_ids, prompt_mask, response_ids, lengths, temperature=0.8, row_length=row_length
@@ -94,7 +96,7 @@ def test_pack_prompts_mask_and_layout_follow_their_definitions():
     of its own segment at or before it, in the prompt or in its own response; pads see earlier pads."""
     import random
 
-    from advantage.nn import packing
+    from advantage.lm import packing
 
     rng = random.Random(0)
     for _ in range(300):
@@ -140,7 +142,7 @@ def test_pack_prompts_mask_and_layout_follow_their_definitions():
 
 
 def test_long_tensor():
-    from advantage.nn.packing import long_tensor
+    from advantage.lm.packing import long_tensor
 
     for values in ([], [0], [3, -1, 2**40, -(2**62)]):
         t = long_tensor(values)

@@ -141,7 +141,7 @@ def test_win_rate_counts_ties_half():
 
 def test_a_policy_against_itself_ties_everywhere_and_a_scorer_decides():
     from advantage.envs.text.preference import make_preference_task
-    from advantage.nn.lm import build_char_tokenizer, build_scratch_model
+    from advantage.lm.model import build_char_tokenizer, build_scratch_model
 
     task = make_preference_task("synthetic")
     tok = build_char_tokenizer(task.alphabet)

@@ -39,7 +39,7 @@ def _train(tmp_path, name="run", **over):
 
 
 def _model(seed=0) -> rm.RewardModel:
-    from advantage.nn.lm import build_char_tokenizer, build_scratch_model
+    from advantage.lm.model import build_char_tokenizer, build_scratch_model
 
     tok = build_char_tokenizer("abcdefgh=")
     backbone = build_scratch_model("qwen2", tok, hidden_size=32, layers=2, heads=2, seed=seed)

@@ -33,8 +33,8 @@ import torch
 
 from advantage.algos.llm import reward_model as rm
 from advantage.envs.text.preference import PreferenceExample, make_preference_task
-from advantage.nn import packing
-from advantage.nn.lm import build_char_tokenizer, build_scratch_model
+from advantage.lm import packing
+from advantage.lm.model import build_char_tokenizer, build_scratch_model
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 EXTRA = [("ab=", ("a", "hgfedcba")), ("abcdefg=", ("gg", "h")), ("c=", ("ccc", "d"))]

@@ -429,7 +429,7 @@ def test_a_huge_metrics_line_is_refused_without_reading_it_whole(trained, tmp_pa
 
 def _model_folder(folder: Path) -> None:
     """A tiny save_pretrained folder (scratch model, character tokenizer): nothing is downloaded."""
-    from advantage.nn.lm import build_char_tokenizer, build_scratch_model
+    from advantage.lm.model import build_char_tokenizer, build_scratch_model
 
     tok = build_char_tokenizer("0123456789+=")
     build_scratch_model("qwen2", tok, hidden_size=16, layers=1, heads=2).save_pretrained(folder)

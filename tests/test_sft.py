@@ -59,7 +59,7 @@ def test_collate_layout_left_pads_prompts_and_right_pads_responses():
 
 
 def test_loss_is_mean_nll_of_response_tokens_only():
-    from advantage.nn.lm import sequence_logprobs
+    from advantage.lm.model import sequence_logprobs
 
     model, tok, prompts, responses = _policy_and_batch()
     mb = sft.collate(prompts, responses, tok.pad_token_id)
@@ -130,7 +130,7 @@ def test_learning_rate_schedules():
 def test_checkpoint_is_a_model_folder_with_identical_logprobs(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from advantage.nn.lm import sequence_logprobs
+    from advantage.lm.model import sequence_logprobs
 
     run = _train(tmp_path)
     folder = run.checkpoint.path
@@ -233,7 +233,7 @@ def test_prompt_and_response_longer_than_the_context(tmp_path):
 
 
 def test_tokenizer_without_pad_token(tmp_path):
-    from advantage.nn.lm import build_char_tokenizer, build_scratch_model
+    from advantage.lm.model import build_char_tokenizer, build_scratch_model
 
     tok = build_char_tokenizer("0123456789+=")
     model = build_scratch_model("qwen2", tok, hidden_size=32, layers=1, heads=2)
@@ -254,7 +254,7 @@ def test_tokenizer_without_pad_token(tmp_path):
 
 @pytest.mark.parametrize("algo, key", [("sft", "model"), ("grpo", "worker.actor.model")])
 def test_a_bad_tokenizer_is_one_problem_naming_the_key_as_written(tmp_path, algo, key):
-    from advantage.nn.lm import build_char_tokenizer, build_scratch_model
+    from advantage.lm.model import build_char_tokenizer, build_scratch_model
     from advantage.runs import resolve_config
 
     tok = build_char_tokenizer("0123456789+=")

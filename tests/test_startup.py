@@ -33,7 +33,8 @@ def test_eager_step_matches_torch_and_skips_dynamo() -> None:
     res = _python(
         """
         import json, sys, torch
-        from advantage.nn import eager
+        from advantage.optim import eager
+        eager.install()  # what the advantage command does
 
         CASES = [
             (torch.optim.Adam, dict(lr=1e-2, eps=1e-5, fused=True)),

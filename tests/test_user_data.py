@@ -32,7 +32,7 @@ def data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def user_model(tmp_path_factory):
     """A user's own model folder: tiny Qwen2, BPE tokenizer trained here, ChatML template, no pad token."""
-    from advantage.nn.tiny_folder import save_tiny_folder
+    from advantage.lm.tiny_folder import save_tiny_folder
 
     texts = [f"{p['question']} {p['reasoning']} \\boxed{{{p['answer']}}}" for p in word_problems(300, seed=1)]
     return save_tiny_folder(tmp_path_factory.mktemp("model") / "qwen2-tiny", texts)

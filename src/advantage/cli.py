@@ -474,6 +474,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # The command's optimizers skip importing torch's compiler (the no_dynamo fast path). It changes
+    # torch.optim for the whole process, so only this entry point asks for it, never a library import.
+    from advantage import runs
+
+    runs.eager_optimizers()
     parser = build_parser()
     ns, extra = parser.parse_known_args(argv)
     ns.argv = list(sys.argv[1:] if argv is None else argv)  # what a launcher runs on every rank

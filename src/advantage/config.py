@@ -28,6 +28,7 @@ from typing import Any, cast
 
 import yaml
 
+from advantage import kernels
 from advantage.errors import ConfigError
 
 # ----------------------------------------------------------------------------------------------------
@@ -123,6 +124,11 @@ class TrainerConfig:
         120.0, "seconds a worker may take for a rollout before it is replaced", lo=0, lo_open=True
     )
     fault_tolerance: bool = option(True, "replace failed or hung workers (false: stop the run)")
+    kernels: str = option(
+        "fast",
+        "fast paths: fast (every one), reference (torch's and transformers' own code only), or a "
+        "comma-separated list of advantage.kernels.FAST_PATHS; what each buys: docs/startup.md",
+    )
     schedule_steps: list[list[int]] = option(
         [],
         "the totals a resumed run's earlier parts scheduled against: [[until_step, total], ...], written "
@@ -130,7 +136,7 @@ class TrainerConfig:
     )
 
     def problems(self) -> list[str]:
-        out = schedule_steps_problems(self.schedule_steps)
+        out = schedule_steps_problems(self.schedule_steps) + kernels.problems(self.kernels)
         if self.device != "cpu":
             out.append(
                 f"device={self.device!r}: this algorithm trains on the CPU only (its small networks are "

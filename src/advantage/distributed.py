@@ -191,18 +191,19 @@ class World:
         backward), then clip their global 2-norm to ``max_norm`` (0: no clip) and return it."""
         import torch
 
-        from advantage.nn.lean import clip_grad_norm
+        from advantage import optim
 
         if self.strategy == "ddp" and self.size > 1:
             import torch.distributed as dist
-            from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
             grads = [p.grad for p in params if p.grad is not None]
-            flat = _flatten_dense_tensors(grads)
+            flat = torch.cat([g.reshape(-1) for g in grads])
             dist.all_reduce(flat)
-            torch._foreach_copy_(grads, _unflatten_dense_tensors(flat, grads))
+            with torch.no_grad():
+                for g, summed in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+                    g.copy_(summed.view_as(g))
         if self.strategy != "fsdp":
-            return float(clip_grad_norm(params, max_norm))
+            return float(optim.clip_grad_norm(params, max_norm))
         if max_norm <= 0:
             return 0.0
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)  # DTensor shards: the global norm

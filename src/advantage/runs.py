@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from advantage import distributed, versions
+from advantage import distributed, kernels, versions
 from advantage.checkpoint import LATEST, Checkpoint, load_checkpoint
 from advantage.config import (
     YAML_MAX_BYTES,
@@ -687,17 +687,34 @@ def _load_latest(run_dir: Path) -> Checkpoint:
             return load_checkpoint(checkpoints)
 
 
+_EAGER_OPTIMIZERS = False
+
+
+def eager_optimizers() -> None:
+    """Let :func:`_train` install :func:`advantage.optim.eager.install` (torch.optim's methods without the
+    ``torch._dynamo`` import, for the whole process) before a run whose algorithm uses torch. Called by the
+    ``advantage`` command only: a program that imports the library keeps torch as it is."""
+    global _EAGER_OPTIMIZERS
+    _EAGER_OPTIMIZERS = True
+
+
 def _train(spec: Algorithm, cfg: Any, ctx: RunContext) -> None:
     """``spec.train`` on rank 0 (or alone): on several ranks it first tells the others where the run is
     and what it resumes (:func:`_follow`), and trains with a :class:`~advantage.distributed.RankContext`."""
+    on = kernels.parse(cfg.trainer.kernels)
+    if _EAGER_OPTIMIZERS and "no_dynamo" in on and "torch" in sys.modules:  # tabular runs never import torch
+        from advantage.optim import eager
+
+        eager.install()
     world = distributed.current()
     try:
-        if not world.group:
-            return spec.train(cfg, ctx)
-        restored = str(ctx.restored.path) if ctx.restored is not None else None
-        world.broadcast({"run_dir": str(ctx.run_dir), "restored": restored})
-        rank_ctx: Any = distributed.RankContext(world, ctx, ctx.restored)  # a RunContext to the trainer
-        spec.train(cfg, rank_ctx)
+        with kernels.using(on):  # the run's fast paths (advantage.kernels)
+            if not world.group:
+                return spec.train(cfg, ctx)
+            restored = str(ctx.restored.path) if ctx.restored is not None else None
+            world.broadcast({"run_dir": str(ctx.run_dir), "restored": restored})
+            rank_ctx: Any = distributed.RankContext(world, ctx, ctx.restored)  # a RunContext to the trainer
+            spec.train(cfg, rank_ctx)
     finally:
         distributed.shutdown()
 
@@ -715,7 +732,8 @@ def _follow() -> Run:
         cfg.trainer.run_dir = str(run_dir)
         restored = load_checkpoint(got["restored"]) if got["restored"] else None
         rank_ctx: Any = distributed.RankContext(world, None, restored)
-        spec.train(cfg, rank_ctx)
+        with kernels.using(cfg.trainer.kernels):
+            spec.train(cfg, rank_ctx)
     finally:
         distributed.shutdown()
     return Run(run_dir)

@@ -79,8 +79,8 @@ class LearnerState:
     ``{optimizer name: JSON}``; a trainer stores the latter flat in its algorithm state (``{**meta, ...}``)
     or under one key (``{"learner": meta}``) and hands the same mapping back to :meth:`load`.
 
-    An optimizer may be a ``torch.optim.Optimizer`` or a wrapper that holds one as ``.opt`` (the lean
-    steppers of :mod:`advantage.nn.lean` and ``LeanAdam``); the wrapped optimizer's state is what is saved.
+    An optimizer may be a ``torch.optim.Optimizer`` or a wrapper that holds one as ``.opt`` (e.g. the
+    language-model trainers' full FSDP state); the wrapped optimizer's state is what is saved.
     Language-model trainers pass no modules: their weights travel as a model folder, not as tensors here.
     """
 

@@ -47,13 +47,13 @@ from functools import partial
 import torch
 from torch import Tensor
 
+from advantage import optim
 from advantage.configs.a2c import A2CAlgorithm, A2CConfig
 from advantage.context import RunContext
 from advantage.envs import flatten_observations, make_vec_env
 from advantage.errors import NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, masked_whiten, reward_to_go
 from advantage.nn import ActorCritic
-from advantage.nn.lean import clip_grad_norm, optimizer_step, zero_grad
 from advantage.rollout.envsteps import setup_torch
 from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.schedules import remaining, schedule_total
@@ -102,7 +102,7 @@ def make_optimizer(model: ActorCritic, a: A2CAlgorithm) -> torch.optim.Optimizer
     """RMSprop (SB3's α and ε) or Adam, detail 4."""
     if a.optimizer == "rmsprop":
         # foreach: one kernel per arithmetic step over all parameters (torch picks the per-tensor loop on
-        # CPU by default); the same arithmetic, tested equal. nn.lean.optimizer_step runs these kernels
+        # CPU by default); the same arithmetic, tested equal. optim.step runs these kernels
         # without torch's per-call Python layers
         return torch.optim.RMSprop(
             model.parameters(), lr=a.learning_rate, alpha=a.rmsprop_alpha, eps=a.optimizer_eps, foreach=True
@@ -121,11 +121,11 @@ def update(
             f"value loss {float(m['value_loss'])}); weights not updated"
         )
     params = opt.param_groups[0]["params"]
-    zero_grad(params)  # opt.zero_grad(set_to_none=True) without its profiler scope
+    optim.zero_grad(params)  # opt.zero_grad(set_to_none=True) without its profiler scope
     loss.backward()
     if a.max_grad_norm > 0:
-        clip_grad_norm(params, a.max_grad_norm)
-    optimizer_step(opt)
+        optim.clip_grad_norm(params, a.max_grad_norm)
+    optim.step(opt)
     return m
 
 

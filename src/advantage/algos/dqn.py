@@ -46,7 +46,6 @@ Implementation details:
 from __future__ import annotations
 
 import math
-import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any, cast
@@ -57,7 +56,8 @@ import torch
 from gymnasium.spaces import Box, Discrete
 from torch import nn
 
-from advantage.algos.offpolicy_common import LeanAdam, buffer_state, check_buffer_memory, load_buffer
+from advantage import kernels, optim
+from advantage.algos.offpolicy_common import buffer_state, check_buffer_memory, load_buffer
 from advantage.configs.dqn import DQNAlgorithm, DQNConfig, DQNModel
 from advantage.context import RunContext, Snapshot
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
@@ -66,13 +66,10 @@ from advantage.envs.make import flatten_observations, require_vector_observation
 from advantage.envs.replay import restore_or_restart
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import double_q_target, dueling_combine, polyak_update, td_target
-from advantage.nn import eager, mlp
-from advantage.nn.lean import clip_grad_norm
+from advantage.nn import mlp
 from advantage.rollout.envsteps import EnvSteps, setup_torch
 from advantage.schedules import remaining, schedule_total
 from advantage.torch_state import LearnerState, load_module
-
-_LEAN_BACKWARD = "ADVANTAGE_LEAN_BACKWARD"  # "0": the TD step's gradient by autograd (detail 7)
 
 
 class NatureCNN(nn.Module):
@@ -122,7 +119,7 @@ class QNetwork(nn.Module):
     @property
     def hand_backward(self) -> bool:
         """Whether :meth:`td_backward` computes this network's gradient (an MLP trunk and a plain head)."""
-        return self._linears is not None and self.value is None and os.environ.get(_LEAN_BACKWARD) != "0"
+        return self._linears is not None and self.value is None and kernels.enabled("dqn_td_backward")
 
     @torch.no_grad()
     def forward_saving(self, obs: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -415,7 +412,7 @@ def epsilon(a: DQNAlgorithm, step: int, total_steps: int) -> float:
 def learn(
     q: QNetwork,
     q_target: QNetwork,
-    opt: LeanAdam,
+    opt: torch.optim.Optimizer,
     buffer: ReplayBuffer | PrioritizedReplayBuffer,
     a: DQNAlgorithm,
     step: int,
@@ -472,9 +469,9 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
     q_target.load_state_dict(q.state_dict())
     q_target.requires_grad_(False)
     params, target_params = list(q.parameters()), list(q_target.parameters())
-    # LeanAdam: torch's fused Adam arithmetic without its per-call Python layers, which on a small MLP
-    # cost more than the update itself; the state is a real torch.optim.Adam (opt.opt) for checkpoints.
-    opt = LeanAdam(params, a.learning_rate)
+    # fused Adam, stepped by optim.step without torch.optim's per-call Python layers, which on a small MLP
+    # cost more than the update itself
+    opt = optim.adam(params, a.learning_rate)
     learner = LearnerState({"q": q, "q_target": q_target}, {"optim": opt})
     buffer = make_buffer(cfg, obs_space)
     rng = np.random.default_rng(t.seed)
@@ -531,7 +528,7 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
                 if isinstance(buffer, PrioritizedReplayBuffer):  # β anneals over this part's total too
                     buffer.beta_steps = beta_steps(a, total)
                 lr = a.learning_rate * (remaining(step, total) if a.lr_schedule == "linear" else 1.0)
-                opt.opt.param_groups[0]["lr"] = lr
+                opt.param_groups[0]["lr"] = lr
                 row = {"train/loss": learn(q, q_target, opt, buffer, a, step), "train/epsilon": eps}
                 ctx.log(step, row | ({"train/learning_rate": lr} if a.lr_schedule == "linear" else {}))
         if probe is not None and step >= next_measure:
@@ -609,7 +606,7 @@ def as_tensors(b: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
 
 
 def gradient_step(
-    q: QNetwork, opt: LeanAdam, b: dict[str, torch.Tensor], a: DQNAlgorithm
+    q: QNetwork, opt: torch.optim.Optimizer, b: dict[str, torch.Tensor], a: DQNAlgorithm
 ) -> tuple[float, torch.Tensor | None]:
     """One TD regression step on batch ``b`` (from :func:`update_batches`); returns the loss and, for a
     prioritized batch (one with importance ``weights``), the TD errors ``|Q(s, a) − y|`` ``[B]`` that
@@ -646,13 +643,13 @@ def gradient_step(
             loss = (loss * weights).mean()
         value, td = float(loss.detach()), None if weights is None else pred.detach() - target
         if math.isfinite(value):
-            opt.zero_grad()
+            optim.zero_grad(q.parameters())
             loss.backward()
     if not math.isfinite(value):  # the caller stops the run; a NaN must not reach the weights first
         return value, None
     if a.max_grad_norm > 0:
-        clip_grad_norm(opt.params, a.max_grad_norm)
-    eager.step(opt)
+        optim.clip_grad_norm(q.parameters(), a.max_grad_norm)
+    optim.step(opt)
     return value, None if td is None or weights is None else td.abs()
 
 

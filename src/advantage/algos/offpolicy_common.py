@@ -30,15 +30,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from advantage import optim
 from advantage.context import RunContext, Snapshot
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
 from advantage.envs import describe_space, env_state, make_vec_env, require_space
 from advantage.envs.make import flatten_observations, require_vector_observations
 from advantage.envs.replay import restore_or_restart
 from advantage.errors import ConfigError, EnvError, NonFiniteError
-from advantage.nn import eager  # noqa: F401  (installed before LeanAdam builds its torch.optim.Adam)
 from advantage.nn.continuous import to_env_action
-from advantage.nn.lean import fused_adam_state, fused_adam_update
 from advantage.nn.policy import ObsNormalizer
 from advantage.rollout.envsteps import EnvSteps, setup_torch
 from advantage.torch_state import LearnerState, load_module
@@ -348,39 +347,13 @@ def load_buffer(buffer: ReplayBuffer | PrioritizedReplayBuffer, tensors: Any, me
     buffer.load_state_dict(arrays | meta)
 
 
-class LeanAdam:
-    """Adam with ``torch.optim.Adam(fused=True)``'s exact arithmetic, stepped without the optimizer's
-    per-call Python layers (hooks, profiler ranges, the dynamo guard, regrouping the tensors by device and
-    dtype), which cost more than the update itself for the small networks of continuous control on CPU.
-
-    The state lives in ``self.opt``, a real ``torch.optim.Adam``, so checkpoints save and load it as usual
-    (:func:`advantage.torch_state.optimizer_state`); ``step`` performs what that optimizer's fused path
-    does for one CPU float32 group: add 1 to every step counter, then one ``torch._fused_adam_`` call.
-    Every parameter must have a gradient when ``step`` is called.
-    """
-
-    def __init__(self, params: Any, lr: float):
-        self.params = list(params)
-        self.opt = torch.optim.Adam(self.params, lr=lr, fused=True)
-        for p in self.params:  # the state Adam's fused path creates lazily at its first step
-            self.opt.state[p] = fused_adam_state(p)
-
-    def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
-
-    def minimize(self, loss: torch.Tensor, step: int, what: str) -> None:
-        """One step down ``loss``, refused first when it is NaN/inf (:func:`check_finite`: the run stops at
-        ``step`` naming ``what``, and the weights are not updated)."""
-        check_finite(step, what, loss)
-        self.zero_grad()
-        loss.backward()
-        self.step()
-
-    def step(self) -> None:
-        group, state = self.opt.param_groups[0], self.opt.state
-        # re-read the states: load_state_dict replaces the state dicts
-        fused_adam_update(self.params, [state[p] for p in self.params], group, decoupled=False)
+def minimize(opt: torch.optim.Optimizer, loss: torch.Tensor, step: int, what: str) -> None:
+    """One step of ``opt`` down ``loss``, refused first when it is NaN/inf (:func:`check_finite`: the run
+    stops at ``step`` naming ``what``, and the weights are not updated)."""
+    check_finite(step, what, loss)
+    optim.zero_grad(opt.param_groups[0]["params"])
+    loss.backward()
+    optim.step(opt)
 
 
 def check_finite(step: int, what: str, value: torch.Tensor) -> None:

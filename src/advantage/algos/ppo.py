@@ -38,6 +38,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
+from advantage import optim
 from advantage.configs.ppo import PPOAlgorithm, PPOConfig
 from advantage.context import RunContext, Snapshot
 from advantage.envs import (
@@ -52,7 +53,6 @@ from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, ma
 from advantage.math.kl import k3_from_ratio
 from advantage.math.value_losses import explained_variance
 from advantage.nn import ActorCritic
-from advantage.nn.lean import clip_grad_norm, optimizer_step, zero_grad
 from advantage.rollout.envsteps import setup_torch
 from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.schedules import remaining, schedule_total
@@ -87,7 +87,7 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
     obs_space, act_space = env.single_observation_space, env.single_action_space
     model = cfg.model.build(obs_space, act_space)
     # The fused kernel updates every parameter in one call: a large share of a small network's step time.
-    opt = torch.optim.Adam(model.parameters(), lr=a.learning_rate, eps=1e-5, fused=True)
+    opt = optim.adam(model.parameters(), a.learning_rate, eps=1e-5)
     learner = LearnerState({"model": model}, {"optim": opt})
     kl_ctl = AdaptiveKLController(a.kl_beta, a.kl_target)
     rollout = make_collector(env, model, cfg, a.n_steps, ctx)
@@ -180,11 +180,11 @@ def learn(
                     + ", ".join(f"{k} {float(v.detach().mean())}" for k, v in parts.items())
                     + "); weights not updated"
                 )
-            zero_grad(params)  # opt.zero_grad(set_to_none=True) without its profiler scope
+            optim.zero_grad(params)  # opt.zero_grad(set_to_none=True) without its profiler scope
             loss.backward()
             if a.max_grad_norm > 0:
-                clip_grad_norm(params, a.max_grad_norm)
-            optimizer_step(opt)
+                optim.clip_grad_norm(params, a.max_grad_norm)
+            optim.step(opt)
             if not measure:
                 continue
             measured = {"policy_loss": pl.mean(), "value_loss": vl.mean(), "entropy": entropy.mean(), **pm}

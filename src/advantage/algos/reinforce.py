@@ -73,6 +73,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from advantage import optim
 from advantage.configs.reinforce import (  # noqa: F401  (on this API page)
     ReinforceAlgorithm,
     ReinforceISAlgorithm,
@@ -96,8 +97,7 @@ from advantage.math import (
     outer_weights,
     reward_to_go,
 )
-from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer, eager
-from advantage.nn.lean import clip_grad_norm
+from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer
 from advantage.rollout.envsteps import EnvSteps, setup_torch
 from advantage.torch_state import LearnerState, load_module
 
@@ -272,8 +272,8 @@ def _step(opt: torch.optim.Optimizer, model: ActorCritic, loss: Tensor, max_grad
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if max_grad_norm > 0:
-        clip_grad_norm(model.parameters(), max_grad_norm)
-    eager.step(opt)
+        optim.clip_grad_norm(model.parameters(), max_grad_norm)
+    optim.step(opt)
 
 
 # ----------------------------------------------------------------------------------------------------

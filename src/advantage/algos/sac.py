@@ -44,7 +44,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from advantage.algos.offpolicy_common import ContinuousPolicy, LeanAdam, load_policy, run, start
+from advantage import optim
+from advantage.algos.offpolicy_common import ContinuousPolicy, load_policy, minimize, run, start
 from advantage.configs.sac import SACAlgorithm, SACConfig, SACModel  # noqa: F401  (on this API page)
 from advantage.context import RunContext
 from advantage.math.q_targets import polyak_update, soft_q_target
@@ -60,8 +61,8 @@ class SACNets:
     critic: EnsembleQ
     critic_target: EnsembleQ
     log_alpha: torch.nn.Parameter
-    critic_opt: LeanAdam
-    actor_opt: LeanAdam  # actor parameters and log α: their losses touch disjoint parameters
+    critic_opt: torch.optim.Optimizer
+    actor_opt: torch.optim.Optimizer  # actor parameters and log α: their losses touch disjoint parameters
     target_entropy: float
     learn_alpha: bool
 
@@ -98,10 +99,10 @@ def make_nets(cfg: SACConfig, obs_dim: int, act_dim: int) -> SACNets:
     learn_alpha = a.ent_coef is None
     init = a.ent_coef_init if learn_alpha else max(float(a.ent_coef or 0.0), 1e-30)
     log_alpha = torch.nn.Parameter(torch.log(torch.full((1,), float(init))), requires_grad=learn_alpha)
-    # LeanAdam: fused Adam without the per-call wrappers; one kernel updates every parameter.
-    critic_opt = LeanAdam(critic.parameters(), a.learning_rate)
+    # fused Adam stepped by optim.step: one kernel updates every parameter.
+    critic_opt = optim.adam(critic.parameters(), a.learning_rate)
     actor_params = [*actor.parameters(), *([log_alpha] if learn_alpha else [])]
-    actor_opt = LeanAdam(actor_params, a.learning_rate)
+    actor_opt = optim.adam(actor_params, a.learning_rate)
     target_entropy = float(-act_dim if a.target_entropy is None else a.target_entropy)
     return SACNets(
         actor, critic, critic_target, log_alpha, critic_opt, actor_opt, target_entropy, learn_alpha
@@ -126,7 +127,7 @@ def update(
         )
     q = nets.critic(obs, actions)  # [2, B]
     critic_loss = 0.5 * ((q - y) ** 2).mean(-1).sum()  # ½ Σ_k MSE_k, as SB3
-    nets.critic_opt.minimize(critic_loss, step, "critic loss")
+    minimize(nets.critic_opt, critic_loss, step, "critic loss")
 
     q_pi = nets.critic(obs, pi, detach=True).min(0).values  # [B], with the updated critics
     actor_loss = (alpha * logp - q_pi).mean()
@@ -134,7 +135,7 @@ def update(
     if nets.learn_alpha:
         alpha_loss = -(nets.log_alpha * (logp.detach() + nets.target_entropy)).mean()
         loss = actor_loss + alpha_loss  # disjoint parameters: one backward, one fused Adam step
-    nets.actor_opt.minimize(loss, step, "actor loss")
+    minimize(nets.actor_opt, loss, step, "actor loss")
     polyak_update(nets.targets, nets.onlines, tau)
     if not metrics:
         return {}

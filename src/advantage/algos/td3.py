@@ -38,7 +38,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from advantage.algos.offpolicy_common import ContinuousPolicy, LeanAdam, load_policy, run, start
+from advantage import optim
+from advantage.algos.offpolicy_common import ContinuousPolicy, load_policy, minimize, run, start
 from advantage.configs.ddpg import DDPGAlgorithm, DDPGConfig
 from advantage.configs.td3 import TD3Algorithm, TD3Config, TD3Model  # noqa: F401  (on this API page)
 from advantage.context import RunContext
@@ -53,8 +54,8 @@ class TD3Nets:
     actor_target: DeterministicActor
     critic: EnsembleQ  # n_critics members: 2 for TD3, 1 for DDPG
     critic_target: EnsembleQ
-    actor_opt: LeanAdam
-    critic_opt: LeanAdam
+    actor_opt: torch.optim.Optimizer
+    critic_opt: torch.optim.Optimizer
     updates: int = 0  # critic updates so far; the actor moves on every policy_delay-th
 
     targets: list[torch.nn.Parameter] = field(init=False, repr=False)
@@ -85,8 +86,8 @@ def make_nets(cfg: TD3Config | DDPGConfig, obs_dim: int, act_dim: int) -> TD3Net
         actor_target,
         critic,
         critic_target,
-        LeanAdam(actor.parameters(), a.learning_rate),
-        LeanAdam(critic.parameters(), a.learning_rate),
+        optim.adam(actor.parameters(), a.learning_rate),
+        optim.adam(critic.parameters(), a.learning_rate),
     )
 
 
@@ -111,13 +112,13 @@ def update(
         )  # K = 1 (DDPG): r + γ(1-d) Q̄(s', μ̄(s'))
     q = nets.critic(obs, actions)  # [K, B]
     critic_loss = ((q - y) ** 2).mean(-1).sum()  # Σ_k MSE_k, as SB3
-    nets.critic_opt.minimize(critic_loss, step, "critic loss")
+    minimize(nets.critic_opt, critic_loss, step, "critic loss")
     nets.updates += 1
     out = {"train/critic_loss": critic_loss.detach(), "train/q_mean": q.detach().mean()} if metrics else {}
     if nets.updates % a.policy_delay == 0:
         # deterministic policy gradient through the first critic
         actor_loss = -nets.critic(obs, nets.actor(obs), first_only=True, detach=True).mean()
-        nets.actor_opt.minimize(actor_loss, step, "actor loss")
+        minimize(nets.actor_opt, actor_loss, step, "actor loss")
         polyak_update(nets.targets, nets.onlines, a.tau)  # critic and actor targets in one call
         if metrics:
             out["train/actor_loss"] = actor_loss.detach()

@@ -41,6 +41,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
+from advantage import optim
 from advantage.configs.trpo import TRPOAlgorithm, TRPOConfig
 from advantage.context import RunContext
 from advantage.envs import flatten_observations, make_vec_env
@@ -56,7 +57,6 @@ from advantage.math import (
 from advantage.math.value_losses import explained_variance
 from advantage.nn import ActorCritic
 from advantage.nn.actor_critic import GaussianHead
-from advantage.nn.lean import optimizer_step
 from advantage.rollout.envsteps import setup_torch
 from advantage.rollout.onpolicy import actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.torch_state import LearnerState
@@ -105,7 +105,7 @@ def train(cfg: TRPOConfig, ctx: RunContext) -> None:
     model = cfg.model.build(env.single_observation_space, env.single_action_space)
     pi_params = [*model.pi_body.parameters(), *model.head.parameters()]
     vf_params = [*model.v_body.parameters(), *model.value_head.parameters()]
-    vf_opt = torch.optim.Adam(vf_params, lr=a.vf_learning_rate, eps=1e-5, fused=True)
+    vf_opt = optim.adam(vf_params, a.vf_learning_rate, eps=1e-5)
     learner = LearnerState({"model": model}, {"vf_optim": vf_opt})
     rollout = make_collector(env, model, cfg, a.n_steps, ctx)
     step, _ = resume_or_reset(rollout, learner, ctx, t.seed)
@@ -211,7 +211,7 @@ def value_step(
                 )
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            optimizer_step(opt)
+            optim.step(opt)
             losses.append(float(loss.detach()))
     explained = explained_variance(old_values, returns)
     last_epoch = losses[-math.ceil(n / a.vf_minibatch_size) :]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
 
+from advantage import kernels
 from advantage.config import TrainerConfig, device_problem, option, schedule_steps_problems, section
 from advantage.errors import ConfigError
 from advantage.schedules import LR_SCHEDULES
@@ -131,7 +132,8 @@ class LMTrainerConfig(TrainerConfig):
     def problems(self) -> list[str]:
         # The spelling here; whether the device exists is checked before a run starts (resolve_config).
         problem = device_problem(self.device, available=False)
-        return schedule_steps_problems(self.schedule_steps) + ([problem] if problem else [])
+        out = schedule_steps_problems(self.schedule_steps) + kernels.problems(self.kernels)
+        return out + ([problem] if problem else [])
 
 
 class LMOptim:

@@ -195,9 +195,9 @@ def polyak_update(target_params: Iterable[Tensor], online_params: Iterable[Tenso
 
     The single in-place helper of this module: it overwrites every tensor of ``target_params`` and returns
     nothing. ``tau = 1`` is DQN's hard copy (Mnih et al. 2015, every C steps) and is done
-    with an exact copy; ``tau = 0`` leaves the target unchanged. Runs
-    under ``torch.no_grad`` with ``torch._foreach_*`` kernels (one fused launch per device and dtype) when
-    this torch has them.
+    with an exact copy; ``tau = 0`` leaves the target unchanged. Runs under ``torch.no_grad``, two
+    in-place operations per tensor (a multi-tensor kernel saved under 2 % of a SAC step:
+    ``benchmarks/results/fast_paths.md``).
 
     Args:
         target_params: the target network's parameters, e.g. ``target.parameters()``; floating point.
@@ -217,19 +217,12 @@ def polyak_update(target_params: Iterable[Tensor], online_params: Iterable[Tenso
     if not targets or tau == 0.0:
         return
     if tau == 1.0:
-        if hasattr(torch, "_foreach_copy_"):
-            torch._foreach_copy_(targets, onlines)
-        else:  # pragma: no cover - older torch
-            for t, o in zip(targets, onlines, strict=True):
-                t.copy_(o)
-        return
-    # (1-τ)θ' + τθ as two fused passes, the same arithmetic as SB3's polyak_update.
-    if hasattr(torch, "_foreach_mul_") and hasattr(torch, "_foreach_add_"):
-        torch._foreach_mul_(targets, 1.0 - tau)
-        torch._foreach_add_(targets, onlines, alpha=tau)
-    else:  # pragma: no cover - older torch
         for t, o in zip(targets, onlines, strict=True):
-            t.mul_(1.0 - tau).add_(o, alpha=tau)
+            t.copy_(o)
+        return
+    # (1-τ)θ' + τθ, the same arithmetic as SB3's polyak_update
+    for t, o in zip(targets, onlines, strict=True):
+        t.mul_(1.0 - tau).add_(o, alpha=tau)
 
 
 def dueling_combine(value: Tensor, advantages: Tensor, mode: str = "mean") -> Tensor:

@@ -222,11 +222,11 @@ def check(
     tok = None
     try:
         if folder is not None:
-            from advantage.nn.lm import load_tokenizer
+            from advantage.lm.model import load_tokenizer
 
             tok = load_tokenizer(folder, trust_remote_code=m.trust_remote_code, pad_to_eos=m.pad_to_eos)
         elif task is not None and not m.pretrained:
-            from advantage.nn.lm import build_char_tokenizer
+            from advantage.lm.model import build_char_tokenizer
 
             tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
     except ConfigError as e:
@@ -318,7 +318,7 @@ def build_model(cfg: Any, task: Task) -> tuple[PreTrainedModel, PreTrainedTokeni
     """The policy model and tokenizer: ``model.path`` loaded from disk, or a scratch model of
     ``model.arch`` with a character tokenizer over the task's alphabet. LoRA wraps it when
     ``model.lora.rank > 0``."""
-    from advantage.nn.lm import build_char_tokenizer, build_scratch_model, load_pretrained
+    from advantage.lm.model import build_char_tokenizer, build_scratch_model, load_pretrained
 
     m = cfg.model
     dtype = getattr(torch, m.dtype)
@@ -354,7 +354,7 @@ def policy_model(
     checkpoint's ``adapter.*`` tensors put back."""
     m = cfg.model
     if restored is not None and m.lora.rank == 0:
-        from advantage.nn.lm import load_pretrained
+        from advantage.lm.model import load_pretrained
         from advantage.safe_read import check_model_folder
 
         model, tok = load_pretrained(check_model_folder(restored.path), dtype=getattr(torch, m.dtype))
@@ -583,11 +583,11 @@ class LMPolicy(TaskExamples):
         slots: Sequence[int] | None = None,
     ) -> tuple[Any, list[str]]:
         """Generate ``samples`` completions per prompt (rows ``[p0 × samples, p1 × samples, ...]``);
-        returns the :class:`~advantage.rollout.generate.Generation` and the decoded texts. With ``slots``
+        returns the :class:`~advantage.lm.generate.Generation` and the decoded texts. With ``slots``
         (the prompts' places in the run's stream of drawn prompts) each prompt's samples come from draws
-        seeded by ``trainer.seed`` and its slot (:func:`~advantage.rollout.generate.slot_uniforms`), not
+        seeded by ``trainer.seed`` and its slot (:func:`~advantage.lm.generate.slot_uniforms`), not
         from ``generator``: they do not depend on which rank or worker draws it, nor on the other prompts."""
-        from advantage.rollout.generate import SamplingParams, encode_prompts, generate, slot_uniforms
+        from advantage.lm.generate import SamplingParams, encode_prompts, generate, slot_uniforms
 
         if slots is not None and len(slots) != len(prompts):
             raise ValueError(f"slots must give one place per prompt: {len(slots)} for {len(prompts)} prompts")
@@ -651,7 +651,7 @@ class LMPolicy(TaskExamples):
 def load_policy(cfg: Any, ckpt: Checkpoint, task_factory: Callable[[Any], Any] = make_task) -> LMPolicy:
     """The policy of a checkpoint: its folder is a ``save_pretrained`` model folder; its task is
     ``task_factory(cfg.data)`` (default :func:`make_task`; the trainers bind theirs)."""
-    from advantage.nn.lm import load_pretrained
+    from advantage.lm.model import load_pretrained
     from advantage.safe_read import check_model_folder
 
     folder = check_model_folder(ckpt.path)
@@ -762,9 +762,3 @@ def eval_mode(model: torch.nn.Module) -> Iterator[None]:
 
 def _mean(xs: Sequence[float]) -> float:
     return math.fsum(xs) / len(xs) if xs else float("nan")
-
-
-def fused_adamw(params: Sequence[torch.Tensor]) -> bool | None:
-    """``fused=True`` for ``torch.optim.AdamW`` where torch has the fused kernel (CPU and CUDA): the same
-    update as the default per-tensor loop, in one kernel per step instead of a dozen ops per parameter."""
-    return True if params and all(p.device.type in ("cpu", "cuda") for p in params) else None

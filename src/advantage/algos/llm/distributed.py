@@ -9,7 +9,7 @@ evaluation and checkpoints, and an optimizer state that reads and writes today's
   (evaluation, GRPO's and PPO-RLHF's sampling, ``save_pretrained`` files) and receives the full weights
   when a snapshot is taken or a rollout begins (:func:`unshard`). The replica costs one full copy of the
   weights per rank, next to 1/N of the weights, gradients and two moments each; see
-  ``docs/distributed.md``. The lean forward of :mod:`advantage.nn.lean` does not run on sharded layers
+  ``docs/distributed.md``. The lean forward of :mod:`advantage.lm.lean` does not run on sharded layers
   (it reads whole parameters): ``fsdp`` takes the transformers forward.
 * Checkpoints hold the *full* optimizer state, keyed like a one-process optimizer's (``optim.<i>.exp_avg``
   by the index of the trainable parameter), gathered with ``torch.distributed.checkpoint``'s full state

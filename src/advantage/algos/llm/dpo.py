@@ -15,12 +15,12 @@ Putting that reward into the Bradley–Terry likelihood of the preference data c
 Implementation details:
 
 1. :math:`\log\pi(y|x)` is the sum of the response tokens' log-probs (EOS included). Training packs each
-   pair as one segment *prompt, chosen, rejected* (:func:`~advantage.nn.packing.pack_prompts`): both
+   pair as one segment *prompt, chosen, rejected* (:func:`~advantage.lm.packing.pack_prompts`): both
    responses attend to the prompt and to themselves only, with the positions they would have after the
    prompt, so the prompt is computed once for the pair and several short segments share a row instead of
    being padded; the vocabulary projection runs only on the hidden states that predict response tokens.
-   The values equal the padded ``[B, T]`` layout of :func:`advantage.nn.lm.sequence_logprobs`
-   (:func:`sequence_logps`, used by evaluation and for models :func:`~advantage.nn.packing.packable`
+   The values equal the padded ``[B, T]`` layout of :func:`advantage.lm.model.sequence_logprobs`
+   (:func:`sequence_logps`, used by evaluation and for models :func:`~advantage.lm.packing.packable`
    refuses) to float rounding.
 2. The reference is the starting policy, frozen. Its log-probs are computed once for the whole training
    set before training (``algorithm.precompute_ref``, as TRL's ``precompute_ref_log_probs``) or per
@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from advantage import distributed
+from advantage import distributed, optim
 from advantage.algos.llm import common
 from advantage.algos.llm import distributed as lm_distributed
 from advantage.algos.llm.common import DataConfig, LMPolicy
@@ -54,9 +54,8 @@ from advantage.algos.llm.sft import collate
 from advantage.configs.dpo import DPOAlgorithm, DPOConfig
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
+from advantage.lm.packing import PACK_ROW_LENGTH, pack_prompts, packable, packed_logprobs
 from advantage.math import DPO_LOSSES, dpo_metrics
-from advantage.nn.lean import adamw_step, zero_grad
-from advantage.nn.packing import PACK_ROW_LENGTH, pack_prompts, packable, packed_logprobs
 from advantage.schedules import schedule_total
 from advantage.torch_state import LearnerState
 
@@ -107,7 +106,7 @@ def sequence_logps(
     model: PreTrainedModel, items: list[tuple[list[int], list[int], list[int]]], pad_id: int
 ) -> tuple[Tensor, Tensor]:
     """Summed response log-probs ``[B]`` of the chosen and the rejected responses, one forward pass."""
-    from advantage.nn.lm import sequence_logprobs
+    from advantage.lm.model import sequence_logprobs
 
     prompts = [p for p, _, _ in items] * 2
     responses = [c for _, c, _ in items] + [r for _, _, r in items]
@@ -128,8 +127,8 @@ def train_logps(
     row_length: int = PACK_ROW_LENGTH,
 ) -> tuple[Tensor, Tensor]:
     """:func:`sequence_logps` (summed response log-probs ``[B]`` of chosen and rejected), one forward pass
-    of the pairs packed by :func:`~advantage.nn.packing.pack_prompts`; the padded path for models
-    :func:`~advantage.nn.packing.packable` refuses or an empty prompt (nothing to predict a response's
+    of the pairs packed by :func:`~advantage.lm.packing.pack_prompts`; the padded path for models
+    :func:`~advantage.lm.packing.packable` refuses or an empty prompt (nothing to predict a response's
     first token from)."""
     if not packable(model) or any(not p for p, _, _ in items):
         return sequence_logps(model, items, pad_id)
@@ -192,9 +191,7 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
     world = distributed.current()
     net = lm_distributed.wrap(world, model)  # what this rank trains: the model, or its FSDP shards
     params = [p for p in net.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(
-        params, lr=a.learning_rate, weight_decay=a.weight_decay, fused=common.fused_adamw(params)
-    )
+    opt = optim.adam(params, a.learning_rate, weight_decay=a.weight_decay, decoupled=True)
     learner = LearnerState(optimizers={"optim": lm_distributed.optimizer(world, net, opt)})
     step, cursor = common.resume(learner, restored, len(items), t.seed)
     policy.reference = ref  # evaluation needs it for the implicit rewards
@@ -212,8 +209,8 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
         share = world.share(idx)  # this rank's pairs; the loss and metrics below are over all of idx
         lr = common.set_learning_rate(opt, a, step, schedule_total(t, step))
         clock = time.perf_counter()
-        zero_grad(params)  # opt.zero_grad(set_to_none=True), and the clip and step below: torch's kernels
-        # without its per-call Python layers (advantage.nn.lean)
+        optim.zero_grad(params)  # opt.zero_grad(set_to_none=True), and the clip and step below: torch's
+        # kernels without its per-call Python layers (advantage.optim)
         sums: dict[str, Tensor] = {}  # the step's loss and metrics, tensors until the step ends
         for j in range(0, len(share), micro):
             chunk = share[j : j + micro]
@@ -238,7 +235,7 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
         if not math.isfinite(total):
             raise NonFiniteError(f"step {step + 1}: DPO loss is {total}; stopping")
         grad_norm = world.clip_grad_norm(params, a.max_grad_norm)
-        adamw_step(opt)
+        optim.step(opt)
         step += 1
         if step % t.log_every == 0 or step == t.total_steps:
             row = {f"train/{k}": v for k, v in stats.items()}

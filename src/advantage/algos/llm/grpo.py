@@ -85,7 +85,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from advantage import distributed
+from advantage import distributed, optim
 from advantage.algos.llm import common
 from advantage.algos.llm import distributed as lm_distributed
 from advantage.algos.llm.common import LMPolicy
@@ -116,7 +116,7 @@ if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from advantage.envs.text.core import Example
-    from advantage.rollout.generate import Generation
+    from advantage.lm.generate import Generation
 
 # ----------------------------------------------------------------------------------------------------
 # Rollout: generate, score, shape rewards, advantages
@@ -420,8 +420,8 @@ def micro_batches(rows: Tensor, lengths: Tensor, micro: int, auto: bool) -> list
 def rows_logprobs(model: PreTrainedModel, gen: Generation, rows: Tensor, temperature: float) -> Tensor:
     """``[len(rows), T_r]`` log-probs of the responses of ``rows`` (``T_r``: their longest, EOS included),
     the rows of one prompt packed with their shared prompt computed once
-    (:func:`~advantage.nn.packing.generation_logprobs`; zeros after each response's end)."""
-    from advantage.nn.packing import generation_logprobs
+    (:func:`~advantage.lm.packing.generation_logprobs`; zeros after each response's end)."""
+    from advantage.lm.packing import generation_logprobs
 
     prompts, responses = (gen.prompt_ids[rows], gen.prompt_mask[rows]), gen.response_ids[rows]
     return generation_logprobs(model, *prompts, responses, gen.lengths[rows], temperature)
@@ -611,8 +611,8 @@ class GRPORollout:
 
     def _collect(self) -> tuple[Rollout | None, dict[str, float]]:
         """Generate and score until the batch is full (one round unless dynamic sampling)."""
+        from advantage.lm.generate import concat_generations
         from advantage.math.advantages import constant_groups
-        from advantage.rollout.generate import concat_generations
 
         a, G, B = self.a, self.G, self.cfg.data.rollout_batch_size
         kept_idx: list[list[int]]
@@ -743,7 +743,7 @@ class GRPORollout:
         (:func:`split_by_difficulty`), keep ``easy_samples`` random rows of each easy prompt (advantages
         from its whole group of G) and give each hard prompt ``hard_samples - G`` more samples, its
         advantages then computed over all ``hard_samples`` of them. Rows stay prompt by prompt."""
-        from advantage.rollout.generate import concat_generations
+        from advantage.lm.generate import concat_generations
 
         G, hard_n, pad_id = self.G, self.hard_n, self.policy.tokenizer.pad_token_id
         P = len(ro.prompt_idx)
@@ -826,7 +826,7 @@ def learn(
     """``worker.actor.ppo_epochs`` passes over the batch in mini-batches (one optimizer step each) and
     micro-batches (one forward each); returns every micro-batch's loss metrics and every optimizer step's
     loss and gradient norm. ``step`` (done so far) names the step in errors."""
-    from advantage.nn.packing import packable
+    from advantage.lm.packing import packable
 
     a, d, actor, roll = cfg.algorithm, cfg.data, cfg.worker.actor, cfg.worker.rollout
     params = opt.param_groups[0]["params"]
@@ -887,7 +887,7 @@ def learn(
             gn = world.clip_grad_norm(params, actor.max_grad_norm)  # ddp: sums the ranks' gradients
             if actor.max_grad_norm > 0:
                 stats.setdefault("grad_norm", []).append(gn)
-            opt.step()
+            optim.step(opt)
     return stats
 
 
@@ -913,9 +913,7 @@ def build(
     world = distributed.current()
     net = lm_distributed.wrap(world, model)  # what this rank trains: the model, or its FSDP shards
     params = [p for p in net.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(
-        params, lr=actor.learning_rate, weight_decay=actor.weight_decay, fused=common.fused_adamw(params)
-    )
+    opt = optim.adam(params, actor.learning_rate, weight_decay=actor.weight_decay, decoupled=True)
     learner = LearnerState(optimizers={"optim": lm_distributed.optimizer(world, net, opt)})
     if restored is not None:
         learner.load(restored.tensors, restored.state["algo"])

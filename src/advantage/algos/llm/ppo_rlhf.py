@@ -73,7 +73,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor, nn
 
-from advantage import distributed
+from advantage import distributed, optim
 from advantage.algos.llm import common
 from advantage.algos.llm import distributed as lm_distributed
 from advantage.algos.llm.common import LMPolicy
@@ -107,7 +107,7 @@ def check(cfg: PPORLHFConfig) -> list[str]:
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel
 
-    from advantage.rollout.generate import Generation
+    from advantage.lm.generate import Generation
 
 # ----------------------------------------------------------------------------------------------------
 # Per-token rewards and advantages (pure functions of [B, T] tensors)
@@ -172,7 +172,7 @@ class ValueHead(nn.Module):
 def token_hidden(model: PreTrainedModel, ids: Tensor, attn: Tensor, response_start: int) -> Tensor:
     """Final-norm hidden states ``[B, T, H]`` at positions ``P-1 .. L-2`` (the states in which the response
     tokens are chosen), from the transformer without its LM head."""
-    from advantage.nn.lm import position_ids_from_mask
+    from advantage.lm.model import position_ids_from_mask
 
     out = model.base_model(
         input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False
@@ -197,7 +197,7 @@ class Models(nn.Module):
 
     def forward(self, ids: Tensor, attn: Tensor, p_len: int) -> tuple[Tensor, Tensor]:
         """``(logp, values)``, both ``[b, T]``: one pass through a shared trunk, or one per model."""
-        from advantage.nn.lm import sequence_logprobs
+        from advantage.lm.model import sequence_logprobs
 
         if self.critic_trunk is None:
             logp, hidden = sequence_logprobs(
@@ -259,7 +259,7 @@ def _no_grad_forward(
     models: Models, ref: PreTrainedModel, gen: Generation, micro: int, ref_micro: int
 ) -> tuple[Tensor, ...]:
     """``old_logp``, ``old_values`` and ``ref_logp``, ``[B, T]`` each, without grad."""
-    from advantage.nn.lm import sequence_logprobs
+    from advantage.lm.model import sequence_logprobs
 
     ids, attn = gen.sequences()
     P = gen.prompt_ids.shape[1]
@@ -457,7 +457,7 @@ def learn(
                 norm = world.clip_grad_norm(params, clip)  # ddp: sums the ranks' gradients
                 if clip > 0:
                     stats.setdefault(name, []).append(norm)
-            opt.step()
+            optim.step(opt)
     return stats
 
 

@@ -45,7 +45,7 @@ def greedy_responses(
 ) -> tuple[list[str], list[int]]:
     """The greedy (temperature 0) response of ``model`` to every prompt, decoded without special tokens,
     and its length in tokens (EOS included). ``batch_size`` prompts are generated together."""
-    from advantage.rollout.generate import SamplingParams, encode_prompts, generate
+    from advantage.lm.generate import SamplingParams, encode_prompts, generate
 
     params = SamplingParams(temperature=0.0, max_new_tokens=max_response_length)
     device = next(model.parameters()).device

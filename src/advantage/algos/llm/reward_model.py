@@ -23,7 +23,7 @@ Implementation details:
    pack_prompts`): every response attends to the prompt and to itself only, at the positions it would have
    after the prompt, so the prompt is computed once per comparison and short segments share a row instead
    of being padded; the rewards equal the padded batch's (:meth:`RewardModel.forward`, used by
-   :meth:`RewardModel.score` and for backbones :func:`~advantage.nn.packing.packable` refuses) to float
+   :meth:`RewardModel.score` and for backbones :func:`~advantage.lm.packing.packable` refuses) to float
    rounding.
 2. ``algorithm.loss=pairwise`` trains on pairs: a K-wise example gives its :math:`\binom K2` pairs as
    separate items, shuffled independently. ``kwise`` trains on rankings: one prompt's K responses are in
@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from advantage import distributed
+from advantage import distributed, optim
 from advantage.algos.llm import common
 from advantage.algos.llm import distributed as lm_distributed
 from advantage.checkpoint import Checkpoint
@@ -66,9 +66,8 @@ from advantage.configs.reward_model import RMConfig, RMDataConfig
 from advantage.context import RunContext, Snapshot
 from advantage.envs.text.preference import PreferenceExample
 from advantage.errors import ConfigError, NonFiniteError
+from advantage.lm.packing import PackedPrompts, long_tensor, pack_prompts, packable, packed_hidden
 from advantage.math.preference import bradley_terry_loss, kwise_ranking_loss
-from advantage.nn.lean import adamw_step, zero_grad
-from advantage.nn.packing import PackedPrompts, long_tensor, pack_prompts, packable, packed_hidden
 from advantage.schedules import schedule_total
 from advantage.torch_state import LearnerState
 
@@ -112,13 +111,13 @@ class RewardModel(nn.Module):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """Rewards ``[S]`` (fp32) of sequences ``[S, L]``, any padding side."""
-        from advantage.nn.lean import lean_decoder, padded_causal_mask
-        from advantage.nn.lm import position_ids_from_mask
+        from advantage.lm.lean import lean_decoder, padded_causal_mask
+        from advantage.lm.model import position_ids_from_mask
 
         decoder = self._base().base_model  # the transformer without the LM head: final-norm hidden states
         positions = position_ids_from_mask(attention_mask)
         lean = lean_decoder(decoder)
-        if lean is not None:  # the same function with less framework work per call (advantage.nn.lean)
+        if lean is not None:  # the same function with less framework work per call (advantage.lm.lean)
             mask = padded_causal_mask(attention_mask, decoder.embed_tokens.weight.dtype)
             hidden = lean.hidden(input_ids, positions, mask)
         else:
@@ -130,11 +129,11 @@ class RewardModel(nn.Module):
         return self.head(h.float()).squeeze(-1)
 
     def packable(self) -> bool:
-        """Whether training batches can be packed (:func:`~advantage.nn.packing.packable` backbone)."""
+        """Whether training batches can be packed (:func:`~advantage.lm.packing.packable` backbone)."""
         return packable(self._base())
 
     def forward_packed(self, packed: PackedPrompts) -> Tensor:
-        """Rewards ``[S]`` (fp32) of the responses of a :func:`~advantage.nn.packing.pack_prompts` batch:
+        """Rewards ``[S]`` (fp32) of the responses of a :func:`~advantage.lm.packing.pack_prompts` batch:
         the head on the hidden state of each response's last token."""
         h = packed_hidden(self._base().base_model, packed, packed.last)  # [S, H]
         return self.head(h.float()).squeeze(-1)
@@ -189,7 +188,7 @@ def load_reward_model(
     """The reward model of a checkpoint folder, or of a run folder (its latest checkpoint)."""
     from safetensors.torch import load_file
 
-    from advantage.nn.lm import load_pretrained
+    from advantage.lm.model import load_pretrained
 
     folder = common.model_folder(str(path))
     if not (folder / HEAD_FILE).is_file():
@@ -309,7 +308,7 @@ def micro_batch(
 def micro_groups(
     items: Sequence[tuple[int, tuple[int, ...]]], tokens: Sequence[tuple[list[int], list[list[int]]]]
 ) -> tuple[list[tuple[list[int], list[list[int]]]], Tensor]:
-    """:func:`micro_batch` for :func:`~advantage.nn.packing.pack_prompts`: ``(prompt, [responses in
+    """:func:`micro_batch` for :func:`~advantage.lm.packing.pack_prompts`: ``(prompt, [responses in
     ranked order])`` per item, and the same ``[N, K]`` index (the packed responses are numbered in order)."""
     groups = []
     K = max(len(r) for _, r in items)
@@ -368,7 +367,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
         lr=a.learning_rate,
         betas=(a.betas[0], a.betas[1]),  # two: checked by the config
         weight_decay=a.weight_decay,
-        fused=common.fused_adamw(params),
+        fused=True if optim.fused_supported(params) else None,
     )
     learner = LearnerState({"value_head": model.head}, {"optim": lm_distributed.optimizer(world, net, opt)})
     step, cursor = common.resume(learner, restored, len(items), t.seed)
@@ -391,8 +390,8 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
         idx = cursor.next(a.batch_size)
         share = world.share(idx)  # this rank's comparisons; the loss is normalized by all of idx
         lr = common.set_learning_rate(opt, a, step, schedule_total(t, step))
-        zero_grad(params)  # opt.zero_grad(set_to_none=True), the optimizer step and the clip below: the
-        # same kernels as torch's without its per-call Python layers (advantage.nn.lean)
+        optim.zero_grad(params)  # opt.zero_grad(set_to_none=True), the optimizer step and the clip below: the
+        # same kernels as torch's without its per-call Python layers (advantage.optim)
         sums: dict[str, Tensor] = {}  # the step's loss and statistics, tensors until the step ends
         for j in range(0, len(share), micro):
             chunk = [items[i] for i in share[j : j + micro]]
@@ -418,7 +417,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
                 f"step {step + 1}: reward-model loss is {total}; stopping (the last checkpoint is kept)"
             )
         grad_norm = world.clip_grad_norm(params, a.max_grad_norm)
-        adamw_step(opt)
+        optim.step(opt)
         step += 1
         totals["loss"] += total
         totals["grad_norm"] += grad_norm

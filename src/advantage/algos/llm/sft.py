@@ -15,7 +15,7 @@ exactly the gradient of one big batch (a per-micro-batch mean would weigh short 
 Implementation details:
 
 1. Batches use the layout of every language-model algorithm here: prompts left-padded to ``P``, responses
-   (target + EOS) right-padded to ``T``; :func:`advantage.nn.lm.sequence_logprobs` gives the ``[B, T]``
+   (target + EOS) right-padded to ``T``; :func:`advantage.lm.model.sequence_logprobs` gives the ``[B, T]``
    log-probs in one forward pass, and :func:`advantage.math.aggregate` (``token_mean`` with the global
    normalizer) the loss.
 2. ``algorithm.batch_size`` counts sequences per optimizer step; ``algorithm.micro_batch_size`` sequences
@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from advantage import distributed
+from advantage import distributed, optim
 from advantage.algos.llm import common
 from advantage.algos.llm import distributed as lm_distributed
 from advantage.algos.llm.common import DataConfig, LMPolicy
@@ -136,7 +136,7 @@ def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int) -
 
 def sft_loss(model: PreTrainedModel, mb: dict[str, torch.Tensor], normalizer: float) -> torch.Tensor:
     """Sum of response-token NLL of micro-batch ``mb`` divided by the step's token count ``normalizer``."""
-    from advantage.nn.lm import sequence_logprobs
+    from advantage.lm.model import sequence_logprobs
 
     logp = sequence_logprobs(  # [B, T]
         model, mb["input_ids"], mb["attention_mask"], response_start=int(mb["P"])
@@ -242,7 +242,7 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
                 f"step {step + 1}: SFT loss is {total}; stopping (the last checkpoint is kept)"
             )
         grad_norm = world.clip_grad_norm(params, a.max_grad_norm)
-        opt.step()
+        optim.step(opt)
         step += 1
         stats["loss"] += total
         stats["tokens"] += normalizer

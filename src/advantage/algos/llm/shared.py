@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedTokenizerBase
 
     from advantage.envs.text.core import Task
-    from advantage.rollout.generate import Generation
+    from advantage.lm.generate import Generation
 
 # ----------------------------------------------------------------------------------------------------
 # Tasks and rewards
@@ -121,7 +121,7 @@ def check_tokenizers(
 
 def policy_tokenizer(cfg: Any, task: Task) -> tuple[PreTrainedTokenizerBase, str]:
     """The tokenizer the policy will have, without loading the model: ``(tokenizer, where it is from)``."""
-    from advantage.nn.lm import build_char_tokenizer, load_tokenizer
+    from advantage.lm.model import build_char_tokenizer, load_tokenizer
 
     m = cfg.model
     if m.pretrained:
@@ -136,7 +136,7 @@ def reward_model_problems(cfg: Any, make_task: Callable[[Any], Any]) -> list[str
     path = cfg.worker.reward.model
     try:
         folder = reward_folder(cfg)
-        from advantage.nn.lm import load_tokenizer
+        from advantage.lm.model import load_tokenizer
 
         policy_tok, src = policy_tokenizer(cfg, make_task(cfg.data))
         check_tokenizers(policy_tok, load_tokenizer(folder), src, str(path))
@@ -212,7 +212,7 @@ def evaluate_preference(
     * ``return_mean``: ``hidden_score`` when there is one, else ``rm_score``.
     """
     from advantage.algos.llm.preference_eval import greedy_options, greedy_responses, win_rate
-    from advantage.nn.lm import sequence_logprobs
+    from advantage.lm.model import sequence_logprobs
 
     greedy = "ppo_rlhf evaluates greedy responses"
     examples = common.eval_examples(cfg, policy, split, limit, samples, greedy)

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from advantage.algos.llm import common
 from advantage.algos.llm.shared import load_reward, score, scored_task
-from advantage.rollout.generate import concat_generations
+from advantage.lm.generate import concat_generations
 from advantage.rollout.remote import WorkerError, WorkerPool, import_ray
 
 

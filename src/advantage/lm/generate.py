@@ -6,8 +6,8 @@ pass over ``output_scores``), and its per-step logits-processor and stopping-cri
 than the forward pass of a small model (``benchmarks/lm_sampling.py`` measures the difference).
 
 The loop: one prefill forward over the left-padded prompts (position ids from the mask, as in
-:func:`advantage.nn.lm.sequence_logprobs`), then one token per step with a key/value cache: the
-preallocated cache of :mod:`advantage.nn.lean` for Qwen2/Llama models, ``DynamicCache`` through the
+:func:`advantage.lm.model.sequence_logprobs`), then one token per step with a key/value cache: the
+preallocated cache of :mod:`advantage.lm.lean` for Qwen2/Llama models, ``DynamicCache`` through the
 transformers forward for any other causal LM. Outputs are
 written into preallocated ``[B, max_new_tokens]`` buffers; the only host sync per step is the
 "every row finished" check. Finished rows keep emitting ``pad_id`` (ignored by the mask).
@@ -23,12 +23,12 @@ import torch
 from torch import Tensor
 
 from advantage.errors import ConfigError
-from advantage.nn.lm import forward_accepts, position_ids_from_mask, response_mask
+from advantage.lm.model import forward_accepts, position_ids_from_mask, response_mask
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from advantage.nn.lean import LeanDecoder
+    from advantage.lm.lean import LeanDecoder
 
 
 @dataclass
@@ -83,7 +83,7 @@ class Generation:
         return tokenizer.batch_decode(rows, skip_special_tokens=True)
 
     def sequences(self) -> tuple[Tensor, Tensor]:
-        """``(input_ids, attention_mask)`` ``[B, P + T]`` for :func:`~advantage.nn.lm.sequence_logprobs`
+        """``(input_ids, attention_mask)`` ``[B, P + T]`` for :func:`~advantage.lm.model.sequence_logprobs`
         with ``response_start = P``."""
         mask = torch.cat([self.prompt_mask.to(self.response_mask.dtype), self.response_mask], dim=1)
         return torch.cat([self.prompt_ids, self.response_ids], dim=1), mask
@@ -195,7 +195,7 @@ def sample_tokens(
     ``uniforms`` ``[B]`` (float64 in [0, 1)), when given, are the rows' draws instead of ``generator``'s.
 
     ``logp = log_softmax(z / τ)[y]`` with τ = temperature (τ = 1 when greedy), before top-k / top-p,
-    so it is the quantity :func:`~advantage.nn.lm.sequence_logprobs` recomputes at the same τ. Sampling
+    so it is the quantity :func:`~advantage.lm.model.sequence_logprobs` recomputes at the same τ. Sampling
     is by inverse CDF: one uniform ``u ~ U[0, 1)`` per row from ``generator``, and the token is the first
     whose cumulative probability (summed in float64) exceeds ``u`` times the total. That is one random
     draw per row instead of one per vocabulary entry (Gumbel-max and ``torch.multinomial`` draw ``B × V``
@@ -431,12 +431,12 @@ class _HFStepper:
 
 
 class _LeanStepper:
-    """Decoding through :class:`~advantage.nn.lean.LeanDecoder`: weights rearranged once per call
-    (:meth:`~advantage.nn.lean.LeanDecoder.decode_weights`; fp32/fp64, since RoPE becomes a complex product),
+    """Decoding through :class:`~advantage.lm.lean.LeanDecoder`: weights rearranged once per call
+    (:meth:`~advantage.lm.lean.LeanDecoder.decode_weights`; fp32/fp64, since RoPE becomes a complex product),
     a preallocated key/value cache written in place, the decode mask built once."""
 
     def __init__(self, lean: LeanDecoder, mask: Tensor, dtype: torch.dtype):
-        from advantage.nn.lean import additive_mask
+        from advantage.lm.lean import additive_mask
 
         self.lean = lean
         self.weights = lean.decode_weights() if dtype in (torch.float32, torch.float64) else lean.weights()
@@ -447,7 +447,7 @@ class _LeanStepper:
         self.can_drop = self.can_repeat = True
 
     def prefill(self, prompt_ids: Tensor, prompt_mask: Tensor, repeat: int = 1) -> Tensor:
-        from advantage.nn.lean import padded_causal_mask
+        from advantage.lm.lean import padded_causal_mask
 
         mask = padded_causal_mask(prompt_mask, self.step_mask.dtype)
         pos = position_ids_from_mask(prompt_mask)
@@ -506,7 +506,7 @@ def _decode_mask(model: PreTrainedModel, mask: Tensor) -> Tensor:
     rebuild from the 2-D mask at every step (about a tenth of a small model's step). Other attention
     backends (flash-attention takes the 2-D mask) get the 2-D mask.
     """
-    from advantage.nn.lean import additive_mask
+    from advantage.lm.lean import additive_mask
 
     if getattr(model.config, "_attn_implementation", None) not in ("eager", "sdpa"):
         return mask
@@ -528,7 +528,7 @@ def generate(
     """Sample up to ``params.max_new_tokens`` tokens per row under ``torch.inference_mode``.
 
     Greedy (``temperature=0``) gives the tokens of ``model.generate(do_sample=False)``; ``logprobs`` equal
-    :func:`~advantage.nn.lm.sequence_logprobs` on ``Generation.sequences()`` at the same temperature
+    :func:`~advantage.lm.model.sequence_logprobs` on ``Generation.sequences()`` at the same temperature
     (1e-5, tested). Reproducible for a seeded ``generator``. The model is used as it is (call
     ``.eval()`` first if it has dropout).
 
@@ -564,7 +564,7 @@ def generate(
         raise ValueError(
             f"shared_prompts={G}: the rows of a group of {G} consecutive rows differ in their prompt"
         )
-    from advantage.nn.lean import lean_decoder
+    from advantage.lm.lean import lean_decoder
 
     batch, plen = prompt_ids.shape
     n_new = params.max_new_tokens

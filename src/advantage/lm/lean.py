@@ -20,24 +20,22 @@ Equality with the transformers forward (hidden states, log-probs and gradients, 
 grouped-query attention, left padding, packed rows, decoding with the cache) is tested in
 ``tests/test_lean.py``. :func:`lean_decoder` returns ``None`` for anything it does not reproduce exactly
 (other architectures, RoPE scaling, sliding windows, LoRA-wrapped projections, attention dropout while
-training, gradient checkpointing), and callers then use the transformers forward. ``ADVANTAGE_LEAN=0`` in
-the environment turns the lean path off everywhere (to compare, or to rule it out when debugging).
+training, gradient checkpointing), and callers then use the transformers forward. ``trainer.kernels``
+without ``lm_forward`` (e.g. ``reference``, :mod:`advantage.kernels`) turns the lean path off everywhere
+(to compare, or to rule it out when debugging).
 
 Training (gradients enabled, CPU, fp32/fp64) runs the whole stack as one autograd node, :class:`_Stack`:
 the forward with autograd off and a hand-written backward (closed forms in its docstring), instead of
 autograd recording and replaying a few hundred small operations; with ``rows`` (the positions a loss
 reads: a reward model's last tokens, a policy's predicting tokens) the last layer skips the queries and
 MLP nobody reads. Checked against finite differences, the autograd path and transformers in
-``tests/test_lean_backward.py``; ``ADVANTAGE_LEAN_BACKWARD=0`` keeps the autograd path. :func:`zero_grad`,
-:func:`clip_grad_norm` and :func:`optimizer_step` are the optimizer step of such a loop with torch's kernels
-and without its per-call Python (``tests/test_lean_optim.py``).
+``tests/test_lean_backward.py``; ``trainer.kernels`` without ``lm_backward`` keeps the autograd path, as
+does a torch without the two private backward kernels it calls (:data:`FEATURES`).
 """
 
 from __future__ import annotations
 
-import os
 import weakref
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -46,25 +44,28 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from advantage.nn import eager
+from advantage import kernels
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel
 
 __all__ = [
+    "FEATURES",
     "DecodeWeights",
     "KVCache",
     "LeanDecoder",
-    "adamw_step",
     "additive_mask",
-    "clip_grad_norm",
     "lean_decoder",
-    "optimizer_step",
     "padded_causal_mask",
-    "zero_grad",
 ]
 
 LEAN_TYPES = ("qwen2", "llama")
+# The private torch kernels the hand-written backward calls (softmax's and SiLU's backward, the ones autograd
+# itself calls); without them the autograd path runs (tests set this False to force it).
+FEATURES: dict[str, bool] = {
+    "backward_kernels": callable(getattr(torch, "_softmax_backward_data", None))
+    and hasattr(getattr(torch.ops.aten, "silu_backward", None), "grad_input"),
+}
 _CACHE: weakref.WeakKeyDictionary[nn.Module, LeanDecoder | None] = weakref.WeakKeyDictionary()
 
 
@@ -102,7 +103,7 @@ def lean_decoder(model: PreTrainedModel) -> LeanDecoder | None:
     """The :class:`LeanDecoder` of a Qwen2/Llama causal LM (or its decoder stack), or ``None`` when the lean
     forward would not reproduce the transformers forward exactly (see the module docstring). Cached per
     module; whether the model is training (dropout) or checkpointing is checked at every call."""
-    if os.environ.get("ADVANTAGE_LEAN", "1") == "0":
+    if not kernels.enabled("lm_forward"):
         return None
     if model in _CACHE:
         lean = _CACHE[model]
@@ -333,7 +334,7 @@ class LeanDecoder:
 
         With gradients enabled and no cache or precomputed weights (training, scoring for a loss), on a CPU
         in fp32/fp64, the stack runs as one autograd node with a hand-written backward (:class:`_Stack`;
-        ``ADVANTAGE_LEAN_BACKWARD=0`` turns it off); the function is the same.
+        ``trainer.kernels`` without ``lm_backward`` turns it off); the function is the same.
         """
         if weights is None and cache is None:
             inputs = self._stack_inputs(input_ids, position_ids, mask, rows, max_position)
@@ -410,10 +411,11 @@ class LeanDecoder:
     ) -> tuple[Any, ...] | None:
         """The :class:`_Stack` inputs of a :meth:`hidden` call (the non-differentiable ones prepared once),
         or ``None`` where the autograd path stays: no gradient wanted, not a CPU fp32/fp64 model, autocast,
-        attention probabilities too large to keep, or ``ADVANTAGE_LEAN_BACKWARD=0``."""
+        attention probabilities too large to keep, or the ``lm_backward`` fast path off."""
         if (
             not torch.is_grad_enabled()
-            or os.environ.get("ADVANTAGE_LEAN_BACKWARD", "1") == "0"
+            or not kernels.enabled("lm_backward")
+            or not FEATURES["backward_kernels"]
             or torch.is_autocast_enabled("cpu")
         ):
             return None
@@ -641,7 +643,9 @@ def _attend_backward(
     return torch.bmm(p.transpose(1, 2), do)
 
 
-_silu_backward = torch.ops.aten.silu_backward.grad_input  # dg = dy·σ(g)(1 + g(1 − σ(g))), into a buffer
+# dg = dy·σ(g)(1 + g(1 − σ(g))), into a buffer; None where this torch lacks it (FEATURES["backward_kernels"]
+# is then False and this path never runs)
+_silu_backward: Any = getattr(getattr(torch.ops.aten, "silu_backward", None), "grad_input", None)
 
 
 @dataclass
@@ -825,168 +829,3 @@ class _Stack(torch.autograd.Function):
                 d_embed[batch.padding_idx] = 0.0
             grads[0] = d_embed
         return (None, *grads)
-
-
-# -- the optimizer step of a small model's training loop -----------------------------------------------------
-#
-# For a model of ~10^5 parameters, torch.optim's per-call Python (hooks, profiler ranges, the dynamo guard of
-# zero_grad, regrouping the tensors by device and dtype) costs more than a step's arithmetic. These helpers
-# make the same kernel calls directly where that grouping is trivial (one device, one dtype, one group) and
-# call torch.optim otherwise.
-
-
-def zero_grad(params: Sequence[Tensor]) -> None:
-    """``optimizer.zero_grad(set_to_none=True)`` for the optimizer's parameters ``params``."""
-    for p in params:
-        p.grad = None
-
-
-def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> Tensor:
-    r"""``torch.nn.utils.clip_grad_norm_(params, max_norm)`` (its foreach path, the same kernels): the total
-    2-norm :math:`n = \lVert (\lVert g_i \rVert)_i \rVert` of the gradients, returned, and
-    :math:`g_i \leftarrow g_i \cdot \min\big(\text{max\_norm} / (n + 10^{-6}), 1\big)` in place.
-    The one gradient clip of every trainer. ``max_norm <= 0`` is the trainers' ``max_grad_norm=0``, no
-    clip: the gradients stay as they are and the norm is not computed (0 is returned)."""
-    if max_norm <= 0:
-        return torch.zeros(())
-    params = list(params)  # a generator such as model.parameters() is read twice below
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads or len({(g.device, g.dtype) for g in grads}) > 1:
-        return torch.nn.utils.clip_grad_norm_(params, max_norm)
-    with torch.no_grad():
-        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
-        torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
-    return total
-
-
-def optimizer_step(opt: torch.optim.Optimizer) -> None:
-    """``opt.step()`` with torch's own kernels but without its per-call Python layers (hooks, profiler
-    ranges, the dynamo guard, regrouping by device and dtype), which cost more than the arithmetic for the
-    small networks of classic control. Two kinds of optimizer, for one parameter group on one device and
-    dtype, with their state created as torch creates it in ``opt.state`` (checkpoints save and load it as
-    usual):
-
-    * ``torch.optim.Adam`` / ``AdamW`` with ``fused=True``: the step counters' increment and one
-      ``_fused_adam_`` / ``_fused_adamw_`` call, as torch's fused path;
-    * ``torch.optim.RMSprop`` without momentum, centring or weight decay: the ``_foreach`` kernels of
-      torch's multi-tensor path, in its order (``v ← αv + (1−α)g²``, ``θ ← θ − lr·g / (√v + ε)``).
-
-    Anything else (several groups or dtypes, amsgrad, maximize, step hooks, a grad scaler, another
-    optimizer or setting) calls torch's step (:func:`advantage.nn.eager.step`)."""
-    groups = opt.param_groups
-    group = groups[0]
-    params = [p for p in group["params"] if p.grad is not None]
-    kind = type(opt)
-    if (
-        len(groups) != 1
-        or not _lean_kind(kind, group)
-        or group["maximize"]
-        or group["capturable"]
-        or group["differentiable"]
-        or any(isinstance(v, Tensor) for k, v in group.items() if k in ("lr", "weight_decay", "eps", "alpha"))
-        or eager._hooked(opt)
-        or getattr(opt, "grad_scale", None) is not None
-        or getattr(opt, "found_inf", None) is not None
-        or len({(p.device, p.dtype) for p in params}) > 1
-        or any(p.is_complex() for p in params[:1])
-    ):
-        eager.step(opt)
-        return
-    if not params:
-        return
-    if kind is torch.optim.RMSprop:
-        _rmsprop_step(opt, group, params)
-        return
-    state = opt.state
-    for p in params:
-        if not state[p]:
-            state[p].update(fused_adam_state(p))
-    with torch.no_grad():
-        fused_adam_update(params, [state[p] for p in params], group, kind is torch.optim.AdamW)
-
-
-def fused_adam_state(p: Tensor) -> dict[str, Tensor]:
-    """The state torch's fused Adam/AdamW path creates for ``p`` at its first step."""
-    return {
-        "step": torch.zeros((), dtype=torch.float32, device=p.device),
-        "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-        "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
-    }
-
-
-def fused_adam_update(
-    params: list[Tensor], states: list[dict[str, Tensor]], group: dict[str, Any], decoupled: bool
-) -> None:
-    """What torch's fused Adam (``decoupled=False``) or AdamW path does for one group on one device and
-    dtype: add 1 to every step counter, then one ``_fused_adam_`` / ``_fused_adamw_`` call. Every parameter
-    needs a gradient."""
-    steps = [s["step"] for s in states]
-    beta1, beta2 = group["betas"]
-    fused = torch._fused_adamw_ if decoupled else torch._fused_adam_
-    torch._foreach_add_(steps, 1)
-    fused(
-        params,
-        [cast(Tensor, p.grad) for p in params],
-        [s["exp_avg"] for s in states],
-        [s["exp_avg_sq"] for s in states],
-        [],
-        steps,
-        amsgrad=False,
-        lr=group["lr"],
-        beta1=beta1,
-        beta2=beta2,
-        weight_decay=group["weight_decay"],
-        eps=group["eps"],
-        maximize=False,
-        grad_scale=None,
-        found_inf=None,
-    )
-
-
-adamw_step = optimizer_step  # its first name (the LLM trainers' AdamW)
-
-
-def _lean_kind(kind: type, group: dict[str, Any]) -> bool:
-    if kind is torch.optim.Adam or kind is torch.optim.AdamW:
-        return (
-            bool(group.get("fused"))
-            and not group["amsgrad"]
-            and not any(isinstance(b, Tensor) for b in group["betas"])
-        )
-    if kind is torch.optim.RMSprop:  # its multi-tensor path (foreach=True), the simple form
-        return (
-            bool(group.get("foreach"))
-            and group["momentum"] == 0
-            and not group["centered"]
-            and group["weight_decay"] == 0
-        )
-    return False
-
-
-def _rmsprop_step(opt: torch.optim.Optimizer, group: dict[str, Any], params: list[Tensor]) -> None:
-    """torch's ``_multi_tensor_rmsprop`` for momentum 0, uncentred, no weight decay (the same kernels in the
-    same order; the state as its ``_init_group`` creates it)."""
-    state = opt.state
-    for p in params:
-        if not state[p]:
-            state[p]["step"] = torch.zeros((), dtype=_scalar_dtype())
-            state[p]["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-    states = [state[p] for p in params]
-    grads = [cast(Tensor, p.grad) for p in params]
-    square_avgs = [s["square_avg"] for s in states]
-    alpha = group["alpha"]
-    with torch.no_grad():
-        torch._foreach_add_([s["step"] for s in states], _ONE, alpha=1.0)
-        torch._foreach_mul_(square_avgs, alpha)
-        torch._foreach_addcmul_(square_avgs, grads, grads, value=1 - alpha)
-        avg = torch._foreach_sqrt(square_avgs)
-        torch._foreach_add_(avg, group["eps"])
-        torch._foreach_addcdiv_(params, grads, avg, value=-group["lr"])
-
-
-_ONE = torch.tensor(1.0)  # torch's RMSprop adds a CPU tensor 1.0 to its CPU step counters
-
-
-def _scalar_dtype() -> torch.dtype:
-    """The dtype of torch's optimizer step counters (``torch.optim.optimizer._get_scalar_dtype``)."""
-    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32

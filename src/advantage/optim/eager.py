@@ -1,4 +1,5 @@
-"""Optimizers without ``torch._dynamo``: the compiler's 1-4 s import is not paid by runs that never compile.
+"""Optimizers without ``torch._dynamo``: the compiler's 1-4 s import is not paid by runs that never compile
+(the ``no_dynamo`` fast path of :mod:`advantage.kernels`).
 
 ``torch.optim`` guards each optimizer method against tracing: ``add_param_group``, ``zero_grad``,
 ``state_dict`` and ``load_state_dict`` are wrapped by ``torch._disable_dynamo``, which imports
@@ -14,6 +15,11 @@ imports it first, so tracing still sees the guard). :func:`step` calls an optimi
 ``step`` under ``no_grad`` -- what the decorator does in eager mode -- and falls back to ``opt.step()``
 whenever hooks, a differentiable optimizer or a loaded ``torch._dynamo`` could make them differ.
 
+:func:`install` changes ``torch.optim`` for the whole process, so only the ``advantage`` command calls it
+(:func:`advantage.cli.main`), never an import of a library module: a program that imports ``advantage``
+keeps torch as it is (and pays the import once). Every private name read here is checked first
+(:func:`hooks_readable`, the wrapper's shape); where one is missing, torch's own path runs.
+
 Nothing changes numerically: the same functions of ``torch.optim`` run (tests compare parameters and
 state dicts against plain ``opt.step()``).
 """
@@ -28,6 +34,8 @@ from typing import Any
 
 import torch
 from torch.optim import optimizer as _optimizer_module
+
+from advantage import kernels
 
 _DYNAMO = "torch._dynamo"
 _installed = False
@@ -69,13 +77,16 @@ def install() -> None:
             fn.__dynamo_disable = _dispatcher(fn)
 
 
-def _hooked(opt: torch.optim.Optimizer) -> bool:
-    return bool(
-        opt._optimizer_step_pre_hooks
-        or opt._optimizer_step_post_hooks
-        or _optimizer_module._global_optimizer_pre_hooks
-        or _optimizer_module._global_optimizer_post_hooks
+def hooked(opt: torch.optim.Optimizer) -> bool:
+    """Whether a direct step could skip something of ``opt.step()``: step hooks registered on ``opt`` or on
+    every optimizer, or (another torch) hook registries not where they are read here."""
+    registries = (
+        getattr(opt, "_optimizer_step_pre_hooks", None),
+        getattr(opt, "_optimizer_step_post_hooks", None),
+        getattr(_optimizer_module, "_global_optimizer_pre_hooks", None),
+        getattr(_optimizer_module, "_global_optimizer_post_hooks", None),
     )
+    return any(not isinstance(r, dict) or r for r in registries)
 
 
 @functools.cache
@@ -91,9 +102,11 @@ def step(opt: Any) -> None:
     differentiable, or ``torch._dynamo`` is already loaded (nothing left to save); anything that is not a
     ``torch.optim.Optimizer`` is stepped with its own ``step()``."""
     if (
-        not isinstance(opt, torch.optim.Optimizer)  # e.g. LeanAdam, which steps its own way
+        not isinstance(opt, torch.optim.Optimizer)
+        or not _installed  # without install() the dynamo import is paid by the optimizer's constructor
+        or not kernels.enabled("no_dynamo")
         or _DYNAMO in sys.modules
-        or _hooked(opt)
+        or hooked(opt)
         or any(g.get("differentiable", False) for g in opt.param_groups)
     ):
         opt.step()
@@ -101,6 +114,3 @@ def step(opt: Any) -> None:
     with torch.no_grad():
         _raw_step(type(opt))(opt)  # type: ignore[arg-type]  # a class is hashable (mypy checks its instances)
     opt._opt_called = True  # type: ignore[attr-defined]  # what the hook layer records (LR-scheduler check)
-
-
-install()

@@ -1,7 +1,7 @@
 """Causal language models as policies, fully offline: a character tokenizer and scratch models built from
 configs, local checkpoints, and the per-token log-probabilities ``[B, T]`` that every LLM loss consumes.
 
-The batch layout shared with :mod:`advantage.rollout.generate`: prompts left-padded to a common length
+The batch layout shared with :mod:`advantage.lm.generate`: prompts left-padded to a common length
 ``P``, responses right-padded to ``T``, ``input_ids = cat(prompt_ids, response_ids)`` of length
 ``L = P + T`` and ``response_start = P``. Position ids come from the attention mask
 (``cumsum(mask) - 1``), so a row's left padding never shifts its positions: a padded row gets the same
@@ -357,7 +357,7 @@ def sequence_logprobs(
             ``h_{P-1+t}``: the state in which ``y_t`` is chosen, i.e. what a value head reads for ``V(s_t)``.
         chunk_elements: when ``B·T·V`` exceeds it (default 4M numbers, 16 MiB in fp32), the output layer
             and log-softmax run in chunks of ``chunk_elements // V`` tokens with their own backward
-            (:func:`advantage.nn.chunked.chunked_logprobs`): equal values and gradients, memory
+            (:func:`advantage.lm.chunked.chunked_logprobs`): equal values and gradients, memory
             ``O(chunk × V)`` instead of ``O(B·T·V)``.
 
     Returns:
@@ -376,13 +376,13 @@ def sequence_logprobs(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     keep = torch.arange(response_start - 1, length - 1, device=input_ids.device)  # [T]
     targets = input_ids[:, response_start:]  # [B, T]
-    from advantage.nn.chunked import head_logprobs, use_chunks
-    from advantage.nn.lean import lean_decoder, padded_causal_mask
+    from advantage.lm.chunked import head_logprobs, use_chunks
+    from advantage.lm.lean import lean_decoder, padded_causal_mask
 
     head = model.get_output_embeddings()  # in chunks past chunk_elements numbers (see the docstring)
     chunked = use_chunks(head, targets.numel(), chunk_elements)
     lean = lean_decoder(model)
-    if lean is not None:  # the same function with less framework work per call (advantage.nn.lean)
+    if lean is not None:  # the same function with less framework work per call (advantage.lm.lean)
         dtype = model.get_input_embeddings().weight.dtype
         mask = padded_causal_mask(attention_mask, dtype)
         hidden = lean.hidden(input_ids, position_ids_from_mask(attention_mask), mask)[:, keep]  # [B, T, H]

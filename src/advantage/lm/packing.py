@@ -3,7 +3,7 @@
 A *segment* is one prompt followed by its responses; segments fill rows of a fixed width first-fit, and a
 4D additive mask lets each response token attend to its own prompt and causally to its own response
 only, at the positions it would have right after the prompt. The hidden states, and so the log-probs, are
-those of the padded ``prompt + response`` batch of :func:`advantage.nn.lm.sequence_logprobs` up to float
+those of the padded ``prompt + response`` batch of :func:`advantage.lm.model.sequence_logprobs` up to float
 rounding, without the padding: GRPO's groups of G samples, DPO's chosen/rejected pairs and the reward
 model's K responses all share their prompt this way.
 """
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from advantage.nn.chunked import head_logprobs
-from advantage.nn.lm import sequence_logprobs
+from advantage.lm.chunked import head_logprobs
+from advantage.lm.model import sequence_logprobs
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -185,9 +185,9 @@ def packable(model: PreTrainedModel) -> bool:
 def packed_hidden(decoder: PreTrainedModel, packed: PackedPrompts, rows: Tensor | None = None) -> Tensor:
     """Final-norm hidden states ``[R * L, H]`` of a packed batch (``decoder``: the transformer without the
     LM head), or ``[len(rows), H]`` at the flat indices ``rows`` (``packed.last``, ``packed.predictors``).
-    Qwen2/Llama decoders go through the lean forward (:mod:`advantage.nn.lean`), which then skips the last
+    Qwen2/Llama decoders go through the lean forward (:mod:`advantage.lm.lean`), which then skips the last
     layer's queries and MLP at the positions nobody reads."""
-    from advantage.nn.lean import lean_decoder
+    from advantage.lm.lean import lean_decoder
 
     lean = lean_decoder(decoder)
     if lean is not None:
@@ -208,7 +208,7 @@ def packed_logprobs(model: PreTrainedModel, packed: PackedPrompts, temperature: 
     """``log π(y_t | x, y_<t) `` of every packed response token (``packed.targets``), ``[N]`` fp32: the
     vocabulary projection runs on the ``N`` hidden states that predict response tokens only."""
     h = packed_hidden(model.get_decoder(), packed, packed.predictors)  # [N, H]
-    # in chunks of tokens once [N, V] is large (advantage.nn.chunked): equal values and gradients
+    # in chunks of tokens once [N, V] is large (advantage.lm.chunked): equal values and gradients
     return head_logprobs(h, model.get_output_embeddings(), packed.targets, temperature)
 
 
@@ -253,12 +253,12 @@ def generation_logprobs(
     """Per-token log-probs ``[B, T]`` (fp32, ``T = max(lengths)``, zeros after each response's end) of
     sampled responses, rows with the same prompt packed as one segment (:func:`pack_prompts`).
 
-    Equal, to float rounding, to :func:`~advantage.nn.lm.sequence_logprobs` on ``cat(prompt_ids,
+    Equal, to float rounding, to :func:`~advantage.lm.model.sequence_logprobs` on ``cat(prompt_ids,
     response_ids[:, :T])`` at response positions (tested); models :func:`packable` refuses, or an empty
     prompt, take that padded path.
 
     Args:
-        prompt_ids, prompt_mask: ``[B, P]``, left-padded prompts (as :func:`~advantage.rollout.generate.
+        prompt_ids, prompt_mask: ``[B, P]``, left-padded prompts (as :func:`~advantage.lm.generate.
             generate` returns them).
         response_ids: ``[B, ≥T]``. lengths: ``[B]`` response lengths, EOS included.
     """

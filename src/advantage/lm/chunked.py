@@ -204,13 +204,13 @@ def head_logprobs(
 ) -> Tensor:
     """``log π(y)`` ``[...]`` fp32 of ``targets`` ``[...]`` from hidden states ``[..., H]`` through the output
     layer ``head``: in chunks (:func:`chunked_logprobs`) when :func:`use_chunks` says so, else through the
-    full ``[..., V]`` logits (:func:`advantage.nn.lm.token_logprobs`). Equal values and gradients."""
+    full ``[..., V]`` logits (:func:`advantage.lm.model.token_logprobs`). Equal values and gradients."""
     if use_chunks(head, targets.numel(), chunk_elements):
         assert isinstance(head, nn.Linear)
         limit = DEFAULT_CHUNK_ELEMENTS if chunk_elements is None else chunk_elements
         return chunked_logprobs(
             hidden, head.weight, targets, bias=head.bias, temperature=temperature, chunk_elements=limit
         )[0]
-    from advantage.nn.lm import token_logprobs
+    from advantage.lm.model import token_logprobs
 
     return token_logprobs(head(hidden), targets, temperature)

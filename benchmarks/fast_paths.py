@@ -1,0 +1,388 @@
+r"""What each fast path buys: every (fast path, reference path) pair of :mod:`advantage.kernels` switched
+off one at a time, at the sizes the README quotes, plus ``torch.compile`` as a third arm.
+
+    python benchmarks/fast_paths.py                      # -> benchmarks/results/fast_paths.{md,json}
+    python benchmarks/fast_paths.py --baseline-src DIR   # also an arm running DIR's sources (an older
+                                                         # checkout's src/, e.g. a git worktree of main)
+    python benchmarks/fast_paths.py --quick              # one repeat, short runs (a smoke run)
+
+Three parts, every arm a fresh process with one torch thread, arms interleaved within each repeat:
+
+1. **Whole runs** of the command line (the clock from launch to exit, as a shell waits): PPO and DQN on
+   CartPole-v1 and SAC on Pendulum-v1 for a fixed number of steps (no evaluation, no TensorBoard, no
+   plot), with ``trainer.kernels`` = ``fast`` (the default), ``fast`` without one path, and ``reference``.
+   A fixed budget, not "until 475": a path that changes the float rounding (DQN's hand-written TD
+   gradient) changes the trajectory, and a time-to-threshold would then measure luck, not speed.
+2. **Language-model steps**: GRPO and DPO on the medium model (4 layers × hidden 128) with responses of
+   exactly 32 and 128 tokens, the equal-work rows of ``grpo_vs_trl.py`` / ``dpo_vs_trl.py``; the median
+   step time over steps 3.. of each process, then over processes.
+3. **torch.compile** (inductor, CPU): the learn step alone -- PPO's minibatch update on CartPole
+   (64 × 4 observations, 64-64 tanh actor-critic, clip loss, value loss, Adam) and GRPO's learn step on
+   the medium model (64 sequences of 10 prompt + 32 response tokens: log-probs, clip loss, backward,
+   AdamW) -- eager with the fast paths, eager reference, and the reference model compiled
+   (``torch.compile(fn)``; its compile time reported apart, the step time measured after warm-up).
+
+A path is kept where switching it off costs at least 10 % of the whole-step time at one of these sizes
+(the ``off / on`` column); the report marks each pair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+KEEP = 1.10  # a fast path stays where switching it off costs at least 10 % somewhere
+
+# part 1: the command lines (fixed budgets) and the paths each exercises
+RUNS: dict[str, dict[str, Any]] = {
+    "ppo-CartPole-v1": {"args": ["ppo", "env.id=CartPole-v1"], "steps": 20_000, "quick": 4_000},
+    "dqn-CartPole-v1": {"args": ["dqn", "env.id=CartPole-v1"], "steps": 20_000, "quick": 3_000},
+    "sac-Pendulum-v1": {"args": ["sac", "env.id=Pendulum-v1"], "steps": 3_000, "quick": 600},
+}
+CLASSIC_PATHS = ["optimizer_step", "clip_grad_norm", "no_dynamo", "dqn_td_backward"]
+LM_PATHS = ["optimizer_step", "clip_grad_norm", "lm_forward", "lm_backward"]
+LM_ROWS = ["grpo-medium-32", "grpo-medium-128", "dpo-medium-32", "dpo-medium-128"]
+ALL_PATHS = ["optimizer_step", "clip_grad_norm", "no_dynamo", "dqn_td_backward", "lm_forward", "lm_backward"]
+
+
+def kernels_without(path: str | None) -> str:
+    """The ``trainer.kernels`` value with every fast path but ``path`` (``None``: all of them)."""
+    if path is None:
+        return "fast"
+    rest = [p for p in ALL_PATHS if p != path]
+    return ",".join(rest)
+
+
+def child_env(src: Path | None) -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(src or ROOT / "src"))
+    return env
+
+
+# -- part 1: whole runs ------------------------------------------------------------------------------------
+def whole_run(name: str, kernels: str | None, steps: int, src: Path | None) -> float:
+    """Seconds from launch to exit of ``advantage train`` for ``name`` (``kernels`` None: the option unset,
+    for a baseline checkout that does not have it)."""
+    spec = RUNS[name]
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "advantage", "train", *spec["args"], f"trainer.total_steps={steps}"]
+        cmd += ["trainer.eval_every=0", "trainer.eval_episodes=1", "trainer.tensorboard=false"]
+        cmd += ["trainer.plot=false", "trainer.torch_threads=1", "trainer.run_dir=run", "--quiet"]
+        if kernels is not None:
+            cmd.append(f"trainer.kernels={kernels}")
+        t0 = time.perf_counter()
+        out = subprocess.run(cmd, cwd=tmp, env=child_env(src), capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
+    return wall
+
+
+# -- part 2: language-model steps (run in a child process: python fast_paths.py --lm-child ...) ------------
+def lm_child(row: str, kernels: str | None, steps: int) -> dict[str, Any]:
+    """One process of a GRPO or DPO equal-work row: the step-end stamps and learn times."""
+    sys.path.insert(0, str(HERE))
+    import harness
+
+    algo, size = row.split("-", 1)
+    module = __import__(f"{algo}_vs_trl")
+    overrides = module.advantage_overrides
+
+    def with_kernels(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        over = overrides(*args, **kwargs)
+        return over if kernels is None else {**over, "trainer.kernels": kernels}
+
+    module.advantage_overrides = with_kernels
+    import torch
+
+    torch.set_num_threads(1)
+    harness.warm_core()
+    r = module.run_advantage(size, 0, steps)
+    ends = r["step_end"]
+    return {"step_s": [b - a for a, b in itertools.pairwise(ends)], "learn_s": r.get("learn", [])}
+
+
+def lm_row(row: str, kernels: str | None, steps: int, src: Path | None) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--lm-child", row, "--kernels", kernels or "", "--steps", str(steps)]
+    out = subprocess.run(cmd, env=child_env(src), capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{row} kernels={kernels} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# -- part 3: torch.compile -----------------------------------------------------------------------------------
+def compile_child(kind: str, arm: str, iters: int) -> dict[str, Any]:
+    """Median seconds of one learn step (``kind`` ppo or grpo) in ``arm``: fast, reference or compile."""
+    import torch
+
+    from advantage import kernels, optim
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    mode = "fast" if arm == "fast" else "reference"
+    step_fn = _ppo_update() if kind == "ppo" else _grpo_learn()
+    compile_s = 0.0
+    if arm == "compile":
+        fn = torch.compile(step_fn["loss"])
+        t0 = time.perf_counter()
+        with kernels.using(mode):
+            _one(step_fn, fn, optim)
+        compile_s = time.perf_counter() - t0
+    else:
+        fn = step_fn["loss"]
+    times = []
+    with kernels.using(mode):
+        for _ in range(3):
+            _one(step_fn, fn, optim)
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            _one(step_fn, fn, optim)
+            times.append(time.perf_counter() - t0)
+    return {"step_s": statistics.median(times), "compile_s": compile_s}
+
+
+def _one(step_fn: dict[str, Any], loss_fn: Any, optim: Any) -> None:
+    params, opt = step_fn["params"], step_fn["opt"]
+    optim.zero_grad(params)
+    loss_fn().backward()
+    optim.clip_grad_norm(params, step_fn["max_norm"])
+    optim.step(opt)
+
+
+def _ppo_update() -> dict[str, Any]:
+    """PPO's minibatch update on CartPole at the default sizes (64 observations, 64-64 tanh)."""
+    import gymnasium as gym
+    import torch
+
+    from advantage import optim
+    from advantage.configs.ppo import PPOConfig
+    from advantage.math import POLICY_LOSSES, VALUE_LOSSES
+
+    cfg = PPOConfig()
+    env = gym.make("CartPole-v1")
+    model = cfg.model.build(env.observation_space, env.action_space)
+    obs, act = torch.randn(64, 4), torch.randint(0, 2, (64,))
+    old_logp, adv = torch.full((64,), -0.69), torch.randn(64)
+    old_v, ret = torch.randn(64), torch.randn(64)
+
+    def loss() -> torch.Tensor:
+        logp, entropy, value = model.evaluate(obs, act)
+        pl, _ = POLICY_LOSSES["ppo_clip"](logp, old_logp, adv, None, clip_low=0.2, with_metrics=False)
+        vl = VALUE_LOSSES["mse"](value, old_v, ret, None)
+        return pl.mean() + 0.5 * vl.mean() - 0.0 * entropy.mean()
+
+    params = list(model.parameters())
+    return {"loss": loss, "params": params, "opt": optim.adam(params, 3e-4, eps=1e-5), "max_norm": 0.5}
+
+
+def _grpo_learn() -> dict[str, Any]:
+    """GRPO's learn step on the medium model: 64 sequences of 10 prompt + 32 response tokens."""
+    import torch
+
+    from advantage import optim
+    from advantage.lm.model import build_char_tokenizer, build_scratch_model, sequence_logprobs
+    from advantage.math import POLICY_LOSSES
+
+    tok = build_char_tokenizer("0123456789+= ")
+    model = build_scratch_model("qwen2", tok, hidden_size=128, layers=4, heads=4, seed=0)
+    model.train()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, len(tok), (64, 42), generator=g)
+    mask = torch.ones_like(ids)
+    old_logp = torch.full((64, 32), -2.5)
+    adv = torch.randn(64, 1, generator=g).expand(64, 32)
+
+    def loss() -> torch.Tensor:
+        logp = sequence_logprobs(model, ids, mask, response_start=10)
+        pl, _ = POLICY_LOSSES["ppo_clip"](logp, old_logp, adv, None, clip_low=0.2, with_metrics=False)
+        return pl.mean()
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = optim.adam(params, 1e-3, decoupled=True)
+    return {"loss": loss, "params": params, "opt": opt, "max_norm": 1.0}
+
+
+def compile_row(kind: str, arm: str, iters: int) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--compile-child", kind, "--arm", arm, "--steps", str(iters)]
+    out = subprocess.run(cmd, env=child_env(None), capture_output=True, text=True)
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1][:300] if out.stderr.strip() else "failed"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# -- the report ---------------------------------------------------------------------------------------------
+def _med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def table(payload: dict[str, Any]) -> list[str]:
+    lines = ["### Fast paths: each switched off, and torch.compile", ""]
+    lines.append(
+        f"{payload['repeats']} repeat(s) of the whole runs and {payload['lm_repeats']} of the LM rows, arms "
+        "interleaved, each a fresh process with one torch thread; "
+        f"torch {payload['torch']}, transformers {payload['transformers']}, Python {payload['python']}, "
+        f"{payload['machine']}, {payload['cpus']} cores, 1-minute load {payload['load_start']:.2f} at the "
+        f"start and {payload['load_end']:.2f} at the end. `off / on`: the median time with the path switched "
+        "off over the median with every path on (`trainer.kernels=fast`); a path is kept where it is at "
+        "least "
+        f"{KEEP:.2f} for one row. Written by `benchmarks/fast_paths.py`."
+    )
+    lines += ["", "#### Whole runs (launch to exit) and language-model steps", ""]
+    offs = " | ".join(f"off: {p}" for p in ALL_PATHS)
+    lines.append(f"| row | unit | all fast paths | {offs} | reference |")
+    lines.append("|---|---|---|" + "---|" * len(ALL_PATHS) + "---|")
+    for row, arms in payload["rows"].items():
+        base = _med(arms["fast"])
+        unit = "s / run" if row in RUNS else "s / step"
+        cells = [f"{base:.3f}"]
+        for p in ALL_PATHS:
+            xs = arms.get(p)
+            cells.append("—" if not xs else f"{_med(xs):.3f} ({_med(xs) / base:.2f}×)")
+        ref = arms.get("reference")
+        cells.append("—" if not ref else f"{_med(ref):.3f} ({_med(ref) / base:.2f}×)")
+        lines.append(f"| {row} | {unit} | " + " | ".join(cells) + " |")
+    if payload.get("baseline"):
+        lines += ["", f"Baseline arm: `{payload['baseline']}` (the same commands on those sources).", ""]
+        lines.append("| row | this tree, all fast paths | baseline | this / baseline |")
+        lines.append("|---|---|---|---|")
+        for row, arms in payload["rows"].items():
+            if arms.get("baseline"):
+                a, b = _med(arms["fast"]), _med(arms["baseline"])
+                lines.append(f"| {row} | {a:.3f} | {b:.3f} | {a / b:.3f} |")
+    lines += ["", "#### Verdict per fast path (largest `off / on` over the rows it applies to)", ""]
+    lines.append("| fast path | largest off / on | row | kept (≥ 1.10) |")
+    lines.append("|---|---|---|---|")
+    for p, v in payload["verdict"].items():
+        lines.append(f"| {p} | {v['ratio']:.3f} | {v['row']} | {'yes' if v['kept'] else 'no'} |")
+    lines += ["", "#### The learn step alone: eager fast paths, eager reference, torch.compile", ""]
+    lines.append("| learn step | fast paths | reference | compiled reference | compile time (s) |")
+    lines.append("|---|---|---|---|---|")
+    for kind, arms in payload["compile"].items():
+
+        def cell(r: dict[str, Any]) -> str:
+            return f"error: {r['error']}" if "error" in r else f"{r['step_s'] * 1e3:.2f} ms"
+
+        comp = arms["compile"]
+        ctime = "—" if "error" in comp else f"{comp['compile_s']:.1f}"
+        fast, ref = cell(arms["fast"]), cell(arms["reference"])
+        lines.append(f"| {kind} | {fast} | {ref} | {cell(comp)} | {ctime} |")
+    return lines
+
+
+def verdict(rows: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for p in ALL_PATHS:
+        best = max(
+            ((_med(a[p]) / _med(a["fast"]), row) for row, a in rows.items() if a.get(p)),
+            default=(float("nan"), "—"),
+        )
+        out[p] = {"ratio": best[0], "row": best[1], "kept": best[0] >= KEEP}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--lm-repeats", type=int, default=2)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--baseline-src", type=Path, default=None, help="an older src/ as one more arm")
+    ap.add_argument("--only", default="", help="comma-separated parts: runs, lm, compile (default all)")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--lm-child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--compile-child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--kernels", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--arm", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--steps", type=int, default=0, help=argparse.SUPPRESS)
+    ns = ap.parse_args()
+    if ns.lm_child:
+        print(json.dumps(lm_child(ns.lm_child, ns.kernels or None, ns.steps)))
+        return
+    if ns.compile_child:
+        print(json.dumps(compile_child(ns.compile_child, ns.arm, ns.steps)))
+        return
+    import torch
+    import transformers
+
+    parts = set(ns.only.split(",")) if ns.only else {"runs", "lm", "compile"}
+    repeats, lm_repeats = (1, 1) if ns.quick else (ns.repeats, ns.lm_repeats)
+    base = ns.baseline_src.resolve() if ns.baseline_src else None
+    out_json = ns.out / "fast_paths.json"
+    old = json.loads(out_json.read_text()) if out_json.exists() and ns.only else {}
+    rows: dict[str, dict[str, list[float]]] = {} if not ns.only else old.get("rows", {})
+    compiled: dict[str, dict[str, Any]] = old.get("compile", {})
+    load_start = os.getloadavg()[0]
+
+    if "runs" in parts:
+        for name in RUNS:
+            rows[name] = {}
+        for rep in range(repeats):
+            for name, spec in RUNS.items():
+                steps = spec["quick"] if ns.quick else spec["steps"]
+                arms: list[tuple[str, str | None, Path | None]] = [("fast", "fast", None)]
+                arms += [(p, kernels_without(p), None) for p in CLASSIC_PATHS]
+                arms.append(("reference", "reference", None))
+                if base is not None:
+                    arms.append(("baseline", None, base))
+                for arm, kern, src in arms:
+                    t = whole_run(name, kern, steps, src)
+                    rows[name].setdefault(arm, []).append(t)
+                    print(f"[{rep + 1}/{repeats}] {name} {arm}: {t:.2f} s", flush=True)
+    if "lm" in parts:
+        for row in LM_ROWS:
+            rows[row] = {}
+        steps = 4 if ns.quick else 6
+        for rep in range(lm_repeats):
+            for row in LM_ROWS:
+                arms = [("fast", "fast", None)] + [(p, kernels_without(p), None) for p in LM_PATHS]
+                arms.append(("reference", "reference", None))
+                if base is not None:
+                    arms.append(("baseline", None, base))
+                for arm, kern, src in arms:
+                    r = lm_row(row, kern, steps, src)
+                    t = _med(r["step_s"][1:])  # steps 3.. (the first interval is step 2)
+                    rows[row].setdefault(arm, []).append(t)
+                    print(f"[{rep + 1}/{lm_repeats}] {row} {arm}: {t:.3f} s/step", flush=True)
+    if "compile" in parts:
+        iters = 20 if ns.quick else 200
+        for kind in ("ppo", "grpo"):
+            n = iters if kind == "ppo" else max(5, iters // 20)
+            compiled[kind] = {arm: compile_row(kind, arm, n) for arm in ("fast", "reference", "compile")}
+            print(kind, compiled[kind], flush=True)
+
+    payload = {
+        "repeats": repeats,
+        "lm_repeats": lm_repeats,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_start": load_start,
+        "load_end": os.getloadavg()[0],
+        "baseline": str(ns.baseline_src) if base else old.get("baseline"),
+        "rows": rows,
+        "verdict": verdict(rows),
+        "compile": compiled,
+    }
+    ns.out.mkdir(parents=True, exist_ok=True)
+    out_json.write_text(json.dumps(payload, indent=1) + "\n")
+    lines = table(payload)
+    (ns.out / "fast_paths.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
