@@ -141,13 +141,17 @@ def run_cell(algo: str, env_id: str, root: Path) -> dict[str, Any]:
             "seconds": 0.0,
         }
     out["interrupted"] = interrupted and p.returncode != 0
-    resume = subprocess.run(
-        _cmd("resume", str(run_dir), f"trainer.total_steps={budget * 3 // 2}", "--quiet"),
-        capture_output=True,
-        text=True,
-        env=CHILD_ENV,
-        timeout=CELL_TIMEOUT,
-    )
+    try:
+        resume = subprocess.run(
+            _cmd("resume", str(run_dir), f"trainer.total_steps={budget * 3 // 2}", "--quiet"),
+            capture_output=True,
+            text=True,
+            env=CHILD_ENV,
+            timeout=CELL_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired:
+        note = f"resume: over {CELL_TIMEOUT} s"
+        return out | {"status": "fail", "note": note, "seconds": time.monotonic() - t0}
     out["env_restarted"] = "could not be restored exactly" in resume.stderr
     if resume.returncode != 0:
         return out | {
@@ -248,8 +252,10 @@ def write_report(
 
 
 def main() -> None:
+    global CELL_TIMEOUT
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=1, help="cells run at once")
+    ap.add_argument("--timeout", type=int, default=CELL_TIMEOUT, help="seconds for one command of a cell")
     ap.add_argument("--cells", default="", help="only these ALGO:ENV_ID cells (comma-separated)")
     ap.add_argument("--algos", default="", help="only these algorithms (comma-separated)")
     ap.add_argument("--envs", default="", help="only these env ids (comma-separated)")
@@ -263,6 +269,7 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true", help="write the report from the log, run nothing")
     ap.add_argument("--again", action="store_true", help="run the picked cells even if logged (newest wins)")
     args = ap.parse_args()
+    CELL_TIMEOUT = args.timeout
     ids, skipped = env_ids()  # every buildable id, before --envs picks some
     algos = algorithms()
     if args.cells:

@@ -93,8 +93,10 @@ def whole_run(name: str, kernels: str | None, steps: int, src: Path | None) -> f
 
 # -- part 2: language-model steps (run in a child process: python fast_paths.py --lm-child ...) ------------
 def lm_child(row: str, kernels: str | None, steps: int) -> dict[str, Any]:
-    """One process of a GRPO or DPO equal-work row: the step-end stamps and learn times."""
-    sys.path.insert(0, str(HERE))
+    """One process of a GRPO or DPO equal-work row: the step-end stamps and learn times. The row's
+    settings come from the ``benchmarks/`` beside the sources run (a baseline checkout's own)."""
+    bench = Path(os.environ.get("PYTHONPATH", str(ROOT / "src"))).parent / "benchmarks"
+    sys.path.insert(0, str(bench if (bench / "harness.py").exists() else HERE))
     import harness
 
     algo, size = row.split("-", 1)

@@ -35,12 +35,13 @@ Implementation details:
    return of the greedy rollouts (``train/q_realized``) and their difference (``train/overestimation``).
    Training is untouched: the probe has its own environments and random generator.
 7. On CPU a small network's gradient step costs mostly per-call overhead, not arithmetic: the optimizer
-   is :class:`~advantage.algos.offpolicy_common.LeanAdam` (fused Adam without the optimizer's Python
-   layers), the gradient-norm clip is two fused kernels, and the loss is read back once per step (the
-   check that stops a NaN before it reaches the weights). For an MLP with a plain head (the default
-   network) the TD step's gradient is also written out by hand (:meth:`QNetwork.td_backward`: three
-   matmuls per layer, no autograd graph recorded and replayed); ``ADVANTAGE_LEAN_BACKWARD=0`` in the
-   environment keeps autograd, and the tests check the two give the same loss and gradients.
+   is fused Adam stepped by :func:`advantage.optim.step` (without the optimizer's Python layers), the
+   gradient-norm clip is two fused kernels, and the loss is read back once per step (the check that stops
+   a NaN before it reaches the weights). For an MLP with a plain head (the default network) the TD step's
+   gradient is also written out by hand (:meth:`QNetwork.td_backward`: three matmuls per layer, no
+   autograd graph recorded and replayed); ``trainer.kernels`` without ``dqn_td_backward`` keeps autograd,
+   and the tests check the two give the same loss and gradients (``benchmarks/results/fast_paths.md``:
+   what each of these buys).
 """
 
 from __future__ import annotations
@@ -154,7 +155,8 @@ class QNetwork(nn.Module):
             lin.bias.grad = g.sum(0)
             if i > 0:
                 g = g @ lin.weight
-                g = torch.ops.aten.threshold_backward(g, x, 0.0) if relu else g * (1 - x * x)
+                # ReLU's backward (x is its output: g where x > 0, else 0) or tanh's (1 − x²)
+                g = torch.where(x > 0, g, 0.0) if relu else g * (1 - x * x)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """``[B, *obs_shape] -> [B, A]``."""
