@@ -692,8 +692,8 @@ _EAGER_OPTIMIZERS = False
 
 def eager_optimizers() -> None:
     """Let :func:`_train` install :func:`advantage.optim.eager.install` (torch.optim's methods without the
-    ``torch._dynamo`` import, for the whole process) before a run whose algorithm uses torch. Called by the
-    ``advantage`` command only: a program that imports the library keeps torch as it is."""
+    import of torch's compiler module, for the whole process) before a run whose algorithm uses torch.
+    Called by the ``advantage`` command only: a program that imports the library keeps torch as it is."""
     global _EAGER_OPTIMIZERS
     _EAGER_OPTIMIZERS = True
 
