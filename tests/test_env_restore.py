@@ -8,9 +8,12 @@ builds here) and the values an env may store (property-based), not a list of nam
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import random
+import sys
 import warnings
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -24,23 +27,18 @@ from advantage.envs import env_state, set_env_state
 from advantage.envs.replay import EpisodeRecorder, restore_env
 from advantage.envs.state import _decode, _decode_plain, _encode
 
-FAMILIES = ("classic_control", "toy_text", "box2d", "mujoco")
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("env_matrix", ROOT / "benchmarks" / "env_matrix.py")
+assert _spec is not None and _spec.loader is not None
+matrix = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("env_matrix", matrix)
+_spec.loader.exec_module(matrix)
 
 
 def registry_ids() -> list[str]:
-    """Every id of the four families whose env builds here (old MuJoCo versions need mujoco<3)."""
-    ids = []
-    for env_id, spec in gym.registry.items():
-        if not any(f"envs.{f}" in str(spec.entry_point) for f in FAMILIES):
-            continue
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                gym.make(env_id).close()
-        except Exception:
-            continue
-        ids.append(env_id)
-    return ids
+    """Every id of the four families whose env builds here (the env matrix's own list; old MuJoCo
+    versions need mujoco<3)."""
+    return matrix.env_ids()[0]
 
 
 IDS = registry_ids()
