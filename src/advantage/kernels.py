@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["FAST_PATHS", "enabled", "parse", "problems", "using"]
+__all__ = ["FAST_PATHS", "configure", "enabled", "parse", "problems", "using"]
 
 FAST_PATHS: dict[str, str] = {
     "optimizer_step": "Adam/AdamW (fused) and RMSprop (foreach) stepped with torch's kernels without "
@@ -67,6 +67,13 @@ def problems(value: str) -> list[str]:
 def enabled(name: str) -> bool:
     """Whether the fast path ``name`` (a key of :data:`FAST_PATHS`) is on."""
     return name in _on
+
+
+def configure(value: str) -> None:
+    """Take the fast paths of ``value`` for the rest of this process: a worker process that serves one run
+    (a Ray rollout worker), where no block encloses the run."""
+    global _on
+    _on = parse(value)
 
 
 @contextmanager

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from advantage import kernels
 from advantage.algos.llm import common
 from advantage.algos.llm.shared import load_reward, score, scored_task
 from advantage.lm.generate import concat_generations
@@ -30,6 +31,7 @@ class LMWorker:
 
     def __init__(self, cfg: Any):
         torch.set_num_threads(cfg.trainer.torch_threads)
+        kernels.configure(cfg.trainer.kernels)  # this process serves one run: its fast paths
         task = scored_task(cfg.data)
         model, tok = common.build_model(cfg, task)
         self.policy = common.LMPolicy(model.to(cfg.trainer.device), tok, task, cfg)
