@@ -230,6 +230,12 @@ def _med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+def paired(arms: dict[str, list[float]], arm: str) -> float:
+    """The median over repeats of ``arm``'s time over the all-fast time of the same repeat (a repeat's
+    arms run back to back, so a change of the machine's load between repeats cancels)."""
+    return _med([a / b for a, b in zip(arms[arm], arms["fast"], strict=False)])
+
+
 def table(payload: dict[str, Any]) -> list[str]:
     lines = ["### Fast paths: each switched off, and torch.compile", ""]
     lines.append(
@@ -237,9 +243,10 @@ def table(payload: dict[str, Any]) -> list[str]:
         "interleaved, each a fresh process with one torch thread; "
         f"torch {payload['torch']}, transformers {payload['transformers']}, Python {payload['python']}, "
         f"{payload['machine']}, {payload['cpus']} cores, 1-minute load {payload['load_start']:.2f} at the "
-        f"start and {payload['load_end']:.2f} at the end. `off / on`: the median time with the path switched "
-        "off over the median with every path on (`trainer.kernels=fast`); a path is kept where it is at "
-        "least "
+        f"start and {payload['load_end']:.2f} at the end. `off / on` (in brackets): the median over "
+        "repeats of "
+        "the time with the path switched off over the time with every path on (`trainer.kernels=fast`) in "
+        "the same repeat; a path is kept where it is at least "
         f"{KEEP:.2f} for one row. Written by `benchmarks/fast_paths.py`."
     )
     lines += ["", "#### Whole runs (launch to exit) and language-model steps", ""]
@@ -252,9 +259,9 @@ def table(payload: dict[str, Any]) -> list[str]:
         cells = [f"{base:.3f}"]
         for p in ALL_PATHS:
             xs = arms.get(p)
-            cells.append("—" if not xs else f"{_med(xs):.3f} ({_med(xs) / base:.2f}×)")
+            cells.append("—" if not xs else f"{_med(xs):.3f} ({paired(arms, p):.2f}×)")
         ref = arms.get("reference")
-        cells.append("—" if not ref else f"{_med(ref):.3f} ({_med(ref) / base:.2f}×)")
+        cells.append("—" if not ref else f"{_med(ref):.3f} ({paired(arms, 'reference'):.2f}×)")
         lines.append(f"| {row} | {unit} | " + " | ".join(cells) + " |")
     if payload.get("baseline"):
         lines += ["", f"Baseline arm: `{payload['baseline']}` (the same commands on those sources).", ""]
@@ -263,7 +270,7 @@ def table(payload: dict[str, Any]) -> list[str]:
         for row, arms in payload["rows"].items():
             if arms.get("baseline"):
                 a, b = _med(arms["fast"]), _med(arms["baseline"])
-                lines.append(f"| {row} | {a:.3f} | {b:.3f} | {a / b:.3f} |")
+                lines.append(f"| {row} | {a:.3f} | {b:.3f} | {1 / paired(arms, 'baseline'):.3f} |")
     lines += ["", "#### Verdict per fast path (largest `off / on` over the rows it applies to)", ""]
     lines.append("| fast path | largest off / on | row | kept (≥ 1.10) |")
     lines.append("|---|---|---|---|")
@@ -288,7 +295,7 @@ def verdict(rows: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, Any]
     out = {}
     for p in ALL_PATHS:
         best = max(
-            ((_med(a[p]) / _med(a["fast"]), row) for row, a in rows.items() if a.get(p)),
+            ((paired(a, p), row) for row, a in rows.items() if a.get(p)),
             default=(float("nan"), "—"),
         )
         out[p] = {"ratio": best[0], "row": best[1], "kept": best[0] >= KEEP}
@@ -338,6 +345,7 @@ def main() -> None:
                 arms.append(("reference", "reference", None))
                 if base is not None:
                     arms.append(("baseline", None, base))
+                arms = arms[rep % len(arms) :] + arms[: rep % len(arms)]  # each arm first in turn
                 for arm, kern, src in arms:
                     t = whole_run(name, kern, steps, src)
                     rows[name].setdefault(arm, []).append(t)
@@ -352,6 +360,7 @@ def main() -> None:
                 arms.append(("reference", "reference", None))
                 if base is not None:
                     arms.append(("baseline", None, base))
+                arms = arms[rep % len(arms) :] + arms[: rep % len(arms)]
                 for arm, kern, src in arms:
                     r = lm_row(row, kern, steps, src)
                     t = _med(r["step_s"][1:])  # steps 3.. (the first interval is step 2)
