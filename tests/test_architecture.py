@@ -28,6 +28,9 @@ ALGOS = "advantage.algos"
 BELOW_ALGOS = (
     "advantage.math",
     "advantage.nn",
+    "advantage.lm",
+    "advantage.optim",
+    "advantage.kernels",
     "advantage.envs",
     "advantage.data",
     "advantage.rollout",
@@ -181,6 +184,37 @@ def test_the_layers_below_the_algorithms_do_not_import_them(below):
         if _in(src, below)
         for dst in targets
         if _in(dst, ALGOS)
+    )
+    assert not bad, "\n".join(bad)
+
+
+CLASSIC_ALGOS = (
+    "a2c",
+    "ddpg",
+    "dqn",
+    "offpolicy_common",
+    "ppo",
+    "reinforce",
+    "sac",
+    "td3",
+    "trpo",
+    "tabular",
+)
+CLASSIC = ("advantage.nn", "advantage.optim", *(f"advantage.algos.{m}" for m in CLASSIC_ALGOS))
+
+
+@pytest.mark.parametrize("classic", CLASSIC)
+def test_the_classic_code_never_imports_the_language_model_code(classic):
+    """The classic networks, the optimizer step and the classic trainers stay clear of ``advantage.lm``
+    (model code that needs the ``llm`` extra for most of what it does)."""
+    g = graph(module_level_only=False)
+    assert any(_in(src, classic) for src in g), classic
+    bad = sorted(
+        f"{src} imports {dst}"
+        for src, targets in g.items()
+        if _in(src, classic)
+        for dst in targets
+        if _in(dst, "advantage.lm")
     )
     assert not bad, "\n".join(bad)
 
