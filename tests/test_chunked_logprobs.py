@@ -7,6 +7,9 @@ import torch.nn.functional as F
 from advantage.lm.chunked import chunk_rows, chunked_logprobs
 from advantage.lm.model import token_logprobs
 
+# On every supported torch version too (benchmarks/torch_versions.py): a fast path against its reference.
+pytestmark = pytest.mark.torch_versions
+
 U = 2.0**-24  # unit roundoff of fp32: one rounding is off by at most u times the value
 
 

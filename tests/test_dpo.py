@@ -87,6 +87,7 @@ def test_micro_batches_equal_one_batch_and_start_at_log_2():
     assert_within(g_one, g_micro, summed_bound(parts, chain_length(model.config, tokens, longest)))
 
 
+@pytest.mark.torch_versions
 def test_training_learns_the_preferences(tmp_path):
     run = _train(tmp_path, **{"trainer.total_steps": 40, "trainer.eval_every": 40, "trainer.log_every": 5})
     train_rows = [r for r in run.metrics if "train/loss" in r]

@@ -17,6 +17,9 @@ from advantage.lm.model import (
     sequence_logprobs,
 )
 
+# On every supported torch version too (benchmarks/torch_versions.py): a fast path against its reference.
+pytestmark = pytest.mark.torch_versions
+
 ARCHS = [("qwen2", 4), ("qwen2", 2), ("llama", 4), ("llama", 1)]  # (arch, kv heads of 4): GQA included
 
 

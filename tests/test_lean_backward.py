@@ -17,6 +17,9 @@ from advantage.lm.lean import _Stack, lean_decoder, padded_causal_mask
 from advantage.lm.model import build_char_tokenizer, build_scratch_model, position_ids_from_mask
 from advantage.lm.packing import pack_prompts
 
+# On every supported torch version too (benchmarks/torch_versions.py): a fast path against its reference.
+pytestmark = pytest.mark.torch_versions
+
 # (arch, kv heads of 4): Qwen2 has q/k/v biases, Llama none; kv < 4 is grouped-query attention
 ARCHS = [("qwen2", 4), ("qwen2", 2), ("llama", 4), ("llama", 1)]
 

@@ -20,6 +20,9 @@ from advantage.math import (
     masked_whiten,
 )
 
+# On every supported torch version too (benchmarks/torch_versions.py): a fast path against its reference.
+pytestmark = pytest.mark.torch_versions
+
 SHAPES = [(1,), (5,), (64,), (3, 7), (8, 128)]
 DTYPES = [torch.float32, torch.float64]
 

@@ -17,6 +17,9 @@ from advantage import kernels, optim
 from advantage.optim import clip_grad_norm, eager, zero_grad
 from advantage.optim import step as optimizer_step
 
+# On every supported torch version too (benchmarks/torch_versions.py): a fast path against its reference.
+pytestmark = pytest.mark.torch_versions
+
 
 def net(seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)

@@ -11,6 +11,9 @@ pytest.importorskip("transformers")
 from advantage.lm.model import build_char_tokenizer, build_scratch_model, sequence_logprobs
 from advantage.lm.packing import generation_logprobs, response_segments
 
+# On every supported torch version too (benchmarks/torch_versions.py): a fast path against its reference.
+pytestmark = pytest.mark.torch_versions
+
 
 @pytest.fixture(scope="module")
 def tok():

@@ -204,6 +204,7 @@ LEARNS = {
 }
 
 
+@pytest.mark.torch_versions
 def test_a_tiny_reward_model_learns_the_synthetic_task(tmp_path):
     start = time.perf_counter()
     run = _train(tmp_path, **LEARNS)

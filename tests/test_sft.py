@@ -152,6 +152,7 @@ def test_checkpoint_is_a_model_folder_with_identical_logprobs(tmp_path):
     assert run2.config.model.pretrained and run2.step == 2
 
 
+@pytest.mark.torch_versions
 def test_training_lowers_the_loss(tmp_path):
     run = _train(
         tmp_path, **{"trainer.total_steps": 40, "trainer.log_every": 5, "algorithm.learning_rate": 1e-2}

@@ -192,6 +192,7 @@ def test_slippery_q_learning_matches_value_iteration_success_rate():
 
 
 @pytest.mark.slow
+@pytest.mark.torch_versions
 def test_q_learning_vs_sarsa_on_cliffwalking():
     """The classic contrast (Sutton & Barto, Example 6.6): Q-learning's greedy policy walks the cliff edge
     (return −13, optimal); SARSA, learning the ε-greedy policy it follows, keeps a safer distance."""
