@@ -8,7 +8,10 @@ off one at a time, at the sizes the README quotes, plus ``torch.compile`` as a t
 
 Three parts, every arm a fresh process with one torch thread, arms interleaved within each repeat:
 
-1. **Whole runs** of the command line (the clock from launch to exit, as a shell waits): PPO and DQN on
+Times are CPU seconds (user + system) of the process or of the step, the wall times beside them in the
+JSON: on a shared machine the CPU time is what the work itself costs.
+
+1. **Whole runs** of the command line (launch to exit): PPO and DQN on
    CartPole-v1 and SAC on Pendulum-v1 for a fixed number of steps (no evaluation, no TensorBoard, no
    plot), with ``trainer.kernels`` = ``fast`` (the default), ``fast`` without one path, and ``reference``.
    A fixed budget, not "until 475": a path that changes the float rounding (DQN's hand-written TD
@@ -33,6 +36,7 @@ import itertools
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -73,9 +77,10 @@ def child_env(src: Path | None) -> dict[str, str]:
 
 
 # -- part 1: whole runs ------------------------------------------------------------------------------------
-def whole_run(name: str, kernels: str | None, steps: int, src: Path | None) -> float:
-    """Seconds from launch to exit of ``advantage train`` for ``name`` (``kernels`` None: the option unset,
-    for a baseline checkout that does not have it)."""
+def whole_run(name: str, kernels: str | None, steps: int, src: Path | None) -> tuple[float, float]:
+    """Seconds from launch to exit of ``advantage train`` for ``name``, and the CPU seconds the process used
+    (user + system: what it costs on a core of its own, far less sensitive than the wall time to what else
+    the machine runs). ``kernels`` None: the option unset, for a baseline checkout that does not have it."""
     spec = RUNS[name]
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "advantage", "train", *spec["args"], f"trainer.total_steps={steps}"]
@@ -83,12 +88,15 @@ def whole_run(name: str, kernels: str | None, steps: int, src: Path | None) -> f
         cmd += ["trainer.plot=false", "trainer.torch_threads=1", "trainer.run_dir=run", "--quiet"]
         if kernels is not None:
             cmd.append(f"trainer.kernels={kernels}")
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         out = subprocess.run(cmd, cwd=tmp, env=child_env(src), capture_output=True, text=True)
         wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
-    return wall
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
 
 
 # -- part 2: language-model steps (run in a child process: python fast_paths.py --lm-child ...) ------------
@@ -113,8 +121,11 @@ def lm_child(row: str, kernels: str | None, steps: int) -> dict[str, Any]:
     torch.set_num_threads(1)
     harness.warm_core()
     r = module.run_advantage(size, 0, steps)
-    ends = r["step_end"]
-    return {"step_s": [b - a for a, b in itertools.pairwise(ends)], "learn_s": r.get("learn", [])}
+    wall, cpu = r["step_end"], r["cpu_end"]
+    return {
+        "step_s": [b - a for a, b in itertools.pairwise(wall)],
+        "cpu_step_s": [b - a for a, b in itertools.pairwise(cpu)],
+    }
 
 
 def lm_row(row: str, kernels: str | None, steps: int, src: Path | None) -> dict[str, Any]:
@@ -150,9 +161,9 @@ def compile_child(kind: str, arm: str, iters: int) -> dict[str, Any]:
         for _ in range(3):
             _one(step_fn, fn, optim)
         for _ in range(iters):
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             _one(step_fn, fn, optim)
-            times.append(time.perf_counter() - t0)
+            times.append(time.process_time() - t0)
     return {"step_s": statistics.median(times), "compile_s": compile_s}
 
 
@@ -239,6 +250,9 @@ def paired(arms: dict[str, list[float]], arm: str) -> float:
 def table(payload: dict[str, Any]) -> list[str]:
     lines = ["### Fast paths: each switched off, and torch.compile", ""]
     lines.append(
+        "Times are the CPU seconds (user + system) of the process, or of a step: what the work costs on a "
+        "core of its own, which other load on the machine changes far less than the wall time (kept in the "
+        "JSON). "
         f"{payload['repeats']} repeat(s) of the whole runs and {payload['lm_repeats']} of the LM rows, arms "
         "interleaved, each a fresh process with one torch thread; "
         f"torch {payload['torch']}, transformers {payload['transformers']}, Python {payload['python']}, "
@@ -249,13 +263,13 @@ def table(payload: dict[str, Any]) -> list[str]:
         "the same repeat; a path is kept where it is at least "
         f"{KEEP:.2f} for one row. Written by `benchmarks/fast_paths.py`."
     )
-    lines += ["", "#### Whole runs (launch to exit) and language-model steps", ""]
+    lines += ["", "#### Whole runs (launch to exit) and language-model steps, CPU seconds", ""]
     offs = " | ".join(f"off: {p}" for p in ALL_PATHS)
     lines.append(f"| row | unit | all fast paths | {offs} | reference |")
     lines.append("|---|---|---|" + "---|" * len(ALL_PATHS) + "---|")
     for row, arms in payload["rows"].items():
         base = _med(arms["fast"])
-        unit = "s / run" if row in RUNS else "s / step"
+        unit = "CPU s / run" if row in RUNS else "CPU s / step"
         cells = [f"{base:.3f}"]
         for p in ALL_PATHS:
             xs = arms.get(p)
@@ -332,6 +346,7 @@ def main() -> None:
     old = json.loads(out_json.read_text()) if out_json.exists() and ns.only else {}
     rows: dict[str, dict[str, list[float]]] = {} if not ns.only else old.get("rows", {})
     compiled: dict[str, dict[str, Any]] = old.get("compile", {})
+    walls: dict[str, dict[str, list[float]]] = old.get("wall", {}) if ns.only else {}
     load_start = os.getloadavg()[0]
 
     if "runs" in parts:
@@ -347,9 +362,10 @@ def main() -> None:
                     arms.append(("baseline", None, base))
                 arms = arms[rep % len(arms) :] + arms[: rep % len(arms)]  # each arm first in turn
                 for arm, kern, src in arms:
-                    t = whole_run(name, kern, steps, src)
-                    rows[name].setdefault(arm, []).append(t)
-                    print(f"[{rep + 1}/{repeats}] {name} {arm}: {t:.2f} s", flush=True)
+                    wall, cpu = whole_run(name, kern, steps, src)
+                    rows[name].setdefault(arm, []).append(cpu)
+                    walls.setdefault(name, {}).setdefault(arm, []).append(wall)
+                    print(f"[{rep + 1}/{repeats}] {name} {arm}: {cpu:.2f} CPU s ({wall:.2f} s)", flush=True)
     if "lm" in parts:
         for row in LM_ROWS:
             rows[row] = {}
@@ -363,9 +379,10 @@ def main() -> None:
                 arms = arms[rep % len(arms) :] + arms[: rep % len(arms)]
                 for arm, kern, src in arms:
                     r = lm_row(row, kern, steps, src)
-                    t = _med(r["step_s"][1:])  # steps 3.. (the first interval is step 2)
+                    t = _med(r["cpu_step_s"][1:])  # steps 3.. (the first interval is step 2)
                     rows[row].setdefault(arm, []).append(t)
-                    print(f"[{rep + 1}/{lm_repeats}] {row} {arm}: {t:.3f} s/step", flush=True)
+                    walls.setdefault(row, {}).setdefault(arm, []).append(_med(r["step_s"][1:]))
+                    print(f"[{rep + 1}/{lm_repeats}] {row} {arm}: {t:.3f} CPU s/step", flush=True)
     if "compile" in parts:
         iters = 20 if ns.quick else 200
         for kind in ("ppo", "grpo"):
@@ -384,7 +401,8 @@ def main() -> None:
         "load_start": load_start,
         "load_end": os.getloadavg()[0],
         "baseline": str(ns.baseline_src) if base else old.get("baseline"),
-        "rows": rows,
+        "rows": rows,  # CPU seconds (per run, or per LM step)
+        "wall": walls,  # the same runs' wall seconds
         "verdict": verdict(rows),
         "compile": compiled,
     }
