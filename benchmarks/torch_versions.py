@@ -86,7 +86,9 @@ def probe(python: Path) -> tuple[str, str] | None:
 
 
 def base_version(v: str) -> str:
-    return v.split("+")[0]
+    """``2.6.0`` for ``2.6.0+cu124`` and for ``2.6``: the name of a version's environment."""
+    parts = v.split("+")[0].split(".")
+    return ".".join(parts + ["0"] * (3 - len(parts)))
 
 
 def upgrade_reason(report: dict[str, Any]) -> str:
@@ -326,7 +328,10 @@ def main() -> None:
         write(load())
         return
 
-    versions = args.versions or sorted({NEWEST, minimum()}, key=lambda v: version_key({"torch": v}))
+    versions = sorted(
+        {base_version(v) for v in args.versions or [NEWEST, minimum()]},
+        key=lambda v: version_key({"torch": v}),
+    )
     pytest_args = shlex.split(args.pytest_args)
     args.venv_root.mkdir(parents=True, exist_ok=True)
     no_cap = args.venv_root / "no-constraints.txt"
