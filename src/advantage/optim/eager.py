@@ -51,7 +51,10 @@ def _dispatcher(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         import torch._dynamo
 
-        real = torch._dynamo.disable(fn, True, wrapping=False)
+        try:
+            real = torch._dynamo.disable(fn, True, wrapping=False)
+        except TypeError:  # torch before 2.8: no ``wrapping`` argument (its wrapper is what it returns)
+            real = torch._dynamo.disable(fn, True)
         fn.__dynamo_disable = real  # type: ignore[attr-defined]  # torch's cache: later calls skip this
         return real(*args, **kwargs)
 
