@@ -56,17 +56,28 @@ RUNS: dict[str, dict[str, Any]] = {
     "dqn-CartPole-v1": {"args": ["dqn", "env.id=CartPole-v1"], "steps": 20_000, "quick": 3_000},
     "sac-Pendulum-v1": {"args": ["sac", "env.id=Pendulum-v1"], "steps": 3_000, "quick": 600},
 }
+# Every path this script has measured, in report order; those no longer in advantage.kernels.FAST_PATHS were
+# removed after a measurement showed them under the line (the results file keeps their numbers).
+REPORT_ORDER = ["optimizer_step", "clip_grad_norm", "no_dynamo", "dqn_td_backward"]
+REPORT_ORDER += ["lm_forward", "lm_backward"]
 CLASSIC_PATHS = ["optimizer_step", "clip_grad_norm", "no_dynamo", "dqn_td_backward"]
 LM_PATHS = ["optimizer_step", "clip_grad_norm", "lm_forward", "lm_backward"]
 LM_ROWS = ["grpo-medium-32", "grpo-medium-128", "dpo-medium-32", "dpo-medium-128"]
-ALL_PATHS = ["optimizer_step", "clip_grad_norm", "no_dynamo", "dqn_td_backward", "lm_forward", "lm_backward"]
+ALL_PATHS = list(REPORT_ORDER)
+
+
+def existing(paths: list[str]) -> list[str]:
+    """The paths of ``paths`` this tree still has (a removed one cannot be switched off)."""
+    from advantage.kernels import FAST_PATHS
+
+    return [p for p in paths if p in FAST_PATHS]
 
 
 def kernels_without(path: str | None) -> str:
     """The ``trainer.kernels`` value with every fast path but ``path`` (``None``: all of them)."""
     if path is None:
         return "fast"
-    rest = [p for p in ALL_PATHS if p != path]
+    rest = [p for p in existing(ALL_PATHS) if p != path]
     return ",".join(rest)
 
 
@@ -237,6 +248,12 @@ def compile_row(kind: str, arm: str, iters: int) -> dict[str, Any]:
 
 
 # -- the report ---------------------------------------------------------------------------------------------
+def _commit(root: Path) -> str:
+    cmd = ["git", "-C", str(root), "rev-parse", "--short", "HEAD"]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
 def _med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -261,17 +278,20 @@ def table(payload: dict[str, Any]) -> list[str]:
         "repeats of "
         "the time with the path switched off over the time with every path on (`trainer.kernels=fast`) in "
         "the same repeat; a path is kept where it is at least "
-        f"{KEEP:.2f} for one row. Written by `benchmarks/fast_paths.py`."
+        f"{KEEP:.2f} for one row. Sources measured: commit {payload.get('commit', 'unknown')}; a path no "
+        "longer in `advantage.kernels.FAST_PATHS` was removed after this measurement. Written by "
+        "`benchmarks/fast_paths.py`."
     )
     lines += ["", "#### Whole runs (launch to exit) and language-model steps, CPU seconds", ""]
-    offs = " | ".join(f"off: {p}" for p in ALL_PATHS)
+    shown = [p for p in REPORT_ORDER if any(p in arms for arms in payload["rows"].values())]
+    offs = " | ".join(f"off: {p}" for p in shown)
     lines.append(f"| row | unit | all fast paths | {offs} | reference |")
-    lines.append("|---|---|---|" + "---|" * len(ALL_PATHS) + "---|")
+    lines.append("|---|---|---|" + "---|" * len(shown) + "---|")
     for row, arms in payload["rows"].items():
         base = _med(arms["fast"])
         unit = "CPU s / run" if row in RUNS else "CPU s / step"
         cells = [f"{base:.3f}"]
-        for p in ALL_PATHS:
+        for p in shown:
             xs = arms.get(p)
             cells.append("—" if not xs else f"{_med(xs):.3f} ({paired(arms, p):.2f}×)")
         ref = arms.get("reference")
@@ -307,7 +327,9 @@ def table(payload: dict[str, Any]) -> list[str]:
 
 def verdict(rows: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, Any]]:
     out = {}
-    for p in ALL_PATHS:
+    for p in REPORT_ORDER:
+        if not any(a.get(p) for a in rows.values()):
+            continue
         best = max(
             ((paired(a, p), row) for row, a in rows.items() if a.get(p)),
             default=(float("nan"), "—"),
@@ -356,7 +378,7 @@ def main() -> None:
             for name, spec in RUNS.items():
                 steps = spec["quick"] if ns.quick else spec["steps"]
                 arms: list[tuple[str, str | None, Path | None]] = [("fast", "fast", None)]
-                arms += [(p, kernels_without(p), None) for p in CLASSIC_PATHS]
+                arms += [(p, kernels_without(p), None) for p in existing(CLASSIC_PATHS)]
                 arms.append(("reference", "reference", None))
                 if base is not None:
                     arms.append(("baseline", None, base))
@@ -372,7 +394,7 @@ def main() -> None:
         steps = 4 if ns.quick else 6
         for rep in range(lm_repeats):
             for row in LM_ROWS:
-                arms = [("fast", "fast", None)] + [(p, kernels_without(p), None) for p in LM_PATHS]
+                arms = [("fast", "fast", None)] + [(p, kernels_without(p), None) for p in existing(LM_PATHS)]
                 arms.append(("reference", "reference", None))
                 if base is not None:
                     arms.append(("baseline", None, base))
@@ -401,6 +423,7 @@ def main() -> None:
         "load_start": load_start,
         "load_end": os.getloadavg()[0],
         "baseline": str(ns.baseline_src) if base else old.get("baseline"),
+        "commit": _commit(ROOT),  # the sources measured (a removed path was measured before its removal)
         "rows": rows,  # CPU seconds (per run, or per LM step)
         "wall": walls,  # the same runs' wall seconds
         "verdict": verdict(rows),
