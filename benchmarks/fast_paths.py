@@ -346,6 +346,8 @@ def main() -> None:
     ap.add_argument("--baseline-src", type=Path, default=None, help="an older src/ as one more arm")
     ap.add_argument("--only", default="", help="comma-separated parts: runs, lm, compile (default all)")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json, run nothing")
+    ap.add_argument("--commit", default=None, help="the commit measured, where the .json does not say it")
     ap.add_argument("--lm-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--compile-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--kernels", default="", help=argparse.SUPPRESS)
@@ -357,6 +359,13 @@ def main() -> None:
         return
     if ns.compile_child:
         print(json.dumps(compile_child(ns.compile_child, ns.arm, ns.steps)))
+        return
+    if ns.report_only:
+        payload = json.loads((ns.out / "fast_paths.json").read_text())
+        if ns.commit and not payload.get("commit"):
+            payload["commit"] = ns.commit
+            (ns.out / "fast_paths.json").write_text(json.dumps(payload, indent=1) + "\n")
+        (ns.out / "fast_paths.md").write_text("\n".join(table(payload)) + "\n")
         return
     import torch
     import transformers
