@@ -62,7 +62,9 @@ REPORT_ORDER = ["optimizer_step", "clip_grad_norm", "no_dynamo", "dqn_td_backwar
 REPORT_ORDER += ["lm_forward", "lm_backward"]
 CLASSIC_PATHS = ["optimizer_step", "clip_grad_norm", "no_dynamo", "dqn_td_backward"]
 LM_PATHS = ["optimizer_step", "clip_grad_norm", "lm_forward", "lm_backward"]
-LM_ROWS = ["grpo-medium-32", "grpo-medium-128", "dpo-medium-32", "dpo-medium-128"]
+# GRPO: the equal-work rows at 32 and 128 response tokens; DPO: its medium row (64-token responses, the
+# README's) and the equal-work 128-token one (dpo_vs_trl.py has no 32-token row)
+LM_ROWS = ["grpo-medium-32", "grpo-medium-128", "dpo-medium", "dpo-medium-128"]
 ALL_PATHS = list(REPORT_ORDER)
 
 
@@ -305,6 +307,15 @@ def table(payload: dict[str, Any]) -> list[str]:
             if arms.get("baseline"):
                 a, b = _med(arms["fast"]), _med(arms["baseline"])
                 lines.append(f"| {row} | {a:.3f} | {b:.3f} | {1 / paired(arms, 'baseline'):.3f} |")
+    if payload.get("training"):
+        lines += ["", "#### The training itself: a run less the same command with no steps, CPU seconds", ""]
+        lines.append(f"| row | all fast paths | {offs} | reference |")
+        lines.append("|---|---|" + "---|" * len(shown) + "---|")
+        for row, t in payload["training"].items():
+            cells = [f"{t['fast']:.3f}"]
+            for p in [*shown, "reference"]:
+                cells.append("—" if p not in t else f"{t[p]:.3f} ({t[p] / t['fast']:.2f}×)")
+            lines.append(f"| {row} | " + " | ".join(cells) + " |")
     lines += ["", "#### Verdict per fast path (largest `off / on` over the rows it applies to)", ""]
     lines.append("| fast path | largest off / on | row | kept (≥ 1.10) |")
     lines.append("|---|---|---|---|")
@@ -325,15 +336,37 @@ def table(payload: dict[str, Any]) -> list[str]:
     return lines
 
 
-def verdict(rows: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, Any]]:
+def training(
+    rows: dict[str, dict[str, list[float]]], fixed: dict[str, dict[str, list[float]]]
+) -> dict[str, dict[str, float]]:
+    """Per whole-run row and arm, the CPU seconds of the training itself: the run's median less the median of
+    the same command with no steps (start-up, the final evaluation, exit)."""
+    out: dict[str, dict[str, float]] = {}
+    for row, arms in rows.items():
+        if row not in fixed:
+            continue
+        out[row] = {a: _med(xs) - _med(fixed[row][a]) for a, xs in arms.items() if fixed[row].get(a)}
+    return out
+
+
+def verdict(
+    rows: dict[str, dict[str, list[float]]], train: dict[str, dict[str, float]]
+) -> dict[str, dict[str, Any]]:
+    """Per path, its largest cost when switched off: the whole-run ratio for ``no_dynamo`` (a start-up
+    path), the training phase's (or an LM step's) for the others."""
     out = {}
     for p in REPORT_ORDER:
         if not any(a.get(p) for a in rows.values()):
             continue
-        best = max(
-            ((paired(a, p), row) for row, a in rows.items() if a.get(p)),
-            default=(float("nan"), "—"),
-        )
+        found = []
+        for row, a in rows.items():
+            if not a.get(p):
+                continue
+            if row in train and p != "no_dynamo" and p in train[row]:
+                found.append((train[row][p] / train[row]["fast"], row + " (training)"))
+            else:
+                found.append((paired(a, p), row))
+        best = max(found, default=(float("nan"), "—"))
         out[p] = {"ratio": best[0], "row": best[1], "kept": best[0] >= KEEP}
     return out
 
@@ -370,7 +403,7 @@ def main() -> None:
     import torch
     import transformers
 
-    parts = set(ns.only.split(",")) if ns.only else {"runs", "lm", "compile"}
+    parts = set(ns.only.split(",")) if ns.only else {"runs", "fixed", "lm", "compile"}
     repeats, lm_repeats = (1, 1) if ns.quick else (ns.repeats, ns.lm_repeats)
     base = ns.baseline_src.resolve() if ns.baseline_src else None
     out_json = ns.out / "fast_paths.json"
@@ -378,7 +411,32 @@ def main() -> None:
     rows: dict[str, dict[str, list[float]]] = {} if not ns.only else old.get("rows", {})
     compiled: dict[str, dict[str, Any]] = old.get("compile", {})
     walls: dict[str, dict[str, list[float]]] = old.get("wall", {}) if ns.only else {}
+    fixed: dict[str, dict[str, list[float]]] = old.get("fixed", {}) if ns.only else {}
     load_start = os.getloadavg()[0]
+
+    def save() -> dict[str, Any]:  # after every part: a later part that fails loses nothing measured
+        payload = {
+            "repeats": repeats,
+            "lm_repeats": lm_repeats,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "load_start": load_start,
+            "load_end": os.getloadavg()[0],
+            "baseline": str(ns.baseline_src) if base else old.get("baseline"),
+            "commit": _commit(ROOT),  # the sources measured (a removed path was measured before its removal)
+            "rows": rows,  # CPU seconds (per run, or per LM step)
+            "wall": walls,  # the same runs' wall seconds
+            "fixed": fixed,  # CPU seconds of the same commands with trainer.total_steps=0
+            "training": training(rows, fixed),
+            "verdict": verdict(rows, training(rows, fixed)),
+            "compile": compiled,
+        }
+        ns.out.mkdir(parents=True, exist_ok=True)
+        out_json.write_text(json.dumps(payload, indent=1) + "\n")
+        return payload
 
     if "runs" in parts:
         for name in RUNS:
@@ -397,6 +455,18 @@ def main() -> None:
                     rows[name].setdefault(arm, []).append(cpu)
                     walls.setdefault(name, {}).setdefault(arm, []).append(wall)
                     print(f"[{rep + 1}/{repeats}] {name} {arm}: {cpu:.2f} CPU s ({wall:.2f} s)", flush=True)
+        save()
+    if "fixed" in parts:  # the same commands with trainer.total_steps=0: start-up, final evaluation, exit
+        fixed = {name: {} for name in RUNS}
+        for rep in range(repeats):
+            for name in RUNS:
+                arms = [("fast", "fast"), *[(p, kernels_without(p)) for p in existing(CLASSIC_PATHS)]]
+                arms.append(("reference", "reference"))
+                for arm, kern in arms[rep % len(arms) :] + arms[: rep % len(arms)]:
+                    _, cpu = whole_run(name, kern, 0, None)
+                    fixed[name].setdefault(arm, []).append(cpu)
+                    print(f"[{rep + 1}/{repeats}] {name} {arm} (0 steps): {cpu:.2f} CPU s", flush=True)
+        save()
     if "lm" in parts:
         for row in LM_ROWS:
             rows[row] = {}
@@ -414,6 +484,7 @@ def main() -> None:
                     rows[row].setdefault(arm, []).append(t)
                     walls.setdefault(row, {}).setdefault(arm, []).append(_med(r["step_s"][1:]))
                     print(f"[{rep + 1}/{lm_repeats}] {row} {arm}: {t:.3f} CPU s/step", flush=True)
+                save()
     if "compile" in parts:
         iters = 20 if ns.quick else 200
         for kind in ("ppo", "grpo"):
@@ -421,25 +492,7 @@ def main() -> None:
             compiled[kind] = {arm: compile_row(kind, arm, n) for arm in ("fast", "reference", "compile")}
             print(kind, compiled[kind], flush=True)
 
-    payload = {
-        "repeats": repeats,
-        "lm_repeats": lm_repeats,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "load_start": load_start,
-        "load_end": os.getloadavg()[0],
-        "baseline": str(ns.baseline_src) if base else old.get("baseline"),
-        "commit": _commit(ROOT),  # the sources measured (a removed path was measured before its removal)
-        "rows": rows,  # CPU seconds (per run, or per LM step)
-        "wall": walls,  # the same runs' wall seconds
-        "verdict": verdict(rows),
-        "compile": compiled,
-    }
-    ns.out.mkdir(parents=True, exist_ok=True)
-    out_json.write_text(json.dumps(payload, indent=1) + "\n")
+    payload = save()
     lines = table(payload)
     (ns.out / "fast_paths.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -127,7 +127,7 @@ class TrainerConfig:
     kernels: str = option(
         "fast",
         "fast paths: fast (every one), reference (torch's and transformers' own code only), or a "
-        "comma-separated list of advantage.kernels.FAST_PATHS; what each buys: docs/startup.md",
+        "comma-separated list of advantage.kernels.FAST_PATHS; what each buys: docs/fast_paths.md",
     )
     schedule_steps: list[list[int]] = option(
         [],

@@ -155,8 +155,9 @@ class QNetwork(nn.Module):
             lin.bias.grad = g.sum(0)
             if i > 0:
                 g = g @ lin.weight
-                # ReLU's backward (x is its output: g where x > 0, else 0) or tanh's (1 − x²)
-                g = torch.where(x > 0, g, 0.0) if relu else g * (1 - x * x)
+                # ReLU's backward (x, its output, is ≥ 0: g where x > 0, else 0; sign(x) is that 0/1 mask and
+                # a tenth of the cost of torch.where with a scalar) or tanh's (1 − x²)
+                g = g.mul_(x.sign()) if relu else g * (1 - x * x)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """``[B, *obs_shape] -> [B, A]``."""
