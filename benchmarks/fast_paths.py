@@ -306,7 +306,7 @@ def table(payload: dict[str, Any]) -> list[str]:
         for row, arms in payload["rows"].items():
             if arms.get("baseline"):
                 a, b = _med(arms["fast"]), _med(arms["baseline"])
-                lines.append(f"| {row} | {a:.3f} | {b:.3f} | {1 / paired(arms, 'baseline'):.3f} |")
+                lines.append(f"| {row} | {a:.3f} | {b:.3f} | {payload['vs_baseline'][row]:.3f} |")
     if payload.get("training"):
         lines += ["", "#### The training itself: a run less the same command with no steps, CPU seconds", ""]
         lines.append(f"| row | all fast paths | {offs} | reference |")
@@ -347,6 +347,15 @@ def training(
             continue
         out[row] = {a: _med(xs) - _med(fixed[row][a]) for a, xs in arms.items() if fixed[row].get(a)}
     return out
+
+
+def derive(payload: dict[str, Any]) -> None:
+    """The figures computed from the measurements: the training phase, the verdict per path, and each
+    row's time on this tree over the baseline's (paired by repeat)."""
+    rows, fixed = payload["rows"], payload.get("fixed", {})
+    payload["training"] = training(rows, fixed)
+    payload["verdict"] = verdict(rows, payload["training"])
+    payload["vs_baseline"] = {row: 1 / paired(a, "baseline") for row, a in rows.items() if a.get("baseline")}
 
 
 def verdict(
@@ -397,7 +406,8 @@ def main() -> None:
         payload = json.loads((ns.out / "fast_paths.json").read_text())
         if ns.commit and not payload.get("commit"):
             payload["commit"] = ns.commit
-            (ns.out / "fast_paths.json").write_text(json.dumps(payload, indent=1) + "\n")
+        derive(payload)
+        (ns.out / "fast_paths.json").write_text(json.dumps(payload, indent=1) + "\n")
         (ns.out / "fast_paths.md").write_text("\n".join(table(payload)) + "\n")
         return
     import torch
@@ -430,10 +440,9 @@ def main() -> None:
             "rows": rows,  # CPU seconds (per run, or per LM step)
             "wall": walls,  # the same runs' wall seconds
             "fixed": fixed,  # CPU seconds of the same commands with trainer.total_steps=0
-            "training": training(rows, fixed),
-            "verdict": verdict(rows, training(rows, fixed)),
             "compile": compiled,
         }
+        derive(payload)
         ns.out.mkdir(parents=True, exist_ok=True)
         out_json.write_text(json.dumps(payload, indent=1) + "\n")
         return payload
