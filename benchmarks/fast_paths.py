@@ -66,6 +66,17 @@ LM_PATHS = ["optimizer_step", "clip_grad_norm", "lm_forward", "lm_backward"]
 # README's) and the equal-work 128-token one (dpo_vs_trl.py has no 32-token row)
 LM_ROWS = ["grpo-medium-32", "grpo-medium-128", "dpo-medium", "dpo-medium-128"]
 ALL_PATHS = list(REPORT_ORDER)
+# The rows whose code a path is on: SAC clips no gradient, DQN alone has the hand TD gradient, the command-line
+# runs alone install no_dynamo (the LM rows use the Python API). Switching a path off elsewhere changes no
+# code that runs: those arms measure the spread of identical runs, and the report gives it.
+APPLIES: dict[str, set[str]] = {
+    "optimizer_step": {*RUNS, *LM_ROWS},
+    "clip_grad_norm": {"ppo-CartPole-v1", "dqn-CartPole-v1", *LM_ROWS},
+    "no_dynamo": set(RUNS),
+    "dqn_td_backward": {"dqn-CartPole-v1"},
+    "lm_forward": set(LM_ROWS),
+    "lm_backward": set(LM_ROWS),
+}
 
 
 def existing(paths: list[str]) -> list[str]:
@@ -316,6 +327,14 @@ def table(payload: dict[str, Any]) -> list[str]:
             for p in [*shown, "reference"]:
                 cells.append("—" if p not in t else f"{t[p]:.3f} ({t[p] / t['fast']:.2f}×)")
             lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    noise = payload.get("noise", {})
+    if noise.get("arms"):
+        lines += [
+            "",
+            f"Arms that switch off a path the row does not run (e.g. the gradient clip on SAC, which clips "
+            f"nothing) repeat identical work: their `off / on` ratios, {noise['arms']} of them, are within "
+            f"±{noise['max_abs_deviation']:.2f} of 1, the spread of these measurements.",
+        ]
     lines += ["", "#### Verdict per fast path (largest `off / on` over the rows it applies to)", ""]
     lines.append("| fast path | largest off / on | row | kept (≥ 1.10) |")
     lines.append("|---|---|---|---|")
@@ -356,6 +375,9 @@ def derive(payload: dict[str, Any]) -> None:
     payload["training"] = training(rows, fixed)
     payload["verdict"] = verdict(rows, payload["training"])
     payload["vs_baseline"] = {row: 1 / paired(a, "baseline") for row, a in rows.items() if a.get("baseline")}
+    # arms that switch off a path not on the row's code: identical runs, their spread is the noise
+    same = [paired(a, p) for row, a in rows.items() for p in REPORT_ORDER if a.get(p) and row not in APPLIES[p]]
+    payload["noise"] = {"arms": len(same), "max_abs_deviation": max((abs(r - 1) for r in same), default=0.0)}
 
 
 def verdict(
@@ -369,7 +391,7 @@ def verdict(
             continue
         found = []
         for row, a in rows.items():
-            if not a.get(p):
+            if not a.get(p) or row not in APPLIES[p]:
                 continue
             if row in train and p != "no_dynamo" and p in train[row]:
                 found.append((train[row][p] / train[row]["fast"], row + " (training)"))
