@@ -66,9 +66,9 @@ LM_PATHS = ["optimizer_step", "clip_grad_norm", "lm_forward", "lm_backward"]
 # README's) and the equal-work 128-token one (dpo_vs_trl.py has no 32-token row)
 LM_ROWS = ["grpo-medium-32", "grpo-medium-128", "dpo-medium", "dpo-medium-128"]
 ALL_PATHS = list(REPORT_ORDER)
-# The rows whose code a path is on: SAC clips no gradient, DQN alone has the hand TD gradient, the command-line
-# runs alone install no_dynamo (the LM rows use the Python API). Switching a path off elsewhere changes no
-# code that runs: those arms measure the spread of identical runs, and the report gives it.
+# The rows whose code a path is on: SAC clips no gradient, DQN alone has the hand TD gradient, the
+# command-line runs alone install no_dynamo (the LM rows use the Python API). Switching a path off elsewhere
+# changes no code that runs: those arms measure the spread of identical runs, and the report gives it.
 APPLIES: dict[str, set[str]] = {
     "optimizer_step": {*RUNS, *LM_ROWS},
     "clip_grad_norm": {"ppo-CartPole-v1", "dqn-CartPole-v1", *LM_ROWS},
@@ -376,7 +376,9 @@ def derive(payload: dict[str, Any]) -> None:
     payload["verdict"] = verdict(rows, payload["training"])
     payload["vs_baseline"] = {row: 1 / paired(a, "baseline") for row, a in rows.items() if a.get("baseline")}
     # arms that switch off a path not on the row's code: identical runs, their spread is the noise
-    same = [paired(a, p) for row, a in rows.items() for p in REPORT_ORDER if a.get(p) and row not in APPLIES[p]]
+    same = [
+        paired(a, p) for row, a in rows.items() for p in REPORT_ORDER if a.get(p) and row not in APPLIES[p]
+    ]
     payload["noise"] = {"arms": len(same), "max_abs_deviation": max((abs(r - 1) for r in same), default=0.0)}
 
 
