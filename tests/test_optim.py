@@ -1,12 +1,16 @@
-"""advantage.optim, the one optimizer step (zero_grad, clip_grad_norm, step): bit for bit what
-torch.optim.AdamW/Adam(fused=True), torch.optim.RMSprop(foreach=True) and torch.nn.utils.clip_grad_norm_ do,
-state and checkpoints included; torch's own path wherever they do not apply; and every fallback (a torch
-without the private kernels, the fast path switched off, hook registries elsewhere) forced and checked
-against the reference."""
+"""advantage.optim, the one optimizer step (zero_grad, clip_grad_norm, step, adam): bit for bit what
+torch.optim's step and torch.nn.utils.clip_grad_norm_ do, state and checkpoints included, with the no_dynamo
+path installed (as the advantage command does) and without; every fallback of the two fast paths (the
+clip's: no foreach kernels, switched off, mixed dtypes; the step's: not installed, switched off, torch's
+compiler already loaded, hook registries elsewhere) forced; exactly one place steps optimizers; private
+torch names only in optim/ and lm/."""
 
 from __future__ import annotations
 
 import copy
+import pathlib
+import re
+import sys
 
 import pytest
 import torch
@@ -39,42 +43,44 @@ def params_of(model: nn.Module) -> list[torch.Tensor]:
 KINDS = {
     "adamw": lambda ps, wd: torch.optim.AdamW(ps, lr=3e-3, betas=(0.9, 0.98), weight_decay=wd, fused=True),
     "adam": lambda ps, wd: torch.optim.Adam(ps, lr=3e-3, eps=1e-5, weight_decay=wd, fused=True),
-    # A2C's: SB3's alpha and eps; weight decay is not on the lean path (torch's step then)
+    "adam-plain": lambda ps, wd: torch.optim.Adam(ps, lr=3e-3, eps=1e-5, weight_decay=wd),
     "rmsprop": lambda ps, wd: torch.optim.RMSprop(
         ps, lr=7e-4, alpha=0.99, eps=1e-5, weight_decay=wd, foreach=True
     ),
+    "sgd": lambda ps, wd: torch.optim.SGD(ps, lr=1e-2, momentum=0.9, weight_decay=wd),
 }
+
+
+@pytest.fixture(params=["installed", "not installed"])
+def installed(request, monkeypatch):
+    """The no_dynamo path as the advantage command installs it, and as a library import leaves torch."""
+    if request.param == "installed":
+        eager.install()
+    monkeypatch.setattr(eager, "_installed", request.param == "installed")
+    return request.param == "installed"
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])
-@pytest.mark.parametrize("max_norm", [0.05, 1e3])  # clipping and not
-def test_steps_equal_torch_bit_for_bit(kind, weight_decay, max_norm, monkeypatch):
+@pytest.mark.parametrize("max_norm", [0.05, 1e3, 0.0])  # clipping, not clipping, clip off
+def test_steps_equal_torch_bit_for_bit(kind, weight_decay, max_norm, installed):
     ours, theirs = net(), net()
     opts = [KINDS[kind](params_of(m), weight_decay) for m in (ours, theirs)]
-    lean = not (kind == "rmsprop" and weight_decay)
-
-    def torch_step(*args, **kwargs):
-        raise AssertionError("optimizer_step called torch's step: the comparison would prove nothing")
-
-    if lean:
-        monkeypatch.setattr(opts[0], "step", torch_step)
     for step in range(5):
         opts[1].param_groups[0]["lr"] = opts[0].param_groups[0]["lr"] = 3e-3 * (1 + step)  # a schedule
         zero_grad(params_of(ours))
         opts[1].zero_grad(set_to_none=True)
         for m in (ours, theirs):
             backward(m, step)
-        norms = (
-            clip_grad_norm(params_of(ours), max_norm),
-            nn.utils.clip_grad_norm_(params_of(theirs), max_norm),
-        )
-        assert torch.equal(norms[0], norms[1])
+        got = clip_grad_norm(params_of(ours), max_norm)
+        if max_norm > 0:
+            assert torch.equal(got, nn.utils.clip_grad_norm_(params_of(theirs), max_norm))
+        else:
+            assert float(got) == 0.0
         optimizer_step(opts[0])
         opts[1].step()
         for a, b in zip(params_of(ours), params_of(theirs), strict=True):
             assert torch.equal(a, b) and torch.equal(a.grad, b.grad)
-    assert all(p.grad is not None for p in params_of(ours))
     zero_grad(params_of(ours))
     assert all(p.grad is None for p in params_of(ours))
     # the same state, so a checkpoint of one restores into the other
@@ -82,10 +88,11 @@ def test_steps_equal_torch_bit_for_bit(kind, weight_decay, max_norm, monkeypatch
     assert sa["param_groups"] == sb["param_groups"]
     for k in sb["state"]:
         for name, t in sb["state"][k].items():
-            assert torch.equal(sa["state"][k][name], t) and sa["state"][k][name].dtype == t.dtype, name
+            if torch.is_tensor(t):
+                assert torch.equal(sa["state"][k][name], t) and sa["state"][k][name].dtype == t.dtype, name
     resumed = net()
     resumed.load_state_dict(ours.state_dict())
-    opt = KINDS[kind](params_of(resumed), 0.5)
+    opt = KINDS[kind](params_of(resumed), weight_decay)
     opt.load_state_dict(copy.deepcopy(sa))
     opts[1].zero_grad(set_to_none=True)
     backward(resumed, 9)
@@ -96,7 +103,7 @@ def test_steps_equal_torch_bit_for_bit(kind, weight_decay, max_norm, monkeypatch
         assert torch.equal(a, b)
 
 
-def test_parameters_without_a_gradient_are_skipped_as_torch_skips_them():
+def test_parameters_without_a_gradient_are_skipped_as_torch_skips_them(installed):
     ours, theirs = net(1), net(1)
     opts = [torch.optim.AdamW(params_of(m), lr=1e-2, fused=True) for m in (ours, theirs)]
     for m in (ours, theirs):
@@ -109,47 +116,15 @@ def test_parameters_without_a_gradient_are_skipped_as_torch_skips_them():
         assert torch.equal(a, b)
 
 
-def test_other_optimizers_and_settings_take_torch_step(monkeypatch):
-    calls = []
-
-    def counted(opt):  # record calls of opt.step (on the instance: torch wraps the class's step)
-        real = opt.step
-
-        def step(*args, **kwargs):
-            calls.append(type(opt).__name__)
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(opt, "step", step)
-
-    for make in (
-        lambda ps: torch.optim.AdamW(ps, lr=1e-2),  # not fused
-        lambda ps: torch.optim.AdamW(ps, lr=1e-2, fused=True, amsgrad=True),
-        lambda ps: torch.optim.Adam(ps, lr=1e-2),  # not fused
-        lambda ps: torch.optim.SGD(ps, lr=1e-2),
-        lambda ps: torch.optim.RMSprop(ps, lr=1e-2),  # the per-tensor path (foreach unset on CPU)
-        lambda ps: torch.optim.RMSprop(ps, lr=1e-2, foreach=True, momentum=0.9),
-        lambda ps: torch.optim.RMSprop(ps, lr=1e-2, foreach=True, centered=True),
-        lambda ps: torch.optim.AdamW([{"params": ps[:2]}, {"params": ps[2:]}], lr=1e-2, fused=True),
-    ):
-        ours, theirs = net(2), net(2)
-        opts = [make(params_of(m)) for m in (ours, theirs)]
-        for m in (ours, theirs):
-            backward(m, 0)
-        calls.clear()
-        counted(opts[0])
-        optimizer_step(opts[0])
-        assert calls, "torch's step was not called"
-        opts[1].step()
-        for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
-            assert torch.equal(a, b)
-    # a step hook must run: torch's step
+def test_step_hooks_run(installed):
     m = net(3)
     opt = torch.optim.AdamW(params_of(m), lr=1e-2, fused=True)
     seen = []
-    opt.register_step_post_hook(lambda *_: seen.append(1))
+    opt.register_step_pre_hook(lambda *_: seen.append("pre"))
+    opt.register_step_post_hook(lambda *_: seen.append("post"))
     backward(m, 0)
     optimizer_step(opt)
-    assert seen == [1]
+    assert seen == ["pre", "post"]
 
 
 def test_clip_with_mixed_dtypes_is_torch_clip():
@@ -165,69 +140,81 @@ def test_clip_with_mixed_dtypes_is_torch_clip():
         assert torch.equal(a.grad, b.grad)
 
 
+@pytest.mark.parametrize(
+    "fallback",
+    ["none", "no foreach kernels", "kernels=reference", "mixed dtypes"],
+)
+def test_the_clip_fast_path_and_its_fallbacks_equal_torchs_clip(fallback, monkeypatch):
+    """The clip's fast path (torch's foreach kernels called directly) and each fallback give torch's
+    clip_grad_norm_ bit for bit; the fallbacks call clip_grad_norm_ itself (spied), the fast path does not."""
+    m = net(6)
+    backward(m, 3)
+    if fallback == "mixed dtypes":  # one layer in float64, its gradient too
+        m[2].double()
+        m[2].weight.grad, m[2].bias.grad = torch.randn_like(m[2].weight), torch.randn_like(m[2].bias)
+    ref = copy.deepcopy(m)
+    for p, q in zip(m.parameters(), ref.parameters(), strict=True):
+        q.grad = p.grad.clone()
+    want = nn.utils.clip_grad_norm_(params_of(ref), 0.05)
+    if fallback == "no foreach kernels":
+        monkeypatch.setitem(optim.FEATURES, "foreach", False)
+    if fallback == "kernels=reference":
+        monkeypatch.setattr(kernels, "_on", frozenset())
+    calls = []
+    torch_clip = nn.utils.clip_grad_norm_
+    monkeypatch.setattr(nn.utils, "clip_grad_norm_", lambda *a, **k: calls.append(1) or torch_clip(*a, **k))
+    got = clip_grad_norm(params_of(m), 0.05)
+    assert torch.equal(got, want)
+    for a, b in zip(m.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(a.grad, b.grad)
+    assert bool(calls) == (fallback != "none"), fallback
+
+
 class Registry:
-    """A hook registry of another type than the dict read by eager.hooked (as another torch might keep)."""
+    """A hook registry of another type than the dict eager.hooked reads (as another torch might keep)."""
 
     def values(self):
         return []
 
 
 FALLBACKS = {
-    # a torch without the fused kernels / the foreach kernels (FEATURES probed at import)
-    "no fused kernels": lambda mp, opt: mp.setitem(optim.FEATURES, "fused_adam", False),
-    "no foreach kernels": lambda mp, opt: mp.setitem(optim.FEATURES, "foreach", False),
-    # the fast paths switched off (trainer.kernels=reference)
+    # the advantage command did not install it (a program that imports the library)
+    "not installed": lambda mp, opt: mp.setattr(eager, "_installed", False),
+    # switched off (trainer.kernels=reference)
     "kernels=reference": lambda mp, opt: mp.setattr(kernels, "_on", frozenset()),
-    # the step-hook registries not where they are read (another torch): torch's step, hooks honoured
+    # torch's compiler module already imported: nothing left to save
+    "compiler loaded": lambda mp, opt: mp.setattr(eager, "_DYNAMO", "torch"),  # a name that is loaded
+    # the step-hook registries not where they are read (another torch)
     "hook registries elsewhere": lambda mp, opt: mp.setattr(opt, "_optimizer_step_pre_hooks", Registry()),
+    "global registry elsewhere": lambda mp, opt: mp.setattr(
+        TORCH_OPTIMIZER, "_global_optimizer_post_hooks", Registry()
+    ),
 }
 
 
 @pytest.mark.parametrize("fallback", sorted(FALLBACKS))
-@pytest.mark.parametrize("kind", sorted(KINDS))
-def test_every_fallback_gives_the_reference_result(fallback, kind, monkeypatch):
-    """Each fallback forced, the step and the clip equal torch's own (opt.step(), clip_grad_norm_) bit for
-    bit, and torch's own functions were what ran (spied on)."""
-    ours, theirs = net(5), net(5)
-    opts = [KINDS[kind](params_of(m), 0.0) for m in (ours, theirs)]
-    steps = []
-    for m in (ours, theirs):
-        backward(m, 0)
-    reference_clip = nn.utils.clip_grad_norm_(params_of(theirs), 0.05)
-    opts[1].step()
-    FALLBACKS[fallback](monkeypatch, opts[0])
-    real = opts[0].step
-    monkeypatch.setattr(opts[0], "step", lambda *a, **k: steps.append(1) or real(*a, **k))
-    clips = []
-    torch_clip = nn.utils.clip_grad_norm_
-    monkeypatch.setattr(nn.utils, "clip_grad_norm_", lambda *a, **k: clips.append(1) or torch_clip(*a, **k))
-    with torch.no_grad():
-        got_clip = clip_grad_norm(params_of(ours), 0.05)
-    optimizer_step(opts[0])
-    assert torch.equal(got_clip, reference_clip)
-    for a, b in zip(params_of(ours), params_of(theirs), strict=True):
-        assert torch.equal(a, b)
-    took_torch_step = bool(steps)
-    # the fused kernels concern Adam/AdamW only; the foreach kernels RMSprop's step (and the clip)
-    unconcerned = {
-        ("no fused kernels", "rmsprop"),
-        ("no foreach kernels", "adam"),
-        ("no foreach kernels", "adamw"),
-    }
-    if (fallback, kind) not in unconcerned:
-        assert took_torch_step, f"{fallback}: the fast step ran"
-    if fallback in ("no foreach kernels", "kernels=reference"):
-        assert clips, f"{fallback}: the fast clip ran"
-
-
-def test_the_fast_path_does_not_call_torch_step(monkeypatch):
-    """The converse of the fallbacks: with every feature present the kernels are called directly."""
-    m = net(6)
-    opt = KINDS["adam"](params_of(m), 0.0)
-    monkeypatch.setattr(opt, "step", lambda *a, **k: pytest.fail("torch's step called"))
-    backward(m, 0)
-    optimizer_step(opt)
-    assert int(opt.state[m[0].weight]["step"]) == 1
+def test_every_fallback_is_torchs_own_step(fallback, monkeypatch):
+    """Each fallback forced: ``opt.step()`` itself runs (spied on the instance), with the reference result;
+    with none forced the undecorated step runs instead, with the same result."""
+    eager.install()
+    monkeypatch.setattr(eager, "_installed", True)
+    for forced in (False, True):
+        ours, theirs = net(5), net(5)
+        opts = [KINDS["adam"](params_of(m), 0.0) for m in (ours, theirs)]
+        for m in (ours, theirs):
+            backward(m, 0)
+        opts[1].step()
+        with monkeypatch.context() as mp:
+            if forced:
+                FALLBACKS[fallback](mp, opts[0])
+            calls = []
+            dynamo_loaded = "torch._dynamo" in sys.modules  # then nothing is left to save: torch's step
+            real = opts[0].step
+            mp.setattr(opts[0], "step", lambda *a, c=calls, r=real, **k: c.append(1) or r(*a, **k))
+            optimizer_step(opts[0])
+        for a, b in zip(params_of(ours), params_of(theirs), strict=True):
+            assert torch.equal(a, b)
+        assert bool(calls) == (forced or dynamo_loaded), (fallback, forced)
 
 
 def test_adam_is_fused_where_torch_has_the_kernel_and_plain_otherwise(monkeypatch):
@@ -241,62 +228,32 @@ def test_adam_is_fused_where_torch_has_the_kernel_and_plain_otherwise(monkeypatc
     opts = [optim.adam(params_of(m), 1e-3) for m in (ours, theirs)]
     for m in (ours, theirs):
         backward(m, 1)
-    optimizer_step(opts[0])  # not fused: torch's step
+    optimizer_step(opts[0])
     opts[1].step()
     for a, b in zip(params_of(ours), params_of(theirs), strict=True):
         assert torch.equal(a, b)
 
 
-def test_eager_step_equals_torch_step_and_falls_back(monkeypatch):
-    """The no_dynamo path (installed by the CLI only): the undecorated step equals opt.step(); without the
-    install, with hooks, or with the hook registries elsewhere it is opt.step() itself."""
-    monkeypatch.setattr(eager, "_installed", False)
-    calls = []
-    for installed in (False, True):
-        monkeypatch.setattr(eager, "_installed", installed)
-        ours, theirs = net(8), net(8)
-        opts = [torch.optim.Adam(params_of(m), lr=1e-2) for m in (ours, theirs)]
-        real = opts[0].step
-        monkeypatch.setattr(
-            opts[0], "step", lambda *a, r=real, i=installed, **k: calls.append(i) or r(*a, **k)
-        )
-        for m in (ours, theirs):
-            backward(m, 2)
-        eager.step(opts[0])
-        opts[1].step()
-        for a, b in zip(params_of(ours), params_of(theirs), strict=True):
-            assert torch.equal(a, b)
-    assert calls == [False] or "torch._dynamo" in __import__("sys").modules
-    assert not eager.hooked(opts[0])
-    monkeypatch.setattr(TORCH_OPTIMIZER, "_global_optimizer_post_hooks", Registry())
-    assert eager.hooked(opts[0])
+SRC = pathlib.Path(optim.__file__).resolve().parents[1]
 
 
-def test_the_lm_trainers_step_through_optim():
-    """Exactly one place steps optimizers: no trainer calls .step() of an optimizer itself."""
-    import pathlib
-    import re
-
-    src = pathlib.Path(optim.__file__).resolve().parents[1]
+def test_exactly_one_place_steps_optimizers():
+    """No module but advantage.optim calls .step() of an optimizer itself."""
     stepped = []
-    for path in sorted(src.rglob("*.py")):
-        if path.is_relative_to(src / "optim"):
+    for path in sorted(SRC.rglob("*.py")):
+        if path.is_relative_to(SRC / "optim"):
             continue
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if re.search(r"\b(opt|optimizer|[a-z_]*_opt)\.step\(\)", line):
-                stepped.append(f"{path.relative_to(src)}:{n}: {line.strip()}")
+                stepped.append(f"{path.relative_to(SRC)}:{n}: {line.strip()}")
     assert not stepped, stepped
 
 
 def test_private_torch_names_live_in_optim_and_lm_only():
-    import pathlib
-    import re
-
-    src = pathlib.Path(optim.__file__).resolve().parents[1]
     private = re.compile(r"torch\._[a-z]|torch\.ops\.aten|\._opt_called|_global_optimizer_|_optimizer_step_")
     found = []
-    for path in sorted(src.rglob("*.py")):
-        rel = path.relative_to(src)
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC)
         if rel.parts[0] in ("optim", "lm"):
             continue
         for n, line in enumerate(path.read_text().splitlines(), 1):

@@ -23,8 +23,6 @@ from contextlib import contextmanager
 __all__ = ["FAST_PATHS", "configure", "enabled", "parse", "problems", "using"]
 
 FAST_PATHS: dict[str, str] = {
-    "optimizer_step": "Adam/AdamW (fused) and RMSprop (foreach) stepped with torch's kernels without "
-    "torch.optim's per-call Python (advantage.optim.step)",
     "clip_grad_norm": "the gradient-norm clip as two foreach kernels without clip_grad_norm_'s grouping",
     "no_dynamo": "optimizer methods without importing torch's compiler module (the advantage command only)",
     "lm_forward": "the lean Qwen2/Llama forward and decode (advantage.lm.lean) instead of transformers' "

@@ -102,8 +102,7 @@ def make_optimizer(model: ActorCritic, a: A2CAlgorithm) -> torch.optim.Optimizer
     """RMSprop (SB3's α and ε) or Adam, detail 4."""
     if a.optimizer == "rmsprop":
         # foreach: one kernel per arithmetic step over all parameters (torch picks the per-tensor loop on
-        # CPU by default); the same arithmetic, tested equal. optim.step runs these kernels
-        # without torch's per-call Python layers
+        # CPU by default); the same arithmetic, tested equal
         return torch.optim.RMSprop(
             model.parameters(), lr=a.learning_rate, alpha=a.rmsprop_alpha, eps=a.optimizer_eps, foreach=True
         )

@@ -35,8 +35,8 @@ Implementation details:
    return of the greedy rollouts (``train/q_realized``) and their difference (``train/overestimation``).
    Training is untouched: the probe has its own environments and random generator.
 7. On CPU a small network's gradient step costs mostly per-call overhead, not arithmetic: the optimizer
-   is fused Adam stepped by :func:`advantage.optim.step` (without the optimizer's Python layers), the
-   gradient-norm clip is two fused kernels, and the loss is read back once per step (the check that stops
+   is fused Adam (one kernel for every parameter, :func:`advantage.optim.adam`), the gradient-norm clip
+   is two fused kernels, and the loss is read back once per step (the check that stops
    a NaN before it reaches the weights). For an MLP with a plain head (the default network) the TD step's
    gradient is also written out by hand (:meth:`QNetwork.td_backward`: three matmuls per layer, no
    autograd graph recorded and replayed); ``trainer.kernels`` without ``dqn_td_backward`` keeps autograd,
@@ -472,8 +472,7 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
     q_target.load_state_dict(q.state_dict())
     q_target.requires_grad_(False)
     params, target_params = list(q.parameters()), list(q_target.parameters())
-    # fused Adam, stepped by optim.step without torch.optim's per-call Python layers, which on a small MLP
-    # cost more than the update itself
+    # fused Adam: one kernel updates every parameter
     opt = optim.adam(params, a.learning_rate)
     learner = LearnerState({"q": q, "q_target": q_target}, {"optim": opt})
     buffer = make_buffer(cfg, obs_space)

@@ -209,8 +209,7 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
         share = world.share(idx)  # this rank's pairs; the loss and metrics below are over all of idx
         lr = common.set_learning_rate(opt, a, step, schedule_total(t, step))
         clock = time.perf_counter()
-        optim.zero_grad(params)  # opt.zero_grad(set_to_none=True), and the clip and step below: torch's
-        # kernels without its per-call Python layers (advantage.optim)
+        optim.zero_grad(params)  # opt.zero_grad(set_to_none=True) without its profiler scope
         sums: dict[str, Tensor] = {}  # the step's loss and metrics, tensors until the step ends
         for j in range(0, len(share), micro):
             chunk = share[j : j + micro]

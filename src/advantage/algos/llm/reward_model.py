@@ -390,8 +390,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
         idx = cursor.next(a.batch_size)
         share = world.share(idx)  # this rank's comparisons; the loss is normalized by all of idx
         lr = common.set_learning_rate(opt, a, step, schedule_total(t, step))
-        optim.zero_grad(params)  # opt.zero_grad(set_to_none=True), the optimizer step and the clip below: the
-        # same kernels as torch's without its per-call Python layers (advantage.optim)
+        optim.zero_grad(params)  # opt.zero_grad(set_to_none=True) without its profiler scope
         sums: dict[str, Tensor] = {}  # the step's loss and statistics, tensors until the step ends
         for j in range(0, len(share), micro):
             chunk = [items[i] for i in share[j : j + micro]]
