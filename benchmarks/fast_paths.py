@@ -23,7 +23,8 @@ JSON: on a shared machine the CPU time is what the work itself costs.
    (64 × 4 observations, 64-64 tanh actor-critic, clip loss, value loss, Adam) and GRPO's learn step on
    the medium model (64 sequences of 10 prompt + 32 response tokens: log-probs, clip loss, backward,
    AdamW) -- eager with the fast paths, eager reference, and the reference model compiled
-   (``torch.compile(fn)``; its compile time reported apart, the step time measured after warm-up).
+   (``torch.compile(fn)``; its compile time, with an empty inductor cache, reported apart, the step time
+   measured after warm-up).
 
 A path is kept where switching it off costs at least 10 % of the whole-step time at one of these sizes
 (the ``off / on`` column); the report marks each pair.
@@ -254,7 +255,9 @@ def _grpo_learn() -> dict[str, Any]:
 
 def compile_row(kind: str, arm: str, iters: int) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--compile-child", kind, "--arm", arm, "--steps", str(iters)]
-    out = subprocess.run(cmd, env=child_env(None), capture_output=True, text=True)
+    with tempfile.TemporaryDirectory() as cache:  # a cold compile, as a new machine's first run
+        env = {**child_env(None), "TORCHINDUCTOR_CACHE_DIR": cache}
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         return {"error": out.stderr.strip().splitlines()[-1][:300] if out.stderr.strip() else "failed"}
     return json.loads(out.stdout.strip().splitlines()[-1])
