@@ -12,7 +12,7 @@ algorithm family) must pass there.
     -> benchmarks/results/torch_versions.{md,json}
 
 Each version's environment is kept (``~/.cache/advantage-torch-venvs/<version>``, ``--venv-root`` or
-``ADVANTAGE_TORCH_VENVS``), so a rerun after a change to the library costs the tests only; a run updates
+``--venv-root``), so a rerun after a change to the library costs the tests only; a run updates
 the rows of the versions it ran and keeps the others. The repository's own ``.venv`` (installed with
 ``constraints/cpu.txt``: the torch the committed results were produced with) is one more row unless
 ``--no-local``. The tests run with this repository's ``src`` first on ``PYTHONPATH``.
@@ -311,8 +311,8 @@ def main() -> None:
     ap.add_argument(
         "--venv-root",
         type=Path,
-        default=Path(os.environ.get("ADVANTAGE_TORCH_VENVS", "~/.cache/advantage-torch-venvs")).expanduser(),
-        help="where the environments live, one folder per version (env ADVANTAGE_TORCH_VENVS)",
+        default=Path("~/.cache/advantage-torch-venvs").expanduser(),
+        help="where the environments live, one folder per version",
     )
     ap.add_argument(
         "--skip-install", action="store_true", help="run the tests in the existing environments as they are"
