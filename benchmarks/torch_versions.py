@@ -11,8 +11,8 @@ algorithm family) must pass there.
     python benchmarks/torch_versions.py --write-only              # the .md again from the .json
     -> benchmarks/results/torch_versions.{md,json}
 
-Each version's environment is kept (``~/.cache/advantage-torch-venvs/<version>``, ``--venv-root`` or
-``--venv-root``), so a rerun after a change to the library costs the tests only; a run updates
+Each version's environment is kept (``~/.cache/advantage-torch-venvs/<version>``, ``--venv-root``),
+so a rerun after a change to the library costs the tests only; a run updates
 the rows of the versions it ran and keeps the others. The repository's own ``.venv`` (installed with
 ``constraints/cpu.txt``: the torch the committed results were produced with) is one more row unless
 ``--no-local``. The tests run with this repository's ``src`` first on ``PYTHONPATH``.
