@@ -338,6 +338,12 @@ def table(payload: dict[str, Any]) -> list[str]:
             f"nothing) repeat identical work: their `off / on` ratios, {noise['arms']} of them, are within "
             f"±{noise['max_abs_deviation']:.2f} of 1, the spread of these measurements.",
         ]
+    noise_t = payload.get("noise_training", {})
+    if noise_t.get("arms"):
+        lines[-1] += (
+            f" In the training phase (a difference of two medians) such arms, {noise_t['arms']} of them, "
+            f"are within ±{noise_t['max_abs_deviation']:.2f}."
+        )
     lines += ["", "#### Verdict per fast path (largest `off / on` over the rows it applies to)", ""]
     lines.append("| fast path | largest off / on | row | kept (≥ 1.10) |")
     lines.append("|---|---|---|---|")
@@ -383,6 +389,18 @@ def derive(payload: dict[str, Any]) -> None:
         paired(a, p) for row, a in rows.items() for p in REPORT_ORDER if a.get(p) and row not in APPLIES[p]
     ]
     payload["noise"] = {"arms": len(same), "max_abs_deviation": max((abs(r - 1) for r in same), default=0.0)}
+    # the same in the training phase (a difference of two medians: a wider spread); no_dynamo is a start-up
+    # path, so its arm repeats the training's work on every row
+    same_t = [
+        t[p] / t["fast"]
+        for row, t in payload["training"].items()
+        for p in t
+        if p not in ("fast", "reference", "baseline") and (p == "no_dynamo" or row not in APPLIES[p])
+    ]
+    payload["noise_training"] = {
+        "arms": len(same_t),
+        "max_abs_deviation": max((abs(r - 1) for r in same_t), default=0.0),
+    }
 
 
 def verdict(
