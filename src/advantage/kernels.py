@@ -30,7 +30,6 @@ FAST_PATHS: dict[str, str] = {
     "lm_backward": "the hand-written backward of the lean forward instead of autograd",
     "dqn_td_backward": "DQN's TD gradient written out by hand for a plain MLP instead of autograd",
 }
-MODES = ("fast", "reference")
 
 _on: frozenset[str] = frozenset(FAST_PATHS)
 

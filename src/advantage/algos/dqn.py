@@ -36,8 +36,8 @@ Implementation details:
    Training is untouched: the probe has its own environments and random generator.
 7. On CPU a small network's gradient step costs mostly per-call overhead, not arithmetic: the optimizer
    is fused Adam (one kernel for every parameter, :func:`advantage.optim.adam`), the gradient-norm clip
-   is two fused kernels, and the loss is read back once per step (the check that stops
-   a NaN before it reaches the weights). For an MLP with a plain head (the default network) the TD step's
+   is two fused kernels, and the loss is read back once per step (the check that stops a NaN before it
+   reaches the weights). For an MLP with a plain head (the default network) the TD step's
    gradient is also written out by hand (:meth:`QNetwork.td_backward`: three matmuls per layer, no
    autograd graph recorded and replayed); ``trainer.kernels`` without ``dqn_td_backward`` keeps autograd,
    and the tests check the two give the same loss and gradients (``benchmarks/results/fast_paths.md``:
@@ -620,6 +620,7 @@ def gradient_step(
     importance-weighted per sample under prioritized replay.
     """
     obs, B = b["obs"], b["obs"].shape[0]
+    params = opt.param_groups[0]["params"]  # q's parameters (its one group), without walking the modules
     weights = b.get("weights")
     td: torch.Tensor | None  # the TD errors Q(s, a) − y [B], kept for prioritized replay's priorities
     if q.hand_backward:
@@ -645,12 +646,12 @@ def gradient_step(
             loss = (loss * weights).mean()
         value, td = float(loss.detach()), None if weights is None else pred.detach() - target
         if math.isfinite(value):
-            optim.zero_grad(q.parameters())
+            optim.zero_grad(params)
             loss.backward()
     if not math.isfinite(value):  # the caller stops the run; a NaN must not reach the weights first
         return value, None
     if a.max_grad_norm > 0:
-        optim.clip_grad_norm(q.parameters(), a.max_grad_norm)
+        optim.clip_grad_norm(params, a.max_grad_norm)
     optim.step(opt)
     return value, None if td is None or weights is None else td.abs()
 

@@ -26,7 +26,7 @@ from torch import Tensor
 from advantage import kernels
 from advantage.optim import eager
 
-__all__ = ["FEATURES", "adam", "clip_grad_norm", "fused_supported", "step", "zero_grad"]
+__all__ = ["FEATURES", "adam", "clip_grad_norm", "step", "zero_grad"]
 
 
 def _has(*names: str) -> bool:
@@ -48,7 +48,7 @@ def _fused_cpu() -> bool:
     return True
 
 
-def fused_supported(params: Sequence[Tensor]) -> bool:
+def _fused_supported(params: Sequence[Tensor]) -> bool:
     """``fused=True`` is available for these parameters: all on CPU (when this torch has the CPU kernel)
     or all on CUDA, floating point."""
     if not params or not all(p.is_floating_point() for p in params):
@@ -70,7 +70,7 @@ def adam(
     the same update, tested) and torch's default implementation otherwise. Step it with :func:`step`."""
     params = list(params)
     cls = torch.optim.AdamW if decoupled else torch.optim.Adam
-    fused = True if fused_supported(params) else None
+    fused = True if _fused_supported(params) else None
     return cls(params, lr=lr, weight_decay=weight_decay, fused=fused, **kwargs)
 
 

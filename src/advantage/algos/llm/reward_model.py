@@ -362,13 +362,8 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     world = distributed.current()
     net = lm_distributed.wrap(world, model)  # what this rank trains: the model, or its FSDP shards
     params = [p for p in net.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(
-        params,
-        lr=a.learning_rate,
-        betas=(a.betas[0], a.betas[1]),  # two: checked by the config
-        weight_decay=a.weight_decay,
-        fused=True if optim.fused_supported(params) else None,
-    )
+    betas = (a.betas[0], a.betas[1])  # two: checked by the config
+    opt = optim.adam(params, a.learning_rate, weight_decay=a.weight_decay, decoupled=True, betas=betas)
     learner = LearnerState({"value_head": model.head}, {"optim": lm_distributed.optimizer(world, net, opt)})
     step, cursor = common.resume(learner, restored, len(items), t.seed)
     lm_distributed.reshard(world, net, model)  # the restored value head
