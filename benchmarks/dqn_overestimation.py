@@ -6,7 +6,7 @@
 Trains ``dqn`` with the Python API, ``preset=dqn`` (max target) and ``preset=double_dqn`` (online argmax,
 target value), everything else equal: the algorithm's CartPole defaults, 30,000 environment steps, seeds
 0, 1, 2, no evaluation during training, no TensorBoard, in a temporary folder. Every 1,000 environment
-steps each run measures overestimation (SPEC V4, ``advantage.algos.dqn.OverestimationProbe``): 32 states
+steps each run measures overestimation (SPEC V4, ``advantage.algos.dqn_probe.OverestimationProbe``): 32 states
 sampled from episodes of its current ε-greedy policy, saved, and from each the *greedy* policy rolled out
 to termination or to the horizon H = 688 where 0.99^H <= 1e-3 (the time limit does not cut it); the mean
 predicted ``max_a Q(s, a)`` (``train/q_predicted``) against the mean discounted return of those rollouts

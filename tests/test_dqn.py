@@ -11,20 +11,13 @@ import torch.nn.functional as F
 
 import advantage
 from advantage import optim
-from advantage.algos.dqn import (
-    DQNAlgorithm,
-    DQNModel,
-    OverestimationProbe,
-    QNetwork,
-    gradient_step,
-    greedy_horizon,
-    greedy_returns,
-    update_batches,
-)
+from advantage.algos.dqn import QNetwork, gradient_step, update_batches
+from advantage.algos.dqn_probe import OverestimationProbe, greedy_horizon, greedy_returns
+from advantage.configs.dqn import DQNAlgorithm, DQNModel
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
 from advantage.errors import ConfigError, EnvError
 from advantage.math import double_q_target, td_target
-from advantage.runs import resolve_config
+from advantage.resolve import resolve_config
 
 FAST = {"trainer.tensorboard": False, "trainer.eval_episodes": 2, "trainer.eval_every": 0}
 
@@ -287,8 +280,8 @@ def test_an_env_whose_state_cannot_be_saved_is_refused(corridor_ids):
 def test_the_default_measures_overestimation_only_where_it_can(corridor_ids):
     """overestimation_every=-1 (the default): every 10,000 steps on an env whose state is saved and
     restored; off, and the run trains, on one whose state is not (Box2D's LunarLander, an emulator)."""
-    from advantage.algos.dqn import AUTO_EVERY, make_probe
-    from advantage.runs import resolve_config
+    from advantage.algos.dqn_probe import AUTO_EVERY, make_probe
+    from advantage.resolve import resolve_config
 
     for env_id, on in ((corridor_ids[0], True), (corridor_ids[1], False)):
         _, cfg = resolve_config("dqn", overrides={"env.id": env_id})
