@@ -8,7 +8,7 @@ import pytest
 
 import advantage
 from advantage.algos.tabular import td
-from advantage.algos.tabular.common import linear_schedule
+from advantage.schedules import linear_schedule
 
 
 def test_linear_schedule_hand_values():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from advantage.nn.actor_critic import ActorCriticModel
+from advantage.configs.models import ActorCriticModel
 from advantage.rollout.onpolicy import OnPolicyCollector
 from advantage.torch_state import RunningMeanStd
 

@@ -2,7 +2,6 @@
 
 from advantage.nn.actor_critic import (
     ActorCritic,
-    ActorCriticModel,
     BernoulliHead,
     CategoricalHead,
     GaussianHead,
@@ -14,7 +13,6 @@ from advantage.nn.policy import ActorCriticPolicy, ObsNormalizer
 
 __all__ = [
     "ActorCritic",
-    "ActorCriticModel",
     "ActorCriticPolicy",
     "BernoulliHead",
     "CategoricalHead",

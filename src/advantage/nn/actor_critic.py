@@ -28,8 +28,6 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from advantage.configs.models import ActorCriticModel  # noqa: F401  (its old place)
-
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 

@@ -12,7 +12,6 @@ from gymnasium.spaces import Discrete
 from advantage.context import RunContext
 from advantage.envs import env_state, require_space
 from advantage.envs.replay import restore_or_restart
-from advantage.schedules import linear_schedule  # noqa: F401  (its old place)
 
 
 def epsilon_greedy(q_row: np.ndarray, epsilon: float, rng: np.random.Generator) -> int:

@@ -31,7 +31,6 @@ from advantage.algos.tabular.common import (
     TablePolicy,
     epsilon_greedy,
     epsilon_greedy_probs,
-    linear_schedule,
     sampler_state,
     start_sampler,
     table_shape,
@@ -45,7 +44,7 @@ from advantage.configs.tabular import (
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError
 from advantage.math import mc_update, reward_to_go
-from advantage.schedules import schedule_total
+from advantage.schedules import linear_schedule, schedule_total
 
 
 def fixed_policy_table(spec: str, n_states: int, n_actions: int) -> np.ndarray:

@@ -31,14 +31,13 @@ from advantage.algos.tabular.common import (
     TablePolicy,
     epsilon_greedy,
     epsilon_greedy_probs,
-    linear_schedule,
     sampler_state,
     start_sampler,
     table_shape,
 )
 from advantage.configs.tabular import TDConfig
 from advantage.context import RunContext, Snapshot
-from advantage.schedules import schedule_total
+from advantage.schedules import linear_schedule, schedule_total
 
 
 def bootstrap_value(method: str, q_next: np.ndarray, next_action: int, epsilon: float) -> float:
