@@ -205,7 +205,7 @@ def config_hash(row: Row, variant: str, budget: int) -> str:
     """A fingerprint of the config our run of (row, variant) resolves to, seed and run folder aside: a
     logged run whose fingerprint differs (a tuned entry or a default changed since) is run again."""
     from advantage.config import to_dict
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     _, cfg = resolve_config(row.algo, overrides=_our_keys(row, variant, budget, EVAL_EPISODES))
     tree = to_dict(cfg)

@@ -315,7 +315,7 @@ def test_a_hyperparams_file_alias_bomb_is_refused_before_it_expands(tmp_path):
 def test_a_hyperparams_file_is_bounded_as_a_config_file_is(tmp_path, content, message):
     path = tmp_path / "hp.yaml"
     path.write_bytes(content)
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     with pytest.raises(ConfigError, match=message):
         resolve_config("ppo", None, {"hyperparams": str(path), "env.id": "CartPole-v1"})

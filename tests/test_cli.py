@@ -221,7 +221,7 @@ def test_eval_video_writes_an_mp4(capsys):
 
 
 def test_default_algorithm_is_ppo_on_cartpole():
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     spec, cfg = resolve_config()
     assert spec.name == "ppo" and cfg.env.id == "CartPole-v1"

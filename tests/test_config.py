@@ -4,7 +4,7 @@ import pytest
 
 from advantage.config import flatten, nest, parse_overrides, to_dict
 from advantage.errors import ConfigError
-from advantage.runs import config_yaml, resolve_config
+from advantage.resolve import config_yaml, resolve_config
 
 
 def test_defaults_and_dotted_overrides():

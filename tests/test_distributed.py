@@ -379,7 +379,7 @@ def test_bad_launch_configs_are_clear_errors(tmp_path, over, message):
     ],
 )
 def test_grpo_options_that_need_the_whole_batch_are_errors_on_ranks(over, message):
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     over = {**GRPO, "trainer.strategy": "ddp", **over}
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):

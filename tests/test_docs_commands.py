@@ -15,7 +15,7 @@ import pytest
 from advantage.cli import _split_algo, build_parser, main
 from advantage.config import load_yaml, parse_overrides
 from advantage.registry import ALGORITHMS, all_algorithms
-from advantage.runs import DEFAULT_ALGO, resolve_config
+from advantage.resolve import DEFAULT_ALGO, resolve_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

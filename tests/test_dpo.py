@@ -38,7 +38,7 @@ def _train(tmp_path, name="run", **over):
 
 def _model_and_items(n=6):
     from advantage.algos.llm.common import LMPolicy, build_model
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     _, cfg = resolve_config("dpo", overrides=TINY)
     task = dpo.make_task(cfg.data)

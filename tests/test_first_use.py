@@ -128,7 +128,7 @@ def test_device_is_validated(args, message, monkeypatch, capsys):
 def test_every_algorithm_lists_the_device_it_can_use():
     from advantage.config import describe
     from advantage.registry import all_algorithms
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     for name, algo in all_algorithms().items():
         help_ = {k: h for k, _, h in describe(algo.config)}["trainer.device"]

@@ -247,7 +247,7 @@ def test_starts_from_an_sft_run_folder(tmp_path):
 
 
 def test_group_of_one_with_a_group_normalized_estimator():
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     with pytest.raises(ConfigError, match="worker.rollout.n=1 with algorithm.advantage=grpo"):
         resolve_config("grpo", overrides={**TINY, "worker.rollout.n": 1})
@@ -255,7 +255,7 @@ def test_group_of_one_with_a_group_normalized_estimator():
 
 
 def test_clip_high_below_clip_low():
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     with pytest.raises(ConfigError, match="clip_high=0.1 is smaller than worker.actor.clip_low=0.2"):
         resolve_config("grpo", overrides={**TINY, "worker.actor.clip_high": 0.1})
@@ -331,7 +331,7 @@ def test_grpo_trains_on_the_code_task(tmp_path):
 def test_trimmed_micro_batches_give_the_full_width_log_probs():
     from advantage.algos.llm.common import LMPolicy, build_model, make_task
     from advantage.lm.model import sequence_logprobs
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     _, cfg = resolve_config("grpo", overrides=TINY)
     task = make_task(cfg.data)
@@ -419,7 +419,7 @@ def test_every_preset_applies_on_top_of_the_example(preset):
     examples/grpo_addition.yaml preset=NAME` runs NAME, and the file's other settings stay."""
     from pathlib import Path
 
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     path = Path(__file__).resolve().parents[1] / "examples" / "grpo_addition.yaml"
     # The model path names a run folder made by examples/sft_addition.yaml; a scratch model stands in.
@@ -436,7 +436,7 @@ def test_every_preset_applies_on_top_of_the_example(preset):
 def test_min_new_tokens_gives_fixed_length_responses(tmp_path):
     """``worker.rollout.min_new_tokens = data.max_response_length``: every response is exactly that long
     (the fixed work of a benchmark); more than the maximum is a config error naming both keys."""
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     run = _train(tmp_path, **{"worker.rollout.min_new_tokens": 6, "trainer.total_steps": 2})
     lengths = [r["train/response/length_mean"] for r in run.metrics if "train/response/length_mean" in r]
@@ -464,7 +464,7 @@ def test_a_shorter_generation_budget_than_the_sft_run_trained_on_is_warned(tmp_p
     over = {**TINY, "worker.actor.model.path": str(sft.dir), "trainer.total_steps": 1}
     for k in ("worker.actor.model.hidden_size", "worker.actor.model.layers", "worker.actor.model.heads"):
         over.pop(k)
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     _, cfg = resolve_config("grpo", overrides=over)
     (warning,) = cfg.__dict__["_warnings"]

@@ -293,14 +293,14 @@ def test_trains_with_the_other_options(tmp_path, coins, monkeypatch, over):
     ],
 )
 def test_config_errors(over, message):
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     with pytest.raises(ConfigError, match=message):
         resolve_config("grpo", overrides={**TINY, "algorithm.adaptive_difficulty": True, **over})
 
 
 def test_defaults_and_unchecked_when_off():
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     _, cfg = resolve_config("grpo", overrides={**TINY, "algorithm.adaptive_difficulty": True})
     assert cfg.difficulty_samples() == (2, 8)  # G/2 (at least 2) and 2G for G = 4

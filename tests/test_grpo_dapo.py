@@ -93,7 +93,7 @@ def test_all_correct_group_with_an_overlong_punishment_is_dropped_by_default(tmp
 
 
 def test_dynamic_sampling_on_is_validated():
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     with pytest.raises(ConfigError, match=r"algorithm.dynamic_sampling_on.*correctness.*reward"):
         resolve_config("grpo", overrides={**TINY, "algorithm.dynamic_sampling_on": "accuracy"})

@@ -165,7 +165,7 @@ def test_process_supervision_learns_from_equal_outcomes(tmp_path, coins, monkeyp
 
 
 def test_process_supervision_config_errors(coins):
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     with pytest.raises(ConfigError, match="worker.rollout.n=1 with algorithm.supervision=process"):
         resolve_config(

@@ -28,7 +28,7 @@ from advantage.config import load_yaml
 from advantage.envs import env_state, set_env_state
 from advantage.envs.text.datasets import load_examples
 from advantage.errors import CheckpointError, ConfigError, NonFiniteError, RunDirError
-from advantage.runs import RunLock
+from advantage.run_folder import RunLock
 
 TABULAR = {"trainer.total_steps": 2000, "trainer.tensorboard": False, "trainer.eval_episodes": 5}
 

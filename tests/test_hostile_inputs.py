@@ -23,7 +23,8 @@ import advantage
 from advantage.checkpoint import load_checkpoint
 from advantage.cli import main
 from advantage.errors import CheckpointError, ConfigError, EnvError, NonFiniteError
-from advantage.runs import Run, resolve_config
+from advantage.resolve import resolve_config
+from advantage.runs import Run
 
 FAST = {"trainer.tensorboard": False, "trainer.eval_every": 0, "trainer.eval_episodes": 2}
 SMALL_PPO = {"env.num_envs": 2, "algorithm.n_steps": 32, "algorithm.minibatch_size": 32}

@@ -12,7 +12,7 @@ from advantage.config import build, flatten, merge, nest, to_dict
 from advantage.errors import ConfigError
 from advantage.hyperparams import DIR, load_table, shipped_file
 from advantage.registry import get_algorithm
-from advantage.runs import config_yaml, resolve_config
+from advantage.resolve import config_yaml, resolve_config
 
 CLASSIC = ("ppo", "a2c", "trpo", "dqn", "ddpg", "td3", "sac")
 

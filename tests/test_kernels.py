@@ -13,7 +13,7 @@ from advantage import kernels
 from advantage.cli import main
 from advantage.errors import ConfigError
 from advantage.registry import all_algorithms
-from advantage.runs import resolve_config
+from advantage.resolve import resolve_config
 
 
 def test_the_modes_and_lists_parse():

@@ -14,7 +14,7 @@ from advantage.config import describe
 from advantage.errors import ConfigError
 from advantage.migration import ALGORITHM_NAMES, LIBRARIES, NAMES, markdown
 from advantage.registry import all_algorithms
-from advantage.runs import resolve_config
+from advantage.resolve import resolve_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "migration.md"

@@ -177,7 +177,7 @@ def test_actor_critic_init_is_orthogonal_or_pytorchs_default():
     import torch
 
     from advantage.configs.models import ActorCriticModel
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     obs, act = gym.spaces.Box(-1.0, 1.0, (5,)), gym.spaces.Box(-1.0, 1.0, (3,))
     for init in ("orthogonal", "torch"):

@@ -226,7 +226,7 @@ def test_eval_cli_reports_scores_win_rate_and_kl(tmp_path, tiny_rm, capsys):
 
 
 def _resolve(**over):
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     return resolve_config("ppo_rlhf", overrides={**TINY, **over})
 
@@ -305,7 +305,7 @@ def _sft(tmp_path, **over):
 
 def test_sft_on_preference_data_imitates_every_ranked_response_or_the_chosen_one(tmp_path):
     from advantage.algos.llm import sft
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     _, cfg = resolve_config("sft", overrides={"data.task": "synthetic", "data.k": 3})
     examples = sft.make_task(cfg.data).examples("train", 4, 0)
@@ -321,7 +321,7 @@ def test_sft_on_preference_data_imitates_every_ranked_response_or_the_chosen_one
 
 
 def test_sft_targets_must_fit_the_task():
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     with pytest.raises(ConfigError, match="data.targets=all needs a preference task"):
         resolve_config("sft", overrides={"data.task": "addition", "data.targets": "all"})

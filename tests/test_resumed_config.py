@@ -11,7 +11,7 @@ import yaml
 
 import advantage
 from advantage.errors import ConfigError
-from advantage.runs import resolve_config
+from advantage.resolve import resolve_config
 from advantage.schedules import schedule_total
 
 QUIET = {

@@ -26,7 +26,7 @@ from advantage.checkpoint import save_checkpoint
 from advantage.cli import final_line, main
 from advantage.errors import CheckpointError, ConfigError, RunDirError
 from advantage.metrics import read_metrics, truncate_metrics
-from advantage.runs import PATH_OPTIONS, resolve_config
+from advantage.resolve import PATH_OPTIONS, resolve_config
 
 Q_RUN = {
     "trainer.total_steps": 2000,

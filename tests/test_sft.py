@@ -40,7 +40,7 @@ def _train(tmp_path, name="run", **over):
 
 def _policy_and_batch():
     from advantage.algos.llm.common import LMPolicy, build_model, make_task
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     _, cfg = resolve_config("sft", overrides=TINY)
     task = make_task(cfg.data)
@@ -256,7 +256,7 @@ def test_tokenizer_without_pad_token(tmp_path):
 @pytest.mark.parametrize("algo, key", [("sft", "model"), ("grpo", "worker.actor.model")])
 def test_a_bad_tokenizer_is_one_problem_naming_the_key_as_written(tmp_path, algo, key):
     from advantage.lm.model import build_char_tokenizer, build_scratch_model
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     tok = build_char_tokenizer("0123456789+=")
     folder = tmp_path / "nopad"
@@ -270,7 +270,7 @@ def test_a_bad_tokenizer_is_one_problem_naming_the_key_as_written(tmp_path, algo
 
 
 def test_bad_model_options_are_listed_together():
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     with pytest.raises(ConfigError) as e:
         resolve_config(

@@ -32,7 +32,7 @@ from advantage.envs.make import (
 from advantage.errors import EnvError
 from advantage.nn.actor_critic import ActorCritic, BernoulliHead, MultiCategoricalHead, make_head
 from advantage.registry import all_algorithms
-from advantage.runs import resolve_config
+from advantage.resolve import resolve_config
 
 FAST = {"trainer.tensorboard": False, "trainer.eval_episodes": 2, "trainer.eval_every": 0}
 

@@ -161,7 +161,7 @@ def test_env_ids_a_config_error_skips_are_checked_here() -> None:
     from advantage.envs import check_env_config
     from advantage.errors import ConfigError
     from advantage.registry import all_algorithms
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     checked = 0
     for name, algo in sorted(all_algorithms().items()):

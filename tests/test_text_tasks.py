@@ -442,7 +442,7 @@ def test_addition_mixed_lengths_spreads_the_digit_counts():
 
 
 def test_a_data_file_without_a_data_task_says_which_task_reads_it():
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     with pytest.raises(ConfigError) as e:
         resolve_config("sft", overrides={"data.path": "train.jsonl"})

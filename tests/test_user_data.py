@@ -261,7 +261,7 @@ def read_rows(path):
 
 def test_a_small_evaluation_split_says_so(tmp_path):
     """A GSM8K file without a split column: 40 rows hashed 90/5/5 give 2 test prompts; the run says so."""
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     rows = [
         {"question": p["question"], "answer": f"{p['reasoning']}\n#### {p['answer']}"}

@@ -69,7 +69,8 @@ def _check_algo(algo: str | None) -> None:
 def cmd_train(ns: argparse.Namespace) -> int:
     from advantage.config import parse_overrides
     from advantage.distributed import launch
-    from advantage.runs import resolve_config, train
+    from advantage.resolve import resolve_config
+    from advantage.runs import train
 
     algo, rest = _algo_and_overrides(ns.args)
     overrides = parse_overrides(rest)
@@ -153,7 +154,9 @@ def _last_values(rows: Sequence[dict], names: Sequence[str]) -> list[str]:
 def cmd_resume(ns: argparse.Namespace) -> int:
     from advantage.config import parse_overrides
     from advantage.distributed import launch, launched
-    from advantage.runs import resolve_config, resume, run_config
+    from advantage.resolve import resolve_config
+    from advantage.run_folder import run_config
+    from advantage.runs import resume
 
     overrides = parse_overrides(ns.overrides)
     try:
@@ -227,7 +230,7 @@ def _default_plot_metrics(run_dirs: Sequence[str]) -> tuple[str, ...]:
     methods), in order and without repeats; the returns for the others."""
     from advantage.plotting import DEFAULT_METRICS
     from advantage.registry import ALGORITHMS, all_algorithms
-    from advantage.runs import run_config
+    from advantage.run_folder import run_config
 
     all_algorithms()
     out: list[str] = []

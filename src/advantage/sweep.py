@@ -87,7 +87,7 @@ def sweep(
 ) -> list[dict[str, Any]]:
     """Run every trial (module docstring); returns one row per trial and writes ``OUT/summary.{md,json}``.
     ``progress``: a line per trial started and finished on stderr, with the best grid point so far."""
-    from advantage.runs import resolve_config
+    from advantage.resolve import resolve_config
 
     if seeds < 1:
         raise ConfigError(f"--seeds must be >= 1, got {seeds}")
