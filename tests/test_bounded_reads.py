@@ -28,22 +28,15 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from advantage import safe_read
+from advantage import safe_parquet
 from advantage.algos.llm import common
 from advantage.chat_template import RENDER_SECONDS, render_chats
 from advantage.cli import main
 from advantage.config import YAML_MAX_DEPTH, YAML_MAX_NODES, load_yaml, merge
 from advantage.errors import ConfigError
-from advantage.safe_read import (
-    MAX_DEPTH,
-    check_interpolations,
-    json_too_deep,
-    load_json,
-    parse_json,
-    parse_yaml,
-    read_bytes,
-    read_parquet_rows,
-)
+from advantage.safe_interpolations import check_interpolations
+from advantage.safe_parquet import read_parquet_rows
+from advantage.safe_read import MAX_DEPTH, json_too_deep, load_json, parse_json, parse_yaml, read_bytes
 
 GB3 = 3 << 30
 HYPO = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -417,7 +410,7 @@ def test_a_parquet_decompression_bomb_is_refused_from_its_footer_before_decoding
 
     path = _parquet_bomb(tmp_path / "bomb.parquet", 32, 8 << 20)
     assert path.stat().st_size < 200_000
-    monkeypatch.setattr(safe_read, "PARQUET_MAX_DECODED", 128 << 20)
+    monkeypatch.setattr(safe_parquet, "PARQUET_MAX_DECODED", 128 << 20)
     decoded = []
     original = pq.ParquetFile.iter_batches
     monkeypatch.setattr(

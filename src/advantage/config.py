@@ -612,7 +612,7 @@ def merge(*trees: Mapping[str, Any]) -> dict[str, Any]:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from advantage.safe_read import check_interpolations
+    from advantage.safe_interpolations import check_interpolations
 
     try:
         merged = OmegaConf.merge(*[OmegaConf.create(dict(t)) for t in trees])

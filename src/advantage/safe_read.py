@@ -15,11 +15,15 @@ The rules, each applied *before* the work it protects:
   nesting) before a node graph is built, and the graph is walked, aliases and merge keys expanded, up to
   a node budget before anything is constructed; libyaml's parser where PyYAML has it (its own nesting
   limit, and no pure-Python scanner that is quadratic on ``[[[[…``).
-- **Interpolations costed before they are resolved** (:func:`check_interpolations`): OmegaConf's
-  ``${…}`` can make a few hundred bytes expand to gigabytes, or to millions of resolutions.
-- **Parquet metadata before data** (:func:`read_parquet_rows`): the decoded size the footer declares is
-  checked, then rows are decoded in batches whose decoded bytes and longest value are checked as they
-  arrive, so a footer that lies still stops at the first batch over a limit.
+- **Interpolations costed before they are resolved**
+  (:func:`~advantage.safe_interpolations.check_interpolations`): OmegaConf's ``${…}`` can make a few
+  hundred bytes expand to gigabytes, or to millions of resolutions.
+- **Parquet metadata before data** (:func:`~advantage.safe_parquet.read_parquet_rows`): the decoded size
+  the footer declares is checked, then rows are decoded in batches whose decoded bytes and longest value
+  are checked as they arrive, so a footer that lies still stops at the first batch over a limit.
+
+This module holds the readers of bytes, text, JSON, YAML and model folders; the interpolation costs are in
+:mod:`advantage.safe_interpolations` and the Parquet reader in :mod:`advantage.safe_parquet`.
 
 Errors are :class:`~advantage.errors.ConfigError` unless the caller names another
 :class:`~advantage.errors.AdvantageError` (a run folder's files: ``RunDirError``); the command line turns
@@ -32,7 +36,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +54,11 @@ TOKENIZER_FILE_MAX_BYTES = 512 * MiB
 CHAT_TEMPLATE_MAX_BYTES = 1 * MiB
 # YAML: values after aliases are expanded, aliases written, nesting (config.py's limits, kept there).
 YAML_MAX_ALIASES = 1000
-# Interpolations: ``${…}`` resolutions OmegaConf would perform (it does not cache a string it resolved),
-# and the characters they produce, over the whole config.
-INTERPOLATION_MAX_RESOLUTIONS = 1000
-INTERPOLATION_MAX_CHARS = 1 * MiB
 
 Error = type[AdvantageError]
 
 
-def _name(path: str | os.PathLike[str], what: str | None) -> str:
+def name_of(path: str | os.PathLike[str], what: str | None) -> str:
     return what if what is not None else repr(str(path))
 
 
@@ -69,14 +69,14 @@ def _name(path: str | os.PathLike[str], what: str | None) -> str:
 def file_size(path: str | os.PathLike[str], what: str | None = None, *, error: Error = ConfigError) -> int:
     """The size of the regular file ``path`` from its opened descriptor (one line for a missing file, a
     folder, a FIFO or a device)."""
-    fd = _open_regular(path, _name(path, what), error)
+    fd = open_regular(path, name_of(path, what), error)
     try:
         return os.fstat(fd).st_size
     finally:
         os.close(fd)
 
 
-def _open_regular(path: str | os.PathLike[str], name: str, error: Error) -> int:
+def open_regular(path: str | os.PathLike[str], name: str, error: Error) -> int:
     """A blocking read descriptor of the regular file ``path``. ``O_NONBLOCK`` at open: a FIFO neither
     blocks nor waits for a writer before it is refused."""
     try:
@@ -112,8 +112,8 @@ def read_bytes(
     is over ``limit`` bytes: the size comes from the opened descriptor and at most ``limit + 1`` bytes
     are ever read, so nothing larger reaches memory. ``hint`` ends the over-the-limit message (``"; a
     config file is small"``)."""
-    name = _name(path, what)
-    fd = _open_regular(path, name, error)
+    name = name_of(path, what)
+    fd = open_regular(path, name, error)
     try:
         size = os.fstat(fd).st_size
         if size > limit:
@@ -150,7 +150,9 @@ def read_text(
     hint: str = "",
 ) -> str:
     """:func:`read_bytes` decoded as strict UTF-8 (:func:`decode_utf8`)."""
-    return decode_utf8(read_bytes(path, limit, what, error=error, hint=hint), _name(path, what), error=error)
+    return decode_utf8(
+        read_bytes(path, limit, what, error=error, hint=hint), name_of(path, what), error=error
+    )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -232,7 +234,7 @@ def load_json(
 ) -> Any:
     """The JSON value of the file ``path`` (:func:`read_bytes` with ``limit``, then :func:`parse_json`);
     ``expect=dict`` (or ``list``) refuses a value of another JSON type."""
-    name = _name(path, what)
+    name = name_of(path, what)
     value = parse_json(read_bytes(path, limit, name, error=error), name, max_depth=max_depth, error=error)
     if expect is not None and not isinstance(value, expect):
         want = "object" if expect is dict else "array" if expect is list else expect.__name__
@@ -251,8 +253,8 @@ def iter_jsonl(
     """``(line number, value)`` for every non-blank line of the JSONL file ``path``, one bounded line at a
     time: a line over ``line_limit`` bytes is refused before it is read whole, so memory never holds more
     than one line of text."""
-    name = _name(path, what)
-    fd = _open_regular(path, name, error)
+    name = name_of(path, what)
+    fd = open_regular(path, name, error)
     with os.fdopen(fd, "rb") as f:
         lineno = 0
         while raw := f.readline(line_limit + 1):
@@ -379,7 +381,7 @@ def load_yaml_file(
     hint: str = "",
 ) -> Any:
     """:func:`read_bytes` (``limit``) then :func:`parse_yaml`."""
-    name = _name(path, what)
+    name = name_of(path, what)
     data = read_bytes(path, limit, name, error=error, hint=hint)
     return parse_yaml(
         data,
@@ -390,344 +392,6 @@ def load_yaml_file(
         max_aliases=max_aliases,
         error=error,
     )
-
-
-# ----------------------------------------------------------------------------------------------------
-# OmegaConf interpolations
-
-# Resolvers whose first argument is a key of the config (its value is what they return).
-_KEY_RESOLVERS = ("oc.select", "oc.deprecated", "oc.dict.keys", "oc.dict.values")
-_PATH_PART = re.compile(r"\[([^\]]*)\]|([^.\[\]]+)")
-
-
-_NESTED = "\x00"  # where a nested interpolation stood in the text of the one around it
-
-
-class _Interp:
-    """One ``${…}``: its text between the braces (each nested interpolation replaced by
-    :data:`_NESTED`) and the interpolations nested in it, in order."""
-
-    __slots__ = ("nested", "text")
-
-    def __init__(self, text: str, nested: list[_Interp]):
-        self.text, self.nested = text, nested
-
-
-def _scan(s: str, i: int = 0, stop: str | None = None) -> tuple[list[_Interp], str, int]:
-    """The interpolations in ``s`` from ``i`` (to the ``}`` closing the enclosing one when ``stop``),
-    the text outside them (:data:`_NESTED` where each stood) and the index after the end. ``\\${`` is
-    literal text, as OmegaConf reads it; quotes and braces inside an interpolation are kept balanced so a
-    ``}`` in them does not close it."""
-    found: list[_Interp] = []
-    literal: list[str] = []
-    braces = 0
-    quote: str | None = None
-    n = len(s)
-    while i < n:
-        c = s[i]
-        if c == "\\" and i + 1 < n:
-            literal.append(s[i : i + 2])
-            i += 2
-            continue
-        if s.startswith("${", i):
-            nested, text, i = _scan(s, i + 2, "}")
-            found.append(_Interp(text, nested))
-            literal.append(_NESTED)
-            continue
-        if stop is not None:
-            if quote:
-                quote = None if c == quote else quote
-            elif c in "'\"":
-                quote = c
-            elif c == "{":
-                braces += 1
-            elif c == "}":
-                if braces == 0:
-                    return found, "".join(literal), i + 1
-                braces -= 1
-        literal.append(c)
-        i += 1
-    return found, "".join(literal), i
-
-
-_DYNAMIC_KEY = (
-    "a key built from another interpolation (${a.${b}}): its target, and so its cost, cannot be known "
-    "before resolving it"
-)
-
-
-class _Costs:
-    """Resolutions and characters of every interpolated value of a config tree (plain containers, as
-    ``OmegaConf.to_container(resolve=False)`` gives), memoized per node. OmegaConf resolves a node each
-    time it is referenced, so a reference costs one resolution plus all of its target's."""
-
-    def __init__(self, tree: Any, what: str, error: Error):
-        self.tree, self.what, self.error = tree, what, error
-        self.memo: dict[tuple[Any, ...], tuple[int, int]] = {}
-        self.active: set[tuple[Any, ...]] = set()
-
-    def refuse(self, why: str) -> AdvantageError:
-        return self.error(f"{self.what}: {why}; refused before resolving it")
-
-    def over(self, cost: int, size: int) -> None:
-        if cost > INTERPOLATION_MAX_RESOLUTIONS:
-            raise self.refuse(
-                f"its ${{…}} interpolations take more than {INTERPOLATION_MAX_RESOLUTIONS} resolutions "
-                "(references to references: an interpolation bomb?)"
-            )
-        if size > INTERPOLATION_MAX_CHARS:
-            raise self.refuse(
-                f"its ${{…}} interpolations expand to more than {INTERPOLATION_MAX_CHARS} characters "
-                "(an interpolation bomb?)"
-            )
-
-    def node(self, path: tuple[Any, ...]) -> tuple[int, int]:
-        """``(resolutions, characters)`` of resolving the node at ``path`` (a container: all of it)."""
-        if path in self.memo:
-            return self.memo[path]
-        if path in self.active:  # a cycle: OmegaConf reports it itself
-            return 1, 0
-        value = self._get(path)
-        self.active.add(path)
-        try:
-            if isinstance(value, Mapping):
-                parts = [self.node((*path, k)) for k in value]
-                keys = sum(len(str(k)) for k in value)
-                cost = (sum(p[0] for p in parts), sum(p[1] for p in parts) + keys)
-            elif isinstance(value, list):
-                parts = [self.node((*path, i)) for i in range(len(value))]
-                cost = (sum(p[0] for p in parts), sum(p[1] for p in parts))
-            elif isinstance(value, str) and "${" in value:
-                cost = self._string(value, path)
-            else:
-                cost = (0, len(str(value)))
-        finally:
-            self.active.discard(path)
-        self.memo[path] = cost
-        self.over(*cost)
-        return cost
-
-    def _get(self, path: tuple[Any, ...]) -> Any:
-        value = self.tree
-        for part in path:
-            value = value[part]
-        return value
-
-    def _find(self, base: tuple[Any, ...], key: str) -> tuple[Any, ...] | None:
-        """The path of the node ``key`` names, relative to the container at ``base`` (None: no such node,
-        which OmegaConf reports itself)."""
-        value: Any = self._get(base)
-        path = list(base)
-        for bracket, plain in _PATH_PART.findall(key):
-            part: Any = (bracket or plain).strip()
-            if isinstance(value, Mapping):
-                if part not in value:
-                    return None
-            elif isinstance(value, list):
-                if not part.lstrip("-").isdigit() or not -len(value) <= int(part) < len(value):
-                    return None
-                part = int(part) % len(value)
-            else:
-                return None
-            path.append(part)
-            value = value[part]
-        return tuple(path)
-
-    def _string(self, s: str, path: tuple[Any, ...]) -> tuple[int, int]:
-        found, literal, _ = _scan(s)
-        cost, size = 0, len(literal) - len(found)
-        for interp in found:
-            c, n = self._interp(interp, path)
-            cost, size = cost + c, size + n
-            self.over(cost, size)
-        return cost, size
-
-    def _interp(self, interp: _Interp, path: tuple[Any, ...]) -> tuple[int, int]:
-        """One ``${…}`` in the value at ``path``: one resolution, its nested interpolations, and the
-        node it reads (a key, or the key argument of a selecting resolver)."""
-        cost, size = 1, len(interp.text) - len(interp.nested)
-        for inner in interp.nested:
-            c, n = self._interp(inner, path)
-            cost, size = cost + c, size + n
-        text = interp.text.strip()
-        resolver, colon, args = text.partition(":")
-        key = text
-        if colon and re.fullmatch(r"[A-Za-z_][\w.]*", resolver.strip()):
-            name = resolver.strip()
-            key = args.split(",", 1)[0].strip()
-            if name == "oc.env":
-                size += _longest_env() if _NESTED in key else len(os.environ.get(key, ""))
-                return cost, size
-            if name == "oc.decode":
-                # it parses its argument as a config value and resolves any ${…} in the text it gets:
-                # allowed for an environment variable or literal text without ${…}, not for the config's
-                # own values, whose text could hold further interpolations
-                if "${" in args or not all(_is_env(inner) for inner in interp.nested):
-                    raise self.refuse(
-                        "${oc.decode:…} of a config value or of text holding ${…}: what it resolves, and so "
-                        "its cost, cannot be known before resolving it (decode an environment variable "
-                        "instead)"
-                    )
-                return cost, size
-            if name not in _KEY_RESOLVERS:
-                return cost, size
-        if _NESTED in key:
-            raise self.refuse(_DYNAMIC_KEY)
-        dots = len(key) - len(key.lstrip("."))
-        base = path[: len(path) - dots] if dots else ()
-        try:
-            target = self._find(base, key[dots:]) if key[dots:] else base
-        except (KeyError, IndexError, TypeError):
-            target = None
-        if target is None:
-            return cost, size
-        c, n = self.node(target)
-        return cost + c, size + n
-
-
-def _is_env(interp: _Interp) -> bool:
-    return interp.text.strip().startswith("oc.env:") and all(_is_env(i) for i in interp.nested)
-
-
-def _longest_env() -> int:
-    return max((len(v) for v in os.environ.values()), default=0)
-
-
-def check_interpolations(tree: Any, what: str = "config", *, error: Error = ConfigError) -> None:
-    """Refuse a config tree (plain containers, unresolved) whose ``${…}`` interpolations would take more
-    than :data:`INTERPOLATION_MAX_RESOLUTIONS` resolutions or expand to more than
-    :data:`INTERPOLATION_MAX_CHARS` characters, counted before anything is resolved: a ~360-byte file of
-    references to references (``b: ${a}${a}${a}``, ``c: ${b}${b}${b}``, …) grows geometrically. Keys built
-    from other interpolations and ``oc.decode`` of a config value, whose cost cannot be counted in
-    advance, are refused too."""
-    costs = _Costs(tree, what, error)
-    total_cost = total_size = 0
-    try:
-        for path in _interpolated_leaves(tree):
-            c, n = costs.node(path)
-            total_cost, total_size = total_cost + c, total_size + n
-            costs.over(total_cost, total_size)
-    except RecursionError:
-        raise costs.refuse("its ${…} interpolations are nested or chained too deeply") from None
-
-
-def _interpolated_leaves(tree: Any) -> Iterator[tuple[Any, ...]]:
-    stack: list[tuple[Any, tuple[Any, ...]]] = [(tree, ())]
-    while stack:
-        value, path = stack.pop()
-        if isinstance(value, Mapping):
-            stack.extend((v, (*path, k)) for k, v in value.items())
-        elif isinstance(value, list):
-            stack.extend((v, (*path, i)) for i, v in enumerate(value))
-        elif isinstance(value, str) and "${" in value:
-            yield path
-
-
-# ----------------------------------------------------------------------------------------------------
-# Parquet
-
-PARQUET_MAX_DECODED = 1 * GiB  # a dataset's values once decoded (Arrow's bytes)
-PARQUET_BATCH_BYTES = 64 * MiB  # decoded per batch, by the footer's average row size
-PARQUET_FOOTER_MAX_BYTES = 16 * MiB
-
-
-def read_parquet_rows(
-    path: str | os.PathLike[str],
-    what: str | None = None,
-    *,
-    max_value_bytes: int,
-    max_decoded: int | None = None,
-    error: Error = ConfigError,
-) -> list[dict[str, Any]]:
-    """The rows of a Parquet file as dicts, decoded within bounds.
-
-    Before any data is read, the footer's declared decoded size (every column chunk's uncompressed size)
-    must be at most ``max_decoded`` bytes (default :data:`PARQUET_MAX_DECODED`): a file of a few hundred
-    kilobytes can compress gigabytes of one repeated byte. Rows are then decoded in batches sized from
-    the footer's largest average row (about :data:`PARQUET_BATCH_BYTES` each); each batch's decoded bytes
-    count against ``max_decoded`` and its longest string or binary value (nested lists and structs
-    included) must be at most ``max_value_bytes`` before it becomes Python objects. So a footer that
-    understates the sizes is caught at the first batch past a limit."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    name = _name(path, what)
-    max_decoded = PARQUET_MAX_DECODED if max_decoded is None else max_decoded
-    fd = _open_regular(path, name, error)  # a regular file (no FIFO, no device), checked before pyarrow
-    os.close(fd)
-    try:
-        pf = pq.ParquetFile(
-            str(path), thrift_string_size_limit=PARQUET_FOOTER_MAX_BYTES, thrift_container_size_limit=1 << 20
-        )
-        md = pf.metadata
-        declared, widest = 0, 1
-        for g in range(md.num_row_groups):
-            group = md.row_group(g)
-            size = sum(group.column(c).total_uncompressed_size for c in range(group.num_columns))
-            declared += max(size, group.total_byte_size)
-            widest = max(widest, -(-size // max(group.num_rows, 1)))
-    except AdvantageError:
-        raise
-    except Exception as e:  # pyarrow raises ArrowInvalid/OSError subclasses for corrupt files
-        raise error(f"{name}: not a readable parquet file ({' '.join(str(e).split())[:200]})") from None
-    if declared > max_decoded:
-        raise error(
-            f"{name}: its values decode to {declared} bytes (the file is {Path(path).stat().st_size}), "
-            f"over the limit of {max_decoded} bytes; refused before decoding them"
-        )
-    batch_rows = max(1, min(65536, PARQUET_BATCH_BYTES // widest))
-    rows: list[dict[str, Any]] = []
-    decoded = 0
-    try:
-        for batch in pf.iter_batches(batch_size=batch_rows, use_threads=False):
-            decoded += batch.nbytes
-            if decoded > max_decoded:
-                raise error(
-                    f"{name}: its values decode to more than {max_decoded} bytes (more than its footer "
-                    "declares); refused"
-                )
-            for column, array in zip(batch.schema.names, batch.columns, strict=True):
-                longest = _longest_value(array, pa)
-                if longest > max_value_bytes:
-                    first = len(rows)
-                    raise error(
-                        f"{name}: column {column[:60]!r} holds a value of {longest} bytes in rows "
-                        f"{first}-{first + batch.num_rows - 1}, over the limit of {max_value_bytes} "
-                        "bytes per value; refused before decoding it"
-                    )
-            rows.extend(batch.to_pylist())
-    except AdvantageError:
-        raise
-    except Exception as e:
-        raise error(f"{name}: not a readable parquet file ({' '.join(str(e).split())[:200]})") from None
-    return rows
-
-
-def _longest_value(array: Any, pa: Any) -> int:
-    """The byte length of the longest string or binary value in the Arrow ``array``, looking inside
-    lists, structs, maps and dictionaries."""
-    import pyarrow.compute as pc
-
-    t = array.type
-    if pa.types.is_dictionary(t):
-        return _longest_value(array.dictionary, pa)
-    if (
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-    ):
-        if len(array) == 0:
-            return 0
-        longest = pc.max(pc.binary_length(array)).as_py()
-        return int(longest or 0)
-    if pa.types.is_map(t):
-        return max(_longest_value(array.keys, pa), _longest_value(array.items, pa))
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return _longest_value(array.flatten(), pa)
-    if pa.types.is_struct(t):
-        return max((_longest_value(array.field(i), pa) for i in range(t.num_fields)), default=0)
-    return 0
 
 
 # ----------------------------------------------------------------------------------------------------

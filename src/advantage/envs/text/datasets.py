@@ -126,10 +126,11 @@ def _parse_rows(path: Path) -> list[Any]:
     """The raw rows of a dataset file, every read bounded (:mod:`advantage.safe_read`): a JSONL line over
     :data:`MAX_ROW_BYTES` is refused before it is read whole, a ``.json`` file over
     :data:`MAX_JSON_BYTES` before a byte is read, a Parquet file whose values decode to more than
-    :data:`~advantage.safe_read.PARQUET_MAX_DECODED` bytes (by its footer, then by every batch decoded) or
+    :data:`~advantage.safe_parquet.PARQUET_MAX_DECODED` bytes (by its footer, then by every batch decoded) or
     hold a value over 4 x :data:`MAX_ROW_BYTES` bytes (more than :data:`MAX_ROW_BYTES` characters) before
     it becomes Python objects."""
-    from advantage.safe_read import iter_jsonl, read_bytes, read_parquet_rows
+    from advantage.safe_parquet import read_parquet_rows
+    from advantage.safe_read import iter_jsonl, read_bytes
 
     if path.suffix == ".jsonl":
         return [row for _, row in iter_jsonl(path, MAX_ROW_BYTES, str(path))]
