@@ -1,8 +1,10 @@
-"""Pieces shared by the tabular algorithms: ε-greedy, the table policy, checks (their config sections
-are in :mod:`advantage.configs.tabular`)."""
+"""Pieces shared by the tabular algorithms: ε-greedy, the table policy, the fixed policy that prediction
+evaluates (:func:`fixed_policy_table`), checks, a sampling run's saved state (their config sections are in
+:mod:`advantage.configs.tabular`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, cast
 
 import gymnasium as gym
@@ -10,8 +12,12 @@ import numpy as np
 from gymnasium.spaces import Discrete
 
 from advantage.context import RunContext
-from advantage.envs import env_state, require_space
+from advantage.envs import env_state, flatten_observations, make_env, require_space
 from advantage.envs.replay import restore_or_restart
+from advantage.errors import ConfigError
+from advantage.registry import Policy
+from advantage.resolve import resolve_config
+from advantage.run_folder import load_latest, run_config
 
 
 def epsilon_greedy(q_row: np.ndarray, epsilon: float, rng: np.random.Generator) -> int:
@@ -51,6 +57,35 @@ class TablePolicy:
         if deterministic:
             return int(np.argmax(row))
         return epsilon_greedy(row, 0.0, self.rng)
+
+
+def fixed_policy_table(spec: str, n_states: int, n_actions: int) -> np.ndarray:
+    """π(a|s) ``[S, A]`` of the policy named by ``algorithm.policy``: ``"random"`` (uniform), or the folder of
+    a tabular run (its greedy policy, or the π of a prediction run)."""
+    if spec == "random":
+        return np.full((n_states, n_actions), 1.0 / n_actions)
+    policy = run_policy(spec)
+    if not isinstance(policy, TablePolicy) or policy.table.shape != (n_states, n_actions):
+        raise ConfigError(
+            f"algorithm.policy {spec!r} is not a tabular policy for a {n_states}x{n_actions} table"
+        )
+    if policy.kind == "probs":
+        return policy.table / policy.table.sum(axis=1, keepdims=True)
+    return np.eye(n_actions)[policy.table.argmax(axis=1)]
+
+
+def run_policy(run_dir: str) -> Policy | None:
+    """The trained policy of the run in ``run_dir``, rebuilt from its ``config.yaml`` and latest checkpoint
+    by its algorithm's ``policy`` function (as :attr:`advantage.runs.Run.policy` does); None for an
+    algorithm without one (a language model's)."""
+    algo, cfg = resolve_config(None, run_config(run_dir), check_device=False)
+    if algo.policy is None:
+        return None
+    env = make_env(cfg.env, flatten_obs=flatten_observations(cfg))
+    try:
+        return algo.policy(cfg, env, load_latest(Path(run_dir)).tensors)
+    finally:
+        env.close()
 
 
 def check_discrete(cfg: Any, env: gym.Env, name: str) -> None:

@@ -31,6 +31,7 @@ from advantage.algos.tabular.common import (
     TablePolicy,
     epsilon_greedy,
     epsilon_greedy_probs,
+    fixed_policy_table,
     sampler_state,
     start_sampler,
     table_shape,
@@ -42,25 +43,8 @@ from advantage.configs.tabular import (
     MCPredictionConfig,
 )
 from advantage.context import RunContext, Snapshot
-from advantage.errors import ConfigError
 from advantage.math import mc_update, reward_to_go
 from advantage.schedules import linear_schedule, schedule_total
-
-
-def fixed_policy_table(spec: str, n_states: int, n_actions: int) -> np.ndarray:
-    """π(a|s) ``[S, A]`` of the policy named by ``algorithm.policy`` (uniform, or a run's greedy policy)."""
-    if spec == "random":
-        return np.full((n_states, n_actions), 1.0 / n_actions)
-    from advantage.runs import Run
-
-    policy = Run(spec).policy
-    if not isinstance(policy, TablePolicy) or policy.table.shape != (n_states, n_actions):
-        raise ConfigError(
-            f"algorithm.policy {spec!r} is not a tabular policy for a {n_states}x{n_actions} table"
-        )
-    if policy.kind == "probs":
-        return policy.table / policy.table.sum(axis=1, keepdims=True)
-    return np.eye(n_actions)[policy.table.argmax(axis=1)]
 
 
 def _episode(saved: dict[str, list] | None = None) -> SimpleNamespace:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from advantage.algos.tabular.common import TablePolicy, check_discrete, table_shape
+from advantage.algos.tabular.common import TablePolicy, check_discrete, fixed_policy_table, table_shape
 from advantage.configs.tabular import PlanningConfig
 from advantage.context import RunContext, Snapshot
 from advantage.envs import TabularModel, tabular_model
@@ -113,8 +113,6 @@ def train(cfg: PlanningConfig, ctx: RunContext, method: str) -> None:
         v, q, actions, iters = policy_iteration(model, a.gamma, a.max_iterations)
         policy, tensors = TablePolicy(q), {"v": v, "q": q, "policy": actions}
     else:
-        from advantage.algos.tabular.monte_carlo import fixed_policy_table
-
         pi = fixed_policy_table(a.policy, n_states, n_actions)
         try:
             v = policy_evaluation(model, pi, a.gamma)
