@@ -1,5 +1,5 @@
-"""The lean decoder's training node (advantage.lm.lean._Stack): its hand-written backward against finite
-differences (float64 gradcheck), against the autograd lean path and against the transformers forward
+"""The lean decoder's training node (advantage.lm.lean_backward.Stack): its hand-written backward against
+finite differences (float64 gradcheck), against the autograd lean path and against the transformers forward
 (fp32, 1e-5), on packed and left-padded batches, with and without the ``rows`` read-out; and the cases
 where it must step aside."""
 
@@ -13,7 +13,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from advantage.lm.lean import _Stack, lean_decoder, padded_causal_mask
+from advantage.lm.lean import lean_decoder, padded_causal_mask
+from advantage.lm.lean_backward import Stack
 from advantage.lm.model import build_char_tokenizer, build_scratch_model, position_ids_from_mask
 from advantage.lm.packing import pack_prompts
 
@@ -122,7 +123,7 @@ def test_gradcheck_float64(tok, arch, kv, batch):
     assert sum(p is None for p in params) == 2 * (4 if arch == "qwen2" else 7)  # absent biases
 
     def stack(*ps):
-        return _Stack.apply(batch_in, *ps)
+        return Stack.apply(batch_in, *ps)
 
     assert torch.autograd.gradcheck(stack, tuple(params), eps=1e-6, atol=1e-6, rtol=1e-5, fast_mode=True)
 
@@ -153,7 +154,7 @@ def test_equal_to_the_autograd_path_and_transformers(tok, arch, kv, batch, read,
         fast_path("lm_backward", flag == "1")
         h, grads, node = run(model, ids, pos, mask, rows, weights, keep)
         results[flag] = (h if keep is None else h[keep], grads)
-        assert (node == "_StackBackward") == (flag == "1"), node
+        assert (node == "StackBackward") == (flag == "1"), node
     out = model.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
     h_ref = out.last_hidden_state.reshape(-1, 32)
     h_ref = h_ref[rows] if rows is not None else h_ref
@@ -175,7 +176,7 @@ def test_rows_equal_the_full_hidden_states_and_repeat(tok):
     with torch.no_grad():
         full = lean.hidden(ids, pos, mask).reshape(-1, 32)
     got = lean.hidden(ids, pos, mask, rows=rows)
-    assert got.grad_fn is not None and type(got.grad_fn).__name__ == "_StackBackward"
+    assert got.grad_fn is not None and type(got.grad_fn).__name__ == "StackBackward"
     assert (got.detach() - full[rows]).abs().max() <= 1e-5
     assert torch.equal(got[1], got[2])
 
@@ -189,15 +190,15 @@ def test_the_training_node_steps_aside(tok, monkeypatch, fast_path):
         h = lean.hidden(ids, pos, mask, **kw)
         return "none" if h.grad_fn is None else node_of(h)
 
-    assert node() == "_StackBackward"
+    assert node() == "StackBackward"
     with torch.no_grad():  # scoring without gradients: the plain forward
         assert node() == "none"
     fast_path("lm_backward", False)
-    assert node() not in ("none", "_StackBackward")
+    assert node() not in ("none", "StackBackward")
     fast_path("lm_backward", True)
     features = importlib.import_module("advantage.lm.lean").FEATURES
     monkeypatch.setitem(features, "backward_kernels", False)  # a torch without its private kernels
-    assert node() not in ("none", "_StackBackward")
+    assert node() not in ("none", "StackBackward")
     monkeypatch.setitem(features, "backward_kernels", True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert lean._stack_inputs(ids, pos, mask, None, None) is None
