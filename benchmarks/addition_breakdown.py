@@ -1,11 +1,11 @@
 """Held-out greedy accuracy and pass@16 of addition runs, split by operand length.
 
-    python benchmarks/addition_breakdown.py runs/sft_addition runs/grpo_addition [...]
-    python benchmarks/addition_breakdown.py RUN ... --name addition_breakdown   # also write the results
+    python -m benchmarks.addition_breakdown runs/sft_addition runs/grpo_addition [...]
+    python -m benchmarks.addition_breakdown RUN ... --name addition_breakdown   # also write the results
 
 ``--name NAME`` writes ``benchmarks/results/NAME.{json,md}`` (the runs are labelled by ``--labels``);
 docs/algorithms/grpo.md quotes ``addition_breakdown`` for the SFT run and the example's GRPO run of
-``benchmarks/grpo_presets.py --out-dir DIR`` (``DIR/sft_addition`` and ``DIR/grpo_none``).
+``python -m benchmarks.grpo_presets --out-dir DIR`` (``DIR/sft_addition`` and ``DIR/grpo_none``).
 
 For each run folder (an ``sft`` or ``grpo`` run on ``data.task=addition``): the first ``--prompts``
 validation prompts (the ones ``eval/accuracy`` uses), split into those whose operands both have the full
@@ -17,14 +17,12 @@ answer is already among the samples) and which it has to learn (docs/algorithms/
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import ROOT, write_results
+from benchmarks.pipeline import ROOT, write_results
 
 
 def breakdown(

@@ -1,6 +1,6 @@
 """The deadly triad on Baird's counterexample: ‖w‖ over steps and sweeps for each variant (SPEC T4).
 
-    python benchmarks/baird.py   # -> docs/img/baird.{png,md}, benchmarks/results/baird.json; a few minutes
+    python -m benchmarks.baird   # -> docs/img/baird.{png,md}, benchmarks/results/baird.json; a few minutes
 
 Trains, with the Python API, seed 0, in a temporary folder, on ``Baird-v0`` (γ = 0.99, Baird's features
 and initial weights w = (1, 1, 1, 1, 1, 1, 10, 1), behaviour dashed 6/7, target always solid):

@@ -1,7 +1,7 @@
 """DQN on CartPole-v1: advantage vs Stable-Baselines3, side by side, same machine, one invocation.
 
     pip install -e ".[bench]"
-    python benchmarks/cartpole_dqn.py   # 3 seeds each -> benchmarks/results/cartpole_dqn.{md,json,png}
+    python -m benchmarks.cartpole_dqn   # 3 seeds each -> benchmarks/results/cartpole_dqn.{md,json,png}
 
 SB3 uses the rl-baselines3-zoo CartPole-v1 DQN hyperparameters (lr 2.3e-3, batch 64, buffer 100k,
 learning_starts 1000, γ 0.99, target update every 10 steps, train_freq 256, gradient_steps 128,
@@ -11,17 +11,14 @@ every 256 environment steps 64 gradient steps on batches of 128 at lr 4e-3 (deca
 the 50k steps), ε decaying over 8% of 50k
 steps to 0.04; buffer, learning_starts, γ, the target update, the Huber loss and the gradient clip (10)
 are the zoo's. The harness evaluates 10 greedy episodes every 2,500 environment steps and stops a run the
-first time the mean reaches 475 (see ``harness.py`` for how time is measured).
+first time the mean reaches 475 (see :mod:`benchmarks.time_to_target` for how time is measured).
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import Protocol, sb3_callback, sb3_main, sb3_result
+from benchmarks.time_to_target import Protocol, sb3_callback, sb3_main, sb3_result
 
 PROTO = Protocol(env_id="CartPole-v1", target=475.0, eval_every=2_500, eval_episodes=10, max_steps=50_000)
 
@@ -55,7 +52,9 @@ def run_sb3(seed: int) -> dict:
 
 def main() -> None:
     title = "DQN on CartPole-v1: advantage vs Stable-Baselines3"
-    sb3_main(__doc__, __file__, "cartpole_dqn", title, PROTO, run_sb3, algo="dqn", overrides={})
+    sb3_main(
+        __doc__, "benchmarks.cartpole_dqn", "cartpole_dqn", title, PROTO, run_sb3, algo="dqn", overrides={}
+    )
 
 
 if __name__ == "__main__":

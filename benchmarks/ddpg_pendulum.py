@@ -1,6 +1,6 @@
 """DDPG on Pendulum-v1 with its defaults, three seeds: the final returns docs/algorithms/offpolicy.md quotes.
 
-    python benchmarks/ddpg_pendulum.py   # -> benchmarks/results/ddpg_pendulum.{md,json}, a few minutes
+    python -m benchmarks.ddpg_pendulum   # -> benchmarks/results/ddpg_pendulum.{md,json}, a few minutes
 
 DDPG is not in ``benchmarks/pendulum_offpolicy.py`` (SB3's DDPG is TD3 with its fixes switched off). Each
 run is ``advantage train ddpg trainer.seed=S`` (the ``pendulum`` defaults: 20,000 steps, 64-64 networks,
@@ -14,13 +14,11 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import ROOT, run_cli, versions, write_results
+from benchmarks.pipeline import ROOT, run_cli, versions, write_results
 
 
 def table(res: dict[str, Any]) -> list[str]:

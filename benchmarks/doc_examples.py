@@ -1,6 +1,6 @@
 """The example outputs the docs show, from the documented commands (a few seconds on CPU).
 
-    python benchmarks/doc_examples.py   # -> benchmarks/results/doc_examples.json and doc_examples_*.md
+    python -m benchmarks.doc_examples   # -> benchmarks/results/doc_examples.json and doc_examples_*.md
 
 Each command runs in a fresh process with one torch thread, in a temporary working directory (so the run
 folders have their default names, ``runs/<algo>-<env>-<time>``, as a user sees them):
@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import ROOT, run_cli, versions
+from benchmarks.pipeline import ROOT, run_cli, versions
 
 
 def fenced(lang: str, lines: list[str]) -> str:

@@ -1,6 +1,6 @@
 """DPO on the synthetic preference task: the documented pipeline, run as documented, over several seeds.
 
-    python benchmarks/dpo_synthetic.py   # -> benchmarks/results/dpo_synthetic.{md,json}, about 5 minutes
+    python -m benchmarks.dpo_synthetic   # -> benchmarks/results/dpo_synthetic.{md,json}, about 5 minutes
 
 The commands of docs/algorithms/dpo.md, each in a fresh process with one torch thread, run folders in a
 temporary directory:
@@ -23,13 +23,11 @@ import json
 import math
 import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import ROOT, run_cli, versions, write_results
+from benchmarks.pipeline import ROOT, run_cli, versions, write_results
 
 SFT_CONFIG = "examples/sft_preference.yaml"
 DPO_CONFIG = "examples/dpo_synthetic.yaml"
@@ -143,7 +141,7 @@ def table(payload: dict[str, Any]) -> list[str]:
         "",
         f"Test split, {example['test_prompts']} prompts; greedy responses of the policy and of the reference "
         "compared by the hidden rule, ties counting half. Wall time: the training command, start-up "
-        "included, on a shared machine. `python benchmarks/dpo_synthetic.py`; torch "
+        "included, on a shared machine. `python -m benchmarks.dpo_synthetic`; torch "
         f"{payload['torch']}, transformers {payload['transformers']}, {payload['machine']}, "
         f"{payload['cpus']} CPUs.",
     ]

@@ -1,6 +1,6 @@
 """DPO step time: advantage's ``dpo`` trainer vs TRL's ``DPOTrainer``, side by side, fully offline.
 
-    python benchmarks/dpo_vs_trl.py   # -> benchmarks/results/dpo_vs_trl.{md,json,png}  (about 3 minutes)
+    python -m benchmarks.dpo_vs_trl   # -> benchmarks/results/dpo_vs_trl.{md,json,png}  (about 3 minutes)
 
 Both libraries train the same randomly initialised Qwen2 scratch model (``build_scratch_model``, same seed,
 so the same initial weights; eager attention) with the same character tokenizer (``build_char_tokenizer``
@@ -23,7 +23,7 @@ truncation (TRL ``max_length=None``; every sequence fits); metrics logged every 
 ``torch.set_num_threads(1)``). TRL's own choices kept as they are: its fused LM head, which also computes
 the entropy, mean logit and top-1 metrics over every position, and its per-step ``.item()`` metrics.
 
-Timing: each (library, size, seed) runs in a fresh process (``harness.run_step_workers``), the two
+Timing: each (library, size, seed) runs in a fresh process (``step_time.run_step_workers``), the two
 libraries interleaved and their order flipped every seed. Step time is the wall time between consecutive
 step ends (a TrainerCallback's ``on_step_end`` for TRL; the moment advantage logs the step's metrics row,
 stamped by patching ``RunContext.log`` in the worker), so it includes data loading, logging and all
@@ -40,13 +40,11 @@ import itertools
 import json
 import os
 import random
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-import harness
+from benchmarks import step_time
 
 SIZES: dict[str, dict[str, Any]] = {
     "small": {"hidden_size": 64, "layers": 2, "heads": 4, "pairs": 8, "task": {}},
@@ -61,7 +59,7 @@ SIZES: dict[str, dict[str, Any]] = {
 TARGETS = {"small": 0.5, "medium": 0.75}  # acceptance: ours / TRL median step time at most this
 # Equal-work rows "MODEL-LENGTH": pairs from a file whose prompts are PROMPT_TOKENS letters and whose chosen
 # and rejected responses are exactly LENGTH letters (LENGTH + 1 tokens with the EOS), random over the
-# synthetic task's 26 letters; the large model has a 32,000-token vocabulary (harness.lm_folder), loaded by
+# synthetic task's 26 letters; the large model has a 32,000-token vocabulary (step_time.lm_folder), loaded by
 # both libraries from one saved model folder.
 MODELS: dict[str, dict[str, int]] = {
     "medium": {"hidden_size": 128, "layers": 4, "heads": 4, "pairs": 16, "vocab": 0},
@@ -98,7 +96,7 @@ def limits(size: str) -> tuple[int, int]:
 
 def fixed_data(size: str, seed: int, folder: str) -> tuple[Any, Any]:
     """An equal-work row's files in ``folder``: ``pairs.jsonl`` (train, validation and test pairs of
-    exactly-sized random strings) and the model (:func:`harness.lm_folder`). Returns (tokenizer, model)."""
+    exactly-sized random strings) and the model (:func:`step_time.lm_folder`). Returns (tokenizer, model)."""
     s = SIZES[size]
     rng = random.Random(seed)
     letters = "abcdefghijklmnopqrstuvwxyz"
@@ -114,7 +112,9 @@ def fixed_data(size: str, seed: int, folder: str) -> tuple[Any, Any]:
             row.update(rejected=text(s["length"]), split=split)
             f.write(json.dumps(row) + "\n")
     dims = {k: s[k] for k in ("hidden_size", "layers", "heads", "vocab")}
-    return harness.lm_folder(Path(folder), letters + "=", [], max_position_embeddings=512, seed=seed, **dims)
+    return step_time.lm_folder(
+        Path(folder), letters + "=", [], max_position_embeddings=512, seed=seed, **dims
+    )
 
 
 def advantage_overrides(
@@ -174,7 +174,7 @@ def advantage_overrides(
 def run_advantage(size: str, seed: int, steps: int) -> dict[str, Any]:
     import advantage
 
-    rec = harness.advantage_step_clock("train/loss")
+    rec = step_time.advantage_step_clock("train/loss")
     with tempfile.TemporaryDirectory() as tmp:
         folder = None
         if "length" in SIZES[size]:
@@ -204,7 +204,7 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
     from trl import DPOConfig, DPOTrainer
 
     s = SIZES[size]
-    clock, rec = harness.trl_step_clock()
+    clock, rec = step_time.trl_step_clock()
     with tempfile.TemporaryDirectory() as tmp:
         folder = None
         if "length" in s:
@@ -212,7 +212,7 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
             os.mkdir(folder)
             tok, model = fixed_data(size, seed, folder)
         else:
-            tok, model = harness.scratch_lm(task_of(size), s, MAX_POSITIONS, seed)
+            tok, model = step_time.scratch_lm(task_of(size), s, MAX_POSITIONS, seed)
         args = DPOConfig(
             output_dir=tmp,
             report_to=[],
@@ -268,12 +268,14 @@ def describe(size: str) -> str:
 
 def main() -> None:
     runs = {"trl": run_trl, "advantage": run_advantage}
-    harness.step_main(__doc__, __file__, LIBS, list(SIZES), runs, report, default_sizes=["small", "medium"])
+    step_time.step_main(
+        __doc__, "benchmarks.dpo_vs_trl", LIBS, list(SIZES), runs, report, default_sizes=["small", "medium"]
+    )
 
 
 def report(results: list[dict[str, Any]], out: Path, warmup: int, steps: int, load: list[float]) -> None:
     """Write ``out/dpo_vs_trl.{md,json,png}`` for the small/medium rows and ``out/dpo_vs_trl_lengths.*``
-    for the equal-work rows (:func:`harness.step_report`)."""
+    for the equal-work rows (:func:`step_time.step_report`)."""
     fixed = [r for r in results if "length" in SIZES[r["size"]]]
     plain = [r for r in results if "length" not in SIZES[r["size"]]]
     for name, rows in (("dpo_vs_trl", plain), ("dpo_vs_trl_lengths", fixed)):
@@ -284,7 +286,7 @@ def report(results: list[dict[str, Any]], out: Path, warmup: int, steps: int, lo
 def write_report(
     results: list[dict[str, Any]], out: Path, warmup: int, steps: int, load: list[float], name: str
 ) -> None:
-    harness.step_report(
+    step_time.step_report(
         results,
         out=out,
         name=name,
@@ -324,8 +326,9 @@ def matmul_limit(size: str) -> dict[str, float]:
     """One step's matrix products (``lm_learn_profile.matmul_shapes``: forward and backward of every
     projection, attention and the output layer; chosen and rejected as a group of two with their prompt),
     each timed alone as a ``torch.mm`` / ``torch.bmm`` of its shape, fp32, one thread: FLOPs and seconds."""
-    import lm_learn_profile
     import torch
+
+    from benchmarks import lm_learn_profile
 
     torch.set_num_threads(1)
     s = SIZES[size]

@@ -1,6 +1,6 @@
 """Does DQN's max target overestimate, and does Double DQN fix it? DQN vs Double DQN on CartPole-v1, 3 seeds.
 
-    python benchmarks/dqn_overestimation.py
+    python -m benchmarks.dqn_overestimation
     # -> docs/img/dqn_overestimation.png, benchmarks/results/dqn_overestimation.{md,json}; ~10 min on 2 cores
 
 Trains ``dqn`` with the Python API, ``preset=dqn`` (max target) and ``preset=double_dqn`` (online argmax,

@@ -1,10 +1,10 @@
 """Every environment of Gymnasium's registry × every environment algorithm, as a user would run them.
 
-    python benchmarks/env_matrix.py      # the whole matrix -> benchmarks/results/env_matrix.{md,json}
-    python benchmarks/env_matrix.py --envs Hopper-v5 --jobs 2  # some envs; the report: every logged cell
-    python benchmarks/env_matrix.py --report-only               # the report from the committed cell log
-    python benchmarks/env_matrix.py --jobs 2        # two cells at a time
-    python benchmarks/env_matrix.py --cells ppo:FrozenLake-v1,dqn:Blackjack-v1 --out /tmp/m   # some cells
+    python -m benchmarks.env_matrix      # the whole matrix -> benchmarks/results/env_matrix.{md,json}
+    python -m benchmarks.env_matrix --envs Hopper-v5 --jobs 2  # some envs; the report: every logged cell
+    python -m benchmarks.env_matrix --report-only               # the report from the committed cell log
+    python -m benchmarks.env_matrix --jobs 2        # two cells at a time
+    python -m benchmarks.env_matrix --cells ppo:FrozenLake-v1,dqn:Blackjack-v1 --out /tmp/m   # some cells
 
 The environments: every id whose entry point is in Gymnasium's ``classic_control``, ``toy_text``, ``box2d``
 or ``mujoco`` packages and that builds here (MuJoCo v2/v3 need ``mujoco<3``; they are listed as not
@@ -190,7 +190,7 @@ def write_report(
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "wall_seconds": round(seconds, 1),
-        "command": "python benchmarks/env_matrix.py " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.env_matrix " + " ".join(sys.argv[1:]),
     }
     try:
         import gymnasium
@@ -236,7 +236,7 @@ def write_report(
             by_env.setdefault(e, []).append(a)
         lines[6:6] = [
             f"**{len(missing)} cells not run yet** (the cell log is resumable: "
-            "`python benchmarks/env_matrix.py --envs ...` runs only what is missing): "
+            "`python -m benchmarks.env_matrix --envs ...` runs only what is missing): "
             + "; ".join(f"{e} ({len(a)})" for e, a in by_env.items())
             + ".",
             "",

@@ -1,10 +1,10 @@
 r"""What each fast path buys: every (fast path, reference path) pair of :mod:`advantage.kernels` switched
 off one at a time, at the sizes the README quotes, plus ``torch.compile`` as a third arm.
 
-    python benchmarks/fast_paths.py                      # -> benchmarks/results/fast_paths.{md,json}
-    python benchmarks/fast_paths.py --baseline-src DIR   # also an arm running DIR's sources (an older
+    python -m benchmarks.fast_paths                      # -> benchmarks/results/fast_paths.{md,json}
+    python -m benchmarks.fast_paths --baseline-src DIR   # also an arm running DIR's sources (an older
                                                          # checkout's src/, e.g. a git worktree of main)
-    python benchmarks/fast_paths.py --quick              # one repeat, short runs (a smoke run)
+    python -m benchmarks.fast_paths --quick              # one repeat, short runs (a smoke run)
 
 Three parts, every arm a fresh process with one torch thread, arms interleaved within each repeat:
 
@@ -33,6 +33,8 @@ A path is kept where switching it off costs at least 10 % of the whole-step time
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import itertools
 import json
 import os
@@ -124,16 +126,23 @@ def whole_run(name: str, kernels: str | None, steps: int, src: Path | None) -> t
     return wall, cpu
 
 
-# -- part 2: language-model steps (run in a child process: python fast_paths.py --lm-child ...) ------------
+# -- part 2: language-model steps (in a child process: python -m benchmarks.fast_paths --lm-child ...) -------
 def lm_child(row: str, kernels: str | None, steps: int) -> dict[str, Any]:
     """One process of a GRPO or DPO equal-work row: the step-end stamps and learn times. The row's
-    settings come from the ``benchmarks/`` beside the sources run (a baseline checkout's own)."""
-    bench = Path(os.environ.get("PYTHONPATH", str(ROOT / "src"))).parent / "benchmarks"
-    sys.path.insert(0, str(bench if (bench / "harness.py").exists() else HERE))
-    import harness
+    settings come from the ``benchmarks/`` beside the sources run where that is a baseline checkout from
+    before ``benchmarks`` was a package (its scripts, loaded by path, import their own ``harness.py``),
+    else from this checkout's."""
+    from benchmarks.side_by_side import warm_core
 
     algo, size = row.split("-", 1)
-    module = __import__(f"{algo}_vs_trl")
+    bench = Path(os.environ.get("PYTHONPATH", str(ROOT / "src"))).parent / "benchmarks"
+    if (bench / "harness.py").exists():
+        spec = importlib.util.spec_from_file_location(f"{algo}_vs_trl", bench / f"{algo}_vs_trl.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(f"benchmarks.{algo}_vs_trl")
     overrides = module.advantage_overrides
 
     def with_kernels(*args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -144,7 +153,7 @@ def lm_child(row: str, kernels: str | None, steps: int) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
-    harness.warm_core()
+    warm_core()
     r = module.run_advantage(size, 0, steps)
     wall, cpu = r["step_end"], r["cpu_end"]
     return {
@@ -154,8 +163,10 @@ def lm_child(row: str, kernels: str | None, steps: int) -> dict[str, Any]:
 
 
 def lm_row(row: str, kernels: str | None, steps: int, src: Path | None) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--lm-child", row, "--kernels", kernels or "", "--steps", str(steps)]
-    out = subprocess.run(cmd, env=child_env(src), capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "benchmarks.fast_paths", "--lm-child", row, "--kernels", kernels or ""]
+    out = subprocess.run(
+        [*cmd, "--steps", str(steps)], cwd=ROOT, env=child_env(src), capture_output=True, text=True
+    )
     if out.returncode != 0:
         raise RuntimeError(f"{row} kernels={kernels} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

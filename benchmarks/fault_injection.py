@@ -1,6 +1,6 @@
 """The two SIGKILL fault-injection tests, run once, their counts recorded for docs/reliability.md.
 
-    python benchmarks/fault_injection.py   # -> benchmarks/results/fault_injection.{md,json}, about 20 seconds
+    python -m benchmarks.fault_injection   # -> benchmarks/results/fault_injection.{md,json}, about 20 seconds
 
 Runs ``tests/test_fault_injection.py``'s random-kill test (a checkpoint writer SIGKILLed at 20 seeded
 random delays) and its exhaustive test (one save killed at each of its file operations) with pytest, in
@@ -21,8 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import ROOT, versions, write_results
+from benchmarks.pipeline import ROOT, versions, write_results
 
 TESTS = "random_moments or every_file_operation"
 RANDOM = re.compile(

@@ -1,6 +1,6 @@
 """One GRPO configuration on a CUDA device: a randomly initialised 0.5B-parameter Qwen2 in bf16.
 
-    python benchmarks/grpo_gpu_step.py --out benchmarks/results   # needs a CUDA device; a few minutes
+    python -m benchmarks.grpo_gpu_step --out benchmarks/results   # needs a CUDA device; a few minutes
 
 The model has the shapes of Qwen2.5-0.5B (hidden 896, 24 layers, 14 query / 2 key-value heads, MLP 4864,
 vocabulary 151 936, tied embeddings: 494 M parameters), randomly initialised from the config, so nothing
@@ -190,7 +190,7 @@ def main() -> None:
     lines = [
         f"# GRPO step, random Qwen2 0.5B ({n_params / 1e6:.0f} M parameters), bf16, {env['device']}",
         "",
-        f"torch {env['torch']} (CUDA {env['cuda']}); `python benchmarks/grpo_gpu_step.py`; "
+        f"torch {env['torch']} (CUDA {env['cuda']}); `python -m benchmarks.grpo_gpu_step`; "
         f"{args.steps} steps per configuration, the first {args.warmup} not timed; β = 0, μ = 1, "
         "one optimizer step per rollout, fused AdamW.",
         "",

@@ -2,7 +2,7 @@
 GSM8K run (SFT, GRPO, eval) on ``examples/data/gsm8k.jsonl``, with a local model folder built here (a tiny
 Qwen2 and a BPE tokenizer trained with ``tokenizers``, no pad token: :mod:`advantage.lm.tiny_folder`).
 
-    python benchmarks/grpo_gsm8k_cpu.py   # -> benchmarks/results/grpo_gsm8k_cpu.{md,json}  (about a minute)
+    python -m benchmarks.grpo_gsm8k_cpu   # -> benchmarks/results/grpo_gsm8k_cpu.{md,json}  (about a minute)
 
 Each command runs as its own process with one torch thread, timed from start to exit (imports included);
 peak memory is the process's maximum resident set (``wait4``'s ``ru_maxrss``); training seconds per step

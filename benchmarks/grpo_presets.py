@@ -1,7 +1,7 @@
 """GRPO on 3-digit addition from the SFT checkpoint, once with the example and once per preset.
 
-    python benchmarks/grpo_presets.py   # -> benchmarks/results/grpo_presets.{md,json}, an hour or more on CPU
-    python benchmarks/grpo_presets.py --steps 300   # a shorter budget for every GRPO run
+    python -m benchmarks.grpo_presets   # -> benchmarks/results/grpo_presets.{md,json}, an hour or more on CPU
+    python -m benchmarks.grpo_presets --steps 300   # a shorter budget for every GRPO run
 
 The commands of docs/algorithms/grpo.md, each in a fresh process with one torch thread (the trainer's
 default), one run at a time, run folders under ``--out-dir``:
@@ -24,15 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import ROOT, run_cli, versions, write_results
+from benchmarks.pipeline import ROOT, run_cli, versions, write_results
 
 SFT_CONFIG = "examples/sft_addition.yaml"
 GRPO_CONFIG = "examples/grpo_addition.yaml"

@@ -1,7 +1,7 @@
 r"""GRPO step time: advantage's ``grpo`` trainer vs TRL's ``GRPOTrainer``, side by side, fully offline.
 
-    python benchmarks/grpo_vs_trl.py   # -> benchmarks/results/grpo_vs_trl.{md,json,png}  (about 3 minutes)
-    python benchmarks/grpo_vs_trl.py --sizes medium-32,medium-128,medium-256,large-32,large-128,large-256 \
+    python -m benchmarks.grpo_vs_trl   # -> benchmarks/results/grpo_vs_trl.{md,json,png}  (about 3 minutes)
+    python -m benchmarks.grpo_vs_trl --sizes medium-32,medium-128,medium-256,large-32,large-128,large-256 \
         --steps 6 --warmup 2           # -> benchmarks/results/grpo_vs_trl_lengths.{md,json,png}
 
 The second command runs the equal-work rows ``MODEL-LENGTH``: every response is exactly LENGTH (32, 128
@@ -29,7 +29,7 @@ Generation stops, in both, when every row has emitted EOS or after ``max_new_tok
 tokens generated therefore depends on the policy, and the table reports generated tokens per second
 (response tokens up to and including the EOS, divided by the step's wall time) next to the step time.
 
-Timing: each (library, size, seed) runs in a fresh process (``harness.run_step_workers``), the two libraries
+Timing: each (library, size, seed) runs in a fresh process (``step_time.run_step_workers``), the two libraries
 interleaved. Step time is the wall time between consecutive step ends (a TrainerCallback's
 ``on_step_end`` for TRL; the ``time`` stamp of advantage's per-step metrics row), so it includes all per-step
 bookkeeping; the first ``--warmup`` steps are excluded. Phases: advantage's own ``train/time/{generate,
@@ -50,14 +50,12 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-import harness
+from benchmarks import step_time
 
 SIZES: dict[str, dict[str, int]] = {
     # hidden, layers, heads; prompts per step, G, new tokens
@@ -68,7 +66,7 @@ TARGETS = {"small": 0.4, "medium": 0.7}  # acceptance: ours / TRL median step ti
 # Equal-work rows "MODEL-LENGTH": every response is exactly LENGTH tokens in both libraries (ours:
 # worker.rollout.min_new_tokens = data.max_response_length; TRL: generation_kwargs min_new_tokens =
 # max_completion_length), so both generate and train on the same tokens whatever the policy does. The
-# large model has a 32,000-token vocabulary (harness.lm_folder), so its output layer and log-softmax cost
+# large model has a 32,000-token vocabulary (step_time.lm_folder), so its output layer and log-softmax cost
 # what they cost in a real model; both libraries load the same saved model folder.
 MODELS: dict[str, dict[str, int]] = {
     "medium": {"hidden_size": 128, "layers": 4, "heads": 4, "prompts": 8, "G": 8, "vocab": 0},
@@ -142,13 +140,13 @@ def advantage_overrides(
 
 
 def fixed_model(size: str, seed: int, folder: Path) -> tuple[Any, Any]:
-    """``(tokenizer, model)`` of an equal-work row, also saved to ``folder`` (:func:`harness.lm_folder`)."""
+    """``(tokenizer, model)`` of an equal-work row, also saved to ``folder`` (:func:`step_time.lm_folder`)."""
     from advantage.envs.text import make_task
 
     s, task = SIZES[size], make_task("addition", **TASK)
     keys = ("hidden_size", "layers", "heads", "vocab")
     dims = {k: s[k] for k in keys}
-    return harness.lm_folder(
+    return step_time.lm_folder(
         folder,
         task.alphabet,
         task.special_tokens,
@@ -213,7 +211,7 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
             tok, model = fixed_model(size, seed, Path(folder))
         extra["generation_kwargs"] = {"min_new_tokens": s["new_tokens"]}
     else:
-        tok, model = harness.scratch_lm(task, s, MAX_POSITIONS, seed)
+        tok, model = step_time.scratch_lm(task, s, MAX_POSITIONS, seed)
     dataset = Dataset.from_list([{"prompt": e.prompt, "idx": i} for i, e in enumerate(examples)])
 
     def verifier(completions: list[str], idx: list[int], **_: Any) -> list[float]:
@@ -324,7 +322,7 @@ def summarize(r: dict[str, Any], warmup: int) -> dict[str, Any]:
 
 
 def _steps(r: dict[str, Any]) -> list[float]:
-    return harness.step_intervals(r["step_end"])
+    return step_time.step_intervals(r["step_end"])
 
 
 def _progress(r: dict[str, Any]) -> str:
@@ -346,11 +344,11 @@ def matmul_limit(size: str) -> dict[str, float]:
     projection, attention and the output layer, prompts once per group) each timed alone as a ``torch.mm``
     / ``torch.bmm`` of the same shape, fp32, one thread: their FLOPs and seconds, i.e. the time the learn
     phase would take if it ran at this machine's matmul speed and did nothing else."""
-    import lm_learn_profile
     import torch
 
     from advantage.envs.text import make_task
     from advantage.lm.model import build_char_tokenizer
+    from benchmarks import lm_learn_profile
 
     torch.set_num_threads(1)
     s, task = SIZES[size], make_task("addition", **TASK)
@@ -531,9 +529,9 @@ def plot(results: list[dict[str, Any]], sizes: list[str], path: Path) -> None:
 
 def main() -> None:
     runs = {"trl": run_trl, "advantage": run_advantage}
-    harness.step_main(
+    step_time.step_main(
         __doc__,
-        __file__,
+        "benchmarks.grpo_vs_trl",
         LIBS,
         list(SIZES),
         runs,

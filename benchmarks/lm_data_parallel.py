@@ -1,7 +1,7 @@
 """Tokens per second and peak memory per rank of SFT and GRPO on 1 and 2 ranks (gloo, one torch thread each).
 
-    python benchmarks/lm_data_parallel.py            # medium size (grpo_vs_trl.py's), 40 steps
-    python benchmarks/lm_data_parallel.py --quick    # a tiny model and 4 steps: checks the script only
+    python -m benchmarks.lm_data_parallel            # medium size (grpo_vs_trl.py's), 40 steps
+    python -m benchmarks.lm_data_parallel --quick    # a tiny model and 4 steps: checks the script only
 
 Each configuration is the command a user types, ``advantage train ALGO … trainer.strategy=S
 trainer.nproc_per_node=N`` (N = 1: ``single``), started by torch's launcher with this file as the entry
@@ -29,8 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import ROOT, versions, write_results
+from benchmarks.pipeline import ROOT, versions, write_results
 
 MODEL = {
     "medium": {"hidden_size": 128, "layers": 4, "heads": 4},
@@ -94,10 +93,18 @@ def measure(row: str, size: dict[str, Any], strategy: str, nproc: int, work: Pat
     name = f"{row}-{strategy}-{nproc}"
     run_dir = work / name
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    cmd += [__file__, "--rank", str(work / f"rss-{name}"), "train", row.split("-")[0], "--quiet"]
+    cmd += [
+        "-m",
+        "benchmarks.lm_data_parallel",
+        "--rank",
+        str(work / f"rss-{name}"),
+        "train",
+        row.split("-")[0],
+    ]
+    cmd += ["--quiet"]
     cmd += overrides(row, size, strategy, nproc, run_dir)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rates = [r["train/tokens_per_second"] for r in rows if "train/tokens_per_second" in r][1:]
     rss = [json.loads((work / f"rss-{name}.{r}").read_text()) for r in range(nproc)]

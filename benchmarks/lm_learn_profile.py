@@ -18,8 +18,8 @@ Reported per size and response length:
   its matmuls at this machine's speed; ``matmul limit / step time`` is the fraction of that physical limit
   the step achieves (equivalently, achieved FLOP/s over the machine's FLOP/s on these shapes).
 
-    python benchmarks/lm_learn_profile.py                       # both sizes at 32, 128 and 256 tokens
-    python benchmarks/lm_learn_profile.py --sizes 8x256 --lengths 256 --steps 2
+    python -m benchmarks.lm_learn_profile                       # both sizes at 32, 128 and 256 tokens
+    python -m benchmarks.lm_learn_profile --sizes 8x256 --lengths 256 --steps 2
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Shape of a GRPO learn step: ``B × T`` response tokens (64 × 256 by default) th
 softmax are held for the backward); the chunked path is :func:`advantage.lm.chunked.chunked_logprobs`.
 Also reports the largest gradient difference between the two.
 
-    python benchmarks/lm_logprob_memory.py            # 64 × 256 × 32k, writes results/lm_logprob_memory.*
+    python -m benchmarks.lm_logprob_memory            # 64 × 256 × 32k, writes results/lm_logprob_memory.*
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 r"""LM sampling throughput: advantage's KV-cache sampler vs transformers' ``model.generate``, side by side.
 
-    python benchmarks/lm_sampling.py   # -> benchmarks/results/lm_sampling.{md,json}  (about a minute)
-    python benchmarks/lm_sampling.py --models h256-l8-v32k --batches 64 --new-tokens 128 \
+    python -m benchmarks.lm_sampling   # -> benchmarks/results/lm_sampling.{md,json}  (about a minute)
+    python -m benchmarks.lm_sampling --models h256-l8-v32k --batches 64 --new-tokens 128 \
         --name lm_sampling_large   # the GRPO benchmark's large model (32k vocabulary)
 
 Both sample from the same randomly initialised Qwen2 scratch model (char tokenizer, fully offline), on the
@@ -20,14 +20,11 @@ import argparse
 import json
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 MODELS = {
     "h64-l2": {"hidden_size": 64, "layers": 2, "heads": 4},

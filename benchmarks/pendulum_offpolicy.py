@@ -1,8 +1,8 @@
 """SAC and TD3 on Pendulum-v1: advantage vs Stable-Baselines3, same budget (20,000 steps), one invocation.
 
     pip install -e ".[bench]"
-    python benchmarks/pendulum_offpolicy.py            # 3 seeds -> benchmarks/results/pendulum_offpolicy.*
-    python benchmarks/pendulum_offpolicy.py --matched  # also advantage with SB3's exact (zoo) settings
+    python -m benchmarks.pendulum_offpolicy            # 3 seeds -> benchmarks/results/pendulum_offpolicy.*
+    python -m benchmarks.pendulum_offpolicy --matched  # also advantage with SB3's exact (zoo) settings
 
 Stable-Baselines3 runs the rl-baselines3-zoo Pendulum-v1 hyperparameters (rl_zoo3 2.9 ``hyperparams/``):
 
@@ -42,8 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import warm_core
+from benchmarks.pipeline import ROOT
+from benchmarks.side_by_side import warm_core
 
 ENV_ID, STEPS, EVAL_EPISODES = "Pendulum-v1", 20_000, 20
 LIBS = ("sb3", "advantage")
@@ -157,9 +157,14 @@ def run_all(libs: tuple[str, ...], algos: list[str], seeds: int, steps: int) -> 
         for algo in algos:
             for lib in libs if seed % 2 == 0 else libs[::-1]:
                 load = os.getloadavg()[0]
-                cmd = [sys.executable, __file__, "--worker", lib, "--algo", algo, "--seed", str(seed)]
+                cmd = [sys.executable, "-m", "benchmarks.pendulum_offpolicy", "--worker", lib, "--algo", algo]
                 out = subprocess.run(
-                    [*cmd, "--steps", str(steps)], capture_output=True, text=True, env=env, check=False
+                    [*cmd, "--seed", str(seed), "--steps", str(steps)],
+                    cwd=ROOT,
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    check=False,
                 )
                 if out.returncode != 0:
                     sys.stderr.write(out.stderr[-4000:])

@@ -1,6 +1,6 @@
 """How much variance does each REINFORCE estimator have? Measured on the exact-gradient tests' small MDP.
 
-    python benchmarks/pg_variance.py   # about 30 seconds on CPU
+    python -m benchmarks.pg_variance   # about 30 seconds on CPU
 
 writes benchmarks/results/pg_variance.{json,md} and the figure docs/img/pg_variance.png.
 

@@ -1,6 +1,6 @@
 """The synthetic RLHF pipeline of docs/algorithms/ppo_rlhf.md, run as documented.
 
-    python benchmarks/ppo_rlhf_synthetic.py   # -> benchmarks/results/ppo_rlhf_synthetic.{md,json}
+    python -m benchmarks.ppo_rlhf_synthetic   # -> benchmarks/results/ppo_rlhf_synthetic.{md,json}
 
 The page's commands, each in a fresh process with one torch thread, run folders in a temporary directory
 (about 3 minutes on 2 CPU cores):
@@ -19,13 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import ROOT, run_cli, versions, write_results
+from benchmarks.pipeline import ROOT, run_cli, versions, write_results
 
 STAGES = {  # name -> (algorithm, config)
     "sft": ("sft", "examples/sft_preference.yaml"),
@@ -92,7 +90,7 @@ def table(res: dict[str, Any]) -> list[str]:
         f"Test split, {t['n']} prompts. Reward model: pairwise test accuracy {rm['accuracy']:.3f}. Wall "
         f"time, start-up included: SFT {res['sft']['train_seconds']:.0f} s, reward model "
         f"{res['reward_model']['train_seconds']:.0f} s, PPO-RLHF {res['ppo_rlhf']['train_seconds']:.0f} s. "
-        f"`python benchmarks/ppo_rlhf_synthetic.py`; torch {res['torch']}, transformers "
+        f"`python -m benchmarks.ppo_rlhf_synthetic`; torch {res['torch']}, transformers "
         f"{res['transformers']}, {res['machine']}, {res['cpus']} CPUs, shared with other jobs.",
     ]
     return lines

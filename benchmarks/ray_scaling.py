@@ -2,7 +2,7 @@
 step costs about 1 ms of CPU (CartPole plus a busy-wait, standing in for a simulator).
 
     pip install -e ".[ray]"
-    python benchmarks/ray_scaling.py   # -> benchmarks/results/ray_scaling.{md,json}  (about 2 minutes)
+    python -m benchmarks.ray_scaling   # -> benchmarks/results/ray_scaling.{md,json}  (about 2 minutes)
 
 PPO with the ``cartpole`` preset's 8 envs × 32 steps per rollout; ``trainer.num_workers`` 1 and 2 (the 8
 envs split 8 or 4 + 4), each run in a fresh process, interleaved, 3 repeats. Steps per second are the

@@ -1,6 +1,6 @@
 """Reward models on the synthetic preference task: the runs of docs/algorithms/reward_models.md's table.
 
-    python benchmarks/reward_model_synthetic.py   # -> benchmarks/results/reward_model_synthetic.{md,json}
+    python -m benchmarks.reward_model_synthetic   # -> benchmarks/results/reward_model_synthetic.{md,json}
 
 Each row is ``advantage train reward_model OVERRIDES`` then ``advantage eval RUN --json`` (the test split,
 500 prompts), each in a fresh process with one torch thread, run folders in a temporary directory; about
@@ -13,13 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import ROOT, run_cli, versions, write_results
+from benchmarks.pipeline import ROOT, run_cli, versions, write_results
 
 SHORT = "preset=synthetic trainer.total_steps=300"
 RUNS = {  # name -> overrides
@@ -74,7 +72,7 @@ def table(payload: dict[str, Any]) -> list[str]:
         )
     lines += [
         "",
-        f"Test split, {results['synthetic']['n']} prompts. `python benchmarks/reward_model_synthetic.py`; "
+        f"Test split, {results['synthetic']['n']} prompts. `python -m benchmarks.reward_model_synthetic`; "
         f"torch {payload['torch']}, transformers {payload['transformers']}, {payload['machine']}, "
         f"{payload['cpus']} CPUs shared with other jobs (wall time: the training command, start-up "
         "included).",

@@ -1,6 +1,6 @@
 """The reward-model learning test's run over several seeds: how far above its threshold it lands.
 
-    python benchmarks/reward_model_test_seeds.py   # -> benchmarks/results/reward_model_test_seeds.{md,json}
+    python -m benchmarks.reward_model_test_seeds   # -> benchmarks/results/reward_model_test_seeds.{md,json}
 
 ``tests/test_reward_model.py::test_a_tiny_reward_model_learns_the_synthetic_task`` trains a small reward
 model for 200 steps and requires a validation accuracy of at least 0.75 (one seed). This script runs the
@@ -16,13 +16,11 @@ import argparse
 import importlib.util
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import ROOT, run_cli, versions, write_results
+from benchmarks.pipeline import ROOT, run_cli, versions, write_results
 
 THRESHOLD = 0.75  # the test's
 

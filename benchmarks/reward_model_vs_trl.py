@@ -1,7 +1,7 @@
 """Reward-model step time: advantage's ``reward_model`` trainer vs TRL's ``RewardTrainer``, side by side,
 fully offline.
 
-    python benchmarks/reward_model_vs_trl.py   # -> benchmarks/results/reward_model_vs_trl.{md,json,png}
+    python -m benchmarks.reward_model_vs_trl   # -> benchmarks/results/reward_model_vs_trl.{md,json,png}
 
 The same task, sizes, pairs, order, initial backbone and tokenizer as ``benchmarks/dpo_vs_trl.py`` (see
 its docstring; ``SIZES``, ``TRAIN_SIZE`` and the learning rate are imported from it): the synthetic
@@ -21,7 +21,7 @@ every step; one torch thread. TRL's own choices are kept: it tokenizes prompt + 
 and right-pads chosen and rejected rows, and logs min/mean/max reward, accuracy and margin with ``.item()``
 every step.
 
-Timing, exactly as ``dpo_vs_trl.py`` (``harness.run_step_workers``, ``harness.step_report``): a fresh
+Timing, exactly as ``dpo_vs_trl.py`` (``step_time.run_step_workers``, ``step_time.step_report``): a fresh
 process per (library, size, seed), interleaved; step time between consecutive step ends (TRL's
 ``on_step_end``; advantage's per-step metrics row), warm-up excluded; step CPU time, peak RSS and the load
 average are recorded. Loss and gradient parity on a fixed batch is tested in
@@ -31,14 +31,21 @@ average are recorded. Loss and gradient parity on a fixed batch is tested in
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-import harness
-from dpo_vs_trl import LEARNING_RATE, MAX_POSITIONS, SIZES, TARGETS, TRAIN_SIZE, describe, limits, task_of
+from benchmarks import step_time
+from benchmarks.dpo_vs_trl import (
+    LEARNING_RATE,
+    MAX_POSITIONS,
+    SIZES,
+    TARGETS,
+    TRAIN_SIZE,
+    describe,
+    limits,
+    task_of,
+)
 
 LIBS = ("trl", "advantage")  # (theirs, ours)
 BETAS = (0.9, 0.999)  # TRL's (TrainingArguments adam_beta1, adam_beta2) defaults
@@ -87,7 +94,7 @@ def advantage_overrides(size: str, seed: int, steps: int, run_dir: str) -> dict[
 def run_advantage(size: str, seed: int, steps: int) -> dict[str, Any]:
     import advantage
 
-    rec = harness.advantage_step_clock("train/loss")
+    rec = step_time.advantage_step_clock("train/loss")
     with tempfile.TemporaryDirectory() as tmp:
         advantage.train(
             "reward_model", quiet=True, **advantage_overrides(size, seed, steps, os.path.join(tmp, "run"))
@@ -122,7 +129,7 @@ def trl_model(size: str, seed: int) -> tuple[Any, Any]:
 
     s = SIZES[size]
     task = task_of(size)
-    tok, backbone = harness.scratch_lm(task, s, MAX_POSITIONS, seed)
+    tok, backbone = step_time.scratch_lm(task, s, MAX_POSITIONS, seed)
     ours = RewardModel(backbone, tok, seed=seed)
     config = copy.deepcopy(backbone.config)
     config.num_labels = 1
@@ -141,7 +148,7 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
 
     s = SIZES[size]
     model, tok = trl_model(size, seed)
-    clock, rec = harness.trl_step_clock()
+    clock, rec = step_time.trl_step_clock()
     with tempfile.TemporaryDirectory() as tmp:
         args = RewardConfig(
             output_dir=tmp,
@@ -184,12 +191,12 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
 
 def main() -> None:
     runs = {"trl": run_trl, "advantage": run_advantage}
-    harness.step_main(__doc__, __file__, LIBS, list(SIZES), runs, report)
+    step_time.step_main(__doc__, "benchmarks.reward_model_vs_trl", LIBS, list(SIZES), runs, report)
 
 
 def report(results: list[dict[str, Any]], out: Path, warmup: int, steps: int, load: list[float]) -> None:
-    """Write ``out/NAME.{md,json,png}`` (:func:`harness.step_report`)."""
-    harness.step_report(
+    """Write ``out/NAME.{md,json,png}`` (:func:`step_time.step_report`)."""
+    step_time.step_report(
         results,
         out=out,
         name="reward_model_vs_trl",

@@ -1,8 +1,8 @@
 """The time a user waits: whole processes, from the command to its exit, advantage beside Stable-Baselines3
 and TRL, one torch thread each, interleaved in one invocation.
 
-    python benchmarks/startup.py            # -> benchmarks/results/startup.{md,json}
-    python benchmarks/startup.py --quick    # one seed, fewer rows (a smoke run)
+    python -m benchmarks.startup            # -> benchmarks/results/startup.{md,json}
+    python -m benchmarks.startup --quick    # one seed, fewer rows (a smoke run)
 
 Three measurements:
 
@@ -11,7 +11,7 @@ Three measurements:
 2. **Whole runs** (``--seeds`` seeds, libraries interleaved): PPO and DQN on CartPole-v1 until the mean of
    10 deterministic episodes, evaluated every 5,000 steps, reaches 475 (``advantage train ALGO
    trainer.stop_at_return=475 ...`` against SB3 with the rl-baselines3-zoo hyperparameters and the same
-   evaluation callback as ``harness.py``, then ``model.save``); and PPO for 500 steps
+   evaluation callback as :mod:`benchmarks.time_to_target`, then ``model.save``); and PPO for 500 steps
    (``advantage train ppo trainer.total_steps=500`` against SB3's ``learn(500)`` plus ``save``). The clock
    is the parent's: from ``Popen`` to the child's exit, as a shell waits for it.
 3. **Phases** of one process per algorithm (ppo, dqn, sac, q_learning, sft, and SB3's PPO/DQN/SAC and
@@ -91,12 +91,12 @@ def sb3_script(kind: str, seed: int) -> str:
     )
     return f"""
 import sys, time
-sys.path.insert(0, {str(HERE)!r})
+sys.path.insert(0, {str(HERE.parent)!r})
 import torch
 torch.set_num_threads(1)
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.env_util import make_vec_env
-from harness import Protocol, sb3_callback
+from benchmarks.time_to_target import Protocol, sb3_callback
 PROTO = Protocol('CartPole-v1', {TARGET}, {EVAL_EVERY}, {EVAL_EPISODES}, {MAX_STEPS})
 SEED = {seed}
 def lin(v):

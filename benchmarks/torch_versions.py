@@ -4,11 +4,11 @@ repository with that torch installed first, then ``pip install -e ".[dev]"`` of 
 the tests marked ``torch_versions`` (every fast path against its reference, and one short learning test per
 algorithm family) must pass there.
 
-    python benchmarks/torch_versions.py                           # the newest torch and pyproject's minimum
-    python benchmarks/torch_versions.py --versions 2.5.1 2.6.0    # any others
-    python benchmarks/torch_versions.py --skip-install            # the existing environments as they are
-    python benchmarks/torch_versions.py --pytest-args="-n 0"      # one process (pyproject's addopts: -n auto)
-    python benchmarks/torch_versions.py --write-only              # the .md again from the .json
+    python -m benchmarks.torch_versions                           # the newest torch and pyproject's minimum
+    python -m benchmarks.torch_versions --versions 2.5.1 2.6.0    # any others
+    python -m benchmarks.torch_versions --skip-install            # the existing environments as they are
+    python -m benchmarks.torch_versions --pytest-args="-n 0"      # one process (pyproject's addopts: -n auto)
+    python -m benchmarks.torch_versions --write-only              # the .md again from the .json
     -> benchmarks/results/torch_versions.{md,json}
 
 Each version's environment is kept (``~/.cache/advantage-torch-venvs/<version>``, ``--venv-root``),

@@ -1,7 +1,7 @@
 """TRPO on CartPole-v1 with its defaults: steps to 475 per seed, and whether the trust region held.
 
-    python benchmarks/trpo_cartpole.py                    # -> benchmarks/results/trpo_cartpole.{md,json}
-    python benchmarks/trpo_cartpole.py --full-run 200000  # also the whole default budget of seed 0
+    python -m benchmarks.trpo_cartpole                    # -> benchmarks/results/trpo_cartpole.{md,json}
+    python -m benchmarks.trpo_cartpole --full-run 200000  # also the whole default budget of seed 0
 
 The commands of docs/algorithms/trpo.md, each in a fresh process with one torch thread, run folders in a
 temporary directory:
@@ -23,13 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import ROOT, run_cli, versions, write_results
+from benchmarks.pipeline import ROOT, run_cli, versions, write_results
 
 COMMON = ("trainer.eval_every=5000", "trainer.eval_episodes=10")
 TARGET = 475.0

@@ -4,10 +4,10 @@ Stable-Baselines3 with the zoo's hyperparameters, and the general defaults again
     pip install -e ".[bench]"                      # SB3; LunarLander rows also need the box2d extra,
                                                    # MuJoCo rows the mujoco extra (rows that cannot run
                                                    # are reported as skipped)
-    python benchmarks/zoo_suite.py --quick         # smoke run: tiny budgets, 1 seed, 2 eval episodes
-    python benchmarks/zoo_suite.py --rows ppo-CartPole-v1,dqn-CartPole-v1 --seeds 3
-    python benchmarks/zoo_suite.py                 # every row, 3 seeds (about a day of CPU)
-    python benchmarks/zoo_suite.py --jobs 2        # two pairs of runs at a time (one per core)
+    python -m benchmarks.zoo_suite --quick         # smoke run: tiny budgets, 1 seed, 2 eval episodes
+    python -m benchmarks.zoo_suite --rows ppo-CartPole-v1,dqn-CartPole-v1 --seeds 3
+    python -m benchmarks.zoo_suite                 # every row, 3 seeds (about a day of CPU)
+    python -m benchmarks.zoo_suite --jobs 2        # two pairs of runs at a time (one per core)
 
 Finished runs are appended to ``<out>/zoo_suite_runs.jsonl`` (``--log``) as they end, and an invocation
 skips the runs the log holds: the suite is built over several invocations, and the report covers every
@@ -414,7 +414,7 @@ def report(data: dict[str, Any], rows: list[Row], out: Path, quick: bool) -> Non
         "### rl-baselines3-zoo rows: advantage vs Stable-Baselines3"
         + (" (SMOKE RUN: --quick)" if quick else ""),
         "",
-        "Written by `python benchmarks/zoo_suite.py"
+        "Written by `python -m benchmarks.zoo_suite"
         + (" --quick" if quick else "")
         + "`; final score = mean over seeds of each seed's deterministic-episode mean (± std across seeds).",
         "",

@@ -7,20 +7,10 @@ registry env has, are covered by tests/test_spaces.py and tests/test_user_env.py
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from benchmarks import env_matrix as matrix
 
 from advantage.registry import all_algorithms
-
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("env_matrix", ROOT / "benchmarks" / "env_matrix.py")
-assert _spec is not None and _spec.loader is not None
-matrix = importlib.util.module_from_spec(_spec)
-sys.modules["env_matrix"] = matrix
-_spec.loader.exec_module(matrix)
 
 # (algorithm, env id, expected status)
 SAMPLE = [

@@ -8,17 +8,15 @@ builds here) and the values an env may store (property-based), not a list of nam
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import random
-import sys
 import warnings
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from benchmarks import env_matrix as matrix
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -26,13 +24,6 @@ from hypothesis.extra import numpy as hnp
 from advantage.envs import env_state, set_env_state
 from advantage.envs.replay import EpisodeRecorder, restore_env
 from advantage.envs.state import _decode, _decode_plain, _encode
-
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("env_matrix", ROOT / "benchmarks" / "env_matrix.py")
-assert _spec is not None and _spec.loader is not None
-matrix = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("env_matrix", matrix)
-_spec.loader.exec_module(matrix)
 
 
 def registry_ids() -> list[str]:

@@ -230,17 +230,26 @@ def test_zoo_suite_quick_on_one_row(tmp_path):
     import sys
 
     pytest.importorskip("stable_baselines3")
-    script = Path(__file__).parents[1] / "benchmarks" / "zoo_suite.py"
+    script = ["-m", "benchmarks.zoo_suite"]
+    root = Path(__file__).parents[1]
     log = tmp_path / "runs.jsonl"
     args = ["--quick", "--rows", "dqn-CartPole-v1", "--variants", "zoo", "--out", str(tmp_path)]
     out = subprocess.run(
-        [sys.executable, str(script), *args, "--log", str(log)], capture_output=True, text=True, timeout=300
+        [sys.executable, *script, *args, "--log", str(log)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert len(log.read_text().splitlines()) == 2  # one finished run per line, appended as it ends
     # A second invocation with the same log runs nothing again and reports what the log holds.
     again = subprocess.run(
-        [sys.executable, str(script), *args, "--log", str(log)], capture_output=True, text=True, timeout=300
+        [sys.executable, *script, *args, "--log", str(log)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert again.returncode == 0 and '"score"' not in again.stdout, again.stdout[-2000:]
     assert len(log.read_text().splitlines()) == 2
@@ -258,14 +267,19 @@ def test_zoo_suite_quick_on_one_row(tmp_path):
             r["config_hash"] = "tuned-since"
     log.write_text("".join(json.dumps(r) + "\n" for r in lines))
     third = subprocess.run(
-        [sys.executable, str(script), *args, "--log", str(log)], capture_output=True, text=True, timeout=300
+        [sys.executable, *script, *args, "--log", str(log)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert third.returncode == 0, third.stderr[-2000:]
     rerun = [json.loads(line) for line in third.stdout.splitlines() if '"score"' in line]
     assert [r["lib"] for r in rerun] == ["advantage"] and rerun[0]["config_hash"] != "tuned-since"
     # --again runs both libraries once more (a re-timing); the report keeps the newer runs.
     fourth = subprocess.run(
-        [sys.executable, str(script), *args, "--log", str(log), "--again"],
+        [sys.executable, *script, *args, "--log", str(log), "--again"],
+        cwd=root,
         capture_output=True,
         text=True,
         timeout=300,
@@ -289,7 +303,8 @@ def test_zoo_suite_table_is_the_report_of_its_log(tmp_path):
     results = root / "benchmarks" / "results"
     args = ["--report-only", "--out", str(tmp_path), "--log", str(results / "zoo_suite_runs.jsonl")]
     out = subprocess.run(
-        [sys.executable, str(root / "benchmarks" / "zoo_suite.py"), *args],
+        [sys.executable, "-m", "benchmarks.zoo_suite", *args],
+        cwd=root,
         capture_output=True,
         text=True,
         timeout=300,

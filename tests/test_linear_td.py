@@ -355,12 +355,9 @@ def test_the_defaults_train_on_any_discrete_env_with_a_model(tmp_path, algo):
 def test_deadly_triad_page_quotes_the_results_file():
     """Every number in the bold and prose claims of docs/algorithms/deadly_triad.md, and the table it
     includes, comes from benchmarks/results/baird.json (written by benchmarks/baird.py)."""
-    import importlib.util
+    from benchmarks import baird as bench
 
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("baird_bench", root / "benchmarks" / "baird.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     res = json.loads((root / "benchmarks" / "results" / "baird.json").read_text())
     # The <!-- =PATH --> references after the numbers (tests/test_docs_numbers.py) are not page text.
     page = re.sub(
