@@ -224,14 +224,16 @@ def test_process_advantages_hand_example():
 
 def test_process_advantages_scales_match_the_outcome_estimators():
     # With one step per response ending at the last token, process supervision is outcome supervision:
-    # every scale equals the outcome estimator of the same name on every token.
+    # every scale equals the outcome estimator that names it (its ``process`` metadata) on every token.
     from advantage.math.advantages import GROUP_ADVANTAGES
 
     g = torch.Generator().manual_seed(7)
     B, T, G = 8, 5, 4
     r = torch.randn(B, generator=g, dtype=F64)
     ends = torch.full((B, 1), T - 1)
-    for scale, name in (("group_std", "grpo"), ("none", "dr_grpo"), ("batch_std", "batch_std")):
+    pairs = [(spec.get("process"), name) for name, spec in GROUP_ADVANTAGES.specs().items()]
+    assert sorted(p for p, _ in pairs if p) == ["batch", "group", "none"]  # every divisor has its estimator
+    for scale, name in (p for p in pairs if p[0]):
         out = process_advantages(r[:, None], torch.ones(B, 1), ends, T, G, eps=1e-6, scale=scale)
         expected, _ = GROUP_ADVANTAGES[name](r, G, 1e-6)
         close(out, expected[:, None].expand(B, T))

@@ -18,7 +18,13 @@ from advantage.configs.llm import (
     SamplingTrainerConfig,
     task_rows,
 )
+from advantage.math.registry import choices, described, static_specs
 from advantage.registry import Algorithm, Entry, register
+
+# The math registries the options pick from (read without importing torch: advantage.math.registry).
+ADVANTAGES, POLICY_LOSSES = "advantages:GROUP_ADVANTAGES", "policy_losses:POLICY_LOSSES"
+AGGREGATIONS, KL_ESTIMATORS = "masked:LOSS_AGGREGATIONS", "kl:KL_ESTIMATORS"
+
 
 # Tasks with no verifier: prompts from the synthetic preference task, rewards from a reward model.
 PREFERENCE_TASKS = ("synthetic",)
@@ -34,11 +40,7 @@ class GRPOData(DataConfig):
 
 @dataclass
 class GRPOAlgorithm:
-    advantage: str = option(
-        "grpo",
-        "group advantage: grpo (mean/std), dr_grpo (mean), rloo, batch_std (Lite PPO)",
-        choices=("grpo", "dr_grpo", "rloo", "batch_std"),
-    )
+    advantage: str = option("grpo", described(ADVANTAGES, "group advantage"), choices=choices(ADVANTAGES))
     std_eps: float = option(1e-6, "ε added to the std in grpo / batch_std", lo=0)
     supervision: str = option(
         "outcome",
@@ -123,17 +125,21 @@ class ActorConfig:
     ppo_epochs: int = option(1, "μ: passes over each rollout", lo=1)
     mini_batch_size: int = option(0, "prompts per optimizer step (0: the whole rollout)", lo=0)
     micro_batch_size: int = option(0, "completions per forward pass (0: the whole mini-batch)", lo=0)
-    loss: str = option("ppo_clip", "policy loss", choices=("ppo_clip", "gspo"))
+    loss: str = option(
+        "ppo_clip",
+        described(POLICY_LOSSES, "policy loss", clipped=True),
+        choices=choices(POLICY_LOSSES, clipped=True),
+    )
     clip_low: float = option(0.2, "ε_low of the ratio clip", lo=0, hi=1, hi_open=True)
     clip_high: float | None = option(None, "ε_high (clip-higher); null: clip_low", lo=0)
     dual_clip: float | None = option(None, "dual-clip constant c > 1 (null: off)", lo=1, lo_open=True)
     loss_agg: str = option(
-        "seq_mean_token_mean",
-        "loss aggregation",
-        choices=("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"),
+        "seq_mean_token_mean", described(AGGREGATIONS, "loss aggregation"), choices=choices(AGGREGATIONS)
     )
     kl_coef: float = option(0.0, "β: KL to the reference in the loss", lo=0)
-    kl_estimator: str = option("k3", "KL estimator in the loss", choices=("k1", "k2", "k3"))
+    kl_estimator: str = option(
+        "k3", described(KL_ESTIMATORS, "KL estimator in the loss"), choices=choices(KL_ESTIMATORS)
+    )
 
     def problems(self) -> list[str]:
         out = []
@@ -205,7 +211,8 @@ class GRPOConfig(SamplingTrainerConfig):
                     f"algorithm.hard_samples={hard} is less than worker.rollout.n={G}: a hard prompt gets "
                     f"its G samples and hard_samples - G more; allowed: >= {G}"
                 )
-        if self.worker.rollout.n < 2 and self.algorithm.advantage in ("grpo", "rloo", "batch_std"):
+        estimator = static_specs(ADVANTAGES).get(self.algorithm.advantage)  # None: reported by its choices
+        if self.worker.rollout.n < 2 and estimator is not None and estimator.get("groups"):
             out.append(
                 f"worker.rollout.n=1 with algorithm.advantage={self.algorithm.advantage}: group advantages "
                 "compare the G samples of a prompt, so G must be >= 2"
@@ -216,10 +223,12 @@ class GRPOConfig(SamplingTrainerConfig):
                     "worker.rollout.n=1 with algorithm.supervision=process: step rewards are normalised "
                     "over the G samples of a prompt, so G must be >= 2"
                 )
-            if self.algorithm.advantage == "rloo":
+            if estimator is not None and estimator.get("process") is None:
                 out.append(
-                    "algorithm.advantage=rloo with algorithm.supervision=process: process supervision "
-                    "normalises step rewards as grpo, dr_grpo or batch_std do; choose one of those"
+                    f"algorithm.advantage={self.algorithm.advantage} with algorithm.supervision=process: "
+                    "process supervision normalises step rewards as "
+                    f"{', '.join(n for n, s in static_specs(ADVANTAGES).items() if s.get('process'))} do; "
+                    "choose one of those"
                 )
             if self.worker.reward.model:
                 out.append(
@@ -272,6 +281,15 @@ PRESETS = {
         {
             "algorithm.advantage": "dr_grpo",
             "worker.actor.loss_agg": "seq_mean_token_sum_norm",
+            "worker.actor.kl_coef": 0.0,
+        },
+    ),
+    "rloo": Preset(
+        "RLOO (Ahmadian et al. 2024): leave-one-out baseline, KL to the reference in the reward (β_r = 0.05, "
+        "TRL's RLOOTrainer default), none in the loss",
+        {
+            "algorithm.advantage": "rloo",
+            "algorithm.kl_reward_coef": 0.05,
             "worker.actor.kl_coef": 0.0,
         },
     ),

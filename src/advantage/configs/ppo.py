@@ -8,6 +8,7 @@ from typing import ClassVar
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
 from advantage.configs import register_actor_critic
 from advantage.configs.models import ActorCriticModel
+from advantage.math.registry import choices, described
 
 
 @dataclass
@@ -40,7 +41,11 @@ class PPOAlgorithm:
         None, "stop the epochs early when approx KL > 1.5·target_kl", lo=0, lo_open=True
     )
     vf_coef: float = option(0.5, "value-loss coefficient (SB3)", lo=0)
-    value_loss: str = option("mse", "value loss", choices=("mse", "clipped", "huber"))
+    value_loss: str = option(
+        "mse",
+        described("value_losses:VALUE_LOSSES", "value loss"),
+        choices=choices("value_losses:VALUE_LOSSES"),
+    )
     value_clip: float = option(0.2, "clipped value loss: clip range", lo=0, lo_open=True)
     ent_coef: float = option(0.0, "entropy bonus coefficient", lo=0)
     max_grad_norm: float = option(0.5, "global gradient-norm clip (0: none; SB3: 0.5)", lo=0)

@@ -9,6 +9,7 @@ from typing import ClassVar
 from advantage.config import Preset, TrainerConfig, VecEnvConfig, option, section
 from advantage.configs import ACTOR_CRITIC_ACTIONS, VECTOR_OBSERVATIONS, register_algorithm
 from advantage.configs.models import hidden_sizes_problems
+from advantage.math.registry import choices, described
 from advantage.registry import Entry
 
 
@@ -32,8 +33,10 @@ class ReinforceAlgorithm:
     normalize_returns: bool = option(False, "whiten R_t − b_t over the batch")
     loss_aggregation: str = option(
         "seq_mean_token_sum_norm",
-        "seq_mean_token_sum_norm: Σ_t per episode, mean over episodes; token_mean: mean over steps",
-        choices=("seq_mean_token_sum_norm", "token_mean"),
+        described(
+            "masked:LOSS_AGGREGATIONS", "loss aggregation over episodes (max_len = 1: Σ_t per episode)"
+        ),
+        choices=choices("masked:LOSS_AGGREGATIONS"),
     )
     learning_rate: float = option(1e-3, "policy Adam learning rate", lo=0, lo_open=True)
     value_learning_rate: float = option(

@@ -5,7 +5,7 @@ consecutive rows (``rewards.view(P, G)``; row ``b`` belongs to group ``b // G``)
 completion is built from the other completions of its own prompt, so no value network is needed
 (Shao et al. 2024, "DeepSeekMath", §4.1). One signature for the whole registry::
 
-    adv, metrics = GROUP_ADVANTAGES["grpo"](rewards, group_size=8)   # [B] -> [B]
+    adv, metrics = GROUP_ADVANTAGES[name](rewards, group_size=8)     # [B] -> [B]
     token_adv = adv[:, None] * mask                                  # outcome supervision: [B, T]
 
 With outcome supervision every token of a completion shares its advantage (Shao et al. §4.1.2; study
@@ -26,15 +26,14 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-__all__ = [
-    "GROUP_ADVANTAGES",
-    "batch_std",
-    "constant_groups",
-    "dr_grpo",
-    "grpo",
-    "process_advantages",
-    "rloo",
-]
+from advantage.math.registry import FunctionRegistry
+
+# name -> estimator. Metadata: ``groups`` (needs G >= 2 samples of a prompt), ``process`` (the divisor
+# :func:`process_advantages` uses for it under process supervision; absent: not offered there),
+# ``per_token`` (takes per-token rewards ``[B, T]`` and a mask, returns ``[B, T]``).
+GROUP_ADVANTAGES: FunctionRegistry[Callable[..., tuple[Tensor, dict[str, Tensor]]]] = FunctionRegistry(
+    "group advantage"
+)
 
 
 def _grouped(rewards: Tensor, group_size: int) -> Tensor:
@@ -97,6 +96,7 @@ def _finish(r: Tensor, adv: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
     return adv.reshape(-1), metrics
 
 
+@GROUP_ADVANTAGES.register(groups=True, process="group", summary="group mean and std")
 def grpo(rewards: Tensor, group_size: int, eps: float = 1e-6) -> tuple[Tensor, dict[str, Tensor]]:
     r"""GRPO outcome advantages (Shao et al. 2024, DeepSeekMath §4.1.2).
 
@@ -124,6 +124,7 @@ def grpo(rewards: Tensor, group_size: int, eps: float = 1e-6) -> tuple[Tensor, d
     return _finish(r, (r - r.mean(dim=1, keepdim=True)) / (std + eps))
 
 
+@GROUP_ADVANTAGES.register(groups=True, process="none", summary="group mean, no std")
 def dr_grpo(rewards: Tensor, group_size: int, eps: float = 1e-6) -> tuple[Tensor, dict[str, Tensor]]:
     r"""Dr. GRPO advantages (Liu et al. 2025, "Understanding R1-Zero-Like Training"): no std division.
 
@@ -144,6 +145,7 @@ def dr_grpo(rewards: Tensor, group_size: int, eps: float = 1e-6) -> tuple[Tensor
     return _finish(r, r - r.mean(dim=1, keepdim=True))
 
 
+@GROUP_ADVANTAGES.register(groups=True, summary="leave-one-out mean")
 def rloo(rewards: Tensor, group_size: int, eps: float = 1e-6) -> tuple[Tensor, dict[str, Tensor]]:
     r"""REINFORCE leave-one-out advantages (Ahmadian et al. 2024, "Back to Basics"; Kool et al. 2019).
 
@@ -165,6 +167,7 @@ def rloo(rewards: Tensor, group_size: int, eps: float = 1e-6) -> tuple[Tensor, d
     return _finish(r, r - baseline)
 
 
+@GROUP_ADVANTAGES.register(groups=True, process="batch", summary="group mean, batch std; Lite PPO")
 def batch_std(rewards: Tensor, group_size: int, eps: float = 1e-6) -> tuple[Tensor, dict[str, Tensor]]:
     r"""Group mean, batch std: "Lite PPO" (Liu et al. 2025, "Part I: Tricks or Traps? A Deep Dive into RL
     for LLM Reasoning").
@@ -186,15 +189,7 @@ def batch_std(rewards: Tensor, group_size: int, eps: float = 1e-6) -> tuple[Tens
     return _finish(r, (r - r.mean(dim=1, keepdim=True)) / (r.std() + eps))
 
 
-GROUP_ADVANTAGES: dict[str, Callable[..., tuple[Tensor, dict[str, Tensor]]]] = {
-    "grpo": grpo,
-    "dr_grpo": dr_grpo,
-    "rloo": rloo,
-    "batch_std": batch_std,
-}
-
-
-PROCESS_SCALES = ("group_std", "none", "batch_std")  # the divisors process_advantages offers
+PROCESS_SCALES = ("group", "none", "batch")  # the divisors process_advantages offers
 
 
 def process_advantages(
@@ -204,7 +199,7 @@ def process_advantages(
     num_tokens: int,
     group_size: int,
     eps: float = 1e-6,
-    scale: str = "group_std",
+    scale: str = "group",
 ) -> Tensor:
     r"""GRPO with process supervision (Shao et al. 2024, DeepSeekMath §4.1.3).
 
@@ -220,9 +215,9 @@ def process_advantages(
 
     std is Bessel-corrected, as in :func:`grpo`; a group whose valid step rewards are all equal (or that
     has a single valid step) gives 0. Tokens after the last step's end get 0; multiply by the token mask.
-    ``scale`` picks the divisor as the outcome estimators do: ``group_std`` (above, :func:`grpo`),
-    ``none`` (centred only, :func:`dr_grpo`) or ``batch_std`` (the std of every valid step reward of the
-    batch, :func:`batch_std`).
+    ``scale`` picks the divisor as the outcome estimators do: ``group`` (the group std, above,
+    :func:`grpo`), ``none`` (centred only, :func:`dr_grpo`) or ``batch`` (the std of every valid step
+    reward of the batch, :func:`batch_std`); each estimator's ``process`` metadata names its divisor.
 
     Args:
         step_rewards: ``[B, S]`` float, S = the most steps of any response; padding may hold anything.
@@ -231,7 +226,7 @@ def process_advantages(
         num_tokens: T, the response length of the token tensors.
         group_size: G >= 2; groups are consecutive rows.
         eps: added to the std.
-        scale: ``group_std``, ``none`` or ``batch_std``.
+        scale: ``group``, ``none`` or ``batch``.
 
     Returns:
         ``[B, T]`` advantages (fp32, fp64 for fp64 rewards).
@@ -262,9 +257,9 @@ def process_advantages(
     n = vg.sum(dim=1, keepdim=True).to(dtype)
     mean = rg.sum(dim=1, keepdim=True) / n.clamp(min=1)
     ss = torch.where(vg, (rg - mean) ** 2, torch.zeros_like(rg)).sum(dim=1, keepdim=True)
-    if scale == "group_std":
+    if scale == "group":
         denom = (ss / (n - 1).clamp(min=1)).sqrt() + eps
-    elif scale == "batch_std":
+    elif scale == "batch":
         total = valid.sum().to(dtype)
         batch_mean = r.sum() / total.clamp(min=1)
         batch_ss = torch.where(valid, (r - batch_mean) ** 2, torch.zeros_like(r)).sum()

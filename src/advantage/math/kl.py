@@ -42,15 +42,10 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-__all__ = [
-    "KL_ESTIMATORS",
-    "AdaptiveKLController",
-    "adaptive_kl_beta",
-    "k3_from_ratio",
-    "kl_k1",
-    "kl_k2",
-    "kl_k3",
-]
+from advantage.math.registry import FunctionRegistry
+
+# name -> estimator ``f(logp, ref_logp) -> [same shape]``; ``kl_k3`` is registered as ``k3``.
+KL_ESTIMATORS: FunctionRegistry[Callable[..., Tensor]] = FunctionRegistry("KL estimator", prefix="kl_")
 
 
 def _diff(logp: Tensor, ref_logp: Tensor) -> Tensor:
@@ -63,6 +58,7 @@ def _diff(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return logp.to(dtype) - ref_logp.to(dtype)
 
 
+@KL_ESTIMATORS.register(summary="log-ratio, unbiased")
 def kl_k1(logp: Tensor, ref_logp: Tensor) -> Tensor:
     r"""k1 estimator of :math:`KL(\pi\|\pi_\text{ref})`: :math:`k_1 = \log\pi(a) - \log\pi_\text{ref}(a)`.
 
@@ -81,6 +77,7 @@ def kl_k1(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return _diff(logp, ref_logp)
 
 
+@KL_ESTIMATORS.register(summary="half squared log-ratio")
 def kl_k2(logp: Tensor, ref_logp: Tensor) -> Tensor:
     r"""k2 estimator: :math:`k_2 = \tfrac12 (\log\pi(a) - \log\pi_\text{ref}(a))^2`, a ~ π.
 
@@ -103,6 +100,7 @@ def kl_k2(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return 0.5 * _diff(logp, ref_logp) ** 2
 
 
+@KL_ESTIMATORS.register(summary="ratio - 1 - log-ratio, unbiased and positive")
 def kl_k3(logp: Tensor, ref_logp: Tensor, log_ratio_clamp: float = 20.0) -> Tensor:
     r"""k3 estimator: :math:`k_3 = (r - 1) - \log r`, :math:`r = \pi_\text{ref}(a)/\pi(a)`, a ~ π.
 
@@ -139,9 +137,6 @@ def k3_from_ratio(log_ratio: Tensor, ratio: Tensor) -> Tensor:
     log-probs. ``log_ratio`` and ``ratio``: any shape, the same; returns that shape.
     """
     return (ratio - 1.0) - log_ratio
-
-
-KL_ESTIMATORS: dict[str, Callable[..., Tensor]] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
 
 
 def _check_beta_target(beta: float, target: float) -> None:

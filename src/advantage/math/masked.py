@@ -20,17 +20,11 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-__all__ = [
-    "LOSS_AGGREGATIONS",
-    "aggregate",
-    "masked_mean",
-    "masked_sum",
-    "masked_var",
-    "masked_whiten",
-    "seq_mean_token_mean",
-    "seq_mean_token_sum_norm",
-    "token_mean",
-]
+from advantage.math.registry import FunctionRegistry
+
+# name -> aggregation. Metadata: ``counts``, what its default denominator counts (``tokens``, ``rows``
+# with a valid token, or all ``rows``): :func:`step_normalizer` gives that count for a whole step.
+LOSS_AGGREGATIONS: FunctionRegistry[Callable[..., Tensor]] = FunctionRegistry("loss aggregation")
 
 
 def _weights(x: Tensor, mask: Tensor | None) -> Tensor | None:
@@ -165,6 +159,7 @@ def _rows(loss: Tensor) -> int:
     return loss.shape[0] if loss.dim() > 1 else 1
 
 
+@LOSS_AGGREGATIONS.register(counts="tokens", summary="mean over valid tokens")
 def token_mean(
     loss: Tensor, mask: Tensor | None, normalizer: float | Tensor | None = None, max_len: int | None = None
 ) -> Tensor:
@@ -189,6 +184,7 @@ def token_mean(
     return total / normalizer
 
 
+@LOSS_AGGREGATIONS.register(counts="valid_rows", summary="mean over tokens, then over sequences")
 def seq_mean_token_mean(
     loss: Tensor, mask: Tensor | None, normalizer: float | Tensor | None = None, max_len: int | None = None
 ) -> Tensor:
@@ -214,6 +210,7 @@ def seq_mean_token_mean(
     return total / normalizer
 
 
+@LOSS_AGGREGATIONS.register(counts="rows", summary="sum over tokens / max_len, mean over sequences")
 def seq_mean_token_sum_norm(
     loss: Tensor, mask: Tensor | None, normalizer: float | Tensor | None = None, max_len: int | None = None
 ) -> Tensor:
@@ -239,13 +236,6 @@ def seq_mean_token_sum_norm(
     return total / (_rows(loss) if normalizer is None else normalizer)
 
 
-LOSS_AGGREGATIONS: dict[str, Callable[..., Tensor]] = {
-    "token_mean": token_mean,
-    "seq_mean_token_mean": seq_mean_token_mean,
-    "seq_mean_token_sum_norm": seq_mean_token_sum_norm,
-}
-
-
 def aggregate(
     loss: Tensor,
     mask: Tensor | None,
@@ -260,7 +250,19 @@ def aggregate(
     replaces each mode's default denominator; with gradient accumulation, pass the count of the whole
     optimizer step (tokens, valid sequences, or sequences, by mode) so micro-batch losses add up exactly.
     """
-    fn = LOSS_AGGREGATIONS.get(mode)
-    if fn is None:
+    if mode not in LOSS_AGGREGATIONS:
         raise ValueError(f"loss aggregation mode must be one of {sorted(LOSS_AGGREGATIONS)}, got {mode!r}")
-    return fn(loss, mask, normalizer=normalizer, max_len=max_len)
+    return LOSS_AGGREGATIONS[mode](loss, mask, normalizer=normalizer, max_len=max_len)
+
+
+def step_normalizer(mask: Tensor, mode: str) -> float:
+    """The denominator of a whole optimizer step for aggregation ``mode`` (its ``counts`` metadata):
+    valid tokens, sequences with a valid token, or all sequences of ``mask`` ``[B, T]``. Passed as
+    :func:`aggregate`'s ``normalizer`` to every micro-batch, the micro-batch losses add up to the loss of
+    the whole step."""
+    counts = LOSS_AGGREGATIONS.spec(mode).get("counts")
+    if counts == "tokens":
+        return float(mask.sum())
+    if counts == "valid_rows":
+        return float((mask.sum(-1) > 0).sum())
+    return float(mask.shape[0])

@@ -3,9 +3,9 @@ GSPO (sequence-level ratio).
 
 One signature for the whole registry, hyperparameters bound with ``functools.partial``::
 
-    loss_fn = partial(POLICY_LOSSES["ppo_clip"], clip_low=0.2, clip_high=0.28)
-    loss, metrics = loss_fn(logp, old_logp, advantages, mask)      # all [B, T]
-    scalar = aggregate(loss, mask, "token_mean")
+    loss_fn = partial(POLICY_LOSSES[name], clip_low=0.2, clip_high=0.28)   # the spec's params
+    loss, metrics = loss_fn(logp, old_logp, advantages, mask)              # all [B, T]
+    scalar = aggregate(loss, mask, mode)
 
 Each function returns the *per-element* loss (shape of ``logp``, 0 at masked positions; aggregation is the
 caller's choice, see :func:`advantage.math.masked.aggregate`; ``pg``, ``ppo_clip`` and ``ppo_penalty``
@@ -28,8 +28,12 @@ from torch import Tensor
 
 from advantage.math.kl import k3_from_ratio
 from advantage.math.masked import keep, masked_mean
+from advantage.math.registry import FunctionRegistry
 
-__all__ = ["POLICY_LOSSES", "gspo", "pg", "ppo_clip", "ppo_penalty"]
+# name -> loss. Metadata: ``clipped`` (a clipped ratio with ``clip_low`` / ``clip_high``: the losses a
+# language-model actor offers).
+PolicyLoss = Callable[..., tuple[Tensor, dict[str, Tensor]]]  # (loss [B, T], metrics)
+POLICY_LOSSES: FunctionRegistry[PolicyLoss] = FunctionRegistry("policy loss")
 
 
 def _valid(mask: Tensor | None, like: Tensor) -> Tensor | None:
@@ -60,6 +64,7 @@ def _clean(x: Tensor, valid: Tensor | None, dtype: torch.dtype) -> Tensor:
     return keep(valid, x.to(dtype))
 
 
+@POLICY_LOSSES.register(summary="vanilla policy gradient")
 def pg(
     logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor | None
 ) -> tuple[Tensor, dict[str, Tensor]]:
@@ -84,6 +89,7 @@ def pg(
     return loss, {}
 
 
+@POLICY_LOSSES.register(clipped=True, summary="PPO-Clip, token ratio")
 def ppo_clip(
     logp: Tensor,
     old_logp: Tensor,
@@ -165,6 +171,7 @@ def ppo_clip(
     return loss, metrics
 
 
+@POLICY_LOSSES.register(summary="PPO-Penalty, adaptive KL")
 def ppo_penalty(
     logp: Tensor,
     old_logp: Tensor,
@@ -207,13 +214,14 @@ def ppo_penalty(
     return loss, metrics
 
 
+@POLICY_LOSSES.register(clipped=True, summary="GSPO, sequence ratio")
 def gspo(
     logp: Tensor,
     old_logp: Tensor,
     advantages: Tensor,
     mask: Tensor,
     clip_low: float = 3e-4,
-    clip_high: float = 4e-4,
+    clip_high: float | None = 4e-4,
     log_ratio_clamp: float = 20.0,
     with_metrics: bool = True,
 ) -> tuple[Tensor, dict[str, Tensor]]:
@@ -248,7 +256,7 @@ def gspo(
         advantages: ``[B, T]`` (no grad), e.g. ``adv[:, None]`` expanded along the row.
         mask: ``[B, T]`` float or bool; a 1-D input is one sequence.
         clip_low: :math:`\epsilon_\text{lo}` in [0, 1).
-        clip_high: :math:`\epsilon_\text{hi} \ge 0`.
+        clip_high: :math:`\epsilon_\text{hi} \ge 0`; None: ``clip_low``.
         log_ratio_clamp: c > 0.
         with_metrics: compute the metrics (False returns ``{}``).
 
@@ -258,6 +266,7 @@ def gspo(
         ``approx_kl`` (token-level k3 of :math:`KL(\pi_\text{old}\|\pi_\theta)`); ``seq_ratio_mean``
         (mean :math:`s_i` over rows with a valid token).
     """
+    clip_high = clip_low if clip_high is None else clip_high
     if not 0.0 <= clip_low < 1.0:
         raise ValueError(f"clip_low must be in [0, 1), got {clip_low}")
     if clip_high < 0.0:
@@ -293,11 +302,3 @@ def gspo(
             metrics["approx_kl"] = masked_mean(torch.exp(tok_lr) - 1.0 - tok_lr, mask)
             metrics["seq_ratio_mean"] = masked_mean(torch.exp(seq_log_ratio).squeeze(-1), (n > 0).squeeze(-1))
     return loss, metrics
-
-
-POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, Tensor]]]] = {
-    "pg": pg,
-    "ppo_clip": ppo_clip,
-    "ppo_penalty": ppo_penalty,
-    "gspo": gspo,
-}

@@ -15,6 +15,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from advantage.math.registry import FunctionRegistry
+
+# name -> DPO loss ``f(chosen_logp, rejected_logp, ref_chosen_logp, ref_rejected_logp, beta, ...)``;
+# ``dpo_ipo`` is registered as ``ipo``.
+DPO_LOSSES: FunctionRegistry[Callable[..., Tensor]] = FunctionRegistry("DPO loss", prefix="dpo_")
+
 
 def bradley_terry_loss(chosen: Tensor, rejected: Tensor) -> Tensor:
     r"""Pairwise reward-model loss (Bradley & Terry 1952; Ouyang et al. 2022).
@@ -77,6 +83,7 @@ def _margin(chosen_logp: Tensor, rejected_logp: Tensor, ref_chosen: Tensor, ref_
     return (chosen_logp.to(dtype) - ref_chosen.to(dtype)) - (rejected_logp.to(dtype) - ref_rejected.to(dtype))
 
 
+@DPO_LOSSES.register(summary="DPO")
 def dpo_sigmoid(
     chosen_logp: Tensor,
     rejected_logp: Tensor,
@@ -97,6 +104,7 @@ def dpo_sigmoid(
     return loss
 
 
+@DPO_LOSSES.register(summary="IPO")
 def dpo_ipo(
     chosen_logp: Tensor,
     rejected_logp: Tensor,
@@ -112,6 +120,7 @@ def dpo_ipo(
     return (h - 1.0 / (2.0 * beta)) ** 2
 
 
+@DPO_LOSSES.register(summary="SLiC hinge")
 def dpo_hinge(
     chosen_logp: Tensor,
     rejected_logp: Tensor,
@@ -123,9 +132,6 @@ def dpo_hinge(
     r"""Hinge (SLiC, Zhao et al. 2023): :math:`\max(0, 1 - \beta h)`. All ``[B]``."""
     h = _margin(chosen_logp, rejected_logp, ref_chosen_logp, ref_rejected_logp)
     return torch.relu(1.0 - beta * h)
-
-
-DPO_LOSSES: dict[str, Callable[..., Tensor]] = {"sigmoid": dpo_sigmoid, "ipo": dpo_ipo, "hinge": dpo_hinge}
 
 
 def dpo_metrics(

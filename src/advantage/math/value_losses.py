@@ -2,9 +2,9 @@ r"""Critic (value-function) losses: MSE, PPO2-style clipped, Huber.
 
 One signature for the registry, hyperparameters bound with ``functools.partial``::
 
-    value_loss = partial(VALUE_LOSSES["clipped"], clip=0.2)
+    value_loss = partial(VALUE_LOSSES[name], **hyperparameters)     # the spec's params
     loss = value_loss(values, old_values, returns, mask)            # [B, T] per element
-    scalar = aggregate(loss, mask, "token_mean")
+    scalar = aggregate(loss, mask, mode)
 
 Each returns the per-element loss with the shape of ``values``, 0 at masked positions (which may hold
 anything, NaN included); ``mask=None`` means every element is valid. ``old_values`` are the critic's
@@ -21,8 +21,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from advantage.math.masked import keep, masked_var
+from advantage.math.registry import FunctionRegistry
 
-__all__ = ["VALUE_LOSSES", "clipped", "explained_variance", "huber", "mse"]
+# name -> critic loss ``f(values, old_values, returns, mask, ...)``.
+VALUE_LOSSES: FunctionRegistry[Callable[..., Tensor]] = FunctionRegistry("value loss")
 
 
 def _prepare(
@@ -38,6 +40,7 @@ def _prepare(
     return valid, [torch.where(valid, x.to(values.dtype), zero) for x in (values, *others)]
 
 
+@VALUE_LOSSES.register(summary="squared error")
 def mse(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor | None) -> Tensor:
     r"""Squared error :math:`\ell_t = \tfrac12 (V_\theta(s_t) - R_t)^2`. ``old_values`` is unused.
 
@@ -48,6 +51,7 @@ def mse(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor | None
     return keep(valid, 0.5 * (v - r) ** 2)
 
 
+@VALUE_LOSSES.register(summary="PPO2 clipped squared error")
 def clipped(
     values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor | None, clip: float = 0.2
 ) -> Tensor:
@@ -71,6 +75,7 @@ def clipped(
     return keep(valid, 0.5 * torch.maximum((v - r) ** 2, (v_clip - r) ** 2))
 
 
+@VALUE_LOSSES.register(summary="Huber (smooth L1)")
 def huber(
     values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor | None, delta: float = 1.0
 ) -> Tensor:
@@ -90,9 +95,6 @@ def huber(
         raise ValueError(f"delta must be > 0, got {delta}")
     valid, (v, r) = _prepare(values, (returns,), mask)
     return keep(valid, F.huber_loss(v, r, reduction="none", delta=delta))
-
-
-VALUE_LOSSES: dict[str, Callable[..., Tensor]] = {"mse": mse, "clipped": clipped, "huber": huber}
 
 
 def explained_variance(values: Tensor, returns: Tensor, mask: Tensor | None = None) -> float:
