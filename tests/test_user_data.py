@@ -276,7 +276,7 @@ def test_a_small_evaluation_split_says_so(tmp_path):
 
 
 def test_extra_info_split_and_bad_file_lists(tmp_path):
-    from advantage.envs.text.datasets import MathTask
+    from advantage.envs.text.file_tasks import MathTask
 
     rows = [
         {"prompt": f"{i}+1=", "answer": str(i + 1), "extra_info": {"split": s, "index": i}}

@@ -11,7 +11,8 @@ K-wise comparisons, a synthetic task with a hidden scoring rule) is in
 from advantage.envs.text.code import CodeTask, extract_code
 from advantage.envs.text.core import SPLITS, Example, Reward, Task, extract_tagged, split_of
 from advantage.envs.text.countdown import CountdownTask, evaluate_expression
-from advantage.envs.text.datasets import DatasetTask, MathTask, extract_boxed, load_examples, math_equal
+from advantage.envs.text.datasets import extract_boxed, load_examples
+from advantage.envs.text.file_tasks import DatasetTask, MathTask, math_equal
 from advantage.envs.text.preference import (
     PREFERENCE_TASKS,
     PreferenceExample,

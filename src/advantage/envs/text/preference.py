@@ -61,15 +61,8 @@ from advantage.envs.text.core import (
     keyword_options,
     sample_problems,
 )
-from advantage.envs.text.datasets import (
-    _DiskTask,
-    _lookup,
-    _prompt,
-    _read_rows,
-    _response,
-    chat_messages,
-    data_files,
-)
+from advantage.envs.text.datasets import _lookup, _prompt, _read_rows, _response, chat_messages, data_files
+from advantage.envs.text.file_tasks import _DiskTask
 from advantage.errors import ConfigError
 
 _MAX_REDRAWS = 1000

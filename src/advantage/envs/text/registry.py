@@ -9,7 +9,7 @@ from typing import Any
 from advantage.envs.text.code import CodeTask
 from advantage.envs.text.core import Task, build_task, keyword_options
 from advantage.envs.text.countdown import CountdownTask
-from advantage.envs.text.datasets import DatasetTask, MathTask
+from advantage.envs.text.file_tasks import DatasetTask, MathTask
 from advantage.envs.text.tasks import addition, multiplication, reverse, sort
 
 __all__ = ["TASKS", "make_task", "task_options"]
