@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from benchmarks.pipeline import ROOT, write_results
+
+if TYPE_CHECKING:
+    from advantage.algos.llm.policy import LMPolicy
 
 
 def breakdown(
@@ -31,7 +34,7 @@ def breakdown(
     """``(group, temperature, n, greedy, pass@samples, mean accuracy)`` rows of one run."""
     import advantage
 
-    policy = advantage.Run.load(run_dir).policy
+    policy = cast("LMPolicy", advantage.Run.load(run_dir).policy)  # an sft or grpo run's
     task = policy.task
     examples = task.examples("validation", prompts, policy.cfg.data.seed)
     full = 10 ** (task.digits - 1)

@@ -32,6 +32,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 IMG = ROOT / "docs" / "img"
 RESULTS = ROOT / "benchmarks" / "results"
 
-PREDICTION = {
+PREDICTION: dict[str, tuple[str, dict[str, Any]]] = {
     "off-policy TD (all three legs)": ("semi_gradient_td", {}),
     "on-policy (no off-policy leg)": ("semi_gradient_td", {"preset": "on_policy"}),
     "one-hot features (no approximation leg)": (
@@ -56,7 +57,7 @@ PREDICTION = {
     "GTD2 (all three legs)": ("gtd2", {}),
 }
 CONTROL_ALPHA = {"algorithm.alpha": 0.1}
-CONTROL = {
+CONTROL: dict[str, tuple[str, dict[str, Any]]] = {
     "Q-learning, off-policy": ("semi_gradient_q_learning", CONTROL_ALPHA),
     "Q-learning, on-policy": ("semi_gradient_q_learning", {**CONTROL_ALPHA, "algorithm.behavior": "target"}),
     "SARSA, off-policy": ("semi_gradient_sarsa", CONTROL_ALPHA),
@@ -84,19 +85,20 @@ def eigenvalues(gamma: float = 0.99) -> dict[str, float]:
     return out
 
 
-def run(algo: str, overrides: dict, update: str, steps: int, seed: int, run_dir: Path) -> dict:
+def run(algo: str, overrides: dict[str, Any], update: str, steps: int, seed: int, run_dir: Path) -> dict:
     start = time.perf_counter()
+    settings: dict[str, Any] = {
+        "algorithm.update": update,
+        "trainer.total_steps": steps,
+        "trainer.seed": seed,
+        "trainer.tensorboard": False,
+        "trainer.run_dir": str(run_dir),
+    }
     r = advantage.train(
         algo,
         quiet=True,
         **overrides,
-        **{
-            "algorithm.update": update,
-            "trainer.total_steps": steps,
-            "trainer.seed": seed,
-            "trainer.tensorboard": False,
-            "trainer.run_dir": str(run_dir),
-        },
+        **settings,
     )
     rows = [x for x in r.metrics if "train/weight_norm" in x]
     return {

@@ -188,7 +188,7 @@ def run_advantage(size: str, seed: int, steps: int) -> dict[str, Any]:
 
 def trl_pairs(size: str, seed: int, folder: str | None = None) -> list[dict[str, str]]:
     """The training pairs as TRL rows, in advantage's first-epoch order."""
-    from advantage.algos.llm.common import data_order
+    from advantage.algos.llm.data import data_order
     from advantage.algos.llm.dpo import pairs_of
 
     n = SIZES[size]["pairs"] * FIXED_STEPS if folder else TRAIN_SIZE

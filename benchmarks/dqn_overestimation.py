@@ -25,6 +25,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import advantage
 
@@ -36,20 +37,21 @@ METRICS = ("train/q_predicted", "train/q_realized", "train/overestimation")
 
 
 def train(preset: str, steps: int, seed: int, every: int, states: int, run_dir: Path) -> list[dict]:
+    settings: dict[str, Any] = {
+        "trainer.total_steps": steps,
+        "trainer.seed": seed,
+        "trainer.eval_every": 0,
+        "trainer.tensorboard": False,
+        "trainer.torch_threads": 1,
+        "trainer.run_dir": str(run_dir),
+        "algorithm.overestimation_every": every,
+        "algorithm.overestimation_states": states,
+    }
     run = advantage.train(
         "dqn",
         quiet=True,
         preset=preset,
-        **{
-            "trainer.total_steps": steps,
-            "trainer.seed": seed,
-            "trainer.eval_every": 0,
-            "trainer.tensorboard": False,
-            "trainer.torch_threads": 1,
-            "trainer.run_dir": str(run_dir),
-            "algorithm.overestimation_every": every,
-            "algorithm.overestimation_states": states,
-        },
+        **settings,
     )
     return run.metrics
 

@@ -212,7 +212,7 @@ def write_report(
     lines = [
         "# Every environment × every algorithm",
         "",
-        f"Written by `{meta['command'].strip()}` ({meta.get('torch', '?')}, gymnasium "
+        f"Written by `{str(meta['command']).strip()}` ({meta.get('torch', '?')}, gymnasium "
         f"{meta.get('gymnasium', '?')}, {meta['cpus']} CPUs, {meta['wall_seconds']} s). Each cell trains "
         "with a short budget, is interrupted with SIGINT after its first checkpoint, resumed past the "
         "budget and evaluated, all through the command line.",

@@ -46,6 +46,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
@@ -135,6 +136,7 @@ def lm_child(row: str, kernels: str | None, steps: int) -> dict[str, Any]:
     from benchmarks.side_by_side import warm_core
 
     algo, size = row.split("-", 1)
+    module: ModuleType
     bench = Path(os.environ.get("PYTHONPATH", str(ROOT / "src"))).parent / "benchmarks"
     if (bench / "harness.py").exists():
         spec = importlib.util.spec_from_file_location(f"{algo}_vs_trl", bench / f"{algo}_vs_trl.py")
@@ -149,7 +151,7 @@ def lm_child(row: str, kernels: str | None, steps: int) -> dict[str, Any]:
         over = overrides(*args, **kwargs)
         return over if kernels is None else {**over, "trainer.kernels": kernels}
 
-    module.advantage_overrides = with_kernels
+    module.advantage_overrides = with_kernels  # type: ignore[attr-defined]  # in this child process only
     import torch
 
     torch.set_num_threads(1)
@@ -525,9 +527,10 @@ def main() -> None:
         fixed = {name: {} for name in RUNS}
         for rep in range(repeats):
             for name in RUNS:
-                arms = [("fast", "fast"), *[(p, kernels_without(p)) for p in existing(CLASSIC_PATHS)]]
-                arms.append(("reference", "reference"))
-                for arm, kern in arms[rep % len(arms) :] + arms[: rep % len(arms)]:
+                fixed_arms = [("fast", "fast"), *[(p, kernels_without(p)) for p in existing(CLASSIC_PATHS)]]
+                fixed_arms.append(("reference", "reference"))
+                turn = rep % len(fixed_arms)
+                for arm, kern in fixed_arms[turn:] + fixed_arms[:turn]:
                     _, cpu = whole_run(name, kern, 0, None)
                     fixed[name].setdefault(arm, []).append(cpu)
                     print(f"[{rep + 1}/{repeats}] {name} {arm} (0 steps): {cpu:.2f} CPU s", flush=True)
@@ -538,7 +541,8 @@ def main() -> None:
         steps = 4 if ns.quick else 6
         for rep in range(lm_repeats):
             for row in LM_ROWS:
-                arms = [("fast", "fast", None)] + [(p, kernels_without(p), None) for p in existing(LM_PATHS)]
+                arms = [("fast", "fast", None)]
+                arms += [(p, kernels_without(p), None) for p in existing(LM_PATHS)]
                 arms.append(("reference", "reference", None))
                 if base is not None:
                     arms.append(("baseline", None, base))

@@ -71,7 +71,8 @@ def main() -> None:
     missing = [name for name, m in found.items() if m is None]
     if missing:
         raise RuntimeError(f"no summary line of the {missing} test in pytest's output:\n{out.stdout[-3000:]}")
-    res = {**versions(load), **{k: {kk: int(v) for kk, v in m.groupdict().items()} for k, m in found.items()}}
+    counts = {k: {kk: int(v) for kk, v in m.groupdict().items()} for k, m in found.items() if m is not None}
+    res = {**versions(load), **counts}
     write_results(Path(args.out), "fault_injection", res, table)
 
 

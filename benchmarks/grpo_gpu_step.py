@@ -94,36 +94,37 @@ def run_config(name: str, folder: Path, steps: int, warmup: int, device: str = "
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     with tempfile.TemporaryDirectory() as tmp:
+        settings: dict[str, Any] = {
+            "data.task": "addition",
+            "data.digits": 3,
+            "data.train_size": 2000,
+            "data.validation_size": 8,
+            "data.test_size": 8,
+            "data.rollout_batch_size": prompts,
+            "data.max_response_length": new_tokens,
+            "worker.rollout.n": G,
+            "worker.rollout.temperature": 1.0,
+            "worker.actor.model.path": str(folder),
+            "worker.actor.model.dtype": "bfloat16",
+            "worker.actor.learning_rate": 1e-6,
+            "worker.actor.ppo_epochs": 1,
+            "worker.actor.micro_batch_size": micro,
+            "worker.actor.kl_coef": 0.0,
+            "trainer.device": device,
+            "trainer.seed": 0,
+            "trainer.total_steps": steps,
+            "trainer.eval_every": 0,
+            "trainer.eval_episodes": 8,
+            "trainer.log_every": 1,
+            "trainer.tensorboard": False,
+            "trainer.progress": "none",
+            "trainer.run_dir": str(Path(tmp) / "run"),
+        }
         t0 = time.perf_counter()
         run = advantage.train(
             "grpo",
             quiet=True,
-            **{
-                "data.task": "addition",
-                "data.digits": 3,
-                "data.train_size": 2000,
-                "data.validation_size": 8,
-                "data.test_size": 8,
-                "data.rollout_batch_size": prompts,
-                "data.max_response_length": new_tokens,
-                "worker.rollout.n": G,
-                "worker.rollout.temperature": 1.0,
-                "worker.actor.model.path": str(folder),
-                "worker.actor.model.dtype": "bfloat16",
-                "worker.actor.learning_rate": 1e-6,
-                "worker.actor.ppo_epochs": 1,
-                "worker.actor.micro_batch_size": micro,
-                "worker.actor.kl_coef": 0.0,
-                "trainer.device": device,
-                "trainer.seed": 0,
-                "trainer.total_steps": steps,
-                "trainer.eval_every": 0,
-                "trainer.eval_episodes": 8,
-                "trainer.log_every": 1,
-                "trainer.tensorboard": False,
-                "trainer.progress": "none",
-                "trainer.run_dir": str(Path(tmp) / "run"),
-            },
+            **settings,
         )
         wall = time.perf_counter() - t0
         rows = [r for r in run.metrics if "train/time/learn" in r]

@@ -169,7 +169,7 @@ def run_advantage(size: str, seed: int, steps: int) -> dict[str, Any]:
             cpu[step] = time.process_time()
         log(self, step, metrics)
 
-    RunContext.log = stamped  # this worker process only
+    RunContext.log = stamped  # type: ignore[method-assign]  # this worker process only
     with tempfile.TemporaryDirectory() as tmp:
         folder = None
         if s.get("fixed"):

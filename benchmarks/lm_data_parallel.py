@@ -44,7 +44,7 @@ SIZES = {k: {**MODEL[k], **BATCH[k]} for k in MODEL}  # grpo_vs_trl.py's medium;
 # of the step is then so small that its fixed cost, not its FLOPs, sets the time, and half the rows on
 # each rank save little. SFT on `reverse` of 64 letters is sequences of 137 tokens, the regime of real
 # SFT data (hundreds of tokens), where the work splits.
-TASKS = {
+TASKS: dict[str, dict[str, Any]] = {
     "sft": {"data.task": "addition"},
     "sft-137": {"data.task": "reverse", "data.length": 64, "data.max_response_length": 65},
     "grpo": {"data.task": "addition"},

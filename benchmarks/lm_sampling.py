@@ -66,7 +66,14 @@ def bench_one(
     if vocab > len(tok):  # pad the alphabet with code points no prompt uses, one token each
         extra = "".join(map(chr, range(0x4E00, 0x4E00 + vocab - len(tok))))
         tok = build_char_tokenizer(alphabet + extra)
-    model = build_scratch_model("qwen2", tok, **sizes, attn_implementation=attn)
+    model = build_scratch_model(
+        "qwen2",
+        tok,
+        hidden_size=sizes["hidden_size"],
+        layers=sizes["layers"],
+        heads=sizes["heads"],
+        attn_implementation=attn,
+    )
     ids, mask = encode_prompts(tok, prompts(tok, batch), max_length=None)
     never = len(tok)  # an EOS id outside the vocabulary: never sampled, so no row ends early
     params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens)

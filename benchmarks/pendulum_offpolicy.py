@@ -102,20 +102,21 @@ def run_advantage(algo: str, seed: int, steps: int, preset: str) -> dict[str, An
 
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
+        settings: dict[str, Any] = {
+            "preset": preset,
+            "trainer.seed": seed,
+            "trainer.total_steps": steps,
+            "trainer.eval_every": 0,
+            "trainer.eval_episodes": 1,
+            "trainer.tensorboard": False,
+            "trainer.progress": "none",
+            "trainer.torch_threads": 1,
+            "trainer.run_dir": os.path.join(tmp, "run"),
+        }
         run = advantage.train(
             algo,
             quiet=True,
-            **{
-                "preset": preset,
-                "trainer.seed": seed,
-                "trainer.total_steps": steps,
-                "trainer.eval_every": 0,
-                "trainer.eval_episodes": 1,
-                "trainer.tensorboard": False,
-                "trainer.progress": "none",
-                "trainer.torch_threads": 1,
-                "trainer.run_dir": os.path.join(tmp, "run"),
-            },
+            **settings,
         )
         wall = time.perf_counter() - t0
         eval_seconds = sum(r["eval/seconds"] for r in run.metrics if "eval/seconds" in r)

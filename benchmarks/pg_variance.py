@@ -20,6 +20,7 @@ import importlib.util
 import json
 import time
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import torch
@@ -46,9 +47,10 @@ ESTIMATORS = {
 COLORS = {"whole": "C0", "rtg": "C1", "is": "C2", "biased": "0.6"}
 
 
-def load_test_module():
+def load_test_module() -> ModuleType:
     path = ROOT / "tests" / "test_policy_gradient_exact.py"
     spec = importlib.util.spec_from_file_location("test_policy_gradient_exact", path)
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -72,7 +74,7 @@ def importance_sampled(t, mdp) -> dict[str, torch.Tensor]:
     return {"is": t.per_episode(th, ep, w * R), "is_value": t.per_episode(th, ep, w * (R - rho * v))}
 
 
-def measure() -> tuple[dict[str, dict[str, float]], object]:
+def measure() -> tuple[dict[str, dict[str, float]], ModuleType]:
     t = load_test_module()
     mdp = t.MDP(seed=0)
     grads = unwrap(t.on_policy)(mdp)

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 
@@ -49,20 +50,21 @@ def worker(num_workers: int) -> dict:
 
     gym.register("SlowCartPole-v1", entry_point=make_slow_cartpole, max_episode_steps=500)
     with tempfile.TemporaryDirectory() as tmp:
+        settings: dict[str, Any] = {
+            "env.id": "SlowCartPole-v1",
+            "env.vectorization": "sync",
+            "trainer.num_workers": num_workers,
+            "trainer.total_steps": TOTAL_STEPS,
+            "trainer.eval_every": 0,
+            "trainer.eval_episodes": 1,
+            "trainer.tensorboard": False,
+            "trainer.progress": "none",
+            "trainer.run_dir": os.path.join(tmp, "run"),
+        }
         run = advantage.train(
             "ppo",
             quiet=True,
-            **{
-                "env.id": "SlowCartPole-v1",
-                "env.vectorization": "sync",
-                "trainer.num_workers": num_workers,
-                "trainer.total_steps": TOTAL_STEPS,
-                "trainer.eval_every": 0,
-                "trainer.eval_episodes": 1,
-                "trainer.tensorboard": False,
-                "trainer.progress": "none",
-                "trainer.run_dir": os.path.join(tmp, "run"),
-            },
+            **settings,
         )
         rows = [r for r in run.metrics if "train/policy_loss" in r]
     steps = rows[-1]["step"] - rows[0]["step"]

@@ -29,6 +29,7 @@ def test_settings() -> dict[str, Any]:
     spec = importlib.util.spec_from_file_location(
         "test_reward_model", ROOT / "tests" / "test_reward_model.py"
     )
+    assert spec is not None and spec.loader is not None
     t = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(t)
     return {**t.TINY, **t.LEARNS}

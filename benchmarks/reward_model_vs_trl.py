@@ -104,7 +104,7 @@ def run_advantage(size: str, seed: int, steps: int) -> dict[str, Any]:
 
 def trl_rows(size: str, seed: int) -> list[dict[str, str]]:
     """The training pairs as TRL rows, in advantage's first-epoch order (``build_items`` + ``data_order``)."""
-    from advantage.algos.llm.common import data_order
+    from advantage.algos.llm.data import data_order
     from advantage.algos.llm.reward_model import build_items
 
     examples = task_of(size).examples("train", TRAIN_SIZE, 0)
@@ -124,7 +124,7 @@ def trl_model(size: str, seed: int) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from advantage.algos.llm.reward_model import RewardModel
+    from advantage.algos.llm.reward_models import RewardModel
     from advantage.lm.model import ATTN_IMPLEMENTATION
 
     s = SIZES[size]

@@ -183,7 +183,7 @@ def phase_worker_advantage(algo: str, launched: float) -> dict[str, float]:
         marks[phase] += time.time() - start
         return fn
 
-    registry.Entry.resolve = resolve_entry
+    registry.Entry.resolve = resolve_entry  # type: ignore[method-assign]
     orig_init, orig_tick = context.RunContext.__init__, context.RunContext.tick
     orig_eval, orig_save = context.RunContext.evaluate, context.RunContext.save
     orig_resolve, orig_finish = runs.resolve_config, context.RunContext.finish
@@ -221,8 +221,12 @@ def phase_worker_advantage(algo: str, launched: float) -> dict[str, float]:
         return out
 
     runs.resolve_config = resolve
-    context.RunContext.__init__, context.RunContext.tick = init, tick
-    context.RunContext.finish, context.RunContext.evaluate, context.RunContext.save = finish, evaluate, save
+    context.RunContext.__init__, context.RunContext.tick = init, tick  # type: ignore[method-assign]
+    context.RunContext.finish, context.RunContext.evaluate, context.RunContext.save = (  # type: ignore[method-assign]
+        finish,
+        evaluate,
+        save,
+    )
     rc = cli.main(["train", *PHASE_ARGS[algo], "trainer.torch_threads=1", "trainer.run_dir=run", "--quiet"])
     marks["returned"] = time.time()
     if rc != 0:

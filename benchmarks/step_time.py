@@ -16,7 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,7 @@ def scratch_lm(task: Any, size: dict[str, Any], max_position_embeddings: int, se
 def lm_folder(
     folder: Path,
     alphabet: str,
-    special_tokens: list[str],
+    special_tokens: Sequence[str],
     *,
     vocab: int,
     hidden_size: int,

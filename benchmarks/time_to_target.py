@@ -49,7 +49,8 @@ def sb3_callback(proto: Protocol, t0: float) -> Any:
     class Harness(BaseCallback):
         def __init__(self) -> None:
             super().__init__()
-            self.eval_seconds, self.next_eval, self.hit = 0.0, proto.eval_every, None
+            self.eval_seconds, self.next_eval = 0.0, proto.eval_every
+            self.hit: tuple[int, float] | None = None
 
         def _on_step(self) -> bool:
             if self.num_timesteps < self.next_eval:
@@ -194,11 +195,11 @@ def report(
         "|---|---|---|---|---|",
     ]
     for lib in ("sb3", "advantage"):
-        ts = med(lib, "train_seconds")
+        train_s = med(lib, "train_seconds")
         lines.append(
-            f"| {lib} | {med(lib, 'steps'):,.0f} | {ts:.2f} | {med(lib, 'total_seconds'):.2f} | "
+            f"| {lib} | {med(lib, 'steps'):,.0f} | {train_s:.2f} | {med(lib, 'total_seconds'):.2f} | "
             f"{med(lib, 'peak_rss_mb'):.0f} |"
-            if ts
+            if train_s
             else f"| {lib} | - | - | - | - |"
         )
     ours, theirs = med("advantage", "train_seconds"), med("sb3", "train_seconds")

@@ -187,7 +187,7 @@ def _our_keys(row: Row, variant: str, budget: int, episodes: int) -> dict[str, A
 
 # Options added after runs were logged, left out of the fingerprint while they hold the value that means
 # "as before" (so adding an option does not make every logged run of the algorithm stale).
-AS_BEFORE = {
+AS_BEFORE: dict[str, dict[tuple[str, str], Any]] = {
     "dqn": {("algorithm", "lr_schedule"): "constant", ("model", "init"): "orthogonal"},
     "ppo": {("model", "init"): "orthogonal"},
     "a2c": {("model", "init"): "orthogonal"},
@@ -519,7 +519,7 @@ def main(argv: list[str] | None = None) -> None:
         log.parent.mkdir(parents=True, exist_ok=True)
     if args.report_only:
         results = [r for r in _load_log(log) if _comparable(r)]
-        data = {"quick": False, "seeds": seeds, "results": results, "skipped": {}}
+        data: dict[str, Any] = {"quick": False, "seeds": seeds, "results": results, "skipped": {}}
     else:
         data = run_suite(rows, seeds, args.quick, variants, log, args.jobs, args.again)
     if log is not None:  # every row the log holds, not only this invocation's
