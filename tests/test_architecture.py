@@ -3,13 +3,16 @@
 The import graph is read from the source with :mod:`ast` (nothing is imported). A module depends on the
 module it names: ``import advantage.a.b`` and ``from advantage.a.b import x`` on ``advantage.a.b``;
 ``from advantage.a import b`` on ``advantage.a.b`` when ``b`` is a module, else on the package
-``advantage.a``. Two rules:
+``advantage.a``. An import runs at module level (when the module is imported), lazily (inside a
+function: late, when every module is loaded, the usual way to keep start-up fast), or never (under
+``if TYPE_CHECKING:``: it only names a type). The rules:
 
-* no cycle among **module-level** imports, those that run when the module is imported (an import
-  inside a function runs late, when every module is loaded, and is the usual way to keep start-up fast;
-  one under ``if TYPE_CHECKING:`` never runs: it only names a type);
-* the layers below the algorithms never import them, at module level or inside a function:
-  :data:`BELOW_ALGOS` lists those packages and modules.
+* no import cycle, lazy imports included (a lazy circle is a layering knot all the same); code named by
+  a string (the registry's ``Entry("advantage.algos.ppo:train")``) is not an import;
+* the layers below the algorithms never import them: :data:`BELOW_ALGOS` lists those packages and modules;
+* an algorithm (a module whose ``train`` the registry names) never imports another algorithm, and no
+  module under ``advantage.algos`` imports an entry point (:data:`ENTRY_POINTS`): shared code lives in a
+  module named for what it holds.
 """
 
 from __future__ import annotations
@@ -71,8 +74,12 @@ def _type_checking(node: ast.If) -> bool:
     )
 
 
-def imports(known: dict[str, Path], name: str, path: Path) -> list[tuple[str, bool]]:
-    """``(imported module, runs at import time)`` for every import of a package module in ``name``."""
+TOP, LAZY, TYPES = "top", "lazy", "types"  # when an import runs: at import time, in a function, never
+
+
+def imports(known: dict[str, Path], name: str, path: Path) -> list[tuple[str, str]]:
+    """``(imported module, when)`` for every import of a package module in ``name``; ``when`` is
+    :data:`TOP`, :data:`LAZY` or :data:`TYPES`."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     top = set()  # the import statements that run at import time (also in module-level if/try blocks)
     stack: list[ast.AST] = list(tree.body)
@@ -86,6 +93,10 @@ def imports(known: dict[str, Path], name: str, path: Path) -> list[tuple[str, bo
             stack.extend(ast.iter_child_nodes(node))
         elif isinstance(node, ast.ExceptHandler):
             stack.extend(node.body)
+    types = set()  # the import statements under ``if TYPE_CHECKING:``, at any depth
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _type_checking(node):
+            types.update(id(n) for stmt in node.body for n in ast.walk(stmt))
     out = []
     for node in ast.walk(tree):
         targets: list[str] = []
@@ -96,22 +107,25 @@ def imports(known: dict[str, Path], name: str, path: Path) -> list[tuple[str, bo
             for alias in node.names:
                 sub = f"{mod}.{alias.name}"
                 targets.append(sub if sub in known else mod)
+        when = TYPES if id(node) in types else TOP if id(node) in top else LAZY
         for target in targets:
             if target == PACKAGE or target.startswith(PACKAGE + "."):
-                out.append((target, id(node) in top))
+                out.append((target, when))
     return out
 
 
 @functools.cache
-def _package_imports() -> dict[str, list[tuple[str, bool]]]:
+def _package_imports() -> dict[str, list[tuple[str, str]]]:
     known = modules()
     return {name: imports(known, name, path) for name, path in known.items()}
 
 
-def graph(*, module_level_only: bool) -> dict[str, set[str]]:
-    """Module → the package modules it imports (only those that run at import time, or all)."""
+def graph(*, module_level_only: bool, types: bool = True) -> dict[str, set[str]]:
+    """Module → the package modules it imports: at import time only, or also lazily; with ``types``, also
+    those that only name a type (for the layering rules a type from a layer above is a dependency too)."""
+    allowed = {TOP} if module_level_only else {TOP, LAZY, TYPES} if types else {TOP, LAZY}
     return {
-        name: {target for target, at_top in found if (at_top or not module_level_only) and target != name}
+        name: {target for target, when in found if when in allowed and target != name}
         for name, found in _package_imports().items()
     }
 
@@ -162,7 +176,7 @@ def test_the_import_walk_sees_the_package():
     """The walk can fail: it finds the modules and the imports it is meant to judge."""
     g = graph(module_level_only=False)
     assert "advantage.algos.llm.grpo" in g and "advantage.math" in g
-    assert "advantage.algos.llm.common" in g["advantage.algos.llm.grpo"]
+    assert "advantage.math" in g["advantage.algos.llm.grpo"]
     # registry names RunContext under TYPE_CHECKING only: an import for the layers, none for cycles
     assert "advantage.context" in g["advantage.registry"]
     assert "advantage.context" not in graph(module_level_only=True)["advantage.registry"]
@@ -173,6 +187,40 @@ def test_the_import_walk_sees_the_package():
 def test_no_import_cycles_at_module_level():
     found = cycles(graph(module_level_only=True))
     assert not found, "import cycles among module-level imports:\n" + "\n".join(map(" -> ".join, found))
+
+
+# Registration by name: the registry imports the config package once, lazily, so that each config module
+# registers its algorithm (they import the registry to do so). The one circle the rules allow.
+REGISTRATION = ("advantage.registry", "advantage.configs")
+
+
+def test_no_import_cycles_lazy_imports_included():
+    """Imports inside functions count too (only ``TYPE_CHECKING`` imports, which never run, do not)."""
+    g = graph(module_level_only=False, types=False)
+    assert REGISTRATION[1] in g[REGISTRATION[0]]  # the exception names an edge that exists
+    g[REGISTRATION[0]].discard(REGISTRATION[1])
+    found = cycles(g)
+    assert not found, "import cycles (lazy imports included):\n" + "\n".join(map(" -> ".join, found))
+
+
+def test_the_walk_tells_lazy_and_type_only_imports(tmp_path):
+    """The walk can fail: a lazy import is an edge of the full graph, a ``TYPE_CHECKING`` one is not."""
+    known = {
+        "advantage.a": tmp_path / "a.py",
+        "advantage.b": tmp_path / "b.py",
+        "advantage.c": tmp_path / "c.py",
+    }
+    path = tmp_path / "a.py"
+    path.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import advantage.b\n"
+        "def f():\n    import advantage.c\nimport advantage\n",
+        encoding="utf-8",
+    )
+    assert sorted(imports(known, "advantage.a", path)) == [
+        ("advantage", TOP),
+        ("advantage.b", TYPES),
+        ("advantage.c", LAZY),
+    ]
 
 
 @pytest.mark.parametrize("below", BELOW_ALGOS)
@@ -261,3 +309,39 @@ def test_the_function_walk_sees_every_function():
 def test_no_function_is_longer_than_120_lines():
     found = long_functions()
     assert not found, f"functions longer than {MAX_FUNCTION_LINES} lines (split them):\n" + "\n".join(found)
+
+
+ENTRY_POINTS = ("advantage.cli", "advantage.runs", "advantage.__main__", "advantage.sweep")
+
+
+@functools.cache
+def algorithm_modules() -> frozenset[str]:
+    """The modules whose ``train`` the registry names (``Entry("advantage.algos.ppo:train")``)."""
+    from advantage.registry import all_algorithms
+
+    return frozenset(a.train.target.partition(":")[0] for a in all_algorithms().values())
+
+
+def test_the_algorithm_modules_are_found():
+    found = algorithm_modules()
+    assert {"advantage.algos.ppo", "advantage.algos.dqn", "advantage.algos.llm.grpo"} <= found
+    assert all(m.startswith(ALGOS + ".") for m in found) and len(found) >= 12
+
+
+def test_an_algorithm_imports_no_other_algorithm():
+    g = graph(module_level_only=False)
+    algos = algorithm_modules()
+    bad = sorted(f"{src} imports {dst}" for src in algos for dst in g[src] if dst in algos and dst != src)
+    assert not bad, "\n".join(bad)
+
+
+def test_no_algorithm_code_imports_an_entry_point():
+    g = graph(module_level_only=False)
+    bad = sorted(
+        f"{src} imports {dst}"
+        for src, targets in g.items()
+        if _in(src, ALGOS)
+        for dst in targets
+        if any(_in(dst, e) for e in ENTRY_POINTS)
+    )
+    assert not bad, "\n".join(bad)
