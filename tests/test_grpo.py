@@ -272,7 +272,7 @@ def test_a_nan_reward_names_the_sample(tmp_path, monkeypatch, coin_task):
 
 def _skip_without_kernel_sandbox() -> None:
     """The code task refuses to run without kernel isolation (test_sandbox.py checks that it fails closed)."""
-    from advantage.sandbox import kernel_isolation_problem
+    from advantage.envs.text.code.sandbox import kernel_isolation_problem
 
     if kernel_isolation_problem() is not None:
         pytest.skip("no kernel isolation for the code sandbox on this machine")

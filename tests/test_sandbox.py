@@ -26,11 +26,11 @@ import hypothesis
 import hypothesis.strategies as st
 import pytest
 
-from advantage import _sandbox_child, sandbox
 from advantage.envs.text import CodeTask, Example, extract_code, make_task
 from advantage.envs.text import code as code_module
+from advantage.envs.text.code import _sandbox_child, sandbox
+from advantage.envs.text.code.sandbox import Raised, SandboxLimits, run_sandboxed
 from advantage.errors import ConfigError
-from advantage.sandbox import Raised, SandboxLimits, run_sandboxed
 
 # On one pytest-xdist worker (--dist loadgroup): the leftover-process checks look at the whole machine.
 pytestmark = pytest.mark.xdist_group("sandbox")

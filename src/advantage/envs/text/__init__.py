@@ -1,10 +1,11 @@
 """Text tasks with rule-based verifiable rewards (RLVR) for SFT, GRPO and PPO on language models.
 
 Generated tasks (``addition``, ``multiplication``, ``countdown``, ``reverse``, ``sort``), tasks read
-from disk (``dataset``: exact match; ``math``: ``\\boxed{}`` answers checked with math_verify) and ``code``
-(a Python function run on hidden tests in :mod:`advantage.sandbox`), all built with :func:`make_task` and
-verified with the rules of :mod:`advantage.envs.text.core`. Preference data for reward models (pairwise and
-K-wise comparisons, a synthetic task with a hidden scoring rule) is in
+from disk (``dataset``: exact match; ``math``: ``\\boxed{}`` answers checked with math_verify;
+:mod:`advantage.envs.text.file_tasks`, reading :mod:`advantage.envs.text.datasets`) and ``code`` (a Python
+function run on hidden tests in a sandbox: the package :mod:`advantage.envs.text.code`), all built with
+:func:`make_task` and verified with the rules of :mod:`advantage.envs.text.core`. Preference data for
+reward models (pairwise and K-wise comparisons, a synthetic task with a hidden scoring rule) is in
 :mod:`advantage.envs.text.preference`.
 """
 

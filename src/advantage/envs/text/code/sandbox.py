@@ -6,7 +6,7 @@ never judges them: the caller (:class:`advantage.envs.text.code.CodeTask`) compa
 outputs that never leave the caller's process. So code that forges the result protocol, patches ``json`` or
 builtins, or exits early can at worst report values it computed itself — which is what it is asked for.
 
-Processes (protocol in :mod:`advantage._sandbox_child`). The trainer starts a *supervisor*,
+Processes (protocol in :mod:`advantage.envs.text.code._sandbox_child`). The trainer starts a *supervisor*,
 ``python -I -S _sandbox_child.py`` (no user site, no ``PYTHONPATH``, no ``site``; environment ``PATH``,
 ``LANG``, ``HOME``, ``PYTHONHASHSEED`` only, so no inherited secret; its own session and process group).
 The supervisor unshares namespaces and forks the *candidate* process, which isolates itself (below), runs
@@ -87,8 +87,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from advantage import _sandbox_child
-from advantage._sandbox_child import GRACE, MARKER
+from advantage.envs.text.code import _sandbox_child
+from advantage.envs.text.code._sandbox_child import GRACE, MARKER
 from advantage.errors import ConfigError
 
 __all__ = [

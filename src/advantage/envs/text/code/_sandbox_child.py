@@ -1,4 +1,5 @@
-"""The sandbox's own side: the supervisor and the candidate process (see :mod:`advantage.sandbox`).
+"""The sandbox's own side: the supervisor and the candidate process (see
+:mod:`advantage.envs.text.code.sandbox`).
 
 Run as ``python -I -S _sandbox_child.py --advantage-sandbox FD`` with the payload (code, entry, inputs,
 nonce, limits, the unsafe mode's working directory,
@@ -180,8 +181,9 @@ def _candidate(payload: dict[str, Any], kind: str | None, out_fd: int) -> None:
 
 
 def _isolate(payload: dict[str, Any], kind: str | None, out_fd: int) -> list[str]:
-    """Apply every measure of :mod:`advantage.sandbox`'s docstring; return their names. Raises when a
-    kernel measure fails (the caller then reports an error instead of running the code)."""
+    """Apply every measure of the sandbox module's docstring (:mod:`advantage.envs.text.code.sandbox`);
+    return their names. Raises when a kernel measure fails (the caller then reports an error instead of
+    running the code)."""
     import ctypes
     import resource
 

@@ -1,4 +1,8 @@
-r"""``code``: write a small Python function; the reward runs it on hidden tests in :mod:`advantage.sandbox`.
+r"""``code``: write a small Python function; the reward runs it on hidden tests in a sandbox.
+
+This package holds the task (here), the sandbox that runs the candidate
+(:mod:`advantage.envs.text.code.sandbox`) and the sandbox's own processes
+(:mod:`advantage.envs.text.code._sandbox_child`, run as a script).
 
 Problems. About 25,000 built-in problems from 23 families over integers, lists of integers and
 lowercase strings, each family with a range of constants (``"3 * x - 5"``, ``"the sum of the elements of
@@ -52,6 +56,13 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from advantage.envs.text.code.sandbox import (
+    Raised,
+    SandboxLimits,
+    SandboxResult,
+    kernel_isolation_problem,
+    run_sandboxed,
+)
 from advantage.envs.text.core import (
     Example,
     Reward,
@@ -65,7 +76,6 @@ from advantage.envs.text.core import (
     tag_tokens,
 )
 from advantage.errors import ConfigError
-from advantage.sandbox import Raised, SandboxLimits, SandboxResult, kernel_isolation_problem, run_sandboxed
 
 __all__ = ["CodeTask", "SandboxUnavailable", "extract_code"]
 
