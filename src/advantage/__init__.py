@@ -19,11 +19,10 @@ from advantage.errors import (
     NonFiniteError,
     RunDirError,
 )
+from advantage.versions import __version__
 
 if TYPE_CHECKING:
     from advantage.runs import Run, resume, train
-
-__version__ = "0.1.0"
 
 _LAZY = {"Run", "resume", "train"}  # imported on first use, so `advantage --help` starts instantly
 

@@ -372,7 +372,7 @@ def _print_task_options(console: Any, algo: Any, overrides: Sequence[str]) -> No
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from advantage import __version__
+    from advantage.versions import __version__
 
     p = _Parser(prog="advantage", description="Reinforcement learning, from Q-tables to GRPO.")
     p.add_argument("--version", action="version", version=f"advantage {__version__}")

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+__version__ = "0.1.0"  # this package's version (``advantage.__version__``, ``advantage --version``)
 VERSIONS_FILE = "versions.json"  # in the run folder, beside config.yaml
 LIBRARIES = ("torch", "transformers", "numpy", "gymnasium")
 # Bounds of a recorded ``versions`` object: it is read back from a checkpoint's manifest, and its values
@@ -43,8 +44,6 @@ def current() -> dict[str, str | None]:
     """``{"python": ..., "torch": ..., "transformers": ..., "numpy": ..., "gymnasium": ..., "advantage":
     ...}`` of this process (``None``: not installed); each at most :data:`MAX_VERSION` characters."""
     import platform
-
-    from advantage import __version__
 
     found = {
         "python": platform.python_version(),
