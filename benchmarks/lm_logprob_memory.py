@@ -34,8 +34,7 @@ def child(variant: str, tokens: int, hidden: int, vocab: int, out: str) -> None:
     import torch
     import torch.nn.functional as F
 
-    from advantage.lm.chunked import chunked_logprobs
-    from advantage.lm.model import token_logprobs
+    from advantage.lm.chunked import chunked_logprobs, token_logprobs
 
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)

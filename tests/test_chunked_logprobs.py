@@ -4,8 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from advantage.lm.chunked import chunk_rows, chunked_logprobs
-from advantage.lm.model import token_logprobs
+from advantage.lm.chunked import chunk_rows, chunked_logprobs, token_logprobs
 
 # On every supported torch version too (benchmarks/torch_versions.py): a fast path against its reference.
 pytestmark = pytest.mark.torch_versions

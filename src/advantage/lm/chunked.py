@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["chunk_rows", "chunked_logprobs", "head_logprobs", "use_chunks"]
+__all__ = ["chunk_rows", "chunked_logprobs", "head_logprobs", "token_logprobs", "use_chunks"]
 
 # Elements of one [c, V] fp32 buffer: 4M elements = 16 MiB. Forward and backward hold two such buffers.
 DEFAULT_CHUNK_ELEMENTS = 4 * 1024 * 1024
@@ -195,6 +195,17 @@ def use_chunks(head: nn.Module | None, tokens: int, chunk_elements: int | None =
     return isinstance(head, nn.Linear) and tokens * head.out_features > limit
 
 
+def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:
+    r"""``log_softmax(logits / τ)[target]`` in fp32: logits ``[..., V]``, targets ``[...]`` → ``[...]``.
+
+    ``gather − logsumexp`` equals ``log_softmax(...).gather`` but never materialises a second ``[..., V]``
+    tensor."""
+    z = logits.float()
+    if temperature != 1.0:
+        z = z / temperature
+    return z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - z.logsumexp(-1)
+
+
 def head_logprobs(
     hidden: Tensor,
     head: nn.Module,
@@ -204,13 +215,11 @@ def head_logprobs(
 ) -> Tensor:
     """``log π(y)`` ``[...]`` fp32 of ``targets`` ``[...]`` from hidden states ``[..., H]`` through the output
     layer ``head``: in chunks (:func:`chunked_logprobs`) when :func:`use_chunks` says so, else through the
-    full ``[..., V]`` logits (:func:`advantage.lm.model.token_logprobs`). Equal values and gradients."""
+    full ``[..., V]`` logits (:func:`token_logprobs`). Equal values and gradients."""
     if use_chunks(head, targets.numel(), chunk_elements):
         assert isinstance(head, nn.Linear)
         limit = DEFAULT_CHUNK_ELEMENTS if chunk_elements is None else chunk_elements
         return chunked_logprobs(
             hidden, head.weight, targets, bias=head.bias, temperature=temperature, chunk_elements=limit
         )[0]
-    from advantage.lm.model import token_logprobs
-
     return token_logprobs(head(hidden), targets, temperature)

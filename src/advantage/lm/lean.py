@@ -28,9 +28,10 @@ Training (gradients enabled, CPU, fp32/fp64) runs the whole stack as one autogra
 :class:`~advantage.lm.lean_backward.Stack`: the forward with autograd off and a hand-written backward
 (closed forms in its docstring), instead of autograd recording and replaying a few hundred small
 operations; with ``rows`` (the positions a loss reads: a reward model's last tokens, a policy's predicting
-tokens) the last layer skips the queries and MLP nobody reads. Checked against finite differences, the autograd path and transformers in
-``tests/test_lean_backward.py``; ``trainer.kernels`` without ``lm_backward`` keeps the autograd path, as
-does a torch without the two private backward kernels it calls (:data:`FEATURES`).
+tokens) the last layer skips the queries and MLP nobody reads. Checked against finite differences, the
+autograd path and transformers in ``tests/test_lean_backward.py``; ``trainer.kernels`` without
+``lm_backward`` keeps the autograd path, as does a torch without the two private backward kernels it
+calls (:data:`FEATURES`).
 """
 
 from __future__ import annotations

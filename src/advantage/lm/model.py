@@ -39,7 +39,6 @@ __all__ = [
     "position_ids_from_mask",
     "response_mask",
     "sequence_logprobs",
-    "token_logprobs",
 ]
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0..3, in this order
@@ -376,7 +375,7 @@ def sequence_logprobs(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     keep = torch.arange(response_start - 1, length - 1, device=input_ids.device)  # [T]
     targets = input_ids[:, response_start:]  # [B, T]
-    from advantage.lm.chunked import head_logprobs, use_chunks
+    from advantage.lm.chunked import head_logprobs, token_logprobs, use_chunks
     from advantage.lm.lean import lean_decoder, padded_causal_mask
 
     head = model.get_output_embeddings()  # in chunks past chunk_elements numbers (see the docstring)
@@ -413,17 +412,6 @@ def sequence_logprobs(
     if return_hidden:
         return logp, out.hidden_states[-1][:, keep]  # hidden_states[-1] is after the final norm
     return logp
-
-
-def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:
-    r"""``log_softmax(logits / τ)[target]`` in fp32: logits ``[..., V]``, targets ``[...]`` → ``[...]``.
-
-    ``gather − logsumexp`` equals ``log_softmax(...).gather`` but never materialises a second ``[..., V]``
-    tensor."""
-    z = logits.float()
-    if temperature != 1.0:
-        z = z / temperature
-    return z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - z.logsumexp(-1)
 
 
 def response_mask(response_ids: Tensor, eos_id: int, valid: Tensor | None = None) -> Tensor:
