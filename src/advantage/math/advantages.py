@@ -21,19 +21,35 @@ float64 rewards); the metrics are detached scalars.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from advantage.math.registry import FunctionRegistry
 
+
 # name -> estimator. Metadata: ``groups`` (needs G >= 2 samples of a prompt), ``process`` (the divisor
 # :func:`process_advantages` uses for it under process supervision; absent: not offered there),
 # ``per_token`` (takes per-token rewards ``[B, T]`` and a mask, returns ``[B, T]``).
-GROUP_ADVANTAGES: FunctionRegistry[Callable[..., tuple[Tensor, dict[str, Tensor]]]] = FunctionRegistry(
-    "group advantage"
-)
+class OutcomeAdvantage(Protocol):
+    """``(rewards [B], group_size, eps) -> (advantages [B], metrics)``: one reward per completion."""
+
+    def __call__(
+        self, rewards: Tensor, group_size: int, eps: float = ..., /
+    ) -> tuple[Tensor, dict[str, Tensor]]: ...
+
+
+class TokenAdvantage(Protocol):
+    """``(rewards [B, T], mask [B, T], group_size, eps) -> (advantages [B, T], metrics)``: per-token rewards
+    (the ``per_token`` metadata)."""
+
+    def __call__(
+        self, rewards: Tensor, mask: Tensor, group_size: int, eps: float = ..., /
+    ) -> tuple[Tensor, dict[str, Tensor]]: ...
+
+
+GROUP_ADVANTAGES: FunctionRegistry[OutcomeAdvantage | TokenAdvantage] = FunctionRegistry("group advantage")
 
 
 def _grouped(rewards: Tensor, group_size: int) -> Tensor:

@@ -37,15 +37,22 @@ Variance: k3 had lower variance than k1 on the nearby pair tested, but this is n
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from advantage.math.registry import FunctionRegistry
 
+
 # name -> estimator ``f(logp, ref_logp) -> [same shape]``; ``kl_k3`` is registered as ``k3``.
-KL_ESTIMATORS: FunctionRegistry[Callable[..., Tensor]] = FunctionRegistry("KL estimator", prefix="kl_")
+class KLEstimator(Protocol):
+    """``(logp, ref_logp) -> per-token estimate``, any shape, the same."""
+
+    def __call__(self, logp: Tensor, ref_logp: Tensor, /) -> Tensor: ...
+
+
+KL_ESTIMATORS: FunctionRegistry[KLEstimator] = FunctionRegistry("KL estimator", prefix="kl_")
 
 
 def _diff(logp: Tensor, ref_logp: Tensor) -> Tensor:

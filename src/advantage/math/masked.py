@@ -15,16 +15,30 @@ classic control cost more than the arithmetic (and add nodes to every backward p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from advantage.math.registry import FunctionRegistry
 
+
 # name -> aggregation. Metadata: ``counts``, what its default denominator counts (``tokens``, ``rows``
 # with a valid token, or all ``rows``): :func:`step_normalizer` gives that count for a whole step.
-LOSS_AGGREGATIONS: FunctionRegistry[Callable[..., Tensor]] = FunctionRegistry("loss aggregation")
+class LossAggregation(Protocol):
+    """``(loss, mask, normalizer, max_len) -> scalar``."""
+
+    def __call__(
+        self,
+        loss: Tensor,
+        mask: Tensor | None,
+        /,
+        normalizer: float | Tensor | None = None,
+        max_len: int | None = None,
+    ) -> Tensor: ...
+
+
+LOSS_AGGREGATIONS: FunctionRegistry[LossAggregation] = FunctionRegistry("loss aggregation")
 
 
 def _weights(x: Tensor, mask: Tensor | None) -> Tensor | None:

@@ -19,22 +19,18 @@ import itertools
 import math
 import operator
 import random
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # types only: this module computes on Python ints
-    import numpy as np
-    from torch import Tensor
+from collections.abc import Iterable, Sequence
+from typing import Protocol, SupportsIndex, cast
 
 __all__ = ["maj_at_k", "maj_at_k_expected", "mean_pass_at_k", "pass_at_k"]
 
 
-def _check_int(name: str, value: Any) -> int:
+def _check_int(name: str, value: SupportsIndex | object) -> int:
     """``value`` as an int; numpy/torch integer scalars are accepted (``__index__``), bools and floats not."""
     try:
         if isinstance(value, bool):
             raise TypeError
-        return operator.index(value)
+        return operator.index(cast(SupportsIndex, value))  # a non-integer raises TypeError, caught below
     except TypeError:
         raise ValueError(f"{name} must be an int, got {value!r}") from None
 
@@ -55,16 +51,23 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
+class ToList(Protocol):
+    """A numpy array or a 1-D tensor: anything with ``.tolist()``."""
+
+    def tolist(self) -> list[int] | int: ...
+
+
 def mean_pass_at_k(
-    ns: Sequence[int] | int | np.ndarray | Tensor, cs: Sequence[int] | np.ndarray | Tensor, k: int
+    ns: Sequence[int] | int | ToList,
+    cs: Sequence[int] | ToList,
+    k: int,
 ) -> float:
     """Mean pass@k over prompts: ``ns[i]`` samples of prompt i, ``cs[i]`` correct (``ns`` may be one int
     for all). Accepts lists, numpy arrays or 1-D tensors (``.tolist()`` is used)."""
-    cs_list = cs.tolist() if hasattr(cs, "tolist") else list(cs)
-    ns_list = ns.tolist() if hasattr(ns, "tolist") else ns
-    if isinstance(ns_list, int):
-        ns_list = [ns_list] * len(cs_list)
-    ns_list = list(ns_list)
+    cs_given = cs.tolist() if not isinstance(cs, Sequence) else cs
+    cs_list = [cs_given] if isinstance(cs_given, int) else list(cs_given)
+    ns_given = ns.tolist() if not isinstance(ns, Sequence | int) else ns
+    ns_list = [ns_given] * len(cs_list) if isinstance(ns_given, int) else list(ns_given)
     if len(ns_list) != len(cs_list):
         raise ValueError(f"ns and cs must have the same length, got {len(ns_list)} and {len(cs_list)}")
     if not cs_list:
@@ -126,7 +129,7 @@ def maj_at_k_expected(
     k = _check_votes(answers, correct, k)
     n = len(answers)
     if math.comb(n, k) <= max_subsets:
-        subsets: Any = itertools.combinations(range(n), k)
+        subsets: Iterable[Sequence[int]] = itertools.combinations(range(n), k)
         total = math.comb(n, k)
     else:
         rng = random.Random(seed)

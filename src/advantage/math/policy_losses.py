@@ -21,7 +21,7 @@ never reach the loss or the gradient.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -30,9 +30,18 @@ from advantage.math.kl import k3_from_ratio
 from advantage.math.masked import keep, masked_mean
 from advantage.math.registry import FunctionRegistry
 
+
 # name -> loss. Metadata: ``clipped`` (a clipped ratio with ``clip_low`` / ``clip_high``: the losses a
 # language-model actor offers).
-PolicyLoss = Callable[..., tuple[Tensor, dict[str, Tensor]]]  # (loss [B, T], metrics)
+class PolicyLoss(Protocol):
+    """``(logp, old_logp, advantages, mask) -> (loss, metrics)``, all ``[B, T]``; hyperparameters bound by
+    name (``partial(loss, **hyperparameters)``, the names in the entry's ``params``)."""
+
+    def __call__(
+        self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor | None, /
+    ) -> tuple[Tensor, dict[str, Tensor]]: ...
+
+
 POLICY_LOSSES: FunctionRegistry[PolicyLoss] = FunctionRegistry("policy loss")
 
 
@@ -219,7 +228,7 @@ def gspo(
     logp: Tensor,
     old_logp: Tensor,
     advantages: Tensor,
-    mask: Tensor,
+    mask: Tensor | None,
     clip_low: float = 3e-4,
     clip_high: float | None = 4e-4,
     log_ratio_clamp: float = 20.0,
@@ -254,7 +263,7 @@ def gspo(
         logp: ``[B, T]`` log-probs of the sampled tokens under the current policy (with grad).
         old_logp: ``[B, T]`` under the sampling policy (no grad).
         advantages: ``[B, T]`` (no grad), e.g. ``adv[:, None]`` expanded along the row.
-        mask: ``[B, T]`` float or bool; a 1-D input is one sequence.
+        mask: ``[B, T]`` float or bool; a 1-D input is one sequence; None: every token counts.
         clip_low: :math:`\epsilon_\text{lo}` in [0, 1).
         clip_high: :math:`\epsilon_\text{hi} \ge 0`; None: ``clip_low``.
         log_ratio_clamp: c > 0.
@@ -266,6 +275,8 @@ def gspo(
         ``approx_kl`` (token-level k3 of :math:`KL(\pi_\text{old}\|\pi_\theta)`); ``seq_ratio_mean``
         (mean :math:`s_i` over rows with a valid token).
     """
+    if mask is None:  # every token counts
+        mask = torch.ones_like(logp)
     clip_high = clip_low if clip_high is None else clip_high
     if not 0.0 <= clip_low < 1.0:
         raise ValueError(f"clip_low must be in [0, 1), got {clip_low}")

@@ -9,7 +9,7 @@ from the KL-regularised objective). All inputs are per-comparison scalars: rewar
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -17,9 +17,25 @@ from torch import Tensor
 
 from advantage.math.registry import FunctionRegistry
 
+
 # name -> DPO loss ``f(chosen_logp, rejected_logp, ref_chosen_logp, ref_rejected_logp, beta, ...)``;
 # ``dpo_ipo`` is registered as ``ipo``.
-DPO_LOSSES: FunctionRegistry[Callable[..., Tensor]] = FunctionRegistry("DPO loss", prefix="dpo_")
+class DPOLoss(Protocol):
+    """``(chosen_logp, rejected_logp, ref_chosen_logp, ref_rejected_logp, beta, label_smoothing) -> [B]``."""
+
+    def __call__(
+        self,
+        chosen_logp: Tensor,
+        rejected_logp: Tensor,
+        ref_chosen_logp: Tensor,
+        ref_rejected_logp: Tensor,
+        /,
+        beta: float = ...,
+        label_smoothing: float = ...,
+    ) -> Tensor: ...
+
+
+DPO_LOSSES: FunctionRegistry[DPOLoss] = FunctionRegistry("DPO loss", prefix="dpo_")
 
 
 def bradley_terry_loss(chosen: Tensor, rejected: Tensor) -> Tensor:

@@ -36,8 +36,8 @@ from typing import Generic, TypeVar, cast, overload
 
 __all__ = ["FunctionRegistry", "Spec", "choices", "described", "static_specs"]
 
-F = TypeVar("F", bound=Callable[..., object])
-G = TypeVar("G", bound=Callable[..., object])  # a decorated function keeps its own signature
+F = TypeVar("F")  # the registry's function type: a Protocol giving the shared call signature
+G = TypeVar("G")  # a decorated function keeps its own signature
 
 # Metadata values are literals (the static reader evaluates them with ast.literal_eval).
 Meta = Mapping[str, object]
@@ -89,7 +89,9 @@ class FunctionRegistry(Mapping[str, F], Generic[F]):
         unchanged; registering a name twice is an error."""
 
         def add(f: G) -> G:
-            name = f.__name__.removeprefix(self.prefix)
+            if not callable(f):
+                raise TypeError(f"a {self.what} must be a function, got {f!r}")
+            name = str(getattr(f, "__name__", "")).removeprefix(self.prefix)
             if name in self._fns:
                 raise ValueError(f"{self.what} {name!r} is registered twice")
             sig = inspect.signature(f)

@@ -14,7 +14,7 @@ advantages + old values), no grad.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -23,8 +23,17 @@ from torch import Tensor
 from advantage.math.masked import keep, masked_var
 from advantage.math.registry import FunctionRegistry
 
+
 # name -> critic loss ``f(values, old_values, returns, mask, ...)``.
-VALUE_LOSSES: FunctionRegistry[Callable[..., Tensor]] = FunctionRegistry("value loss")
+class ValueLoss(Protocol):
+    """``(values, old_values, returns, mask) -> per-element loss``; hyperparameters bound by name."""
+
+    def __call__(
+        self, values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor | None, /
+    ) -> Tensor: ...
+
+
+VALUE_LOSSES: FunctionRegistry[ValueLoss] = FunctionRegistry("value loss")
 
 
 def _prepare(
