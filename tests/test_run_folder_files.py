@@ -110,7 +110,7 @@ def test_a_link_at_any_name_in_a_run_folder_is_refused_and_its_target_unchanged(
 def test_a_hard_link_at_a_file_written_in_place_is_refused(trained, tmp_path, capsys):
     """The lock and the metrics log are written in place (not replaced): a second name for another file
     there would have that file overwritten or appended to."""
-    from advantage.metrics import MetricsWriter
+    from advantage.metrics_writer import MetricsWriter
 
     victim, _ = _victims(tmp_path)
     run = tmp_path / "run"

@@ -35,7 +35,7 @@ from advantage.checkpoint import Checkpoint, save_checkpoint
 from advantage.envs import flatten_observations, make_env
 from advantage.errors import CheckpointError, NonFiniteError
 from advantage.evaluation import EVAL_SEED_OFFSET, envs_for, evaluate_policy
-from advantage.metrics import MetricsWriter
+from advantage.metrics_writer import MetricsWriter
 from advantage.plotting import DEFAULT_METRICS
 from advantage.progress import ENV_FIELDS, LM_FIELDS, Fields, Progress
 from advantage.registry import Algorithm, Policy
