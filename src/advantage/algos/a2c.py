@@ -163,5 +163,4 @@ def train(cfg: A2CConfig, ctx: RunContext) -> None:
             break
     ctx.finish(step, checkpoint())
     env.close()
-    if hasattr(rollout, "close"):  # Ray workers
-        rollout.close()
+    rollout.close()

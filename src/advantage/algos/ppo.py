@@ -120,8 +120,7 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
             break
     ctx.finish(step, checkpoint())
     env.close()
-    if hasattr(rollout, "close"):  # Ray workers
-        rollout.close()
+    rollout.close()
 
 
 def objective(a: PPOAlgorithm, progress_left: float, beta: float) -> tuple[float, Callable[..., Any]]:

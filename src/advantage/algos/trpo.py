@@ -124,8 +124,7 @@ def train(cfg: TRPOConfig, ctx: RunContext) -> None:
             break
     ctx.finish(step, checkpoint())
     env.close()
-    if hasattr(rollout, "close"):  # Ray workers
-        rollout.close()
+    rollout.close()
 
 
 def policy_step(

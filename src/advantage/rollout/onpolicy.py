@@ -6,7 +6,8 @@ observation / reward normalisation, and returns a :class:`Batch` (:func:`build_b
 transitions flattened, with GAE advantages and returns (:func:`advantage.math.gae`). Everything it
 carries between rollouts (current observation, autoreset flags, episode counters, normalisation
 statistics, env state) is in :meth:`OnPolicyCollector.tensors` / :meth:`OnPolicyCollector.state`, so a
-checkpoint resumes it exactly.
+checkpoint resumes it exactly. :class:`Collector` is what the trainers call, the interface this collector
+and the Ray one (:class:`advantage.rollout.remote.RemoteCollector`) share; :func:`make_collector` picks one.
 
 Details, as in "The 37 implementation details of PPO" (Huang et al. 2022) where they coincide:
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias
 
 import gymnasium as gym
 import numpy as np
@@ -40,7 +41,14 @@ from advantage.rollout.envsteps import EnvSteps
 from advantage.torch_state import LearnerState, RunningMeanStd
 
 if TYPE_CHECKING:
+    from advantage.configs.a2c import A2CConfig
+    from advantage.configs.ppo import PPOConfig
+    from advantage.configs.trpo import TRPOConfig
     from advantage.context import RunContext, Snapshot
+
+    ActorCriticConfig: TypeAlias = PPOConfig | TRPOConfig | A2CConfig
+    """The config of an actor-critic trainer: ``env``, ``model`` (an ``ActorCriticModel``), ``trainer``
+    and the algorithm's ``gamma``, ``normalize_obs``, ``clip_obs`` and (PPO, TRPO) ``normalize_reward``."""
 
 
 @dataclass
@@ -54,6 +62,48 @@ class Batch:
     values: Tensor  # [n] V_old(s)
     advantages: Tensor  # [n] GAE(γ, λ)
     returns: Tensor  # [n] advantages + values (the value regression target)
+
+
+Targets = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+"""``targets(rewards, values, next_values, terminated, truncated, advantages) -> returns``, all ``[N, T]``:
+the critic's regression targets when they are not ``advantages + values`` (A2C's ``mc``)."""
+
+
+class Collector(Protocol):
+    """What the actor-critic trainers call on a collector: :class:`OnPolicyCollector` in this process, or
+    :class:`advantage.rollout.remote.RemoteCollector` over Ray workers (:func:`make_collector`)."""
+
+    obs_norm: ObsNormalizer  # the observation statistics the trained policy reads with
+
+    def reset(self, seed: int) -> None:
+        """Start fresh, the envs reset with ``seed``."""
+        ...
+
+    def collect(
+        self, step: int, gae_lambda: float, targets: Targets | None = None, env_major: bool = False
+    ) -> tuple[Batch, int]:
+        """One rollout as a :class:`Batch` and the new global step count."""
+        ...
+
+    def tensors(self) -> dict[str, Tensor]:
+        """What a checkpoint stores as tensors."""
+        ...
+
+    def state(self) -> Any:
+        """What a checkpoint stores as JSON."""
+        ...
+
+    def metrics(self) -> dict[str, float]:
+        """The collector's entries of the training row."""
+        ...
+
+    def load(self, tensors: dict[str, Tensor], state: Any, seed: int, step: int = 0) -> None:
+        """Restore :meth:`tensors` and :meth:`state` of a checkpoint."""
+        ...
+
+    def close(self) -> None:
+        """Release what the collector holds beyond the run's envs (the Ray workers)."""
+        ...
 
 
 class OnPolicyCollector:
@@ -126,6 +176,9 @@ class OnPolicyCollector:
         """Collector metrics for the training row (none in one process)."""
         return {}
 
+    def close(self) -> None:
+        """Nothing to release: the envs are the trainer's, closed by it."""
+
     def load(self, tensors: dict[str, Tensor], state: list[dict[str, Any]], seed: int, step: int = 0) -> None:
         """Restore :meth:`tensors` and :meth:`state` (the envs are reset with ``seed`` first). Envs that
         cannot be put back exactly start fresh episodes (:func:`restore_or_restart`)."""
@@ -196,11 +249,6 @@ class Rollout(NamedTuple):
     valid: Any  # bool: not a reset step
 
 
-Targets = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
-"""``targets(rewards, values, next_values, terminated, truncated, advantages) -> returns``, all ``[N, T]``:
-the critic's regression targets when they are not ``advantages + values`` (A2C's ``mc``)."""
-
-
 def build_batch(
     rollout: Rollout,
     last_value: Tensor,
@@ -247,7 +295,7 @@ def build_batch(
 
 
 def resume_or_reset(
-    collector: Any, learner: LearnerState, ctx: RunContext, seed: int
+    collector: Collector, learner: LearnerState, ctx: RunContext, seed: int
 ) -> tuple[int, dict[str, Any]]:
     """The run's first step and its saved algorithm state: ``(0, {})`` with fresh envs (reset with
     ``seed``), or the checkpoint's, with ``learner`` and ``collector`` restored from it."""
@@ -261,7 +309,7 @@ def resume_or_reset(
 
 
 def actor_critic_snapshot(
-    model: ActorCritic, collector: Any, learner: LearnerState, **state: Any
+    model: ActorCritic, collector: Collector, learner: LearnerState, **state: Any
 ) -> Snapshot:
     """A checkpoint of an actor-critic run: the learner's and the collector's tensors, the policy with the
     collector's observation statistics, and ``state`` beside the optimizers' and the envs' state."""
@@ -275,7 +323,9 @@ def actor_critic_snapshot(
     )
 
 
-def actor_critic_policy(cfg: Any, env: gym.Env, tensors: Any) -> ActorCriticPolicy:
+def actor_critic_policy(
+    cfg: ActorCriticConfig, env: gym.Env, tensors: dict[str, Tensor]
+) -> ActorCriticPolicy:
     """The trained policy of a PPO, TRPO or A2C checkpoint: ``cfg.model`` built for ``env``'s spaces, with
     the checkpoint's weights and observation statistics."""
     model = cfg.model.build(env.observation_space, env.action_space)
@@ -284,14 +334,13 @@ def actor_critic_policy(cfg: Any, env: gym.Env, tensors: Any) -> ActorCriticPoli
 
 
 def make_collector(
-    env: gym.vector.VectorEnv, model: ActorCritic, cfg: Any, n_steps: int, ctx: RunContext
-) -> Any:
+    env: gym.vector.VectorEnv, model: ActorCritic, cfg: ActorCriticConfig, n_steps: int, ctx: RunContext
+) -> Collector:
     """The run's collector: :class:`OnPolicyCollector` in this process, or, with
     ``trainer.num_workers > 0``, :class:`advantage.rollout.remote.RemoteCollector` over Ray workers
-    (imported only then). ``cfg`` has ``env``, ``model``, ``trainer`` and the algorithm's ``gamma``,
-    ``normalize_obs``, ``clip_obs`` and (PPO, TRPO; A2C has none) ``normalize_reward``."""
+    (imported only then)."""
     a = cfg.algorithm
-    common = {
+    common: dict[str, Any] = {
         "gamma": a.gamma,
         "normalize_obs": a.normalize_obs,
         "clip_obs": a.clip_obs,

@@ -1,8 +1,8 @@
 """Scale-out on Ray: rollout workers that step vectorized environments, replaced when they die or hang.
 
 ``trainer.num_workers=N`` (N ≥ 1) makes PPO, TRPO and A2C collect with :class:`RemoteCollector` instead of
-:class:`~advantage.rollout.onpolicy.OnPolicyCollector`. It has the same interface (``reset``,
-``collect``, ``tensors``, ``state``, ``load``, ``obs_norm``), so the trainers do not change. With
+:class:`~advantage.rollout.onpolicy.OnPolicyCollector`. Both are a
+:class:`~advantage.rollout.onpolicy.Collector`, so the trainers do not change. With
 ``num_workers=0`` (the default) nothing here is imported and Ray never is. GRPO's workers, which
 generate and score language-model samples, are :mod:`advantage.algos.llm.workers`; they use the
 :class:`WorkerPool` of this module.
