@@ -220,7 +220,7 @@ def _ppo_update() -> dict[str, Any]:
 
     from advantage import optim
     from advantage.configs.ppo import PPOConfig
-    from advantage.math import POLICY_LOSSES, VALUE_LOSSES
+    from advantage.math import mse, ppo_clip
 
     cfg = PPOConfig()
     env = gym.make("CartPole-v1")
@@ -231,8 +231,8 @@ def _ppo_update() -> dict[str, Any]:
 
     def loss() -> torch.Tensor:
         logp, entropy, value = model.evaluate(obs, act)
-        pl, _ = POLICY_LOSSES["ppo_clip"](logp, old_logp, adv, None, clip_low=0.2, with_metrics=False)
-        vl = VALUE_LOSSES["mse"](value, old_v, ret, None)
+        pl, _ = ppo_clip(logp, old_logp, adv, None, clip_low=0.2, with_metrics=False)
+        vl = mse(value, old_v, ret, None)
         return pl.mean() + 0.5 * vl.mean() - 0.0 * entropy.mean()
 
     params = list(model.parameters())
@@ -245,7 +245,7 @@ def _grpo_learn() -> dict[str, Any]:
 
     from advantage import optim
     from advantage.lm.model import build_char_tokenizer, build_scratch_model, sequence_logprobs
-    from advantage.math import POLICY_LOSSES
+    from advantage.math import ppo_clip
 
     tok = build_char_tokenizer("0123456789+= ")
     model = build_scratch_model("qwen2", tok, hidden_size=128, layers=4, heads=4, seed=0)
@@ -258,7 +258,7 @@ def _grpo_learn() -> dict[str, Any]:
 
     def loss() -> torch.Tensor:
         logp = sequence_logprobs(model, ids, mask, response_start=10)
-        pl, _ = POLICY_LOSSES["ppo_clip"](logp, old_logp, adv, None, clip_low=0.2, with_metrics=False)
+        pl, _ = ppo_clip(logp, old_logp, adv, None, clip_low=0.2, with_metrics=False)
         return pl.mean()
 
     params = [p for p in model.parameters() if p.requires_grad]

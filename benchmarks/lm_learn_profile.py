@@ -89,13 +89,13 @@ def random_batch(
 
 def learn_step(model: torch.nn.Module, opt: torch.optim.Optimizer, data: tuple[torch.Tensor, ...]) -> None:
     from advantage.lm.packing import generation_logprobs
-    from advantage.math import POLICY_LOSSES, aggregate
+    from advantage.math import aggregate, ppo_clip
     from advantage.optim import clip_grad_norm
 
     prompt_ids, prompt_mask, response_ids, lengths, advantages = data
     logp = generation_logprobs(model, prompt_ids, prompt_mask, response_ids, lengths)  # [B, T]
     mask = torch.ones_like(logp)
-    per_token, _ = POLICY_LOSSES["ppo_clip"](
+    per_token, _ = ppo_clip(
         logp, logp.detach(), advantages[:, None].expand_as(logp), mask, with_metrics=False
     )
     loss = aggregate(per_token, mask, "token_mean")
