@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 import gymnasium as gym
 import numpy as np
@@ -31,6 +31,10 @@ import torch
 from torch import nn
 
 from advantage import optim
+from advantage.configs.ddpg import DDPGConfig
+from advantage.configs.dqn import DQNConfig
+from advantage.configs.sac import SACConfig
+from advantage.configs.td3 import TD3Config
 from advantage.context import RunContext, Snapshot
 from advantage.data import PrioritizedReplayBuffer, ReplayBuffer
 from advantage.envs import describe_space, env_state, make_vec_env, require_space
@@ -42,8 +46,11 @@ from advantage.nn.policy import ObsNormalizer
 from advantage.rollout.envsteps import EnvSteps, setup_torch
 from advantage.torch_state import LearnerState, load_module
 
+ContinuousConfig: TypeAlias = SACConfig | TD3Config | DDPGConfig
+"""The config of an off-policy trainer on Box actions (DDPG, TD3, SAC)."""
 
-def check_env(cfg: Any, env: gym.Env, algo: str) -> None:
+
+def check_env(cfg: ContinuousConfig, env: gym.Env, algo: str) -> None:
     """Raise :class:`EnvError` unless ``env`` has a bounded ``Box`` action space (the actor's ``tanh``
     output is mapped onto ``[low, high]``, which must be finite) and observations with a vector encoding
     (``env`` made with :func:`~advantage.envs.flatten_observations`)."""
@@ -67,7 +74,7 @@ def stored_obs_dtype(space: gym.Space) -> np.dtype:
     return np.dtype(np.uint8 if space.dtype == np.uint8 else np.float32)
 
 
-def check_buffer_memory(cfg: Any, env: gym.Env, obs_dtype: Any = np.float32) -> None:
+def check_buffer_memory(cfg: ContinuousConfig | DQNConfig, env: gym.Env, obs_dtype: Any = np.float32) -> None:
     """:class:`ConfigError` before anything runs when ``algorithm.buffer_size`` transitions of ``env``
     (observations stored as ``obs_dtype``) would not fit in the memory available.
 
@@ -127,7 +134,7 @@ class ContinuousPolicy:
 
 
 def load_policy(
-    actor_cls: Callable[[int, int, list[int]], nn.Module], cfg: Any, env: gym.Env, tensors: Any
+    actor_cls: Callable[[int, int, list[int]], nn.Module], cfg: ContinuousConfig, env: gym.Env, tensors: Any
 ) -> ContinuousPolicy:
     """The evaluation policy of a checkpoint holding ``actor.*`` (and ``obs_rms.*``) tensors: an
     ``actor_cls(obs_dim, act_dim, model.actor_hidden)`` for ``env``'s spaces."""
@@ -143,7 +150,7 @@ def load_policy(
     return ContinuousPolicy(actor, obs_norm, act_space)
 
 
-def start(cfg: Any) -> Experience:
+def start(cfg: ContinuousConfig) -> Experience:
     """What every off-policy trainer does first: :func:`~advantage.rollout.envsteps.setup_torch`, then the
     run's :class:`Experience`."""
     setup_torch(cfg.trainer)
@@ -151,7 +158,7 @@ def start(cfg: Any) -> Experience:
 
 
 def run(
-    cfg: Any,
+    cfg: ContinuousConfig,
     ctx: RunContext,
     exp: Experience,
     learner: LearnerState,
@@ -217,7 +224,7 @@ class Experience:
     ``trainer.seed`` seeds the env, the buffer's sampler and the exploration generator ``self.rng``.
     """
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: ContinuousConfig):
         a, seed = cfg.algorithm, cfg.trainer.seed
         self.env = make_vec_env(cfg.env, flatten_obs=flatten_observations(cfg))
         self.seed = seed
@@ -348,15 +355,15 @@ def load_buffer(buffer: ReplayBuffer | PrioritizedReplayBuffer, tensors: Any, me
 
 
 def minimize(opt: torch.optim.Optimizer, loss: torch.Tensor, step: int, what: str) -> None:
-    """One step of ``opt`` down ``loss``, refused first when it is NaN/inf (:func:`check_finite`: the run
+    """One step of ``opt`` down ``loss``, refused first when it is NaN/inf (:func:`check_loss_finite`: the run
     stops at ``step`` naming ``what``, and the weights are not updated)."""
-    check_finite(step, what, loss)
+    check_loss_finite(step, what, loss)
     optim.zero_grad(opt.param_groups[0]["params"])
     loss.backward()
     optim.step(opt)
 
 
-def check_finite(step: int, what: str, value: torch.Tensor) -> None:
+def check_loss_finite(step: int, what: str, value: torch.Tensor) -> None:
     """Stop before the optimizer step when a loss is NaN/inf, so a bad batch never reaches the weights.
     (On CPU this ``float()`` is a read, not a device synchronisation.)"""
     v = float(value.detach())

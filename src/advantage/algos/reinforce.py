@@ -66,7 +66,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -76,6 +76,7 @@ from torch import Tensor
 from advantage import optim
 from advantage.configs.reinforce import (  # noqa: F401  (on this API page)
     ReinforceAlgorithm,
+    ReinforceConfig,
     ReinforceISAlgorithm,
     ReinforceModel,
 )
@@ -192,7 +193,7 @@ class ReinforceModelParts:
         self.critic = [p for p in model.parameters() if id(p) not in own]
 
 
-def make_model(cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
+def make_model(cfg: ReinforceConfig, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
     m = cfg.model
     return ActorCritic(
         obs_space, action_space, list(m.hidden_sizes), m.activation, False, m.log_std_init, m.squash
@@ -280,7 +281,7 @@ def _step(opt: torch.optim.Optimizer, model: ActorCritic, loss: Tensor, max_grad
 # The loop
 
 
-def train(cfg: Any, ctx: RunContext, off_policy: bool = False) -> None:
+def train(cfg: ReinforceConfig, ctx: RunContext, off_policy: bool = False) -> None:
     a, t = cfg.algorithm, cfg.trainer
     setup_torch(t)
     env = make_vec_env(cfg.env, flatten_obs=flatten_observations(cfg))
@@ -293,7 +294,7 @@ def train(cfg: Any, ctx: RunContext, off_policy: bool = False) -> None:
     opt = torch.optim.Adam(groups, eps=1e-5)
     learner = LearnerState({"model": model}, {"optim": opt})
     quotas = episode_quotas(cfg.env.num_envs, a.episodes_per_update)
-    reuse = a.reuse if off_policy else 1
+    reuse = cast(ReinforceISAlgorithm, a).reuse if off_policy else 1  # off_policy: a ReinforceISConfig
 
     step = 0
     env.reset(seed=t.seed)  # seeds the environments' generators; every batch then resets afresh
@@ -335,7 +336,7 @@ def train(cfg: Any, ctx: RunContext, off_policy: bool = False) -> None:
     env.close()
 
 
-def _policy(cfg: Any, env: gym.Env, tensors: Any) -> ActorCriticPolicy:
+def _policy(cfg: ReinforceConfig, env: gym.Env, tensors: Any) -> ActorCriticPolicy:
     model = make_model(cfg, env.observation_space, env.action_space)
     load_module("model", model, tensors)
     return ActorCriticPolicy(model, ObsNormalizer(model.obs_shape, False, 1.0))
