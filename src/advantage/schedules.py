@@ -1,19 +1,38 @@
 r"""Schedules: a hyperparameter (learning rate, ε, step size) as a function of the training step.
 
 Pure functions of ``(step, total)`` returning floats, shared by the tabular methods (ε and α decay), the
-classic policy-gradient trainers (PPO and A2C anneal the learning rate and clip range to 0) and the
-language-model trainers (linear warm-up, then a cosine or linear decay). Plain Python, no torch: a Q-table
-run and the configs use them without importing torch (:mod:`advantage.math`, which does, re-exports them).
+classic trainers (:func:`annealed`: PPO, A2C and DQN anneal the learning rate, PPO its clip range, to 0)
+and the language-model trainers (linear warm-up, then a cosine or linear decay). Plain Python, no torch: a
+Q-table run and the configs use them without importing torch (:mod:`advantage.math`, which does,
+re-exports them).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Protocol
 
-__all__ = ["LR_SCHEDULES", "linear_schedule", "remaining", "schedule_total", "warmup_decay"]
+__all__ = [
+    "LR_SCHEDULES",
+    "annealed",
+    "linear_schedule",
+    "remaining",
+    "schedule_total",
+    "warmup_decay",
+]
 
 LR_SCHEDULES = ("constant", "cosine", "linear")
+
+
+class TrainerTotals(Protocol):
+    """What :func:`schedule_total` reads of the ``trainer`` section
+    (:class:`advantage.config.TrainerConfig`)."""
+
+    @property
+    def total_steps(self) -> int: ...
+
+    @property
+    def schedule_steps(self) -> list[list[int]]: ...
 
 
 def linear_schedule(start: float, end: float, fraction: float, step: int, total: int) -> float:
@@ -26,7 +45,7 @@ def linear_schedule(start: float, end: float, fraction: float, step: int, total:
     return start + (end - start) * min(1.0, step / horizon)
 
 
-def schedule_total(trainer: Any, step: int, *, after_step: bool = False) -> int:
+def schedule_total(trainer: TrainerTotals, step: int, *, after_step: bool = False) -> int:
     """The total ``T`` the schedules run against at ``step``: ``trainer.total_steps``, except in the parts
     of a resumed run that ran against another total (``trainer.schedule_steps``, pairs
     ``[until_step, total]``: the steps that start before ``until_step`` used ``total``).
@@ -49,6 +68,15 @@ def remaining(step: int, total: int) -> float:
     r"""The fraction of training left, :math:`1 - t/T` (clipped at 0): the factor by which PPO and A2C
     anneal the learning rate (and PPO the clip range) linearly to 0 (Schulman et al. 2017)."""
     return linear_schedule(1.0, 0.0, 1.0, step, total)
+
+
+def annealed(value: float, schedule: str, step: int, total: int) -> float:
+    r"""``value`` at ``step`` under the classic trainers' ``constant`` or ``linear`` schedule (PPO's, A2C's
+    and DQN's ``algorithm.lr_schedule``, PPO's ``clip_schedule``): ``value`` throughout, or
+    ``value ·`` :func:`remaining`, annealed linearly to 0 at ``total``."""
+    if schedule not in ("constant", "linear"):
+        raise ValueError(f"schedule must be 'constant' or 'linear', got {schedule!r}")
+    return value * (remaining(step, total) if schedule == "linear" else 1.0)
 
 
 def warmup_decay(

@@ -56,7 +56,7 @@ from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, masked_whiten
 from advantage.nn import ActorCritic
 from advantage.rollout.envsteps import setup_torch
 from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
-from advantage.schedules import remaining, schedule_total
+from advantage.schedules import annealed, schedule_total
 from advantage.torch_state import LearnerState
 
 
@@ -144,9 +144,7 @@ def train(cfg: A2CConfig, ctx: RunContext) -> None:
     stats: dict[str, list[float]] = {}
     next_log = step - step % t.log_every + t.log_every
     while step < t.total_steps:
-        lr = a.learning_rate * (
-            remaining(step, schedule_total(t, step)) if a.lr_schedule == "linear" else 1.0
-        )
+        lr = annealed(a.learning_rate, a.lr_schedule, step, schedule_total(t, step))
         for g in opt.param_groups:
             g["lr"] = lr
         batch, step = rollout.collect(step, a.gae_lambda, targets, env_major=True)

@@ -66,7 +66,7 @@ from advantage.errors import NonFiniteError
 from advantage.math import double_q_target, dueling_combine, polyak_update, td_target
 from advantage.nn import mlp
 from advantage.rollout.envsteps import EnvSteps, setup_torch
-from advantage.schedules import remaining, schedule_total
+from advantage.schedules import annealed, schedule_total
 from advantage.torch_state import LearnerState, load_module
 
 
@@ -319,7 +319,7 @@ def train(cfg: DQNConfig, ctx: RunContext) -> None:
                 total = schedule_total(t, step, after_step=True)  # the update after the env step
                 if isinstance(buffer, PrioritizedReplayBuffer):  # β anneals over this part's total too
                     buffer.beta_steps = beta_steps(a, total)
-                lr = a.learning_rate * (remaining(step, total) if a.lr_schedule == "linear" else 1.0)
+                lr = annealed(a.learning_rate, a.lr_schedule, step, total)
                 opt.param_groups[0]["lr"] = lr
                 row = {"train/loss": learn(q, q_target, opt, buffer, a, step), "train/epsilon": eps}
                 ctx.log(step, row | ({"train/learning_rate": lr} if a.lr_schedule == "linear" else {}))

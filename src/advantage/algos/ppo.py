@@ -2,7 +2,7 @@
 
 PPO-Clip (eq. 7) and PPO-Penalty (§4), and the study notes' inverted-pendulum walkthrough. The loop is
 ``collect → GAE → epochs × minibatches → step → log → checkpoint``; the math is the shared core:
-:func:`advantage.math.gae`, :data:`advantage.math.POLICY_LOSSES` (``ppo_clip`` / ``ppo_penalty``),
+:func:`advantage.math.gae`, :func:`advantage.math.ppo_clip` / :func:`advantage.math.ppo_penalty`,
 :data:`advantage.math.VALUE_LOSSES`, :func:`advantage.math.masked_whiten`,
 :class:`advantage.math.AdaptiveKLController`.
 
@@ -39,7 +39,10 @@ import gymnasium as gym
 import torch
 
 from advantage import optim
+from advantage.configs.a2c import A2CConfig
 from advantage.configs.ppo import PPOAlgorithm, PPOConfig
+from advantage.configs.reinforce import ReinforceConfig
+from advantage.configs.trpo import TRPOConfig
 from advantage.context import RunContext, Snapshot
 from advantage.envs import (
     describe_space,
@@ -49,19 +52,21 @@ from advantage.envs import (
     require_vector_observations,
 )
 from advantage.errors import EnvError, NonFiniteError
-from advantage.math import POLICY_LOSSES, VALUE_LOSSES, AdaptiveKLController, masked_whiten
+from advantage.math import VALUE_LOSSES, AdaptiveKLController, masked_whiten, ppo_clip, ppo_penalty
 from advantage.math.kl import k3_from_ratio
 from advantage.math.value_losses import explained_variance
 from advantage.nn import ActorCritic
 from advantage.rollout.envsteps import setup_torch
 from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
-from advantage.schedules import remaining, schedule_total
+from advantage.schedules import annealed, schedule_total
 from advantage.torch_state import LearnerState
 
 ACTIONS = (gym.spaces.Discrete, gym.spaces.Box, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 
 
-def check_env(cfg: Any, env: gym.Env, algo: str = "ppo") -> None:
+def check_env(
+    cfg: PPOConfig | TRPOConfig | A2CConfig | ReinforceConfig, env: gym.Env, algo: str = "ppo"
+) -> None:
     """The spaces an :class:`~advantage.nn.ActorCritic` handles (PPO, TRPO, A2C, REINFORCE; ``env`` made
     with :func:`~advantage.envs.flatten_observations`): observations with a vector encoding (Box,
     Discrete, MultiDiscrete, MultiBinary, Dict, Tuple), Discrete, Box, MultiDiscrete or MultiBinary actions
@@ -101,11 +106,11 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
     value_hp = {"clip": a.value_clip} if a.value_loss == "clipped" else {}
     value_loss = partial(VALUE_LOSSES[a.value_loss], **value_hp)
     while step < t.total_steps:
-        progress_left = remaining(step, schedule_total(t, step))
-        lr = a.learning_rate * (progress_left if a.lr_schedule == "linear" else 1.0)
+        total = schedule_total(t, step)
+        lr = annealed(a.learning_rate, a.lr_schedule, step, total)
         for g in opt.param_groups:
             g["lr"] = lr
-        clip, policy_loss = objective(a, progress_left, kl_ctl.beta)
+        clip, policy_loss = objective(a, step, total, kl_ctl.beta)
         batch, step = rollout.collect(step, a.gae_lambda)  # T steps of N envs, GAE
         row, epochs_run = learn(model, opt, batch, a, policy_loss, value_loss, step)
         row["train/explained_variance"] = explained_variance(batch.values, batch.returns)
@@ -123,15 +128,16 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
     rollout.close()
 
 
-def objective(a: PPOAlgorithm, progress_left: float, beta: float) -> tuple[float, Callable[..., Any]]:
-    """This update's clip range (annealed when ``clip_schedule`` is linear, detail 3) and policy loss:
-    ``ppo_clip`` with it, or ``ppo_penalty`` with the controller's current ``beta`` (detail 7)."""
-    scale = progress_left if a.clip_schedule == "linear" else 1.0
-    clip = a.clip_range * scale
+def objective(a: PPOAlgorithm, step: int, total: int, beta: float) -> tuple[float, Callable[..., Any]]:
+    """This update's clip range (annealed to 0 at ``total`` when ``clip_schedule`` is linear, detail 3)
+    and policy loss: ``ppo_clip`` with it, or ``ppo_penalty`` with the controller's current ``beta``
+    (detail 7)."""
+    clip = annealed(a.clip_range, a.clip_schedule, step, total)
     if a.objective == "penalty":
-        return clip, partial(POLICY_LOSSES["ppo_penalty"], beta=beta)
-    clip_high = (a.clip_range_high if a.clip_range_high is not None else a.clip_range) * scale
-    return clip, partial(POLICY_LOSSES["ppo_clip"], clip_low=clip, clip_high=clip_high, dual_clip=a.dual_clip)
+        return clip, partial(ppo_penalty, beta=beta)
+    high = a.clip_range_high if a.clip_range_high is not None else a.clip_range
+    clip_high = annealed(high, a.clip_schedule, step, total)
+    return clip, partial(ppo_clip, clip_low=clip, clip_high=clip_high, dual_clip=a.dual_clip)
 
 
 def learn(
