@@ -1,3 +1,10 @@
-"""Rollouts of Gymnasium environments: stepping vector envs (:mod:`~advantage.rollout.envsteps`), the
-on-policy collector (:mod:`~advantage.rollout.onpolicy`) and Ray env workers
-(:mod:`~advantage.rollout.remote`). Sampling from a language model is :mod:`advantage.lm.generate`."""
+"""Rollouts of Gymnasium environments for the classic trainers.
+
+* :mod:`~advantage.rollout.envsteps`: the bookkeeping of stepping vector envs (reset steps, episode
+  returns and lengths, the NaN/inf check), shared by every trainer that steps one.
+* :mod:`~advantage.rollout.onpolicy`: the on-policy :class:`~advantage.rollout.onpolicy.Collector` of the
+  actor-critic trainers (PPO, TRPO, A2C), its batches and GAE.
+* :mod:`~advantage.rollout.remote`: the same collector over Ray env workers (``trainer.num_workers``).
+
+Sampling from a language model is :mod:`advantage.lm.generate`.
+"""

@@ -1,1 +1,12 @@
-"""Tabular and exact methods: TD control, Monte Carlo, and planning on known models (SPEC T1–T3)."""
+"""Tabular, linear and exact methods on small Discrete environments (SPEC T1–T4).
+
+* :mod:`~advantage.algos.tabular.td`: TD control, Q-learning, SARSA and Expected SARSA (T1).
+* :mod:`~advantage.algos.tabular.monte_carlo`: Monte Carlo prediction and control (T2).
+* :mod:`~advantage.algos.tabular.planning`: value iteration, policy iteration and exact policy evaluation
+  on a known model (T3).
+* :mod:`~advantage.algos.tabular.linear_td` and :mod:`~advantage.algos.tabular.linear_control`: linear
+  function approximation, prediction (semi-gradient TD, TDC, GTD2) and control (T4), with what they share
+  in :mod:`~advantage.algos.tabular.linear_common`.
+* :mod:`~advantage.algos.tabular.common`: what every tabular method shares (ε-greedy, the table policy,
+  the fixed policy prediction evaluates, a sampling run's saved state).
+"""
