@@ -29,7 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from advantage import safe_parquet
-from advantage.algos.llm import common
+from advantage.algos.llm.models import model_folder
+from advantage.algos.llm.policy import prompt_texts
 from advantage.chat_template import RENDER_SECONDS, render_chats
 from advantage.cli import main
 from advantage.config import YAML_MAX_DEPTH, YAML_MAX_NODES, load_yaml, merge
@@ -506,10 +507,10 @@ def test_a_model_folders_json_files_are_checked_before_transformers_reads_them(
     folder = _copy(tiny_folder, tmp_path / "m")
     (folder / name).write_bytes(content)
     if message is None:
-        assert common.model_folder(str(folder)) == folder
+        assert model_folder(str(folder)) == folder
         return
     with pytest.raises(ConfigError, match=message):
-        common.model_folder(str(folder))
+        model_folder(str(folder))
 
 
 def test_model_folder_files_over_their_limits_are_refused_before_they_are_read(tiny_folder, tmp_path):
@@ -518,7 +519,7 @@ def test_model_folder_files_over_their_limits_are_refused_before_they_are_read(t
     tracemalloc.start()
     try:
         with pytest.raises(ConfigError, match="tokenizer.json' is over 536870912 bytes"):
-            common.model_folder(str(folder))
+            model_folder(str(folder))
         assert tracemalloc.get_traced_memory()[1] < 16 << 20
     finally:
         tracemalloc.stop()
@@ -526,8 +527,8 @@ def test_model_folder_files_over_their_limits_are_refused_before_they_are_read(t
     shutil.copy(tiny_folder / "tokenizer.json", folder / "tokenizer.json")
     _sparse(folder / "generation_config.json")
     with pytest.raises(ConfigError, match="generation_config.json' is over 67108864 bytes"):
-        common.model_folder(str(folder))
-    assert common.model_folder(str(tiny_folder)) == tiny_folder
+        model_folder(str(folder))
+    assert model_folder(str(tiny_folder)) == tiny_folder
     assert load_json(tiny_folder / "config.json", 1 << 20, expect=dict)["model_type"] == "qwen2"
 
 
@@ -610,13 +611,13 @@ def test_a_hostile_chat_template_is_one_error_in_bounded_time_and_memory(templat
     tracemalloc.start()
     try:
         with pytest.raises(ConfigError, match=message):
-            common.prompt_texts(tok, ["hello"], True)
+            prompt_texts(tok, ["hello"], True)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert time.monotonic() - start < RENDER_SECONDS + 4 and peak < 64 << 20
     # the next render starts a fresh renderer
-    assert common.prompt_texts(_tokenizer(), ["hi"], True) == ["<|user|>hi<eos><|assistant|>"]
+    assert prompt_texts(_tokenizer(), ["hi"], True) == ["<|user|>hi<eos><|assistant|>"]
 
 
 def test_sft_with_a_model_whose_template_loops_exits_2_in_seconds(tiny_folder, tmp_path, capfd):
@@ -654,7 +655,7 @@ def test_sft_with_a_model_whose_template_loops_exits_2_in_seconds(tiny_folder, t
 
 
 def test_a_reward_models_meta_file_is_read_within_bounds(tiny_folder, tmp_path):
-    from advantage.algos.llm.reward_model import HEAD_FILE, META_FILE, load_reward_model
+    from advantage.algos.llm.reward_models import HEAD_FILE, META_FILE, load_reward_model
 
     folder = _copy(tiny_folder, tmp_path / "rm")
     (folder / HEAD_FILE).write_bytes(b"")
@@ -688,8 +689,8 @@ def test_a_render_interrupted_while_waiting_never_gives_its_answer_to_the_next(m
 
     monkeypatch.setattr(chat_template._Child, "_read", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        common.prompt_texts(tok, ["first question"], True)
-    second = common.prompt_texts(tok, ["second question"], True)
+        prompt_texts(tok, ["first question"], True)
+    second = prompt_texts(tok, ["second question"], True)
     assert second == ["<|user|>second question<eos><|assistant|>"]
 
 

@@ -37,7 +37,8 @@ def _train(tmp_path, name="run", **over):
 
 
 def _model_and_items(n=6):
-    from advantage.algos.llm.common import LMPolicy, build_model
+    from advantage.algos.llm.models import build_model
+    from advantage.algos.llm.policy import LMPolicy
     from advantage.resolve import resolve_config
 
     _, cfg = resolve_config("dpo", overrides=TINY)

@@ -36,7 +36,7 @@ import pytest
 import torch
 
 from advantage.algos.llm import dpo
-from advantage.algos.llm.common import DataConfig
+from advantage.configs.llm import DataConfig
 from advantage.envs.text.preference import make_preference_task
 from advantage.lm import packing
 from advantage.lm.model import build_char_tokenizer, build_scratch_model

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import advantage
-from advantage.algos.llm import grpo
+from advantage.algos.llm import batches, grpo, grpo_rollout, scoring
+from advantage.configs.grpo import PRESETS, ActorConfig
 from advantage.envs.text import Reward, make_task
 from advantage.errors import ConfigError, NonFiniteError
 
@@ -79,8 +80,8 @@ def test_micro_batches_with_the_step_normalizer_equal_one_batch(mode):
     adv = torch.randn(B)
     mask = (torch.rand(B, T) > 0.3).float()
     mask[3] = 0.0  # an empty row
-    actor = grpo.ActorConfig(loss_agg=mode, clip_low=0.2, clip_high=0.28)
-    Z = grpo.step_normalizer(mask, mode)
+    actor = ActorConfig(loss_agg=mode, clip_low=0.2, clip_high=0.28)
+    Z = batches.step_normalizer(mask, mode)
 
     def logp():
         return torch.log_softmax(theta, -1)
@@ -103,7 +104,7 @@ def test_on_policy_ratio_is_one_and_equal_groups_give_a_finite_zero_loss():
     adv, m = GROUP_ADVANTAGES["grpo"](rewards, 4, 1e-6)
     assert adv[:4].tolist() == [0.0] * 4 and float(m["zero_std_frac"]) == 0.5
     logp = torch.randn(8, 3, requires_grad=True)
-    loss, metrics = grpo.grpo_loss(logp, None, None, adv, torch.ones(8, 3), grpo.ActorConfig(), 8.0, 3)
+    loss, metrics = grpo.grpo_loss(logp, None, None, adv, torch.ones(8, 3), ActorConfig(), 8.0, 3)
     assert math.isfinite(float(loss)) and float(metrics["ratio_mean"]) == 1.0
     # The on-policy gradient is the policy gradient: -A_i / |o_i| per token, averaged over sequences.
     (g,) = torch.autograd.grad(loss, logp)
@@ -111,7 +112,7 @@ def test_on_policy_ratio_is_one_and_equal_groups_give_a_finite_zero_loss():
 
 
 def test_kl_in_the_loss_uses_the_reference():
-    actor = grpo.ActorConfig(kl_coef=0.1, kl_estimator="k3", loss_agg="token_mean")
+    actor = ActorConfig(kl_coef=0.1, kl_estimator="k3", loss_agg="token_mean")
     logp = torch.log(torch.full((2, 2), 0.5))
     ref = torch.log(torch.full((2, 2), 0.25))
     loss, m = grpo.grpo_loss(logp, None, ref, torch.zeros(2), torch.ones(2, 2), actor, 4.0, 2)
@@ -133,12 +134,12 @@ def test_gspo_on_policy_has_the_gradient_of_grpo():
 
     def loss_and_grad(**actor):
         logp = torch.log_softmax(theta, -1).gather(-1, tokens).squeeze(-1)  # [B, T]
-        cfg = grpo.ActorConfig(**{"loss_agg": "seq_mean_token_mean", **actor})
-        Z = grpo.step_normalizer(mask, cfg.loss_agg)
+        cfg = ActorConfig(**{"loss_agg": "seq_mean_token_mean", **actor})
+        Z = batches.step_normalizer(mask, cfg.loss_agg)
         loss, _ = grpo.grpo_loss(logp, None, None, adv, mask, cfg, Z, 4)
         return loss, torch.autograd.grad(loss, theta)[0]
 
-    preset = grpo.PRESETS["gspo"].overrides
+    preset = PRESETS["gspo"].overrides
     gspo = {k.removeprefix("worker.actor."): v for k, v in preset.items() if k.startswith("worker.actor.")}
     assert gspo["loss"] == "gspo" and gspo["loss_agg"] == "seq_mean_token_mean"
     gspo_loss, gspo_grad = loss_and_grad(**gspo)
@@ -301,7 +302,7 @@ def test_code_task_rewards_come_from_the_sandbox_in_parallel():
         return original(completions, examples, max_workers=max_workers)
 
     task.verify_many = spy
-    rewards, correct = grpo.score(SimpleNamespace(task=task), exs, texts, G=2)
+    rewards, correct = scoring.score(SimpleNamespace(task=task), exs, texts, G=2)
     assert rewards.tolist() == [1.0, 0.0, 0.0, 1.0]
     assert correct.tolist() == [True, False, False, True]
     assert calls == [os.cpu_count() or 1]
@@ -329,7 +330,9 @@ def test_grpo_trains_on_the_code_task(tmp_path):
 
 
 def test_trimmed_micro_batches_give_the_full_width_log_probs():
-    from advantage.algos.llm.common import LMPolicy, build_model, make_task
+    from advantage.algos.llm.data import make_task
+    from advantage.algos.llm.models import build_model
+    from advantage.algos.llm.policy import LMPolicy
     from advantage.lm.model import sequence_logprobs
     from advantage.resolve import resolve_config
 
@@ -352,7 +355,7 @@ def test_trimmed_micro_batches_give_the_full_width_log_probs():
     ids, attn = gen.sequences()
     full = sequence_logprobs(model, ids, attn, response_start=gen.prompt_ids.shape[1])
     for r in chunks:
-        t_ids, t_attn, p_len, t_len = grpo.trimmed(gen, r)
+        t_ids, t_attn, p_len, t_len = batches.trimmed(gen, r)
         assert t_len == int(gen.lengths[r].max()) and t_ids.shape[1] <= ids.shape[1]
         part = sequence_logprobs(model, t_ids, t_attn, response_start=p_len)
         m = gen.response_mask[r, :t_len]
@@ -369,7 +372,7 @@ def test_trimmed_micro_batches_give_the_full_width_log_probs():
 
 
 def test_grpo_with_a_reward_model_on_the_synthetic_task(tmp_path, tiny_reward_model):
-    from advantage.algos.llm.reward_model import load_reward_model
+    from advantage.algos.llm.reward_models import load_reward_model
     from conftest import RM_SMALL, RM_TASK
 
     over = {
@@ -387,7 +390,7 @@ def test_grpo_with_a_reward_model_on_the_synthetic_task(tmp_path, tiny_reward_mo
         "trainer.run_dir": str(tmp_path / "g"),
     }
     spy = []
-    original = grpo.score
+    original = grpo_rollout.score
 
     def score(policy, exs, texts, G):
         rewards, correct = original(policy, exs, texts, G)
@@ -395,7 +398,7 @@ def test_grpo_with_a_reward_model_on_the_synthetic_task(tmp_path, tiny_reward_mo
         return rewards, correct
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(grpo, "score", score)
+        mp.setattr(grpo_rollout, "score", score)
         run = advantage.train("grpo", quiet=True, **over)
     rm = load_reward_model(tiny_reward_model)
     prompts, texts, rewards = spy[0]
@@ -412,7 +415,7 @@ def test_synthetic_task_without_a_reward_model_is_refused():
 # ---- the example config ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("preset", sorted(grpo.PRESETS))
+@pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_every_preset_applies_on_top_of_the_example(preset):
     """``preset=NAME`` typed next to ``--config`` applies over the file for the keys it sets
     (defaults < file < that preset < overrides): `advantage train grpo --config
@@ -426,7 +429,7 @@ def test_every_preset_applies_on_top_of_the_example(preset):
     scratch = {"worker.actor.model.path": None, "worker.actor.model.init": "scratch"}
     _, cfg = resolve_config("grpo", config=path, overrides={"preset": preset, **scratch})
     assert cfg.worker.rollout.n == 16  # the file's own settings are kept
-    for key, value in grpo.PRESETS[preset].overrides.items():
+    for key, value in PRESETS[preset].overrides.items():
         node = cfg
         for part in key.split("."):
             node = getattr(node, part)

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import advantage
-from advantage.algos.llm import grpo
+from advantage.algos.llm import grpo, grpo_rollout
 from advantage.errors import ConfigError
+from advantage.math import curriculum
 from advantage.math.advantages import GROUP_ADVANTAGES
 from test_grpo import TINY, CoinTask  # tests/ is on sys.path (pytest rootdir-relative imports)
 from test_grpo_process import OneStepCoin
@@ -50,35 +51,34 @@ def _params(run):
 
 
 def test_thresholds_are_an_ema_of_the_quantiles_on_a_hand_made_sequence():
-    a = grpo.GRPOAlgorithm(hard_quantile=0.25, easy_quantile=0.75, difficulty_rate=0.1)
+    a = {"hard_quantile": 0.25, "easy_quantile": 0.75, "rate": 0.1}
     nan = torch.full((2,), math.nan, dtype=torch.float64)
     # Step 1: sorted d = [0, .25, .5, 1]; the 0.25-quantile sits at position 0.75 (0 + .75·.25), the
     # 0.75-quantile at 2.25 (.5 + .25·.5). The first step takes them as they are.
-    t1 = grpo.difficulty_thresholds(nan, torch.tensor([0.5, 0.0, 1.0, 0.25]), a)
+    t1 = curriculum.difficulty_thresholds(nan, torch.tensor([0.5, 0.0, 1.0, 0.25]), **a)
     assert t1.tolist() == pytest.approx([0.1875, 0.625])
     # Step 2: sorted d = [0, 1, 1, 1]: quantiles (.75, 1); τ = .9 τ_1 + .1 q.
-    t2 = grpo.difficulty_thresholds(t1, torch.tensor([1.0, 1.0, 0.0, 1.0]), a)
+    t2 = curriculum.difficulty_thresholds(t1, torch.tensor([1.0, 1.0, 0.0, 1.0]), **a)
     assert t2.tolist() == pytest.approx([0.9 * 0.1875 + 0.1 * 0.75, 0.9 * 0.625 + 0.1 * 1.0])
     # Rate 1: no memory.
-    a1 = grpo.GRPOAlgorithm(hard_quantile=0.25, easy_quantile=0.75, difficulty_rate=1.0)
-    t3 = grpo.difficulty_thresholds(t2, torch.tensor([0.0, 0.0, 0.0, 0.0]), a1)
+    t3 = curriculum.difficulty_thresholds(t2, torch.tensor([0.0, 0.0, 0.0, 0.0]), **{**a, "rate": 1.0})
     assert t3.tolist() == [0.0, 0.0] and t3.dtype == torch.float64
 
 
 def test_split_by_difficulty():
-    easy, hard = grpo.split_by_difficulty(
+    easy, hard = curriculum.split_by_difficulty(
         torch.tensor([0.1, 0.25, 0.5, 0.75, 0.9]), torch.tensor([0.25, 0.75], dtype=torch.float64)
     )
     assert easy.tolist() == [False, False, False, True, True]  # d >= τ_easy (ties count)
     assert hard.tolist() == [True, True, False, False, False]  # d <= τ_hard (ties count)
     # Equal thresholds (the step's prompts barely differ): a prompt on them is neither.
-    easy, hard = grpo.split_by_difficulty(torch.tensor([0.5, 0.4, 0.6]), torch.tensor([0.5, 0.5]))
+    easy, hard = curriculum.split_by_difficulty(torch.tensor([0.5, 0.4, 0.6]), torch.tensor([0.5, 0.5]))
     assert easy.tolist() == [False, False, True] and hard.tolist() == [False, True, False]
 
 
 def test_grouped_order():
     # two groups: 3 rows each in a first block [0..5], 2 each in a second [6..9]
-    assert grpo.grouped_order(2, 3, 2).tolist() == [0, 1, 2, 6, 7, 3, 4, 5, 8, 9]
+    assert curriculum.grouped_order(2, 3, 2).tolist() == [0, 1, 2, 6, 7, 3, 4, 5, 8, 9]
 
 
 # ---- the rows in the loss and their advantages -------------------------------------------------------------
@@ -88,7 +88,7 @@ def _spy(monkeypatch):
     """Record, per step: the (easy, hard) split, every score() call's rewards and example count, and the
     advantages and normaliser that reach the loss."""
     seen: dict[str, list] = {"split": [], "score": [], "loss": []}
-    split, score, loss = grpo.split_by_difficulty, grpo.score, grpo.grpo_loss
+    split, score, loss = curriculum.split_by_difficulty, grpo_rollout.score, grpo.grpo_loss
 
     def split_spy(d, thresholds):
         easy, hard = split(d, thresholds)
@@ -104,8 +104,8 @@ def _spy(monkeypatch):
         seen["loss"].append((adv.detach().clone(), mask.clone(), normalizer))
         return loss(logp, old, ref, adv, mask, actor, normalizer, max_len)
 
-    monkeypatch.setattr(grpo, "split_by_difficulty", split_spy)
-    monkeypatch.setattr(grpo, "score", score_spy)
+    monkeypatch.setattr(grpo_rollout, "split_by_difficulty", split_spy)
+    monkeypatch.setattr(grpo_rollout, "score", score_spy)
     monkeypatch.setattr(grpo, "grpo_loss", loss_spy)
     return seen
 
@@ -151,7 +151,7 @@ def test_easy_and_hard_prompts_put_their_rows_in_the_loss(tmp_path, coins, monke
 def test_the_loss_rows_are_the_prompts_own_samples(tmp_path, coins, monkeypatch):
     """The completions behind the loss rows: an easy prompt's are ``easy_samples`` of its own G, drawn at
     random (not always the first), a hard prompt's are its G then its ``hard_samples - G`` new ones."""
-    from advantage.algos.llm.common import LMPolicy
+    from advantage.algos.llm.policy import LMPolicy
 
     seen = _spy(monkeypatch)
     sampled, used = [], []
@@ -335,7 +335,7 @@ def test_thresholds_follow_the_difficulties_up_and_down_without_overshooting():
     """As the model improves (the prompts' mean rewards rise) both thresholds rise, each step a fraction α
     of the way to the step's quantile and never past it; as it gets worse they fall. A prompt is judged
     against the model of the moment."""
-    a = grpo.GRPOAlgorithm(hard_quantile=0.25, easy_quantile=0.75, difficulty_rate=0.2)
+    a = {"hard_quantile": 0.25, "easy_quantile": 0.75, "rate": 0.2}
     g = torch.Generator().manual_seed(0)
     tau = torch.full((2,), math.nan, dtype=torch.float64)
     history = []
@@ -343,7 +343,7 @@ def test_thresholds_follow_the_difficulties_up_and_down_without_overshooting():
     for p in level:  # 16 prompts, mean reward of 8 samples each at success rate p
         d = torch.binomial(torch.full((16,), 8.0), torch.full((16,), p), generator=g) / 8
         q = torch.quantile(d.double(), torch.tensor([0.25, 0.75], dtype=torch.float64))
-        new = grpo.difficulty_thresholds(tau, d, a)
+        new = curriculum.difficulty_thresholds(tau, d, **a)
         if not bool(tau.isnan().any()):
             lo, hi = torch.minimum(tau, q), torch.maximum(tau, q)
             assert bool(((new >= lo - 1e-12) & (new <= hi + 1e-12)).all())  # towards q, not past it
@@ -354,8 +354,9 @@ def test_thresholds_follow_the_difficulties_up_and_down_without_overshooting():
     assert bool((up[-1, 0] <= up[-1, 1]) & (down[-1, 0] <= down[-1, 1]))  # τ_hard <= τ_easy throughout
     # Relative to the model: a prompt solved half the time is easy for the weak model of the start and
     # hard for the strong one at the top; so it gets fewer samples at first and more later.
-    assert [bool(x) for x in grpo.split_by_difficulty(torch.tensor([0.5]), history[0])] == [True, False]
-    assert [bool(x) for x in grpo.split_by_difficulty(torch.tensor([0.5]), history[39])] == [False, True]
+    split = curriculum.split_by_difficulty
+    assert [bool(x) for x in split(torch.tensor([0.5]), history[0])] == [True, False]
+    assert [bool(x) for x in split(torch.tensor([0.5]), history[39])] == [False, True]
 
 
 # ---- hard-example mining (algorithm.curriculum=hard) -------------------------------------------------------
@@ -363,7 +364,7 @@ def test_thresholds_follow_the_difficulties_up_and_down_without_overshooting():
 
 def test_hard_example_weights_hand_values():
     passes, tries = torch.tensor([0.0, 3.0, 4.0, 1.0, 0.0]), torch.tensor([0.0, 4.0, 4.0, 4.0, 4.0])
-    w = grpo.hard_example_weights(passes, tries, 0.1)
+    w = curriculum.hard_example_weights(passes, tries, 0.1)
     assert w.tolist() == pytest.approx([1.1, 0.35, 0.1, 0.85, 1.1])  # unseen counts as never solved
 
 
@@ -388,7 +389,7 @@ def test_hard_prompts_are_drawn_as_often_as_their_weights_say(n):
     inclusion probability (for n = 1, w / Σw = (1 − pass rate + floor) / Σ)."""
     passes = torch.tensor([0.0, 8.0, 2.0, 6.0, 4.0, 1.0])
     tries = torch.tensor([8.0, 8.0, 8.0, 8.0, 8.0, 0.0])
-    w = grpo.hard_example_weights(passes, tries, 0.1)
+    w = curriculum.hard_example_weights(passes, tries, 0.1)
     pi = torch.tensor(_inclusion(w.tolist(), n), dtype=torch.float64)
     if n == 1:
         torch.testing.assert_close(pi, (w / w.sum()).double())
@@ -396,7 +397,7 @@ def test_hard_prompts_are_drawn_as_often_as_their_weights_say(n):
     M = 3_000
     counts = torch.zeros(6, dtype=torch.float64)
     for _ in range(M):
-        picked = grpo.sample_hard_prompts(passes, tries, n, 0.1, g)
+        picked = curriculum.sample_hard_prompts(passes, tries, n, 0.1, g)
         assert len(set(picked)) == n
         counts[picked] += 1
     sd = (M * pi * (1 - pi)).sqrt()
@@ -409,9 +410,9 @@ def test_with_no_floor_solved_prompts_are_drawn_only_when_needed():
     tries = torch.full((5,), 4.0)
     solved = torch.tensor([4.0, 4.0, 0.0, 4.0, 4.0])  # only prompt 2 is ever failed
     for _ in range(50):
-        picked = grpo.sample_hard_prompts(solved, tries, 3, 0.0, g)
+        picked = curriculum.sample_hard_prompts(solved, tries, 3, 0.0, g)
         assert len(set(picked)) == 3 and picked[0] == 2
-    all_solved = grpo.sample_hard_prompts(torch.full((5,), 4.0), tries, 3, 0.0, g)  # weights all 0
+    all_solved = curriculum.sample_hard_prompts(torch.full((5,), 4.0), tries, 3, 0.0, g)  # weights all 0
     assert len(set(all_solved)) == 3
 
 
@@ -419,7 +420,7 @@ def test_pass_rates_tracked_in_training_are_what_the_verifier_said(tmp_path, coi
     """curriculum=hard end to end: the pass counts the sampler is given grow, prompt by prompt, by the
     correct samples the verifier reported for the prompts drawn in the step before."""
     draws, verdicts = [], []
-    sample, score = grpo.sample_hard_prompts, grpo.score
+    sample, score = curriculum.sample_hard_prompts, grpo_rollout.score
 
     def sample_spy(passes, tries, n, floor, generator):
         picked = sample(passes, tries, n, floor, generator)
@@ -431,8 +432,8 @@ def test_pass_rates_tracked_in_training_are_what_the_verifier_said(tmp_path, coi
         verdicts.append(correct.view(-1, G).sum(-1).float())
         return rewards, correct
 
-    monkeypatch.setattr(grpo, "sample_hard_prompts", sample_spy)
-    monkeypatch.setattr(grpo, "score", score_spy)
+    monkeypatch.setattr(grpo_rollout, "sample_hard_prompts", sample_spy)
+    monkeypatch.setattr(grpo_rollout, "score", score_spy)
     _train(tmp_path, **{"data.task": "coin", "algorithm.curriculum": "hard", "trainer.total_steps": 4})
     assert len(draws) == 4 and len(verdicts) == 4
     assert draws[0][1].sum() == 0  # nothing tried yet: every weight is 1 + floor

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import advantage
-from advantage.algos.llm import grpo
+from advantage.algos.llm import grpo, grpo_rollout
 from advantage.envs.text import Reward, make_task
 from advantage.errors import ConfigError
 from test_grpo import TINY, coin_task  # noqa: F401  (a fixture)
@@ -35,14 +35,14 @@ def _run(tmp_path, monkeypatch, score, correct, name="run", **over):
 
     monkeypatch.setitem(registry.TASKS, "constant", lambda: ConstantTask(score, correct))
     shaped = []
-    original = grpo.shape_rewards
+    original = grpo_rollout.shape_rewards
 
     def spy(rewards, gen, cfg, kl_seq, group=None):
         out = original(rewards, gen, cfg, kl_seq, group)
         shaped.append(out[0].clone())
         return out
 
-    monkeypatch.setattr(grpo, "shape_rewards", spy)
+    monkeypatch.setattr(grpo_rollout, "shape_rewards", spy)
     cfg = {
         **TINY,
         "data.task": "constant",

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import advantage
-from advantage.algos.llm import grpo
+from advantage.algos.llm import grpo, grpo_rewards
 from advantage.envs.text import Reward, make_task
 from advantage.envs.text.core import Example, prefix_steps
 from advantage.errors import ConfigError, NonFiniteError
@@ -47,7 +47,7 @@ def test_task_step_rewards_end_with_the_verifier_score():
 def test_token_char_ends():
     tok = build_char_tokenizer("0123456789+=")
     ids = tok("168", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    assert grpo.token_char_ends(tok, ids, "168") == [1, 2, 3, 3]  # EOS adds no text
+    assert grpo_rewards.token_char_ends(tok, ids, "168") == [1, 2, 3, 3]  # EOS adds no text
 
     class Pairs:  # pieces that do not add up to the text: every prefix is decoded instead
         def batch_decode(self, rows, skip_special_tokens=True):
@@ -56,7 +56,7 @@ def test_token_char_ends():
         def decode(self, ids, skip_special_tokens=True):
             return "ab"[: len(ids)]
 
-    assert grpo.token_char_ends(Pairs(), [5, 6], "ab") == [1, 2]
+    assert grpo_rewards.token_char_ends(Pairs(), [5, 6], "ab") == [1, 2]
 
 
 def test_step_tensors_align_steps_with_tokens():
@@ -72,7 +72,7 @@ def test_step_tensors_align_steps_with_tokens():
         ids[i, : len(r)] = torch.tensor(r)
     gen = SimpleNamespace(response_ids=ids, lengths=torch.tensor([len(r) for r in rows]))
     delta = torch.tensor([0.0, -0.5, 0.25])
-    reward, mask, end = grpo.step_tensors(add, [ex], texts, gen, tok, 3, delta)
+    reward, mask, end = grpo_rewards.step_tensors(add, [ex], texts, gen, tok, 3, delta)
     assert mask.tolist() == [[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]]
     # The last step ends at the response's last token (EOS included) and carries the shaping delta.
     assert (
@@ -89,7 +89,7 @@ def test_a_nan_step_reward_names_the_sample():
     gen = SimpleNamespace(response_ids=torch.zeros(2, 2, dtype=torch.long), lengths=torch.tensor([1, 1]))
     ex = Example("1+1=", "2", "2")
     with pytest.raises(NonFiniteError, match=r"a step reward of completion '3' for prompt '1\+1=' is nan"):
-        grpo.step_tensors(task, [ex], ["3", "2"], gen, tok, 2, torch.zeros(2))
+        grpo_rewards.step_tensors(task, [ex], ["3", "2"], gen, tok, 2, torch.zeros(2))
 
 
 class OneStepCoin(CoinTask):

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import advantage
-from advantage.algos.llm import common
+from advantage.algos.llm.models import model_folder
 from advantage.checkpoint import load_checkpoint, save_checkpoint
 from advantage.config import load_yaml
 from advantage.envs import env_state, set_env_state
@@ -54,25 +54,25 @@ def _lm_checkpoint(root: Path) -> Path:
 def test_model_path_of_a_damaged_run_is_refused(tmp_path, given):
     folder = _lm_checkpoint(tmp_path)
     path = {"run": tmp_path, "checkpoints": tmp_path / "checkpoints", "step": folder}[given]
-    assert common.model_folder(str(path)) == folder
+    assert model_folder(str(path)) == folder
     data = bytearray((folder / "model.safetensors").read_bytes())
     data[10] ^= 0x01
     (folder / "model.safetensors").write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="model.safetensors: SHA-256 does not match"):
-        common.model_folder(str(path))
+        model_folder(str(path))
     (folder / "model.safetensors").write_bytes(bytes(data[:-1]))
     with pytest.raises(CheckpointError, match="model.safetensors: 699 bytes, manifest says 700"):
-        common.model_folder(str(path))
+        model_folder(str(path))
 
 
 def test_model_path_refuses_unlisted_and_pickle_weights(tmp_path):
     folder = _lm_checkpoint(tmp_path)
     (folder / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01.")  # a pickle, next to the weights
     with pytest.raises(CheckpointError, match="pytorch_model.bin: not listed in the manifest"):
-        common.model_folder(str(tmp_path))
+        model_folder(str(tmp_path))
     _rewrite(folder, "pytorch_model.bin", b"\x80\x04K\x01.")  # listed, hash matching
     with pytest.raises(CheckpointError, match="pytorch_model.bin: a pickle-based weights file"):
-        common.model_folder(str(tmp_path))
+        model_folder(str(tmp_path))
     with pytest.raises(CheckpointError, match="pytorch_model.bin: a pickle-based weights file"):
         load_checkpoint(tmp_path / "checkpoints")
 

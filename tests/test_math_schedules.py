@@ -30,7 +30,7 @@ def test_remaining_is_the_old_linear_anneal_bit_for_bit():
 
 
 def old_lm_learning_rate(peak, warmup, schedule, min_ratio, step, total):
-    """The expression advantage.algos.llm.common.learning_rate had before it used warmup_decay."""
+    """The expression advantage.algos.llm.training.learning_rate had before it used warmup_decay."""
     if step < warmup:
         return peak * (step + 1) / warmup
     if schedule == "constant":

@@ -12,6 +12,7 @@ import torch
 
 import advantage
 from advantage.algos.llm import reward_model as rm
+from advantage.algos.llm import reward_models
 from advantage.cli import main
 from advantage.errors import ConfigError
 from advantage.math.preference import bradley_terry_loss, kwise_ranking_loss
@@ -38,12 +39,12 @@ def _train(tmp_path, name="run", **over):
     return advantage.train("reward_model", quiet=True, **{k: v for k, v in cfg.items() if v is not None})
 
 
-def _model(seed=0) -> rm.RewardModel:
+def _model(seed=0) -> reward_models.RewardModel:
     from advantage.lm.model import build_char_tokenizer, build_scratch_model
 
     tok = build_char_tokenizer("abcdefgh=")
     backbone = build_scratch_model("qwen2", tok, hidden_size=32, layers=2, heads=2, seed=seed)
-    model = rm.RewardModel(backbone, tok, seed=seed)
+    model = reward_models.RewardModel(backbone, tok, seed=seed)
     with torch.no_grad():  # a non-zero head bias, so a wrong pooled position cannot hide behind it
         model.head.bias.fill_(0.3)
     return model.eval()
@@ -56,11 +57,11 @@ def test_last_token_index_under_every_padding():
     right = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]])
     left = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 1]])
     mixed = torch.tensor([[0, 1, 1, 1, 0], [0, 0, 1, 0, 0], [1, 1, 1, 1, 0]])  # prompt left, response right
-    assert rm.last_token_index(right).tolist() == [2, 4, 0]
-    assert rm.last_token_index(left).tolist() == [4, 4, 4]
-    assert rm.last_token_index(mixed).tolist() == [3, 2, 3]
+    assert reward_models.last_token_index(right).tolist() == [2, 4, 0]
+    assert reward_models.last_token_index(left).tolist() == [4, 4, 4]
+    assert reward_models.last_token_index(mixed).tolist() == [3, 2, 3]
     with pytest.raises(ValueError, match="at least one real token"):
-        rm.last_token_index(torch.tensor([[0, 0]]))
+        reward_models.last_token_index(torch.tensor([[0, 0]]))
 
 
 @pytest.mark.parametrize("side", ["right", "left", "mixed"])
@@ -75,7 +76,7 @@ def test_padded_batch_scores_equal_each_sequence_alone(side):
             ids = torch.tensor([p + r])
             alone.append(float(model(ids, torch.ones_like(ids))[0]))
         if side == "right":
-            ids, mask = rm.collate([p + r for p, r in encoded], tok.pad_token_id)
+            ids, mask = reward_models.collate_sequences([p + r for p, r in encoded], tok.pad_token_id)
         else:
             P = max(len(p) for p, _ in encoded)
             T = max(len(r) for _, r in encoded)
@@ -91,7 +92,7 @@ def test_padded_batch_scores_equal_each_sequence_alone(side):
     assert batched.shape == (4,)
     torch.testing.assert_close(batched, torch.tensor(alone), atol=1e-5, rtol=0)
     # the read-out is the EOS every sequence ends with
-    assert all(int(ids[i, j]) == tok.eos_token_id for i, j in enumerate(rm.last_token_index(mask)))
+    assert all(int(ids[i, j]) == tok.eos_token_id for i, j in enumerate(reward_models.last_token_index(mask)))
     # score() from text gives the same numbers
     torch.testing.assert_close(model.score(*zip(*pairs, strict=True)), torch.tensor(alone), atol=1e-5, rtol=0)
 
@@ -170,7 +171,7 @@ def test_center_rewards_term_and_gradient_accumulation():
     with torch.no_grad():
         base, _ = rm.rm_loss(model, seqs, index, 7.0, loss="kwise")
         centered, _ = rm.rm_loss(model, seqs, index, 7.0, loss="kwise", center_coef=0.5)
-        r = model(*rm.collate(seqs, model.tokenizer.pad_token_id)).view(7, 3)
+        r = model(*reward_models.collate_sequences(seqs, model.tokenizer.pad_token_id)).view(7, 3)
     assert float(centered - base) == pytest.approx(float(0.5 * (r.mean(-1) ** 2).mean()), rel=1e-5)
 
     def grads(micro):
@@ -234,15 +235,14 @@ def test_checkpoint_is_a_model_folder_plus_a_value_head(tmp_path):
 
     run = _train(tmp_path, **{"data.k": 3, "algorithm.loss": "kwise"})
     folder = run.checkpoint.path
-    assert {"config.json", "model.safetensors", "tokenizer.json", rm.HEAD_FILE, rm.META_FILE} <= set(
-        run.checkpoint.files
-    )
-    head = load_file(folder / rm.HEAD_FILE)
+    own = {reward_models.HEAD_FILE, reward_models.META_FILE}
+    assert {"config.json", "model.safetensors", "tokenizer.json", *own} <= set(run.checkpoint.files)
+    head = load_file(folder / reward_models.HEAD_FILE)
     assert torch.equal(head["weight"], run.checkpoint.tensors["value_head.weight"])
     assert torch.equal(head["bias"], run.checkpoint.tensors["value_head.bias"])
     AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)  # the backbone alone loads too
     # What a later PPO-RLHF / GRPO run does with worker.reward.model=RUN_DIR:
-    loaded = rm.load_reward_model(run.dir)
+    loaded = reward_models.load_reward_model(run.dir)
     prompts, responses = ["abcde=", "abcde=", "hhh="], ["abc", "fgh", ""]
     torch.testing.assert_close(loaded.score(prompts, responses), run.policy.model.score(prompts, responses))
     assert isinstance(run.act(("abcde=", "abc")), float)
@@ -251,7 +251,7 @@ def test_checkpoint_is_a_model_folder_plus_a_value_head(tmp_path):
     run2 = _train(tmp_path, "from_path", **{"model.path": str(run.dir), "trainer.total_steps": 2})
     assert run2.config.model.pretrained and run2.step == 2
     with pytest.raises(ConfigError, match="not a reward model folder"):
-        rm.load_reward_model(tmp_path / "nowhere")
+        reward_models.load_reward_model(tmp_path / "nowhere")
 
 
 def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path, rewound):

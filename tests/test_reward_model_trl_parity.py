@@ -32,6 +32,7 @@ import pytest
 import torch
 
 from advantage.algos.llm import reward_model as rm
+from advantage.algos.llm import reward_models
 from advantage.envs.text.preference import PreferenceExample, make_preference_task
 from advantage.lm import packing
 from advantage.lm.model import build_char_tokenizer, build_scratch_model
@@ -45,7 +46,7 @@ def setup():
     task = make_preference_task("synthetic")
     tok = build_char_tokenizer(task.alphabet, extra_tokens=task.special_tokens)
     backbone = build_scratch_model("qwen2", tok, hidden_size=32, layers=2, heads=4, seed=0)
-    model = rm.RewardModel(backbone, tok, seed=0)
+    model = reward_models.RewardModel(backbone, tok, seed=0)
     examples = task.examples("train", 7, 0) + [PreferenceExample(p, r) for p, r in EXTRA]
     tokens = [
         (model.encode(e.prompt, e.chosen)[0], [model.encode(e.prompt, r)[1] for r in e.responses])
@@ -64,7 +65,7 @@ def _ours(setup, center_coef: float, packed: bool = True):
         rewards = model.forward_packed(packing.pack_prompts(groups, tok.pad_token_id))
     else:
         seqs, index = rm.micro_batch(items, tokens)
-        rewards = model(*rm.collate(seqs, tok.pad_token_id))
+        rewards = model(*reward_models.collate_sequences(seqs, tok.pad_token_id))
     loss, _ = rm.rank_loss(rewards, index, float(len(items)), loss="pairwise", center_coef=center_coef)
     loss.backward()
     return loss.detach(), rewards.detach(), {n: p.grad for n, p in model.named_parameters()}

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import advantage
 from advantage import runfiles
-from advantage.algos.llm import common
+from advantage.algos.llm.models import model_folder
 from advantage.checkpoint import save_checkpoint
 from advantage.cli import final_line, main
 from advantage.errors import CheckpointError, ConfigError, RunDirError
@@ -451,7 +451,7 @@ def _lm_run(tmp_path: Path) -> Path:
 
 def test_a_run_checkpoint_without_its_manifest_is_refused_as_model_path(tmp_path):
     step = _lm_run(tmp_path)
-    assert common.model_folder(str(step)) == step  # verified, with its manifest
+    assert model_folder(str(step)) == step  # verified, with its manifest
     (step / "manifest.json").unlink()
     weights = bytearray((step / "model.safetensors").read_bytes())
     weights[-3] ^= 0x01
@@ -459,14 +459,14 @@ def test_a_run_checkpoint_without_its_manifest_is_refused_as_model_path(tmp_path
     with pytest.raises(
         CheckpointError, match="manifest.json: manifest missing; .* a checkpoint folder of the run"
     ):
-        common.model_folder(str(step))
+        model_folder(str(step))
     moved = tmp_path / "moved"  # out of the run: still a checkpoint, by its own files
     shutil.copytree(step, moved)
     with pytest.raises(CheckpointError, match="is a checkpoint folder, which is never loaded unverified"):
-        common.model_folder(str(moved))
+        model_folder(str(moved))
     for name in ("state.json", "tensors.safetensors"):  # without them: a plain model folder, the user's
         (moved / name).unlink()
-    assert common.model_folder(str(moved)) == moved
+    assert model_folder(str(moved)) == moved
     cfg = resolve_config("grpo", None, {"worker.actor.model.path": str(moved)})[1]
     assert cfg.worker.actor.model.path == str(moved)  # loads as a user's own model does
 

@@ -9,8 +9,11 @@ import pytest
 import torch
 
 import advantage
-from advantage.algos.llm import common, sft
+from advantage.algos.llm import sft
+from advantage.algos.llm.batches import collate
+from advantage.algos.llm.training import learning_rate
 from advantage.cli import main
+from advantage.configs.sft import SFTAlgorithm
 from advantage.errors import ConfigError
 from fp32_bounds import assert_within, chain_length, summed_bound
 
@@ -39,7 +42,9 @@ def _train(tmp_path, name="run", **over):
 
 
 def _policy_and_batch():
-    from advantage.algos.llm.common import LMPolicy, build_model, make_task
+    from advantage.algos.llm.data import make_task
+    from advantage.algos.llm.models import build_model
+    from advantage.algos.llm.policy import LMPolicy
     from advantage.resolve import resolve_config
 
     _, cfg = resolve_config("sft", overrides=TINY)
@@ -51,7 +56,7 @@ def _policy_and_batch():
 
 
 def test_collate_layout_left_pads_prompts_and_right_pads_responses():
-    mb = sft.collate([[5, 6, 7], [8]], [[1, 2], [3, 4, 9]], pad_id=0)
+    mb = collate([[5, 6, 7], [8]], [[1, 2], [3, 4, 9]], pad_id=0)
     assert mb["input_ids"].tolist() == [[5, 6, 7, 1, 2, 0], [0, 0, 8, 3, 4, 9]]
     assert mb["attention_mask"].tolist() == [[1, 1, 1, 1, 1, 0], [0, 0, 1, 1, 1, 1]]
     assert mb["response_mask"].tolist() == [[1, 1, 0], [1, 1, 1]]
@@ -62,7 +67,7 @@ def test_loss_is_mean_nll_of_response_tokens_only():
     from advantage.lm.model import sequence_logprobs
 
     model, tok, prompts, responses = _policy_and_batch()
-    mb = sft.collate(prompts, responses, tok.pad_token_id)
+    mb = collate(prompts, responses, tok.pad_token_id)
     n = float(mb["response_mask"].sum())
     loss = sft.sft_loss(model, mb, n)
     # Naive: each sequence alone, unpadded, summing -log p over its response tokens.
@@ -81,7 +86,7 @@ def _accumulation_bound(model, tok, prompts, responses, n):
     parts = []
     for p, r in zip(prompts, responses, strict=True):
         model.zero_grad(set_to_none=True)
-        sft.sft_loss(model, sft.collate([p], [r], tok.pad_token_id), n).backward()
+        sft.sft_loss(model, collate([p], [r], tok.pad_token_id), n).backward()
         parts.append([q.grad.clone() for q in model.parameters()])
     model.zero_grad(set_to_none=True)
     tokens = sum(len(p) + len(r) for p, r in zip(prompts, responses, strict=True))
@@ -96,7 +101,7 @@ def test_gradient_accumulation_equals_one_big_batch():
     def grads(micro: int) -> list[torch.Tensor]:
         model.zero_grad(set_to_none=True)
         for j in range(0, len(prompts), micro):
-            mb = sft.collate(prompts[j : j + micro], responses[j : j + micro], tok.pad_token_id)
+            mb = collate(prompts[j : j + micro], responses[j : j + micro], tok.pad_token_id)
             sft.sft_loss(model, mb, n).backward()
         return [p.grad.clone() for p in model.parameters()]
 
@@ -106,7 +111,7 @@ def test_gradient_accumulation_equals_one_big_batch():
     # A per-micro-batch mean would differ: the normalizer has to be the step's token count.
     model.zero_grad(set_to_none=True)
     for j in range(0, 8, 3):
-        mb = sft.collate(prompts[j : j + 3], responses[j : j + 3], tok.pad_token_id)
+        mb = collate(prompts[j : j + 3], responses[j : j + 3], tok.pad_token_id)
         sft.sft_loss(model, mb, float(mb["response_mask"].sum())).backward()
     wrong = [p.grad for p in model.parameters()]
     with pytest.raises(AssertionError, match="above its bound"):  # far outside the rounding bound
@@ -114,17 +119,17 @@ def test_gradient_accumulation_equals_one_big_batch():
 
 
 def test_learning_rate_schedules():
-    a = sft.SFTAlgorithm(learning_rate=1.0, warmup_steps=10, min_lr_ratio=0.1, lr_schedule="cosine")
-    assert common.learning_rate(a, 0, 110) == pytest.approx(0.1)
-    assert common.learning_rate(a, 9, 110) == pytest.approx(1.0)
-    assert common.learning_rate(a, 10, 110) == pytest.approx(1.0)
-    assert common.learning_rate(a, 60, 110) == pytest.approx(0.55)
-    assert common.learning_rate(a, 110, 110) == pytest.approx(0.1)
+    a = SFTAlgorithm(learning_rate=1.0, warmup_steps=10, min_lr_ratio=0.1, lr_schedule="cosine")
+    assert learning_rate(a, 0, 110) == pytest.approx(0.1)
+    assert learning_rate(a, 9, 110) == pytest.approx(1.0)
+    assert learning_rate(a, 10, 110) == pytest.approx(1.0)
+    assert learning_rate(a, 60, 110) == pytest.approx(0.55)
+    assert learning_rate(a, 110, 110) == pytest.approx(0.1)
     a.lr_schedule = "linear"
-    assert common.learning_rate(a, 60, 110) == pytest.approx(0.55)
-    assert common.learning_rate(a, 35, 110) == pytest.approx(0.1 + 0.9 * 0.75)
+    assert learning_rate(a, 60, 110) == pytest.approx(0.55)
+    assert learning_rate(a, 35, 110) == pytest.approx(0.1 + 0.9 * 0.75)
     a.lr_schedule = "constant"
-    assert common.learning_rate(a, 100, 110) == 1.0
+    assert learning_rate(a, 100, 110) == 1.0
 
 
 def test_checkpoint_is_a_model_folder_with_identical_logprobs(tmp_path):
@@ -296,7 +301,7 @@ def test_packing_gives_the_same_loss_and_gradients_as_padding():
     assert packed["input_ids"].shape[0] < len(prompts)  # several sequences share a row
     assert float(packed["target_mask"].sum()) == n
     model.zero_grad(set_to_none=True)
-    a = sft.sft_loss(model, sft.collate(prompts, responses, tok.pad_token_id), n)
+    a = sft.sft_loss(model, collate(prompts, responses, tok.pad_token_id), n)
     a.backward()
     ga = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)

@@ -425,7 +425,7 @@ def test_grpo_on_gsm8k_file_from_the_sft_run(tmp_path, sft_run, data):
 def test_grpo_on_verl_parquet_then_eval_with_samples(tmp_path, sft_run, data, capsys):
     from transformers import AutoTokenizer
 
-    from advantage.algos.llm.common import model_folder
+    from advantage.algos.llm.models import model_folder
 
     run = _grpo(tmp_path, sft_run, data["verl"])
     tok = AutoTokenizer.from_pretrained(model_folder(str(sft_run.dir)))

@@ -1,6 +1,6 @@
 """What every language-model algorithm's config shares: the ``data``, ``model`` and ``trainer`` sections,
 the optimizer checks, and the ``data.*`` options of a task (for ``advantage list``). The code that builds
-tasks, models and tokenizers is :mod:`advantage.algos.llm.common`."""
+tasks, models and tokenizers is in :mod:`advantage.algos.llm.data` and :mod:`advantage.algos.llm.models`."""
 
 from __future__ import annotations
 
@@ -221,7 +221,7 @@ class SamplingConfig:
     )
 
     def sampling(self) -> dict[str, Any]:
-        """These options as the keyword arguments of :meth:`advantage.algos.llm.common.LMPolicy.complete`."""
+        """These options as the keyword arguments of :meth:`advantage.algos.llm.policy.LMPolicy.complete`."""
         names = ("temperature", "top_p", "top_k", "min_new_tokens")
         return {name: getattr(self, name) for name in names}
 

@@ -29,11 +29,11 @@ from advantage.configs.llm import (
     LMModelConfig,
     LMOptim,
     LMTrainerConfig,
+    RefConfig,
+    SamplingConfig,
     SamplingTrainerConfig,
     preference_task_options,
 )
-from advantage.configs.llm import RefConfig as PPORef
-from advantage.configs.llm import SamplingConfig as PPORollout
 from advantage.registry import Algorithm, Entry, register
 
 
@@ -46,7 +46,7 @@ class PPOData(DataConfig):
 
 
 @dataclass
-class PPOAlgorithm:
+class PPORLHFAlgorithm:
     gamma: float = option(1.0, "γ: discount over response tokens (1: see the module docstring)", lo=0, hi=1)
     lam: float = option(0.95, "λ of GAE over tokens (bias-variance trade-off of the advantage)", lo=0, hi=1)
     kl_coef: float = option(0.05, "β: weight of the per-token KL penalty in the reward (initial β)", lo=0)
@@ -135,15 +135,15 @@ class PPOReward:
 class PPOWorker:
     actor: PPOActor = section(PPOActor)
     critic: PPOCritic = section(PPOCritic)
-    rollout: PPORollout = section(PPORollout)
-    ref: PPORef = section(PPORef)
+    rollout: SamplingConfig = section(SamplingConfig)
+    ref: RefConfig = section(RefConfig)
     reward: PPOReward = section(PPOReward)
 
 
 @dataclass
 class PPORLHFConfig(SamplingTrainerConfig):
     data: PPOData = section(PPOData)
-    algorithm: PPOAlgorithm = section(PPOAlgorithm)
+    algorithm: PPORLHFAlgorithm = section(PPORLHFAlgorithm)
     worker: PPOWorker = section(PPOWorker)
     trainer: LMTrainerConfig = section(LMTrainerConfig)
 

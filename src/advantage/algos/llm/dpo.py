@@ -47,11 +47,18 @@ import torch
 from torch import Tensor
 
 from advantage import distributed, optim
-from advantage.algos.llm import common
-from advantage.algos.llm import distributed as lm_distributed
-from advantage.algos.llm.common import DataConfig, LMPolicy
-from advantage.algos.llm.sft import collate
+from advantage.algos.llm import data_parallel
+from advantage.algos.llm.batches import collate
+from advantage.algos.llm.checks import check as check_run
+from advantage.algos.llm.data import preference_responses, preference_task
+from advantage.algos.llm.evaluation import eval_examples
+from advantage.algos.llm.models import eval_mode, frozen_reference, hf_files, policy_model
+from advantage.algos.llm.policy import LMPolicy, prompt_text
+from advantage.algos.llm.policy import load_policy as load_lm_policy
+from advantage.algos.llm.training import resume, set_learning_rate
+from advantage.algos.llm.training import snapshot as lm_snapshot
 from advantage.configs.dpo import DPOAlgorithm, DPOConfig
+from advantage.configs.llm import DataConfig
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.lm.packing import PACK_ROW_LENGTH, pack_prompts, packable, packed_logprobs
@@ -66,7 +73,7 @@ if TYPE_CHECKING:  # transformers is the optional `llm` extra
 # Data: preference pairs as token ids
 
 
-make_task = common.preference_task
+make_task = preference_task
 
 
 def pairs_of(examples: list[Any]) -> list[tuple[str, str, str]]:
@@ -84,7 +91,7 @@ def tokenize_pairs(
     """Token ids of (prompt, chosen + EOS, rejected + EOS); over-long items are an error naming them."""
     out = []
     for n, (p, c, r) in enumerate(pairs):
-        text = common.prompt_text(tok, p, d.chat_template)
+        text = prompt_text(tok, p, d.chat_template)
         pi = tok(text, add_special_tokens=False)["input_ids"]
         ci = tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         ri = tok(r, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
@@ -180,8 +187,8 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
     restored = ctx.restored
     if cfg.model.lora.rank > 0:
         raise ConfigError("dpo does not support model.lora yet; set model.lora.rank=0")
-    model, tok = common.policy_model(cfg, task, restored)
-    ref = common.frozen_reference(cfg, task, model if restored is None else None)
+    model, tok = policy_model(cfg, task, restored)
+    ref = frozen_reference(cfg, task, model if restored is None else None)
     policy = LMPolicy(model, tok, task, cfg)
     items = tokenize_pairs(tok, pairs_of(policy.examples("train")), d)
     if not items:
@@ -189,17 +196,17 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
     micro = a.micro_batch_size or a.batch_size
     ref_all = pair_logps(ref, items, tok.pad_token_id, micro) if a.precompute_ref else None
     world = distributed.current()
-    net = lm_distributed.wrap(world, model)  # what this rank trains: the model, or its FSDP shards
+    net = data_parallel.wrap(world, model)  # what this rank trains: the model, or its FSDP shards
     params = [p for p in net.parameters() if p.requires_grad]
     opt = optim.adam(params, a.learning_rate, weight_decay=a.weight_decay, decoupled=True)
-    learner = LearnerState(optimizers={"optim": lm_distributed.optimizer(world, net, opt)})
-    step, cursor = common.resume(learner, restored, len(items), t.seed)
+    learner = LearnerState(optimizers={"optim": data_parallel.optimizer(world, net, opt)})
+    step, cursor = resume(learner, restored, len(items), t.seed)
     policy.reference = ref  # evaluation needs it for the implicit rewards
 
-    save = partial(common.snapshot, policy, learner, cursor, lambda: common.hf_files(model, tok))
+    save = partial(lm_snapshot, policy, learner, cursor, lambda: hf_files(model, tok))
 
     def snapshot() -> Snapshot:
-        lm_distributed.unshard(world, net, model)  # the full weights, from every rank's shard
+        data_parallel.unshard(world, net, model)  # the full weights, from every rank's shard
         return save()
 
     loss_fn = dpo_loss_fn(a)
@@ -207,7 +214,7 @@ def train(cfg: DPOConfig, ctx: RunContext) -> None:
     while step < t.total_steps:
         idx = cursor.next(a.batch_size)
         share = world.share(idx)  # this rank's pairs; the loss and metrics below are over all of idx
-        lr = common.set_learning_rate(opt, a, step, schedule_total(t, step))
+        lr = set_learning_rate(opt, a, step, schedule_total(t, step))
         clock = time.perf_counter()
         optim.zero_grad(params)  # opt.zero_grad(set_to_none=True) without its profiler scope
         sums: dict[str, Tensor] = {}  # the step's loss and metrics, tensors until the step ends
@@ -273,12 +280,12 @@ def evaluate(
     if samples is not None and samples > 1:
         raise ConfigError("dpo evaluation scores given pairs; --samples is for generated answers")
     tok = policy.tokenizer
-    examples = common.eval_examples(cfg, policy, split, limit, None)
+    examples = eval_examples(cfg, policy, split, limit, None)
     items = tokenize_pairs(tok, pairs_of(examples), cfg.data)
     ref = getattr(policy, "reference", None)
     if ref is None:
-        ref = policy.reference = common.frozen_reference(cfg, policy.task, None)
-    with common.eval_mode(policy.model):
+        ref = policy.reference = frozen_reference(cfg, policy.task, None)
+    with eval_mode(policy.model):
         mb = cfg.trainer.eval_batch_size
         lp = pair_logps(policy.model, items, tok.pad_token_id, mb, sequence_logps)
         rp = pair_logps(ref, items, tok.pad_token_id, mb, sequence_logps)
@@ -309,8 +316,8 @@ def evaluate(
 
 
 # The policy of a checkpoint (a ``save_pretrained`` folder) with the run's preference task.
-load_policy = partial(common.load_policy, task_factory=make_task)
+load_policy = partial(load_lm_policy, task_factory=make_task)
 
 
-# :func:`advantage.algos.llm.common.check` with the preference task.
-check = partial(common.check, task_factory=make_task, responses=common.preference_responses)
+# :func:`advantage.algos.llm.checks.check` with the preference task.
+check = partial(check_run, task_factory=make_task, responses=preference_responses)

@@ -38,7 +38,7 @@ Implementation details:
 1. Batch units: ``data.rollout_batch_size`` prompts per rollout, one response each; one trainer step is
    one rollout and its ``ppo_epochs`` × (rollout / ``mini_batch_size``) optimizer steps. Each optimizer
    step's losses are divided by its global token count, so micro-batches add up to one big batch.
-2. The reward model is a ``reward_model`` run (:func:`advantage.algos.llm.reward_model.load_reward_model`)
+2. The reward model is a ``reward_model`` run (:func:`advantage.algos.llm.reward_models.load_reward_model`)
    and must use the policy's tokenizer (checked before the run starts: an error names both). It scores
    the decoded response + EOS, as it was trained. A truncated response (no EOS within
    ``data.max_response_length``) is scored as it stands and treated as terminal: the length limit is part
@@ -74,16 +74,17 @@ import torch
 from torch import Tensor, nn
 
 from advantage import distributed, optim
-from advantage.algos.llm import common
-from advantage.algos.llm import distributed as lm_distributed
-from advantage.algos.llm.common import LMPolicy
-from advantage.algos.llm.shared import (
-    evaluate_preference,
-    load_reward,
-    reward_model_problems,
-    step_normalizer,
-    trimmed,
-)
+from advantage.algos.llm import data_parallel
+from advantage.algos.llm.batches import step_normalizer, trimmed
+from advantage.algos.llm.checks import check as check_run
+from advantage.algos.llm.data import DataCursor, preference_task
+from advantage.algos.llm.evaluation import evaluate_preference
+from advantage.algos.llm.models import frozen_reference, hf_files, policy_model, scalar_head
+from advantage.algos.llm.policy import LMPolicy
+from advantage.algos.llm.policy import load_policy as load_lm_policy
+from advantage.algos.llm.reward_models import load_reward, reward_model_problems
+from advantage.algos.llm.training import learning_rate
+from advantage.algos.llm.training import snapshot as lm_snapshot
 from advantage.checkpoint import Checkpoint
 from advantage.configs.ppo_rlhf import PPOActor, PPOCritic, PPORLHFConfig
 from advantage.context import RunContext, Snapshot
@@ -94,14 +95,14 @@ from advantage.math.value_losses import explained_variance
 from advantage.schedules import schedule_total
 from advantage.torch_state import LearnerState
 
-make_task = common.preference_task  # the preference task whose prompts PPO answers
+make_task = preference_task  # the preference task whose prompts PPO answers
 
 
 def check(cfg: PPORLHFConfig) -> list[str]:
-    """:func:`advantage.algos.llm.common.check` with the preference task, plus the reward model: set,
+    """:func:`advantage.algos.llm.checks.check` with the preference task, plus the reward model: set,
     existing, a reward model, and on the policy's tokenizer — all before the run folder is created
-    (:func:`advantage.algos.llm.shared.reward_model_problems`)."""
-    return common.check(cfg, make_task) + reward_model_problems(cfg, make_task)
+    (:func:`advantage.algos.llm.reward_models.reward_model_problems`)."""
+    return check_run(cfg, make_task) + reward_model_problems(cfg, make_task)
 
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
@@ -163,7 +164,7 @@ class ValueHead(nn.Module):
 
     def __init__(self, hidden: int, seed: int = 0):
         super().__init__()
-        self.linear = common.scalar_head(hidden, seed)
+        self.linear = scalar_head(hidden, seed)
 
     def forward(self, hidden: Tensor) -> Tensor:
         return self.linear(hidden.float()).squeeze(-1)
@@ -280,7 +281,7 @@ def _no_grad_forward(
 
 
 @dataclass
-class Batch:
+class RLHFBatch:
     """One rollout, ready to learn from: ``B`` = ``data.rollout_batch_size`` responses, all ``[B, T]``."""
 
     gen: Generation
@@ -292,7 +293,7 @@ class Batch:
     times: dict[str, float] = field(default_factory=dict)  # seconds per phase: generate, score, prepare
 
 
-class PPORollout:
+class RLHFRollout:
     """The sampling side of PPO-RLHF and its state in the checkpoint: the prompt cursor (``epoch``,
     ``pos``; sampling draws come from each prompt's slot in the stream, so the cursor fixes them) and the
     KL coefficient β (``beta``, moved by the adaptive controller when ``algorithm.adaptive_kl``).
@@ -318,7 +319,7 @@ class PPORollout:
             epoch, pos, self.beta = s["epoch"], s["pos"], s["beta"]
             if self.kl_ctl is not None:
                 self.kl_ctl.beta = self.beta
-        self.cursor = common.DataCursor(len(examples), t.seed, epoch, pos)
+        self.cursor = DataCursor(len(examples), t.seed, epoch, pos)
 
     def tensors(self) -> dict[str, Tensor]:
         return {}
@@ -331,7 +332,7 @@ class PPORollout:
         if self.kl_ctl is not None:
             self.beta = self.kl_ctl.update(kl_ref)
 
-    def collect(self, step: int) -> tuple[Batch, dict[str, float]]:
+    def collect(self, step: int) -> tuple[RLHFBatch, dict[str, float]]:
         """One rollout of ``data.rollout_batch_size`` prompts and its metrics; ``step`` (done so far) names
         the step in errors."""
         cfg, policy, a, roll = self.cfg, self.policy, self.cfg.algorithm, self.cfg.worker.rollout
@@ -365,7 +366,7 @@ class PPORollout:
         advantages = token_gae(rewards, old_values, mask, a.gamma, a.lam)  # [B, T]
         returns = advantages + old_values * mask  # [B, T], the critic's targets
         if a.whiten_advantages:  # over every rank's tokens
-            advantages = lm_distributed.masked_whiten(distributed.current(), advantages, mask)
+            advantages = data_parallel.masked_whiten(distributed.current(), advantages, mask)
         kl_seq = (kl * mask).sum(-1)  # [B] KL to the reference per response
         m = {
             "score/mean": float(scores.mean()),
@@ -385,7 +386,7 @@ class PPORollout:
         if hidden_score is not None:
             m["hidden_score/mean"] = sum(map(hidden_score, prompts, texts)) / n_rows
         times = {"time/generate": t1 - t0, "time/score": t2 - t1, "time/prepare": time.perf_counter() - t2}
-        return Batch(gen, old_logp, old_values, advantages, returns, t0, times), m
+        return RLHFBatch(gen, old_logp, old_values, advantages, returns, t0, times), m
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -393,7 +394,7 @@ class PPORollout:
 
 
 def learn(
-    cfg: PPORLHFConfig, models: Models, opt: torch.optim.Optimizer, b: Batch, step: int
+    cfg: PPORLHFConfig, models: Models, opt: torch.optim.Optimizer, b: RLHFBatch, step: int
 ) -> dict[str, list[float]]:
     """``worker.actor.ppo_epochs`` passes over the rollout in mini-batches of ``mini_batch_size`` rows
     (one optimizer step each) and micro-batches of ``micro_batch_size`` rows (one forward each); returns
@@ -407,9 +408,9 @@ def learn(
     mini, micro = actor.mini_batch_size or n_all, actor.micro_batch_size or n_all
     stats: dict[str, list[float]] = {}
     for _ in range(actor.ppo_epochs):
-        perm = lm_distributed.global_permutation(world, n_rows)
+        perm = data_parallel.global_permutation(world, n_rows)
         for start in range(0, n_all, mini):
-            rows_mb = lm_distributed.local_rows(world, perm[start : start + mini], n_rows)  # this rank's
+            rows_mb = data_parallel.local_rows(world, perm[start : start + mini], n_rows)  # this rank's
             Z, tokens = world.reduce(
                 [step_normalizer(mask[rows_mb], actor.loss_agg), float(mask[rows_mb].sum())]
             )
@@ -417,7 +418,7 @@ def learn(
             opt.zero_grad(set_to_none=True)
             totals = [0.0, 0.0]
             micros = [rows_mb[j : j + micro] for j in range(0, len(rows_mb), micro)]
-            for r, real in lm_distributed.even_micro_batches(world, micros, torch.arange(1)):
+            for r, real in data_parallel.even_micro_batches(world, micros, torch.arange(1)):
                 ids, attn, p_len, t_len = trimmed(b.gen, r)
                 logp, values = models(ids, attn, p_len)  # [b, t_len] each
                 sl = (r, slice(0, t_len))
@@ -466,13 +467,13 @@ def build(
 ) -> tuple[LMPolicy, Models, Models, LearnerState, torch.optim.Optimizer]:
     """The policy (with its frozen reference and reward model), the models (actor, critic), what this rank
     trains of them (the same :class:`Models`, or with ``fsdp`` its sharded copy, whose full weights go
-    back into the first by :func:`~advantage.algos.llm.distributed.unshard`) and the learner state (critic
+    back into the first by :func:`~advantage.algos.llm.data_parallel.unshard`) and the learner state (critic
     weights, the optimizer ``optim``, the torch RNG) and the optimizer, restored from ``restored``. Built
     in this order on purpose: the scratch models draw their initial weights from the global generator."""
     t, critic = cfg.trainer, cfg.worker.critic
     task = make_task(cfg.data)
-    model, tok = common.policy_model(cfg, task, restored)
-    ref = common.frozen_reference(cfg, task, None if restored is not None else model)
+    model, tok = policy_model(cfg, task, restored)
+    ref = frozen_reference(cfg, task, None if restored is not None else model)
     rm = load_reward(cfg, tok)
     # The critic starts as a copy of the starting policy (actor and critic may share a trunk).
     trunk = None if critic.shared else copy.deepcopy(ref).requires_grad_(True).train()
@@ -482,7 +483,7 @@ def build(
     policy.reference, policy.reward_model = ref, rm  # the rollout and evaluation use them
     policy.examples("train")  # the training prompts, read once here (cached for the rollout)
     world = distributed.current()
-    net = lm_distributed.wrap(world, models)  # Models itself, or its FSDP shards
+    net = data_parallel.wrap(world, models)  # Models itself, or its FSDP shards
     actor_params = [p for p in net.actor.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(
         [{"params": actor_params}, {"params": net.critic_parameters()}],
@@ -492,11 +493,11 @@ def build(
     # The critic's own weights travel as tensors; the policy's as the checkpoint's model folder.
     learner = LearnerState(
         {"value_head": head, **({"critic": trunk} if trunk is not None else {})},
-        {"optim": lm_distributed.optimizer(world, net, opt)},
+        {"optim": data_parallel.optimizer(world, net, opt)},
     )
     if restored is not None:
         learner.load(restored.tensors, restored.state["algo"])
-        lm_distributed.reshard(world, net, models)  # fsdp: the restored critic into the shards
+        data_parallel.reshard(world, net, models)  # fsdp: the restored critic into the shards
     return policy, models, net, learner, opt
 
 
@@ -506,22 +507,22 @@ def train(cfg: PPORLHFConfig, ctx: RunContext) -> None:
     torch.manual_seed(t.seed)
     restored = ctx.restored
     policy, models, net, learner, opt = build(cfg, restored)
-    rollout = PPORollout(cfg, policy, models, policy.examples("train"), restored)
+    rollout = RLHFRollout(cfg, policy, models, policy.examples("train"), restored)
     step = 0 if restored is None else restored.step
     world = distributed.current()
-    files = partial(common.hf_files, policy.model, policy.tokenizer)
-    save = partial(common.snapshot, policy, learner, rollout, files)
+    files = partial(hf_files, policy.model, policy.tokenizer)
+    save = partial(lm_snapshot, policy, learner, rollout, files)
 
     def snapshot() -> Snapshot:
-        lm_distributed.unshard(world, net, models)  # the full weights, from every rank's shard
+        data_parallel.unshard(world, net, models)  # the full weights, from every rank's shard
         return save()
 
     net.train()
     while step < t.total_steps:
-        lr = common.learning_rate(actor, step, schedule_total(t, step))
+        lr = learning_rate(actor, step, schedule_total(t, step))
         opt.param_groups[0]["lr"] = lr
         opt.param_groups[1]["lr"] = lr * critic.learning_rate / actor.learning_rate  # the actor's schedule
-        lm_distributed.unshard(world, net, models, everywhere=True)  # fsdp: every rank samples and scores
+        data_parallel.unshard(world, net, models, everywhere=True)  # fsdp: every rank samples and scores
         batch, m = rollout.collect(step)
         t_learn = time.perf_counter()
         stats = learn(cfg, net, opt, batch, step)
@@ -550,4 +551,4 @@ evaluate = evaluate_preference
 
 
 # The actor of a checkpoint (a ``save_pretrained`` folder) with the run's prompts.
-load_policy = partial(common.load_policy, task_factory=make_task)
+load_policy = partial(load_lm_policy, task_factory=make_task)

@@ -23,10 +23,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from advantage.algos.llm.common import eval_mode, prompt_texts
+from advantage.algos.llm.models import eval_mode
+from advantage.algos.llm.policy import prompt_texts
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from advantage.algos.llm.run_config import LMRunConfig
 
 __all__ = ["compare_to_reference", "greedy_options", "greedy_responses", "win_rate"]
 
@@ -68,7 +71,7 @@ def greedy_responses(
     return texts, lengths
 
 
-def greedy_options(cfg: Any) -> dict[str, Any]:
+def greedy_options(cfg: LMRunConfig) -> dict[str, Any]:
     """The options of :func:`greedy_responses` and :func:`compare_to_reference` in a run's config: the
     ``data`` section's lengths and chat template, ``trainer.eval_batch_size``."""
     d = cfg.data

@@ -16,15 +16,18 @@ Implementation details:
 1. :math:`r(x, y)` is ``head(h_last)``: a linear layer ``hidden → 1`` (fp32, init
    :math:`\mathcal N(0, 1/(H+1))`, zero bias, as in OpenAI's lm-human-preferences) on the final-norm hidden
    state of the **last real token** of prompt + response + EOS. The EOS makes the read-out token the same
-   for every sequence; the index is that of the last 1 in the attention mask (:func:`last_token_index`), so
-   left, right and mixed padding all pool the right position, and position ids come from the mask, so a
-   padded row scores as the same row alone (tested to 1e-5). One forward pass per micro-batch. Training
-   packs each comparison as one segment *prompt, response 1, response 2, ...* (:func:`advantage.algos.llm.dpo.
+   for every sequence; the index is that of the last 1 in the attention mask
+   (:func:`~advantage.algos.llm.reward_models.last_token_index`), so left, right and mixed padding all
+   pool the right position, and position ids come from the mask, so a padded row scores as the same row
+   alone (tested to 1e-5). One forward pass per micro-batch. Training
+   packs each comparison as one segment *prompt, response 1, response 2, ...* (:func:`advantage.lm.packing.
    pack_prompts`): every response attends to the prompt and to itself only, at the positions it would have
    after the prompt, so the prompt is computed once per comparison and short segments share a row instead
-   of being padded; the rewards equal the padded batch's (:meth:`RewardModel.forward`, used by
-   :meth:`RewardModel.score` and for backbones :func:`~advantage.lm.packing.packable` refuses) to float
-   rounding.
+   of being padded; the rewards equal the padded batch's
+   (:meth:`~advantage.algos.llm.reward_models.RewardModel.forward`, used by
+   :meth:`~advantage.algos.llm.reward_models.RewardModel.score` and for backbones
+   :func:`~advantage.lm.packing.packable` refuses) to float rounding. The model itself, its files and
+   its loading are in :mod:`advantage.algos.llm.reward_models`.
 2. ``algorithm.loss=pairwise`` trains on pairs: a K-wise example gives its :math:`\binom K2` pairs as
    separate items, shuffled independently. ``kwise`` trains on rankings: one prompt's K responses are in
    the same micro-batch and its pair losses are averaged first (InstructGPT: each prompt counts once, which
@@ -38,8 +41,9 @@ Implementation details:
 5. AdamW, warm-up then cosine/linear/constant, global gradient-norm clipping, per-epoch shuffles seeded by
    (``trainer.seed``, epoch): a resumed run sees exactly the batches of an uninterrupted one.
 6. A checkpoint folder is the backbone's ``save_pretrained`` folder plus ``value_head.safetensors`` and
-   ``reward_model.json``; :func:`load_reward_model` reads it (or a run folder: its latest checkpoint) for
-   later trainers. The head is also in the checkpoint tensors, with the optimizer and RNG state.
+   ``reward_model.json``; :func:`~advantage.algos.llm.reward_models.load_reward_model` reads it (or a
+   run folder: its latest checkpoint) for later trainers. The head is also in the checkpoint tensors,
+   with the optimizer and RNG state.
 7. Evaluation: pairwise accuracy on held-out comparisons (every :math:`\binom K2` pair counts; it is also
    ``return_mean``, for ``trainer.stop_at_return``), the mean margin, and for the synthetic task the
    agreement with its noise-free hidden score.
@@ -47,173 +51,43 @@ Implementation details:
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Sequence
 from functools import partial
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from advantage import distributed, optim
-from advantage.algos.llm import common
-from advantage.algos.llm import distributed as lm_distributed
+from advantage.algos.llm import data_parallel
+from advantage.algos.llm.checks import check as check_run
+from advantage.algos.llm.data import TaskExamples, preference_responses, preference_task
+from advantage.algos.llm.evaluation import eval_examples
+from advantage.algos.llm.models import policy_model
+from advantage.algos.llm.reward_models import RewardModel, collate_sequences, load_reward_model
+from advantage.algos.llm.training import resume, set_learning_rate
+from advantage.algos.llm.training import snapshot as lm_snapshot
 from advantage.checkpoint import Checkpoint
 from advantage.configs.reward_model import RMConfig, RMDataConfig
 from advantage.context import RunContext, Snapshot
 from advantage.envs.text.preference import PreferenceExample
 from advantage.errors import ConfigError, NonFiniteError
-from advantage.lm.packing import PackedPrompts, long_tensor, pack_prompts, packable, packed_hidden
+from advantage.lm.packing import long_tensor, pack_prompts
 from advantage.math.preference import bradley_terry_loss, kwise_ranking_loss
 from advantage.schedules import schedule_total
 from advantage.torch_state import LearnerState
 
-if TYPE_CHECKING:  # transformers is the optional `llm` extra
-    from transformers import PreTrainedModel
-
-HEAD_FILE, META_FILE = "value_head.safetensors", "reward_model.json"
-
-
 # ----------------------------------------------------------------------------------------------------
-# The model
+# The trained model as a policy
 
 
-def last_token_index(attention_mask: Tensor) -> Tensor:
-    """``[S]`` index of the last 1 in each row of ``attention_mask`` ``[S, L]``: the last real token
-    under left, right or mixed (prompt left, response right) padding."""
-    if bool((attention_mask.sum(-1) == 0).any()):
-        raise ValueError("every sequence needs at least one real token")
-    # argmax returns the first maximum: in the flipped mask, the last real token.
-    return attention_mask.shape[-1] - 1 - attention_mask.flip(-1).long().argmax(-1)
-
-
-class RewardModel(nn.Module):
-    """A causal LM backbone and a scalar head on the last real token (module docstring, detail 1).
-
-    ``forward(input_ids, attention_mask)`` gives ``[S]`` rewards; :meth:`score` takes text."""
-
-    def __init__(
-        self, backbone: PreTrainedModel, tokenizer: Any, *, chat_template: bool = False, seed: int = 0
-    ):
-        super().__init__()
-        self.backbone, self.tokenizer, self.chat_template = backbone, tokenizer, chat_template
-        self.head = common.scalar_head(self._base().config.hidden_size, seed)
-
-    def _base(self) -> PreTrainedModel:
-        return self.backbone.get_base_model() if hasattr(self.backbone, "get_base_model") else self.backbone
-
-    @property
-    def device(self) -> torch.device:
-        return self.head.weight.device
-
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        """Rewards ``[S]`` (fp32) of sequences ``[S, L]``, any padding side."""
-        from advantage.lm.lean import lean_decoder, padded_causal_mask
-        from advantage.lm.model import position_ids_from_mask
-
-        decoder = self._base().base_model  # the transformer without the LM head: final-norm hidden states
-        positions = position_ids_from_mask(attention_mask)
-        lean = lean_decoder(decoder)
-        if lean is not None:  # the same function with less framework work per call (advantage.lm.lean)
-            mask = padded_causal_mask(attention_mask, decoder.embed_tokens.weight.dtype)
-            hidden = lean.hidden(input_ids, positions, mask)
-        else:
-            hidden = decoder(
-                input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False
-            ).last_hidden_state
-        idx = last_token_index(attention_mask)  # [S]
-        h = hidden[torch.arange(len(idx), device=idx.device), idx]  # [S, H]
-        return self.head(h.float()).squeeze(-1)
-
-    def packable(self) -> bool:
-        """Whether training batches can be packed (:func:`~advantage.lm.packing.packable` backbone)."""
-        return packable(self._base())
-
-    def forward_packed(self, packed: PackedPrompts) -> Tensor:
-        """Rewards ``[S]`` (fp32) of the responses of a :func:`~advantage.lm.packing.pack_prompts` batch:
-        the head on the hidden state of each response's last token."""
-        h = packed_hidden(self._base().base_model, packed, packed.last)  # [S, H]
-        return self.head(h.float()).squeeze(-1)
-
-    def encode(self, prompt: str, response: str) -> tuple[list[int], list[int]]:
-        """Token ids of the prompt (as the model sees it) and of the response followed by EOS."""
-        tok = self.tokenizer
-        p = tok(common.prompt_text(tok, prompt, self.chat_template), add_special_tokens=False)["input_ids"]
-        r = tok(response, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        return p, r
-
-    @torch.no_grad()
-    def score(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 64) -> Tensor:
-        """Rewards ``[B]`` (fp32, on the model's device) of ``responses[i]`` to ``prompts[i]``."""
-        if len(prompts) != len(responses):
-            raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
-        seqs = [[*ids, *rest] for ids, rest in map(self.encode, prompts, responses)]
-        out = []
-        with common.eval_mode(self):
-            for i in range(0, len(seqs), batch_size):
-                ids, mask = collate(seqs[i : i + batch_size], self.tokenizer.pad_token_id)
-                out.append(self(ids.to(self.device), mask.to(self.device)))
-        return torch.cat(out) if out else torch.zeros(0, device=self.device)
-
-    def files(self) -> dict[str, bytes]:
-        """The checkpoint files: the backbone's ``save_pretrained`` files, the head, and the settings."""
-        from safetensors.torch import save
-
-        head = {k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}
-        meta = {"format": 1, "head": HEAD_FILE, "chat_template": self.chat_template, "append_eos": True}
-        return {
-            **common.hf_files(self.backbone, self.tokenizer),
-            HEAD_FILE: save(head),
-            META_FILE: json.dumps(meta, indent=1).encode(),
-        }
-
-
-def collate(seqs: Sequence[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
-    """Sequences right-padded: ``input_ids`` and ``attention_mask`` ``[S, L]``."""
-    L = max(map(len, seqs))
-    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), L), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s)
-        mask[i, : len(s)] = 1
-    return ids, mask
-
-
-def load_reward_model(
-    path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
-) -> RewardModel:
-    """The reward model of a checkpoint folder, or of a run folder (its latest checkpoint)."""
-    from safetensors.torch import load_file
-
-    from advantage.lm.model import load_pretrained
-
-    folder = common.model_folder(str(path))
-    if not (folder / HEAD_FILE).is_file():
-        raise ConfigError(
-            f"{str(folder)!r} is not a reward model folder: no {HEAD_FILE} (a policy or SFT checkpoint?)"
-        )
-    meta_path = folder / META_FILE
-    if meta_path.is_file():
-        from advantage.safe_read import MODEL_JSON_MAX_BYTES, load_json
-
-        what = f"reward model file {str(meta_path)!r}"
-        meta = load_json(meta_path, MODEL_JSON_MAX_BYTES, what, expect=dict)
-    else:
-        meta = {}
-    backbone, tok = load_pretrained(folder, dtype=dtype)
-    rm = RewardModel(backbone, tok, chat_template=bool(meta.get("chat_template", False)))
-    rm.head.load_state_dict(load_file(folder / HEAD_FILE))
-    return rm.to(device).eval()
-
-
-class RewardPolicy(common.TaskExamples):
+class RewardPolicy(TaskExamples):
     """A trained reward model with its task: ``act((prompt, response))`` — or ``act(text)``, a response
     to the empty prompt — is the reward, a float; :meth:`examples` gives the task's comparisons."""
 
-    def __init__(self, model: RewardModel, task: Any, cfg: Any):
+    def __init__(self, model: RewardModel, task: Any, cfg: RMConfig):
         self.model, self.task, self.cfg = model, task, cfg
         self._examples = {}
 
@@ -224,7 +98,7 @@ class RewardPolicy(common.TaskExamples):
 
 def load_policy(cfg: RMConfig, ckpt: Checkpoint) -> RewardPolicy:
     rm = load_reward_model(ckpt.path, device=cfg.trainer.device, dtype=getattr(torch, cfg.model.dtype))
-    return RewardPolicy(rm, common.preference_task(cfg.data), cfg)
+    return RewardPolicy(rm, preference_task(cfg.data), cfg)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -249,7 +123,7 @@ def rm_loss(
 
     ``seqs`` are the micro-batch's token sequences; ``index`` ``[N, K]`` says which sequence is each
     comparison's k-th best response (-1: none, for rankings shorter than K). One forward pass."""
-    ids, mask = collate(seqs, model.tokenizer.pad_token_id)
+    ids, mask = collate_sequences(seqs, model.tokenizer.pad_token_id)
     rewards = model(ids.to(model.device), mask.to(model.device))  # [S]
     loss_value, stats = rank_loss(rewards, index, normalizer, loss=loss, center_coef=center_coef)
     return loss_value, {k: float(v) for k, v in stats.items()}
@@ -351,27 +225,27 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     a, t, d = cfg.algorithm, cfg.trainer, cfg.data
     torch.set_num_threads(t.torch_threads)
     torch.manual_seed(t.seed)
-    task = common.preference_task(d)
+    task = preference_task(d)
     restored = ctx.restored
-    backbone, tok = common.policy_model(cfg, task, restored)
+    backbone, tok = policy_model(cfg, task, restored)
     model = RewardModel(backbone, tok, chat_template=d.chat_template, seed=t.seed).to(t.device)
     policy = RewardPolicy(model, task, cfg)
     examples = policy.examples("train")
     tokens = tokenize(model, examples, d)
     items = build_items(examples, a.loss)
     world = distributed.current()
-    net = lm_distributed.wrap(world, model)  # what this rank trains: the model, or its FSDP shards
+    net = data_parallel.wrap(world, model)  # what this rank trains: the model, or its FSDP shards
     params = [p for p in net.parameters() if p.requires_grad]
     betas = (a.betas[0], a.betas[1])  # two: checked by the config
     opt = optim.adam(params, a.learning_rate, weight_decay=a.weight_decay, decoupled=True, betas=betas)
-    learner = LearnerState({"value_head": model.head}, {"optim": lm_distributed.optimizer(world, net, opt)})
-    step, cursor = common.resume(learner, restored, len(items), t.seed)
-    lm_distributed.reshard(world, net, model)  # the restored value head
+    learner = LearnerState({"value_head": model.head}, {"optim": data_parallel.optimizer(world, net, opt)})
+    step, cursor = resume(learner, restored, len(items), t.seed)
+    data_parallel.reshard(world, net, model)  # the restored value head
     lora = model.backbone if cfg.model.lora.rank > 0 else None
-    save = partial(common.snapshot, policy, learner, cursor, model.files, lora)
+    save = partial(lm_snapshot, policy, learner, cursor, model.files, lora)
 
     def snapshot() -> Snapshot:
-        lm_distributed.unshard(world, net, model)  # the full weights, from every rank's shard
+        data_parallel.unshard(world, net, model)  # the full weights, from every rank's shard
         return save()
 
     micro = a.micro_batch_size or a.batch_size
@@ -384,7 +258,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
     while step < t.total_steps:
         idx = cursor.next(a.batch_size)
         share = world.share(idx)  # this rank's comparisons; the loss is normalized by all of idx
-        lr = common.set_learning_rate(opt, a, step, schedule_total(t, step))
+        lr = set_learning_rate(opt, a, step, schedule_total(t, step))
         optim.zero_grad(params)  # opt.zero_grad(set_to_none=True) without its profiler scope
         sums: dict[str, Tensor] = {}  # the step's loss and statistics, tensors until the step ends
         for j in range(0, len(share), micro):
@@ -394,7 +268,7 @@ def train(cfg: RMConfig, ctx: RunContext) -> None:
                 rewards = net.forward_packed(pack_prompts(groups, pad_id, mask_dtype).to(model.device))
             else:
                 seqs, index = micro_batch(chunk, tokens)
-                ids, mask = collate(seqs, pad_id)
+                ids, mask = collate_sequences(seqs, pad_id)
                 rewards = net(ids.to(model.device), mask.to(model.device))
             loss, stats = rank_loss(
                 rewards, index, float(len(idx)), loss=a.loss, center_coef=a.center_rewards_coef
@@ -468,7 +342,7 @@ def evaluate(
 
     A reward model does not sample: ``samples`` must be None or 1; ``seed`` and ``temperature`` are
     accepted for the CLI's sake and unused."""
-    examples = common.eval_examples(cfg, policy, split, limit, samples, "a reward model does not sample")
+    examples = eval_examples(cfg, policy, split, limit, samples, "a reward model does not sample")
     prompts = [ex.prompt for ex in examples for _ in ex.responses]
     responses = [r for ex in examples for r in ex.responses]
     rewards = policy.model.score(prompts, responses, batch_size=cfg.trainer.eval_batch_size).cpu().double()
@@ -500,5 +374,5 @@ def evaluate(
     return res
 
 
-# :func:`advantage.algos.llm.common.check` with the preference task.
-check = partial(common.check, task_factory=common.preference_task, responses=common.preference_responses)
+# :func:`advantage.algos.llm.checks.check` with the preference task.
+check = partial(check_run, task_factory=preference_task, responses=preference_responses)

@@ -48,10 +48,20 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 
 from advantage import distributed, optim
-from advantage.algos.llm import common
-from advantage.algos.llm import distributed as lm_distributed
-from advantage.algos.llm.common import DataConfig, LMPolicy
-from advantage.configs.sft import PREFERENCE_ONLY, SFTAlgorithm, SFTConfig  # noqa: F401  (SFTAlgorithm: its old place)
+from advantage.algos.llm import data_parallel
+from advantage.algos.llm.batches import collate
+from advantage.algos.llm.checks import check as check_run
+from advantage.algos.llm.data import make_task as text_task
+from advantage.algos.llm.data import preference_task
+from advantage.algos.llm.evaluation import eval_examples
+from advantage.algos.llm.evaluation import evaluate as evaluate_verifier
+from advantage.algos.llm.models import eval_mode, hf_files, policy_model
+from advantage.algos.llm.policy import LMPolicy, prompt_text
+from advantage.algos.llm.policy import load_policy as load_lm_policy
+from advantage.algos.llm.training import resume, set_learning_rate
+from advantage.algos.llm.training import snapshot as lm_snapshot
+from advantage.configs.llm import DataConfig
+from advantage.configs.sft import PREFERENCE_ONLY, SFTConfig
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import aggregate
@@ -79,7 +89,7 @@ def preference_targets(d: DataConfig) -> str | None:
 
 def make_task(d: DataConfig) -> Any:
     """The task of ``data``: a preference task (:func:`preference_targets`) or a text task."""
-    return common.make_task(d) if preference_targets(d) is None else common.preference_task(d)
+    return text_task(d) if preference_targets(d) is None else preference_task(d)
 
 
 def demonstrations(examples: list[Any], d: DataConfig) -> list[Any]:
@@ -102,7 +112,7 @@ def tokenize_examples(
     tok, chat = policy.tokenizer, policy.cfg.data.chat_template
     prompts, responses = [], []
     for i, e in enumerate(examples):
-        p = tok(common.prompt_text(tok, e.prompt, chat), add_special_tokens=False)["input_ids"]
+        p = tok(prompt_text(tok, e.prompt, chat), add_special_tokens=False)["input_ids"]
         r = tok(e.target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         if max_prompt is not None and len(p) > max_prompt:
             raise ConfigError(
@@ -116,22 +126,6 @@ def tokenize_examples(
         prompts.append(p)
         responses.append(r)
     return prompts, responses
-
-
-def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Prompts left-padded to P, responses right-padded to T: ``input_ids``/``attention_mask`` [B, P+T],
-    ``response_mask`` [B, T] (float), ``P``."""
-    B = len(prompts)
-    P, T = max(map(len, prompts)), max(map(len, responses))
-    ids = torch.full((B, P + T), pad_id, dtype=torch.long)
-    attn = torch.zeros((B, P + T), dtype=torch.long)
-    rmask = torch.zeros((B, T))
-    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
-        ids[i, P - len(p) : P] = torch.tensor(p)
-        ids[i, P : P + len(r)] = torch.tensor(r)
-        attn[i, P - len(p) : P + len(r)] = 1
-        rmask[i, : len(r)] = 1.0
-    return {"input_ids": ids, "attention_mask": attn, "response_mask": rmask, "P": torch.tensor(P)}
 
 
 def sft_loss(model: PreTrainedModel, mb: dict[str, torch.Tensor], normalizer: float) -> torch.Tensor:
@@ -193,25 +187,25 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
     torch.manual_seed(t.seed)
     task = make_task(d)
     restored = ctx.restored
-    model, tok = common.policy_model(cfg, task, restored)
+    model, tok = policy_model(cfg, task, restored)
     policy = LMPolicy(model, tok, task, cfg)
     examples = demonstrations(policy.examples("train"), d)
     if not examples:
         raise ConfigError(f"data.task={d.task!r} gave no training examples")
     prompts, responses = tokenize_examples(policy, examples, d.max_prompt_length, d.max_response_length)
     world = distributed.current()
-    net = lm_distributed.wrap(world, model)  # what this rank trains: the model, or its FSDP shards
+    net = data_parallel.wrap(world, model)  # what this rank trains: the model, or its FSDP shards
     params = [p for p in net.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(
         params, lr=a.learning_rate, betas=(a.betas[0], a.betas[1]), weight_decay=a.weight_decay
     )
-    learner = LearnerState(optimizers={"optim": lm_distributed.optimizer(world, net, opt)})
-    step, cursor = common.resume(learner, restored, len(examples), t.seed)
+    learner = LearnerState(optimizers={"optim": data_parallel.optimizer(world, net, opt)})
+    step, cursor = resume(learner, restored, len(examples), t.seed)
     lora = model if cfg.model.lora.rank > 0 else None
-    save = partial(common.snapshot, policy, learner, cursor, lambda: common.hf_files(model, tok), lora)
+    save = partial(lm_snapshot, policy, learner, cursor, lambda: hf_files(model, tok), lora)
 
     def snapshot() -> Snapshot:
-        lm_distributed.unshard(world, net, model)  # the full weights, from every rank's shard
+        data_parallel.unshard(world, net, model)  # the full weights, from every rank's shard
         return save()
 
     micro = a.micro_batch_size or a.batch_size
@@ -220,7 +214,7 @@ def train(cfg: SFTConfig, ctx: RunContext) -> None:
     clock = time.perf_counter()
     while step < t.total_steps:
         batch = cursor.next(a.batch_size)
-        lr = common.set_learning_rate(opt, a, step, schedule_total(t, step))
+        lr = set_learning_rate(opt, a, step, schedule_total(t, step))
         normalizer = float(sum(len(responses[i]) for i in batch))  # of the global batch: every rank's Z
         idx = world.share(batch)
         opt.zero_grad(set_to_none=True)
@@ -282,18 +276,18 @@ def evaluate(
     seed: int | None = None,
     temperature: float | None = None,
 ) -> dict[str, Any]:
-    """A text task: :func:`advantage.algos.llm.common.evaluate` (accuracy, pass@K, maj@K). A preference
+    """A text task: :func:`advantage.algos.llm.evaluation.evaluate` (accuracy, pass@K, maj@K). A preference
     task: on the first ``limit`` prompts of ``split``, the greedy responses' mean ``hidden_score`` (when the
     task has the synthetic rule; it is then ``return_mean``) and length, and ``nll``, the mean per-token
     negative log-likelihood of the held-out targets (``return_mean`` is ``-nll`` without a hidden score)."""
     if preference_targets(cfg.data) is None:
-        return common.evaluate(
+        return evaluate_verifier(
             cfg, policy, split=split, samples=samples, limit=limit, seed=seed, temperature=temperature
         )
     from advantage.algos.llm.preference_eval import greedy_options, greedy_responses
 
     greedy = "SFT on preference data evaluates greedy responses"
-    examples = common.eval_examples(cfg, policy, split, limit, samples, greedy)
+    examples = eval_examples(cfg, policy, split, limit, samples, greedy)
     d, bs = cfg.data, cfg.trainer.eval_batch_size
     prompts = [e.prompt for e in examples]
     texts, lengths = greedy_responses(policy.model, policy.tokenizer, prompts, **greedy_options(cfg))
@@ -301,7 +295,7 @@ def evaluate(
         policy, demonstrations(examples, d), d.max_prompt_length, d.max_response_length
     )
     nll_sum, tokens = 0.0, float(sum(map(len, rs)))
-    with common.eval_mode(policy.model):
+    with eval_mode(policy.model):
         for i in range(0, len(ps), bs):
             mb = collate(ps[i : i + bs], rs[i : i + bs], policy.tokenizer.pad_token_id)
             nll_sum += float(sft_loss(policy.model, {k: v.to(policy.device) for k, v in mb.items()}, tokens))
@@ -320,12 +314,12 @@ def evaluate(
 
 
 # The policy of a checkpoint (a ``save_pretrained`` folder) with the run's task.
-load_policy = partial(common.load_policy, task_factory=make_task)
+load_policy = partial(load_lm_policy, task_factory=make_task)
 
 
 def check(cfg: SFTConfig) -> list[str]:
-    """:func:`advantage.algos.llm.common.check` with the task of :func:`make_task`; the targets must fit
+    """:func:`advantage.algos.llm.checks.check` with the task of :func:`make_task`; the targets must fit
     ``data.max_response_length``."""
-    return common.check(
+    return check_run(
         cfg, make_task, lambda exs: [(e, x.target) for e in exs for x in demonstrations([e], cfg.data)]
     )

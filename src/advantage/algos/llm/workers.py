@@ -10,17 +10,25 @@ worker is replaced and asked again) and Ray's start-up are the environments' one
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from advantage import kernels
-from advantage.algos.llm import common
-from advantage.algos.llm.shared import load_reward, score, scored_task
+from advantage.algos.llm.data import scored_task
+from advantage.algos.llm.models import build_model
+from advantage.algos.llm.policy import LMPolicy
+from advantage.algos.llm.reward_models import load_reward
+from advantage.algos.llm.scoring import score
 from advantage.lm.generate import concat_generations
 from advantage.rollout.remote import WorkerError, WorkerPool, import_ray
+
+if TYPE_CHECKING:  # transformers is the optional `llm` extra
+    from transformers import PreTrainedModel
+
+    from advantage.configs.grpo import GRPOConfig
 
 
 class LMWorker:
@@ -29,12 +37,12 @@ class LMWorker:
     ``G`` responses to each prompt it is given and scores them, so a slow verifier (the sandboxed ``code``
     task) or a reward model runs beside generation instead of after it."""
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: GRPOConfig):
         torch.set_num_threads(cfg.trainer.torch_threads)
         kernels.configure(cfg.trainer.kernels)  # this process serves one run: its fast paths
         task = scored_task(cfg.data)
-        model, tok = common.build_model(cfg, task)
-        self.policy = common.LMPolicy(model.to(cfg.trainer.device), tok, task, cfg)
+        model, tok = build_model(cfg, task)
+        self.policy = LMPolicy(model.to(cfg.trainer.device), tok, task, cfg)
         if cfg.worker.reward.model:
             self.policy.reward_model = load_reward(cfg, tok)
         self.examples = self.policy.examples("train")  # the learner's list: same task, seed and split
@@ -69,10 +77,10 @@ class LMWorker:
 class RemoteGenerator:
     """The learner's side for GRPO: ``trainer.num_workers`` :class:`LMWorker` actors; :meth:`generate`
     splits the prompts of one round across them (contiguous chunks, in order) and joins the results, so
-    the rows are in the same prompt-major order as :meth:`~advantage.algos.llm.common.LMPolicy.complete`
+    the rows are in the same prompt-major order as :meth:`~advantage.algos.llm.policy.LMPolicy.complete`
     gives."""
 
-    def __init__(self, cfg: Any, model: Any, pad_id: int):
+    def __init__(self, cfg: GRPOConfig, model: PreTrainedModel, pad_id: int):
         self.ray = import_ray(cfg.trainer.ray_address, cfg.trainer.num_workers)
         self.W, self.model, self.pad_id = cfg.trainer.num_workers, model, pad_id
         self.version = 0
