@@ -220,7 +220,8 @@ def _ppo_update() -> dict[str, Any]:
 
     from advantage import optim
     from advantage.configs.ppo import PPOConfig
-    from advantage.math import mse, ppo_clip
+    from advantage.math import ppo_clip
+    from advantage.math.value_losses import mse
 
     cfg = PPOConfig()
     env = gym.make("CartPole-v1")

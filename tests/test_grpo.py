@@ -14,6 +14,8 @@ from advantage.algos.llm import batches, grpo, grpo_rollout, scoring
 from advantage.configs.grpo import PRESETS, ActorConfig
 from advantage.envs.text import Reward, make_task
 from advantage.errors import ConfigError, NonFiniteError
+from advantage.math.advantages import GROUP_ADVANTAGES
+from advantage.math.masked import step_normalizer
 
 TINY = {
     "data.task": "addition",
@@ -81,7 +83,7 @@ def test_micro_batches_with_the_step_normalizer_equal_one_batch(mode):
     mask = (torch.rand(B, T) > 0.3).float()
     mask[3] = 0.0  # an empty row
     actor = ActorConfig(loss_agg=mode, clip_low=0.2, clip_high=0.28)
-    Z = batches.step_normalizer(mask, mode)
+    Z = step_normalizer(mask, mode)
 
     def logp():
         return torch.log_softmax(theta, -1)
@@ -135,7 +137,7 @@ def test_gspo_on_policy_has_the_gradient_of_grpo():
     def loss_and_grad(**actor):
         logp = torch.log_softmax(theta, -1).gather(-1, tokens).squeeze(-1)  # [B, T]
         cfg = ActorConfig(**{"loss_agg": "seq_mean_token_mean", **actor})
-        Z = batches.step_normalizer(mask, cfg.loss_agg)
+        Z = step_normalizer(mask, cfg.loss_agg)
         loss, _ = grpo.grpo_loss(logp, None, None, adv, mask, cfg, Z, 4)
         return loss, torch.autograd.grad(loss, theta)[0]
 
@@ -247,12 +249,18 @@ def test_starts_from_an_sft_run_folder(tmp_path):
 # ---- bad input ------------------------------------------------------------------------------------------
 
 
-def test_group_of_one_with_a_group_normalized_estimator():
+@pytest.mark.parametrize("name", list(GROUP_ADVANTAGES))
+def test_group_of_one_is_refused_by_the_estimators_that_compare_a_group(name):
+    """Every estimator whose registry entry says it needs groups refuses G = 1 before the run (dr_grpo
+    used to pass the check and fail in its first step); the others train with one sample per prompt."""
     from advantage.resolve import resolve_config
 
-    with pytest.raises(ConfigError, match="worker.rollout.n=1 with algorithm.advantage=grpo"):
-        resolve_config("grpo", overrides={**TINY, "worker.rollout.n": 1})
-    resolve_config("grpo", overrides={**TINY, "worker.rollout.n": 1, "algorithm.advantage": "dr_grpo"})
+    overrides = {**TINY, "worker.rollout.n": 1, "algorithm.advantage": name}
+    if GROUP_ADVANTAGES.spec(name).get("groups"):
+        with pytest.raises(ConfigError, match=f"worker.rollout.n=1 with algorithm.advantage={name}"):
+            resolve_config("grpo", overrides=overrides)
+    else:
+        resolve_config("grpo", overrides=overrides)
 
 
 def test_clip_high_below_clip_low():

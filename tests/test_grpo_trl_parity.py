@@ -53,7 +53,6 @@ import torch
 
 trl = pytest.importorskip("trl", minversion="1.16")  # private API: _compute_loss & co.
 
-from advantage.algos.llm.batches import step_normalizer  # noqa: E402
 from advantage.algos.llm.grpo import grpo_loss  # noqa: E402
 from advantage.configs.grpo import ActorConfig  # noqa: E402
 from advantage.envs.text import Example, make_task  # noqa: E402
@@ -67,6 +66,7 @@ from advantage.lm.model import (  # noqa: E402
 from advantage.math import aggregate  # noqa: E402
 from advantage.math.advantages import GROUP_ADVANTAGES  # noqa: E402
 from advantage.math.kl import kl_k3  # noqa: E402
+from advantage.math.masked import step_normalizer  # noqa: E402
 
 G = 4
 MAX_COMPLETION_LENGTH = 9  # > the longest completion (8 tokens): T = 8 < max_len, so dr_grpo's scale shows

@@ -17,6 +17,7 @@ from advantage.checkpoint import load_checkpoint
 from advantage.cli import main
 from advantage.errors import ConfigError
 from advantage.math import masked_whiten
+from advantage.math.rewards import last_token, token_rewards
 from conftest import RM_SMALL, RM_TASK
 
 TASK = {"data.train_size": 64, "data.validation_size": 16, "data.test_size": 16, "data.response_length": 4}
@@ -57,7 +58,7 @@ def test_token_rewards_put_the_score_on_the_last_valid_token():
     scores = torch.tensor([1.0, 2.0, -1.0])
     kl = torch.tensor([[0.1, 0.2, 0.3], [0.5, 9.0, 9.0], [0.0, -0.4, 7.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
-    r = ppo_rlhf.token_rewards(scores, kl, mask, beta=0.5)
+    r = token_rewards(scores, kl, mask, beta=0.5)
     expected = torch.tensor(
         [
             [-0.05, -0.1, -0.15 + 1.0],  # −β·KL_t on every token, the score added on the last
@@ -66,7 +67,7 @@ def test_token_rewards_put_the_score_on_the_last_valid_token():
         ]
     )
     torch.testing.assert_close(r, expected)
-    assert ppo_rlhf.last_token(mask).tolist() == [2, 0, 1]
+    assert last_token(mask).tolist() == [2, 0, 1]
 
 
 def test_gae_over_tokens_by_hand():

@@ -1,4 +1,5 @@
-r"""Reward shaping for language-model RL: pure functions on per-completion tensors ``[B]``.
+r"""Reward shaping for language-model RL: pure functions on per-completion tensors ``[B]``, and the
+per-token rewards ``[B, T]`` of a score plus a KL penalty (:func:`token_rewards`).
 
 Both functions return a *term to add* to the task reward (``rewards + overlong_penalty(...)``) or the
 shaped reward itself (``length_preference``), computed before the group advantages of
@@ -11,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["length_preference", "overlong_penalty"]
+__all__ = ["last_token", "length_preference", "overlong_penalty", "token_rewards"]
 
 
 def overlong_penalty(lengths: Tensor, max_length: int, cache_length: int) -> Tensor:
@@ -105,3 +106,25 @@ def length_preference(rewards: Tensor, lengths: Tensor, group_size: int, weight:
     use = win & (spread > 0)
     bonus = weight * (mean - n) / torch.where(spread > 0, spread, torch.ones_like(spread))
     return (r + torch.where(use, bonus, torch.zeros_like(bonus))).view(-1)
+
+
+def last_token(mask: Tensor) -> Tensor:
+    """``[B]`` index of each row's last valid response token (the EOS, or the last token of a truncated
+    response). Response masks are contiguous from position 0, so it is ``Σ mask − 1``."""
+    return (mask.sum(-1).long() - 1).clamp(min=0)
+
+
+def token_rewards(scores: Tensor, kl: Tensor, mask: Tensor, beta: float) -> Tensor:
+    r"""Per-token rewards :math:`r_t = -\beta\,\mathrm{KL}_t + \mathbb 1[t = \text{last}]\,s` (Ziegler et
+    al. 2019 eq. 2 spread over tokens; Stiennon et al. 2020), 0 on padding.
+
+    Args:
+        scores: ``[B]`` reward-model scores.
+        kl: ``[B, T]`` per-token KL estimates (e.g. k1 = ``old_logp − ref_logp``), no grad.
+        mask: ``[B, T]`` response mask.
+        beta: KL coefficient β ≥ 0.
+    """
+    rewards = torch.where(mask != 0, -beta * kl, torch.zeros_like(kl))
+    rows = torch.arange(len(scores), device=kl.device)
+    rewards[rows, last_token(mask)] += scores.to(rewards.dtype)
+    return rewards

@@ -1,7 +1,7 @@
 """How the language-model trainers lay out a batch: prompts left-padded and responses right-padded in one
 ``[B, P + T]`` sequence (:func:`collate`, SFT's and DPO's), the rows of a sampled batch without the columns
-that are padding in all of them (:func:`trimmed`), and the denominator of one optimizer step
-(:func:`step_normalizer`)."""
+that are padding in all of them (:func:`trimmed`). The denominator of one optimizer step is
+:func:`advantage.math.masked.step_normalizer`."""
 
 from __future__ import annotations
 
@@ -28,16 +28,6 @@ def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int) -
         attn[i, P - len(p) : P + len(r)] = 1
         rmask[i, : len(r)] = 1.0
     return {"input_ids": ids, "attention_mask": attn, "response_mask": rmask, "P": torch.tensor(P)}
-
-
-def step_normalizer(mask: Tensor, mode: str) -> float:
-    """The denominator of one optimizer step for ``mode``: valid tokens, sequences with a valid token,
-    or all sequences (see :func:`advantage.math.aggregate`)."""
-    if mode == "token_mean":
-        return float(mask.sum())
-    if mode == "seq_mean_token_mean":
-        return float((mask.sum(-1) > 0).sum())
-    return float(mask.shape[0])
 
 
 def trimmed(gen: Generation, rows: Tensor) -> tuple[Tensor, Tensor, int, int]:

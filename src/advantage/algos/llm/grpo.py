@@ -91,7 +91,6 @@ from torch import Tensor
 
 from advantage import distributed, optim
 from advantage.algos.llm import data_parallel
-from advantage.algos.llm.batches import step_normalizer
 from advantage.algos.llm.checks import check as check_run
 from advantage.algos.llm.data import scored_task
 from advantage.algos.llm.evaluation import evaluate as evaluate_verifier
@@ -114,6 +113,8 @@ from advantage.configs.grpo import PREFERENCE_TASKS, ActorConfig, GRPOConfig
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
 from advantage.math import KL_ESTIMATORS, POLICY_LOSSES, aggregate, masked_mean
+from advantage.math.masked import step_normalizer
+from advantage.math.policy_losses import PolicyLoss
 from advantage.schedules import schedule_total
 from advantage.torch_state import LearnerState
 
@@ -176,20 +177,13 @@ def evaluate(cfg: GRPOConfig, policy: LMPolicy, **options: Any) -> dict[str, Any
 # The loss
 
 
-def policy_loss_fn(actor: ActorConfig) -> Any:
-    """The per-token policy loss with its hyperparameters bound (one signature for every loss)."""
-    if actor.loss == "gspo":
-        return partial(
-            POLICY_LOSSES["gspo"],
-            clip_low=actor.clip_low,
-            clip_high=actor.clip_high if actor.clip_high is not None else actor.clip_low,
-        )
-    return partial(
-        POLICY_LOSSES["ppo_clip"],
-        clip_low=actor.clip_low,
-        clip_high=actor.clip_high,
-        dual_clip=actor.dual_clip,
-    )
+def policy_loss_fn(actor: ActorConfig) -> PolicyLoss:
+    """The per-token policy loss ``actor.loss`` with its hyperparameters bound: those of its registry entry
+    (``POLICY_LOSSES.spec(name).params``) that the actor section sets, by the same name (``clip_low``,
+    ``clip_high``, ``dual_clip``)."""
+    params = POLICY_LOSSES.spec(actor.loss).params
+    bound: dict[str, float | None] = {p: getattr(actor, p) for p in params if hasattr(actor, p)}
+    return partial(POLICY_LOSSES[actor.loss], **bound)
 
 
 def grpo_loss(

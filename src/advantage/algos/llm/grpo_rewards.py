@@ -84,10 +84,6 @@ def step_tensors(
     return reward, mask, end
 
 
-# Process supervision divides the centred step rewards as the outcome estimator of the same name does.
-PROCESS_SCALE = {"grpo": "group", "dr_grpo": "none", "batch_std": "batch"}
-
-
 def shape_rewards(
     rewards: Tensor, gen: Generation, cfg: GRPOConfig, kl_seq: Tensor | None, group: int | None = None
 ) -> tuple[Tensor, dict[str, float]]:

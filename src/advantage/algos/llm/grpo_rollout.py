@@ -12,24 +12,26 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor
 
 from advantage import distributed
 from advantage.algos.llm.data import DataCursor
-from advantage.algos.llm.grpo_rewards import PROCESS_SCALE, shape_rewards, step_tensors
+from advantage.algos.llm.grpo_rewards import shape_rewards, step_tensors
 from advantage.algos.llm.policy import LMPolicy
 from advantage.algos.llm.scoring import score
 from advantage.checkpoint import Checkpoint
 from advantage.configs.grpo import GRPOConfig
+from advantage.math.advantages import GROUP_ADVANTAGES, OutcomeAdvantage, TokenAdvantage, process_advantages
 from advantage.math.curriculum import (
     difficulty_thresholds,
     grouped_order,
     sample_hard_prompts,
     split_by_difficulty,
 )
+from advantage.math.rewards import token_rewards
 
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel
@@ -50,7 +52,7 @@ class GRPOBatch:
     slots: list[int]  # [P] each prompt's place in the stream of drawn prompts (its sampling draws' seed)
     rewards: Tensor  # [B] scalar reward of each completion (shaped)
     correct: Tensor  # [B] bool
-    advantages: Tensor  # [B] (outcome supervision) or [B, T] (process)
+    advantages: Tensor  # [B] (one per completion) or [B, T] (per token: process supervision, REINFORCE++)
     texts: list[str] = field(default_factory=list)  # [B] decoded completions
     raw_rewards: Tensor | None = None  # [B] rewards before shaping
 
@@ -78,7 +80,7 @@ class GRPOBatch:
     def cat(cls, parts: Sequence[GRPOBatch], pad_id: int) -> GRPOBatch:
         """``parts`` one after the other: their generations joined
         (:func:`~advantage.lm.generate.concat_generations`: prompts left-padded, responses right-padded to
-        the longest) and per-token advantages (process supervision) padded with zeros to the joined width.
+        the longest) and per-token advantages padded with zeros to the joined width.
         Raw rewards only when every part has them."""
         from advantage.lm.generate import concat_generations
 
@@ -170,6 +172,11 @@ class GRPORollout:
         self.cfg, self.a, self.policy, self.examples = cfg, a, policy, examples
         self.ref_logprobs = ref_logprobs
         self.G, self.process = roll.n, a.supervision == "process"
+        # The estimator's registry entry: its kind (per-token rewards or one per completion) and whether
+        # its statistics span the batch (then several ranks compute them over every rank's rows).
+        self.estimator = GROUP_ADVANTAGES.spec(a.advantage)
+        # Advantages [B, T] (one per token) rather than [B]: process supervision, or a per-token estimator.
+        self.per_token = self.process or bool(self.estimator.get("per_token"))
         self.easy_k, self.hard_n = cfg.difficulty_samples()
         self.sampling = roll.sampling()
         self.pick_rng = torch.Generator().manual_seed(t.seed + 1)
@@ -258,37 +265,60 @@ class GRPORollout:
     def group_advantages(
         self, gen: Generation, idx: list[int], texts: list[str], raw: Tensor, n: int
     ) -> tuple[Tensor, Tensor, dict[str, float]]:
-        """Shaped rewards ``[b]`` and advantages (``[b]``, or ``[b, T]`` with process supervision) of rows
-        in consecutive groups of ``n`` samples of the prompts ``idx``, and the shaping metrics."""
-        from advantage.math.advantages import GROUP_ADVANTAGES, process_advantages
+        """Shaped rewards ``[b]`` and advantages (``[b]``, or ``[b, T]`` when :attr:`per_token`) of rows in
+        consecutive groups of ``n`` samples of the prompts ``idx``, and the shaping metrics.
+
+        The KL to the reference in the reward (``kl_reward_coef`` β_r, k1 per token) is summed over the
+        response and subtracted from the reward, except for a per-token estimator: there it stays on its
+        token (:func:`~advantage.math.rewards.token_rewards`: the score on the last token, −β_r k1_t on
+        every token)."""
 
         a, cfg = self.a, self.cfg
-        kl_seq = None
+        token_estimator = bool(self.estimator.get("per_token"))
+        kl_tok = None
         if a.kl_reward_coef > 0:
             rows = torch.arange(len(texts))
             micro = cfg.worker.actor.micro_batch_size or len(rows)
             lp = no_grad_logprobs(self.policy.model, gen, rows, micro, cfg.worker.rollout.temperature)
-            kl_seq = ((lp - self.ref_logprobs(gen, rows)) * gen.response_mask).sum(-1)
-        rewards, shaped = shape_rewards(raw, gen, cfg, kl_seq, n)
+            kl_tok = (lp - self.ref_logprobs(gen, rows)) * gen.response_mask
+        kl_seq = None if kl_tok is None else kl_tok.sum(-1)
+        rewards, shaped = shape_rewards(raw, gen, cfg, None if token_estimator else kl_seq, n)
         metrics = {f"reward/{k}": v for k, v in shaped.items()}
+        # batch-wide statistics on several ranks: computed over every rank's rows, this rank's kept
+        # (group statistics need only the rank's own groups, which it holds whole).
+        spread = bool(self.estimator.get("batch")) and self.world.size > 1 and not self.whole
         if self.process:  # [b, T]: each token, the normalised rewards of the steps from its own on
             exs = [self.examples[i] for i in idx]
             steps = step_tensors(self.policy.task, exs, texts, gen, self.policy.tokenizer, n, rewards - raw)
             T = gen.response_ids.shape[1]
-            adv = process_advantages(*steps, T, n, a.std_eps, scale=PROCESS_SCALE[a.advantage])
+            scale = str(self.estimator.get("process"))
+            adv = process_advantages(*steps, T, n, a.std_eps, scale=scale)
             adv = adv.to(gen.response_mask.dtype) * gen.response_mask.cpu()  # rollout bookkeeping: CPU
+            return rewards, adv, metrics
+        if token_estimator:  # [b, T] per-token rewards: the score on the last token, the KL on each
+            mask = gen.response_mask.cpu().to(rewards.dtype)
+            kl = torch.zeros_like(mask) if kl_tok is None else kl_tok.cpu().to(rewards.dtype)
+            if kl_seq is not None:
+                metrics["reward/kl_reward"] = float(kl_seq.mean())
+            tok = token_rewards(rewards, kl, mask, a.kl_reward_coef)
+            fn = cast(TokenAdvantage, GROUP_ADVANTAGES[a.advantage])
+            if spread:  # pad every rank's [b, T_rank] to the widest before gathering
+                T = tok.shape[1]
+                width = int(self.world.reduce([float(T)], op="max")[0])
+                tok_all = self.world.gather(torch.nn.functional.pad(tok, (0, width - T)))
+                mask_all = self.world.gather(torch.nn.functional.pad(mask, (0, width - T)))
+                adv_all, am = fn(tok_all, mask_all, n, a.std_eps)
+                adv = adv_all[self.world.rank * len(tok) : (self.world.rank + 1) * len(tok), :T]
+            else:
+                adv, am = fn(tok, mask, n, a.std_eps)
         else:
-            # batch_std on several ranks: the std of every rank's rewards, so the whole batch's advantages
-            # are computed and this rank's rows kept (group advantages need only the rank's own groups).
-            spread = a.advantage == "batch_std" and self.world.size > 1 and not self.whole
-            adv, am = GROUP_ADVANTAGES[a.advantage](
-                self.world.gather(rewards) if spread else rewards, n, a.std_eps
-            )
+            outcome = cast(OutcomeAdvantage, GROUP_ADVANTAGES[a.advantage])
+            adv, am = outcome(self.world.gather(rewards) if spread else rewards, n, a.std_eps)
             if spread:
                 k = len(rewards)
                 adv = adv[self.world.rank * k : (self.world.rank + 1) * k]
-            if "reward_std_mean" in am:
-                metrics["advantage/group_std_mean"] = float(am["reward_std_mean"])
+        if "reward_std_mean" in am:
+            metrics["advantage/group_std_mean"] = float(am["reward_std_mean"])
         return rewards, adv, metrics
 
     # ---- one batch --------------------------------------------------------------------------------------
@@ -342,7 +372,9 @@ class GRPORollout:
             # No signal (train/advantage/zero_std_frac): the shaped rewards of the group all equal, or
             # with process supervision every token's advantage in the group 0.
             std0 = (
-                adv.reshape(len(idx), -1).abs().amax(-1) == 0 if self.process else constant_groups(rewards, G)
+                adv.reshape(len(idx), -1).abs().amax(-1) == 0
+                if self.per_token
+                else constant_groups(rewards, G)
             )
             # DAPO's filter (algorithm.dynamic_sampling_on): by default the groups all correct or all
             # wrong, by the verifier before shaping; an all-correct group where the soft overlong
@@ -360,7 +392,7 @@ class GRPORollout:
                 break
         if not kept:
             return None, m
-        # Rounds differ in response width: the per-token advantages of process supervision are padded.
+        # Rounds differ in response width: per-token advantages are padded.
         joined = GRPOBatch.cat(kept, self.policy.tokenizer.pad_token_id)
         n_prompts = len(joined.prompt_idx)
         keep_rows = min(n_prompts, B) * G  # dynamic sampling may overshoot: trim to the batch size

@@ -16,7 +16,8 @@ model, frozen), the *reward model* (prompt + response → one score) and the *cr
        r_t = -\beta\,\mathrm{KL}_t + \mathbb 1[t = T_b - 1]\, s, \qquad
        \mathrm{KL}_t = \log\pi_\text{old}(y_t|x, y_{<t}) - \log\pi_\text{ref}(y_t|x, y_{<t})
 
-   (:func:`token_rewards`; :math:`T_b` the response length with its EOS; k1 by default);
+   (:func:`~advantage.math.rewards.token_rewards`; :math:`T_b` the response length with its EOS; k1 by
+   default);
 4. **GAE over tokens** (:func:`token_gae`): :math:`\delta_t = r_t + \gamma V_{t+1} - V_t`,
    :math:`\hat A_t = \delta_t + \gamma\lambda\hat A_{t+1}`, with :math:`V_{T_b} = 0` after the last
    token; the critic's targets are :math:`R_t = \hat A_t + V_t`; the advantages are then whitened over
@@ -75,7 +76,7 @@ from torch import Tensor, nn
 
 from advantage import distributed, optim
 from advantage.algos.llm import data_parallel
-from advantage.algos.llm.batches import step_normalizer, trimmed
+from advantage.algos.llm.batches import trimmed
 from advantage.algos.llm.checks import check as check_run
 from advantage.algos.llm.data import DataCursor, preference_task
 from advantage.algos.llm.evaluation import evaluate_preference
@@ -89,9 +90,10 @@ from advantage.checkpoint import Checkpoint
 from advantage.configs.ppo_rlhf import PPOActor, PPOCritic, PPORLHFConfig
 from advantage.context import RunContext, Snapshot
 from advantage.errors import NonFiniteError
-from advantage.math import KL_ESTIMATORS, VALUE_LOSSES, AdaptiveKLController, aggregate, gae, ppo_clip
-from advantage.math.masked import masked_mean
-from advantage.math.value_losses import explained_variance
+from advantage.math import KL_ESTIMATORS, AdaptiveKLController, aggregate, gae, ppo_clip
+from advantage.math.masked import masked_mean, step_normalizer, token_mean
+from advantage.math.rewards import last_token, token_rewards
+from advantage.math.value_losses import clipped, explained_variance, mse
 from advantage.schedules import schedule_total
 from advantage.torch_state import LearnerState
 
@@ -112,28 +114,6 @@ if TYPE_CHECKING:  # transformers is the optional `llm` extra
 
 # ----------------------------------------------------------------------------------------------------
 # Per-token rewards and advantages (pure functions of [B, T] tensors)
-
-
-def last_token(mask: Tensor) -> Tensor:
-    """``[B]`` index of each row's last valid response token (the EOS, or the last token of a truncated
-    response). Response masks are contiguous from position 0, so it is ``Σ mask − 1``."""
-    return (mask.sum(-1).long() - 1).clamp(min=0)
-
-
-def token_rewards(scores: Tensor, kl: Tensor, mask: Tensor, beta: float) -> Tensor:
-    r"""Per-token rewards :math:`r_t = -\beta\,\mathrm{KL}_t + \mathbb 1[t = \text{last}]\,s` (Ziegler et
-    al. 2019 eq. 2 spread over tokens; Stiennon et al. 2020), 0 on padding.
-
-    Args:
-        scores: ``[B]`` reward-model scores.
-        kl: ``[B, T]`` per-token KL estimates (e.g. k1 = ``old_logp − ref_logp``), no grad.
-        mask: ``[B, T]`` response mask.
-        beta: KL coefficient β ≥ 0.
-    """
-    rewards = torch.where(mask != 0, -beta * kl, torch.zeros_like(kl))
-    rows = torch.arange(len(scores), device=kl.device)
-    rewards[rows, last_token(mask)] += scores.to(rewards.dtype)
-    return rewards
 
 
 def token_gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float) -> Tensor:
@@ -239,15 +219,15 @@ def ppo_rlhf_loss(
     per_token, metrics = policy_loss(logp, old_logp, advantages, mask)
     pg = aggregate(per_token, mask, actor.loss_agg, normalizer=normalizer, max_len=mask.shape[-1])
     if critic.value_clip is None:
-        per_token_v = VALUE_LOSSES["mse"](values, old_values, returns, mask)
+        per_token_v = mse(values, old_values, returns, mask)
     else:
-        per_token_v = VALUE_LOSSES["clipped"](values, old_values, returns, mask, clip=critic.value_clip)
+        per_token_v = clipped(values, old_values, returns, mask, clip=critic.value_clip)
         with torch.no_grad():  # where the clipped branch is the larger one (no gradient there)
             v_clip = old_values + (values - old_values).clamp(-critic.value_clip, critic.value_clip)
             metrics["value_clipfrac"] = masked_mean(
                 ((v_clip - returns) ** 2 > (values - returns) ** 2).float(), mask
             )
-    vf = aggregate(per_token_v, mask, "token_mean", normalizer=tokens)
+    vf = token_mean(per_token_v, mask, normalizer=tokens)
     metrics["entropy"] = masked_mean(-logp.detach(), mask)
     return pg, vf, metrics
 
