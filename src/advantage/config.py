@@ -22,14 +22,17 @@ import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 import yaml
 
 from advantage import kernels
 from advantage.errors import ConfigError
+
+if TYPE_CHECKING:
+    from advantage.configs.llm import DataConfig, LMModelConfig, LMTrainerConfig
 
 # ----------------------------------------------------------------------------------------------------
 # Declaring options
@@ -190,6 +193,52 @@ def device_problem(device: str, *, available: bool = True) -> str | None:
     if dev == "mps" and not torch.backends.mps.is_available():
         return "trainer.device=mps: the MPS backend is not available here; use trainer.device=cpu"
     return None
+
+
+# ----------------------------------------------------------------------------------------------------
+# What the code shared by the algorithms reads of a config. The sections are read-only properties, so a
+# config whose section is a subclass (LMTrainerConfig, VecEnvConfig) matches as well.
+
+
+class ConfigDataclass(Protocol):
+    """Any config dataclass: an algorithm's config or one of its sections."""
+
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
+
+class RunConfig(ConfigDataclass, Protocol):
+    """An algorithm's config: a dataclass with a ``trainer`` section (and others, per algorithm)."""
+
+    @property
+    def trainer(self) -> TrainerConfig: ...
+
+
+class EnvRunConfig(RunConfig, Protocol):
+    """The config of an algorithm that trains on a Gymnasium env: an ``env`` section too."""
+
+    @property
+    def env(self) -> EnvConfig: ...
+
+
+class VecEnvRunConfig(EnvRunConfig, Protocol):
+    """The config of an algorithm that steps several environments at once."""
+
+    @property
+    def env(self) -> VecEnvConfig: ...
+
+
+class LMRunConfig(RunConfig, Protocol):
+    """The config of a language-model algorithm: its ``data`` (the task), the policy's ``model`` and a
+    language-model ``trainer`` section."""
+
+    @property
+    def data(self) -> DataConfig: ...
+
+    @property
+    def model(self) -> LMModelConfig: ...
+
+    @property
+    def trainer(self) -> LMTrainerConfig: ...
 
 
 @dataclass(frozen=True)
@@ -527,7 +576,7 @@ def validate(cls: type, data: Mapping[str, Any]) -> Any:
     return obj
 
 
-def to_dict(cfg: Any) -> dict[str, Any]:
+def to_dict(cfg: ConfigDataclass) -> dict[str, Any]:
     """The config as plain nested dicts, env and task kwargs flattened into their sections (as a user
     writes them), ready for YAML."""
     out = dataclasses.asdict(cfg)
