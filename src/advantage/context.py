@@ -27,11 +27,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 
 from advantage.checkpoint import Checkpoint, save_checkpoint
+from advantage.config import EnvConfig, EnvRunConfig, RunConfig
 from advantage.envs import flatten_observations, make_env
 from advantage.errors import CheckpointError, NonFiniteError
 from advantage.evaluation import EVAL_SEED_OFFSET, envs_for, evaluate_policy
@@ -111,7 +112,7 @@ class RunContext:
     def __init__(
         self,
         algo: Algorithm,
-        cfg: Any,
+        cfg: RunConfig,
         run_dir: Path,
         restored: Checkpoint | None = None,
         quiet: bool = False,
@@ -153,7 +154,11 @@ class RunContext:
 
     # -- environments --------------------------------------------------------------------------------
     def make_env(self) -> gym.Env:
-        return make_env(self.cfg.env, flatten_obs=flatten_observations(self.cfg))
+        return make_env(self._env_section(), flatten_obs=flatten_observations(self.cfg))
+
+    def _env_section(self) -> EnvConfig:
+        """The ``env`` section: only the algorithms that train on an env make or evaluate one here."""
+        return cast(EnvRunConfig, self.cfg).env
 
     # -- signals: stop at the next step boundary -----------------------------------------------------
     def _install_signal_handlers(self) -> None:
@@ -229,7 +234,9 @@ class RunContext:
             n = envs_for(policy, self.cfg.trainer.eval_episodes)
             while len(self._eval_envs) < n:
                 # observations encoded as the trainer's envs encode them
-                self._eval_envs.append(make_env(self.cfg.env, flatten_obs=flatten_observations(self.cfg)))
+                self._eval_envs.append(
+                    make_env(self._env_section(), flatten_obs=flatten_observations(self.cfg))
+                )
             res = evaluate_policy(
                 policy,
                 self._eval_envs[0],

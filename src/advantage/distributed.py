@@ -38,6 +38,7 @@ from advantage.errors import ConfigError
 if TYPE_CHECKING:
     import torch
 
+    from advantage.config import LMRunConfig
     from advantage.context import RunContext, Snapshot
 
 STRATEGIES = ("single", "ddp", "fsdp")
@@ -69,7 +70,7 @@ def ranks(t: Any) -> int:
     return int(size) if size and size.isdigit() else int(getattr(t, "nproc_per_node", 1))
 
 
-def problems(algo: str, cfg: Any) -> list[str]:
+def problems(algo: str, cfg: LMRunConfig) -> list[str]:
     """Config problems of a run on several ranks, found before any process starts: an algorithm that
     learns in one process, a batch the ranks cannot share equally (naming both numbers), ``fsdp`` with
     options it does not support."""
@@ -102,7 +103,8 @@ def problems(algo: str, cfg: Any) -> list[str]:
     for k, need, why in ONE_RANK_OPTIONS.get(algo, ()):
         if _get(cfg, k) != need:
             out.append(f"trainer.strategy={strategy} needs {k}={need!r}, got {_get(cfg, k)!r}: {why}")
-    if algo == "grpo" and cfg.algorithm.advantage == "batch_std" and cfg.algorithm.supervision == "process":
+    batch_std = algo == "grpo" and _get(cfg, "algorithm.advantage") == "batch_std"
+    if batch_std and _get(cfg, "algorithm.supervision") == "process":
         out.append(
             f"trainer.strategy={strategy} with process supervision needs a group advantage, not batch_std "
             "(its step rewards' batch std is taken on one rank)"
@@ -115,10 +117,12 @@ def problems(algo: str, cfg: Any) -> list[str]:
     return out
 
 
-def _get(cfg: Any, key: str) -> Any:
+def _get(cfg: LMRunConfig, key: str) -> Any:
+    """The option at dotted ``key`` of ``cfg`` (of the algorithm named with it: its own sections)."""
+    node: object = cfg
     for part in key.split("."):
-        cfg = getattr(cfg, part)
-    return cfg
+        node = getattr(node, part)
+    return node
 
 
 @dataclass

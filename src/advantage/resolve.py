@@ -7,10 +7,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from advantage import distributed
 from advantage.config import (
+    EnvRunConfig,
+    RunConfig,
+    VecEnvRunConfig,
     build,
     device_problem,
     dump_yaml,
@@ -116,7 +119,7 @@ def resolve_config(
     return spec, cfg
 
 
-def _response_budget_warnings(cfg: Any) -> list[str]:
+def _response_budget_warnings(cfg: RunConfig) -> list[str]:
     """A warning when the policy comes from an SFT run folder that trained on longer responses than this
     run generates: GSM8K's recipe trains 256-token answers, then GRPO with 48 new tokens cut almost every
     answer before its end, and so before the \\boxed{} that the reward reads, without a word."""
@@ -173,7 +176,7 @@ def _foreign_name(problem: str, spec: Algorithm) -> str:
     return problem[: m.end(1)] + found + problem[m.end(1) :] if found else problem
 
 
-def _env_chosen(cfg: Any, *layers: Mapping[str, Any]) -> bool:
+def _env_chosen(cfg: EnvRunConfig, *layers: Mapping[str, Any]) -> bool:
     """Whether the env section needs checking against Gymnasium: an id set by a preset, a file or a key,
     or keyword arguments. The algorithms' own default ids are checked once, by the tests
     (tests/test_startup.py), so a config error in another section answers without importing Gymnasium."""
@@ -316,7 +319,7 @@ def _drop_saved_entry(
     )
 
 
-def config_yaml(spec: Algorithm, cfg: Any) -> str:
+def config_yaml(spec: Algorithm, cfg: RunConfig) -> str:
     """The saved ``config.yaml``. ``trainer.run_dir`` is left out (null): the file lives in the run folder,
     and feeding it back with ``--config`` should start a new run, not collide with this one."""
     tree = to_dict(cfg)
@@ -328,9 +331,9 @@ def config_yaml(spec: Algorithm, cfg: Any) -> str:
     return dump_yaml({**head, **tree})
 
 
-def _worker_problems(spec: Algorithm, cfg: Any) -> list[str]:
+def _worker_problems(spec: Algorithm, cfg: RunConfig) -> list[str]:
     """``trainer.num_workers`` is allowed only where the trainer collects with Ray workers, and must split
-    ``env.num_envs`` evenly."""
+    ``env.num_envs`` evenly (an env algorithm with workers steps several envs: ``VecEnvConfig``)."""
     n = getattr(getattr(cfg, "trainer", None), "num_workers", 0)
     if not n:
         return []
@@ -339,8 +342,7 @@ def _worker_problems(spec: Algorithm, cfg: Any) -> list[str]:
         return [
             f"trainer.num_workers={n}: {spec.name} runs in one process; Ray workers are available for {able}"
         ]
-    if spec.uses_env and cfg.env.num_envs % n:
-        return [
-            f"env.num_envs={cfg.env.num_envs} must be divisible by trainer.num_workers={n} (envs per worker)"
-        ]
+    num_envs = cast(VecEnvRunConfig, cfg).env.num_envs if spec.uses_env else 0
+    if num_envs % n:
+        return [f"env.num_envs={num_envs} must be divisible by trainer.num_workers={n} (envs per worker)"]
     return []

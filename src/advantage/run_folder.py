@@ -11,10 +11,10 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from advantage.checkpoint import LATEST, Checkpoint, load_checkpoint
-from advantage.config import YAML_MAX_BYTES, parse_yaml
+from advantage.config import YAML_MAX_BYTES, EnvRunConfig, LMRunConfig, RunConfig, parse_yaml
 from advantage.errors import CheckpointError, RunDirError
 from advantage.registry import Algorithm
 from advantage.runfiles import Folder, pseudo_filesystem, read_run_file
@@ -22,12 +22,14 @@ from advantage.runfiles import Folder, pseudo_filesystem, read_run_file
 CONFIG_FILE = "config.yaml"
 
 
-def run_subject(spec: Algorithm, cfg: Any) -> str:
+def run_subject(spec: Algorithm, cfg: RunConfig) -> str:
     """What a run trains on: the env id, or the language-model task."""
-    return cfg.env.id if spec.uses_env else cfg.data.task
+    if spec.uses_env:
+        return cast(EnvRunConfig, cfg).env.id
+    return cast(LMRunConfig, cfg).data.task
 
 
-def default_run_dir(spec: Algorithm, cfg: Any) -> Path:
+def default_run_dir(spec: Algorithm, cfg: RunConfig) -> Path:
     """A fresh folder ``runs/<algo>-<subject>-<time>[-i]``, created here: ``mkdir`` fails if another run
     took the name first, so two runs started in the same second get different folders."""
     env = re.sub(r"[^A-Za-z0-9._-]+", "_", run_subject(spec, cfg))

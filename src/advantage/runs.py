@@ -14,12 +14,14 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from advantage import distributed, kernels, versions
 from advantage.checkpoint import Checkpoint, load_checkpoint
 from advantage.config import (
     YAML_MAX_BYTES,
+    EnvRunConfig,
+    RunConfig,
     flatten,
     to_dict,
 )
@@ -49,16 +51,19 @@ if TYPE_CHECKING:
 STOP_SIGNALS = ("SIGINT", "SIGTERM")  # a run stopped by one of these ends with a checkpoint, unfinished
 
 
-def _check_spaces(spec: Algorithm, cfg: Any) -> None:
+def _check_spaces(spec: Algorithm, cfg: RunConfig) -> None:
+    """``spec.check_env`` on the run's env, made as the algorithm will see it (an algorithm with that
+    check trains on an env: its config has an ``env`` section)."""
     if spec.check_env is None:
         return
     from advantage.envs import flatten_observations, make_env
     from advantage.envs.make import check_env_api
 
-    env = make_env(cfg.env, flatten_obs=flatten_observations(cfg))  # as the algorithm will see it
+    env_cfg = cast(EnvRunConfig, cfg).env
+    env = make_env(env_cfg, flatten_obs=flatten_observations(cfg))
     try:
         spec.check_env(cfg, env)
-        check_env_api(cfg.env.id, env)
+        check_env_api(env_cfg.id, env)
     finally:
         env.close()
 
@@ -283,7 +288,7 @@ def eager_optimizers() -> None:
     _EAGER_OPTIMIZERS = True
 
 
-def _train(spec: Algorithm, cfg: Any, ctx: RunContext) -> None:
+def _train(spec: Algorithm, cfg: RunConfig, ctx: RunContext) -> None:
     """``spec.train`` on rank 0 (or alone): on several ranks it first tells the others where the run is
     and what it resumes (:func:`_follow`), and trains with a :class:`~advantage.distributed.RankContext`."""
     on = kernels.parse(cfg.trainer.kernels)

@@ -29,13 +29,15 @@ from __future__ import annotations
 
 import math
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
     import gymnasium as gym
     from numpy.typing import DTypeLike
+
+    from advantage.config import VecEnvConfig
 
 from advantage.errors import ConfigError
 
@@ -81,7 +83,22 @@ def replay_bytes(
     return capacity * (2 * obs + act + 4 + 1 + 4)
 
 
-def check_rollout_memory(cfg: Any, env: gym.Env | gym.vector.VectorEnv) -> None:
+class _RolloutSteps(Protocol):
+    @property
+    def n_steps(self) -> int: ...
+
+
+class RolloutSize(Protocol):
+    """What sizes an on-policy rollout in a config: ``algorithm.n_steps`` steps of ``env.num_envs`` envs."""
+
+    @property
+    def env(self) -> VecEnvConfig: ...
+
+    @property
+    def algorithm(self) -> _RolloutSteps: ...
+
+
+def check_rollout_memory(cfg: RolloutSize, env: gym.Env | gym.vector.VectorEnv) -> None:
     """:class:`ConfigError` before anything runs when one on-policy rollout (``algorithm.n_steps`` ×
     ``env.num_envs`` steps: observation, action and about 8 float32 numbers each) would not fit in the
     memory available (PPO, TRPO, A2C)."""

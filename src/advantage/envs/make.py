@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.wrappers import vector as vector_wrappers
 
-from advantage.config import EnvConfig, VecEnvConfig
+from advantage.config import EnvConfig, RunConfig, VecEnvConfig
 from advantage.envs.atari import atari_wrappers, register_ale
 from advantage.envs.replay import EpisodeRecorder
 from advantage.envs.user import is_user_id, needs_env_object, resolve
@@ -58,7 +58,7 @@ VECTOR_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, 
 VECTOR_OBSERVATIONS = "Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple"
 
 
-def flatten_observations(cfg: Any) -> bool:
+def flatten_observations(cfg: RunConfig) -> bool:
     """Whether the algorithm of ``cfg`` gets its observations encoded as one vector
     (:func:`encode_observations`): its config class says so (``flatten_obs = True``: the networks are MLPs,
     as in PPO, A2C, TRPO, REINFORCE, DQN, DDPG, TD3 and SAC), unless ``model.cnn`` keeps image
