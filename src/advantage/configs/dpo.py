@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from advantage.config import option, section
 from advantage.configs.llm import DataConfig, LMModelConfig, LMOptim, LMTrainerConfig, preference_task_options
+from advantage.math.registry import choices, described
 from advantage.registry import Algorithm, Entry, register
 
 
@@ -17,7 +18,11 @@ class DPOData(DataConfig):
 @dataclass
 class DPOAlgorithm:
     beta: float = option(0.1, "β: strength of the implicit KL to the reference", lo=0, lo_open=True)
-    loss_type: str = option("sigmoid", "sigmoid (DPO), ipo or hinge", choices=("sigmoid", "ipo", "hinge"))
+    loss_type: str = option(
+        "sigmoid",
+        described("preference:DPO_LOSSES", "preference loss"),
+        choices=choices("preference:DPO_LOSSES"),
+    )
     label_smoothing: float = option(0.0, "sigmoid: assumed label-flip probability (cDPO)", lo=0, hi=0.5)
     learning_rate: float = LMOptim.learning_rate(5e-4)
     lr_schedule: str = LMOptim.lr_schedule("constant")

@@ -34,6 +34,7 @@ from advantage.configs.llm import (
     SamplingTrainerConfig,
     preference_task_options,
 )
+from advantage.math.registry import choices, described
 from advantage.registry import Algorithm, Entry, register
 
 
@@ -50,7 +51,11 @@ class PPORLHFAlgorithm:
     gamma: float = option(1.0, "γ: discount over response tokens (1: see the module docstring)", lo=0, hi=1)
     lam: float = option(0.95, "λ of GAE over tokens (bias-variance trade-off of the advantage)", lo=0, hi=1)
     kl_coef: float = option(0.05, "β: weight of the per-token KL penalty in the reward (initial β)", lo=0)
-    kl_estimator: str = option("k1", "per-token KL estimate in the reward", choices=("k1", "k2", "k3"))
+    kl_estimator: str = option(
+        "k1",
+        described("kl:KL_ESTIMATORS", "per-token KL estimate in the reward"),
+        choices=choices("kl:KL_ESTIMATORS"),
+    )
     adaptive_kl: bool = option(
         False, "adapt β once per rollout towards algorithm.kl_target (halve / double, PPO-Penalty's rule)"
     )
@@ -90,8 +95,8 @@ class PPOActor:
     clip_high: float | None = option(None, "ε_high of the ratio clip (null: clip_low)", lo=0)
     loss_agg: str = option(
         "token_mean",
-        "policy-loss aggregation",
-        choices=("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"),
+        described("masked:LOSS_AGGREGATIONS", "policy-loss aggregation"),
+        choices=choices("masked:LOSS_AGGREGATIONS"),
     )
 
     def problems(self) -> list[str]:
