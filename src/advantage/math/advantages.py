@@ -29,9 +29,10 @@ from torch import Tensor
 from advantage.math.registry import FunctionRegistry
 
 
-# name -> estimator. Metadata: ``groups`` (needs G >= 2 samples of a prompt), ``process`` (the divisor
+# name -> estimator. Metadata: ``groups`` (needs G >= 2 samples of a prompt), ``batch`` (a statistic of
+# the whole batch: with several ranks, computed over every rank's rows), ``process`` (the divisor
 # :func:`process_advantages` uses for it under process supervision; absent: not offered there),
-# ``per_token`` (takes per-token rewards ``[B, T]`` and a mask, returns ``[B, T]``).
+# ``per_token`` (a :class:`TokenAdvantage`: per-token rewards ``[B, T]`` and a mask in, ``[B, T]`` out).
 class OutcomeAdvantage(Protocol):
     """``(rewards [B], group_size, eps) -> (advantages [B], metrics)``: one reward per completion."""
 
@@ -183,7 +184,9 @@ def rloo(rewards: Tensor, group_size: int, eps: float = 1e-6) -> tuple[Tensor, d
     return _finish(r, r - baseline)
 
 
-@GROUP_ADVANTAGES.register(groups=True, process="batch", summary="group mean, batch std; Lite PPO")
+@GROUP_ADVANTAGES.register(
+    groups=True, batch=True, process="batch", summary="group mean, batch std; Lite PPO"
+)
 def batch_std(rewards: Tensor, group_size: int, eps: float = 1e-6) -> tuple[Tensor, dict[str, Tensor]]:
     r"""Group mean, batch std: "Lite PPO" (Liu et al. 2025, "Part I: Tricks or Traps? A Deep Dive into RL
     for LLM Reasoning").
