@@ -38,7 +38,7 @@ from advantage.errors import ConfigError
 if TYPE_CHECKING:
     import torch
 
-    from advantage.config import LMRunConfig
+    from advantage.config import LMRunConfig, TrainerConfig
     from advantage.context import RunContext, Snapshot
 
 STRATEGIES = ("single", "ddp", "fsdp")
@@ -64,7 +64,7 @@ def launched() -> bool:
     return any(v in os.environ for v in RENDEZVOUS)
 
 
-def ranks(t: Any) -> int:
+def ranks(t: TrainerConfig) -> int:
     """How many ranks the run will have: ``WORLD_SIZE`` under a launcher, else ``trainer.nproc_per_node``."""
     size = os.environ.get("WORLD_SIZE")
     return int(size) if size and size.isdigit() else int(getattr(t, "nproc_per_node", 1))
@@ -222,7 +222,7 @@ def current() -> World:
     return _WORLD
 
 
-def init(t: Any) -> World:
+def init(t: TrainerConfig) -> World:
     """Join the ranks of ``trainer`` section ``t``: the process group from the ``env://`` variables with
     ``trainer.worker_timeout`` as its timeout (a group of one for ``ddp``/``fsdp`` without a launcher;
     nothing for ``single``). A launch that sets some rendezvous variables but not all is an error naming
@@ -236,9 +236,10 @@ def init(t: Any) -> World:
             f"a distributed launch needs the rendezvous variables {', '.join(RENDEZVOUS)}; "
             f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set (torchrun sets them all)"
         )
-    if not have and getattr(t, "nproc_per_node", 1) > 1:
+    nproc = getattr(t, "nproc_per_node", 1)  # a language-model trainer section's option
+    if not have and nproc > 1:
         raise ConfigError(
-            f"trainer.nproc_per_node={t.nproc_per_node}: the processes are started by the command line "
+            f"trainer.nproc_per_node={nproc}: the processes are started by the command line "
             "(advantage train … trainer.nproc_per_node=N) or by torchrun, not from Python"
         )
     if strategy == "single":

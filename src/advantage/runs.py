@@ -22,6 +22,7 @@ from advantage.config import (
     YAML_MAX_BYTES,
     EnvRunConfig,
     RunConfig,
+    TrainerConfig,
     flatten,
     to_dict,
 )
@@ -263,7 +264,7 @@ def _resume(
     return _ended(run_dir, ctx, background)
 
 
-def schedule_parts(before: Any, after: Any, step: int) -> list[list[int]]:
+def schedule_parts(before: TrainerConfig, after: TrainerConfig, step: int) -> list[list[int]]:
     """``trainer.schedule_steps`` of a run resumed at ``step`` from trainer section ``before`` with
     ``after``'s ``total_steps``: the steps before ``step`` ran their schedules against ``before``'s total
     (and its own earlier parts), the rest run against the new one. With the pair ``[step, old total]``
