@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import torch
 
-from advantage.algos.tabular.planning import policy_evaluation
+from advantage.algos.tabular.dynamic_programming import policy_evaluation
 from advantage.envs import TabularModel
 from advantage.math import POLICY_LOSSES, aggregate, reward_to_go
 from advantage.math.policy_gradient import (

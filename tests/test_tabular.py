@@ -7,7 +7,12 @@ import pytest
 import torch
 
 import advantage
-from advantage.algos.tabular.planning import policy_evaluation, policy_iteration, q_from_v, value_iteration
+from advantage.algos.tabular.dynamic_programming import (
+    policy_evaluation,
+    policy_iteration,
+    q_from_v,
+    value_iteration,
+)
 from advantage.config import EnvConfig
 from advantage.context import RunContext
 from advantage.envs import make_env, tabular_model

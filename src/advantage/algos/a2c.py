@@ -54,8 +54,9 @@ from advantage.envs import flatten_observations, make_vec_env
 from advantage.errors import NonFiniteError
 from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, masked_whiten, reward_to_go
 from advantage.nn import ActorCritic
+from advantage.rollout.collector import actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.rollout.envsteps import setup_torch
-from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
+from advantage.rollout.onpolicy import Batch
 from advantage.schedules import annealed, schedule_total
 from advantage.torch_state import LearnerState
 

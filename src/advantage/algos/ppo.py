@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import torch
@@ -56,8 +56,9 @@ from advantage.math import VALUE_LOSSES, AdaptiveKLController, masked_whiten, pp
 from advantage.math.kl import k3_from_ratio
 from advantage.math.value_losses import explained_variance
 from advantage.nn import ActorCritic
+from advantage.rollout.collector import actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.rollout.envsteps import setup_torch
-from advantage.rollout.onpolicy import Batch, actor_critic_snapshot, make_collector, resume_or_reset
+from advantage.rollout.onpolicy import Batch
 from advantage.schedules import annealed, schedule_total
 from advantage.torch_state import LearnerState
 
@@ -82,7 +83,7 @@ def check_env(
     if hasattr(cfg.algorithm, "n_steps"):  # not REINFORCE: its batches are whole episodes
         from advantage.data.replay import check_rollout_memory
 
-        check_rollout_memory(cfg, env)
+        check_rollout_memory(cast("PPOConfig | TRPOConfig | A2CConfig", cfg), env)
 
 
 def train(cfg: PPOConfig, ctx: RunContext) -> None:

@@ -57,8 +57,8 @@ from advantage.math import (
 from advantage.math.value_losses import explained_variance
 from advantage.nn import ActorCritic
 from advantage.nn.actor_critic import GaussianHead
+from advantage.rollout.collector import actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.rollout.envsteps import setup_torch
-from advantage.rollout.onpolicy import actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.torch_state import LearnerState
 
 # ----------------------------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ observation / reward normalisation, and returns a :class:`Batch` (:func:`build_b
 transitions flattened, with GAE advantages and returns (:func:`advantage.math.gae`). Everything it
 carries between rollouts (current observation, autoreset flags, episode counters, normalisation
 statistics, env state) is in :meth:`OnPolicyCollector.tensors` / :meth:`OnPolicyCollector.state`, so a
-checkpoint resumes it exactly. :class:`Collector` is what the trainers call, the interface this collector
-and the Ray one (:class:`advantage.rollout.remote.RemoteCollector`) share; :func:`make_collector` picks one.
+checkpoint resumes it exactly. It is one :class:`~advantage.rollout.collector.Collector`, the Ray one
+(:class:`advantage.rollout.remote.RemoteCollector`) the other.
 
 Details, as in "The 37 implementation details of PPO" (Huang et al. 2022) where they coincide:
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import gymnasium as gym
 import numpy as np
@@ -38,13 +38,13 @@ from advantage.envs.replay import restore_or_restart
 from advantage.math import gae
 from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer
 from advantage.rollout.envsteps import EnvSteps
-from advantage.torch_state import LearnerState, RunningMeanStd
+from advantage.torch_state import RunningMeanStd
 
 if TYPE_CHECKING:
     from advantage.configs.a2c import A2CConfig
     from advantage.configs.ppo import PPOConfig
     from advantage.configs.trpo import TRPOConfig
-    from advantage.context import RunContext, Snapshot
+    from advantage.context import RunContext
 
     ActorCriticConfig: TypeAlias = PPOConfig | TRPOConfig | A2CConfig
     """The config of an actor-critic trainer: ``env``, ``model`` (an ``ActorCriticModel``), ``trainer``
@@ -67,43 +67,6 @@ class Batch:
 Targets = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 """``targets(rewards, values, next_values, terminated, truncated, advantages) -> returns``, all ``[N, T]``:
 the critic's regression targets when they are not ``advantages + values`` (A2C's ``mc``)."""
-
-
-class Collector(Protocol):
-    """What the actor-critic trainers call on a collector: :class:`OnPolicyCollector` in this process, or
-    :class:`advantage.rollout.remote.RemoteCollector` over Ray workers (:func:`make_collector`)."""
-
-    obs_norm: ObsNormalizer  # the observation statistics the trained policy reads with
-
-    def reset(self, seed: int) -> None:
-        """Start fresh, the envs reset with ``seed``."""
-        ...
-
-    def collect(
-        self, step: int, gae_lambda: float, targets: Targets | None = None, env_major: bool = False
-    ) -> tuple[Batch, int]:
-        """One rollout as a :class:`Batch` and the new global step count."""
-        ...
-
-    def tensors(self) -> dict[str, Tensor]:
-        """What a checkpoint stores as tensors."""
-        ...
-
-    def state(self) -> Any:
-        """What a checkpoint stores as JSON."""
-        ...
-
-    def metrics(self) -> dict[str, float]:
-        """The collector's entries of the training row."""
-        ...
-
-    def load(self, tensors: dict[str, Tensor], state: Any, seed: int, step: int = 0) -> None:
-        """Restore :meth:`tensors` and :meth:`state` of a checkpoint."""
-        ...
-
-    def close(self) -> None:
-        """Release what the collector holds beyond the run's envs (the Ray workers)."""
-        ...
 
 
 class OnPolicyCollector:
@@ -294,35 +257,6 @@ def build_batch(
     )
 
 
-def resume_or_reset(
-    collector: Collector, learner: LearnerState, ctx: RunContext, seed: int
-) -> tuple[int, dict[str, Any]]:
-    """The run's first step and its saved algorithm state: ``(0, {})`` with fresh envs (reset with
-    ``seed``), or the checkpoint's, with ``learner`` and ``collector`` restored from it."""
-    if ctx.restored is None:
-        collector.reset(seed)
-        return 0, {}
-    ck, s = ctx.restored, ctx.restored.state["algo"]
-    learner.load(ck.tensors, s, str(ck.path))
-    collector.load(ck.tensors, s["env"], seed, ck.step)
-    return ck.step, s
-
-
-def actor_critic_snapshot(
-    model: ActorCritic, collector: Collector, learner: LearnerState, **state: Any
-) -> Snapshot:
-    """A checkpoint of an actor-critic run: the learner's and the collector's tensors, the policy with the
-    collector's observation statistics, and ``state`` beside the optimizers' and the envs' state."""
-    from advantage.context import Snapshot
-
-    tensors, meta = learner.save()
-    return Snapshot(
-        ActorCriticPolicy(model, collector.obs_norm),
-        {**tensors, **collector.tensors()},
-        {**meta, "env": collector.state(), **state},
-    )
-
-
 def actor_critic_policy(
     cfg: ActorCriticConfig, env: gym.Env, tensors: dict[str, Tensor]
 ) -> ActorCriticPolicy:
@@ -331,34 +265,3 @@ def actor_critic_policy(
     model = cfg.model.build(env.observation_space, env.action_space)
     a = cfg.algorithm
     return ActorCriticPolicy.from_checkpoint(model, a.normalize_obs, a.clip_obs, tensors)
-
-
-def make_collector(
-    env: gym.vector.VectorEnv, model: ActorCritic, cfg: ActorCriticConfig, n_steps: int, ctx: RunContext
-) -> Collector:
-    """The run's collector: :class:`OnPolicyCollector` in this process, or, with
-    ``trainer.num_workers > 0``, :class:`advantage.rollout.remote.RemoteCollector` over Ray workers
-    (imported only then)."""
-    a = cfg.algorithm
-    common: dict[str, Any] = {
-        "gamma": a.gamma,
-        "normalize_obs": a.normalize_obs,
-        "clip_obs": a.clip_obs,
-        "normalize_reward": getattr(a, "normalize_reward", False),
-        "ctx": ctx,
-    }
-    if cfg.trainer.num_workers > 0:
-        from advantage.envs import flatten_observations
-        from advantage.rollout.remote import RemoteCollector
-
-        return RemoteCollector(
-            cfg.env,
-            cfg.model,
-            model,
-            n_steps,
-            cfg.trainer,
-            obs_space=env.single_observation_space,
-            flatten_obs=flatten_observations(cfg),
-            **common,
-        )
-    return OnPolicyCollector(env, model, n_steps, **common)

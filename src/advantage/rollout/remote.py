@@ -2,7 +2,7 @@
 
 ``trainer.num_workers=N`` (N ≥ 1) makes PPO, TRPO and A2C collect with :class:`RemoteCollector` instead of
 :class:`~advantage.rollout.onpolicy.OnPolicyCollector`. Both are a
-:class:`~advantage.rollout.onpolicy.Collector`, so the trainers do not change. With
+:class:`~advantage.rollout.collector.Collector`, so the trainers do not change. With
 ``num_workers=0`` (the default) nothing here is imported and Ray never is. GRPO's workers, which
 generate and score language-model samples, are :mod:`advantage.algos.llm.workers`; they use the
 :class:`WorkerPool` of this module.

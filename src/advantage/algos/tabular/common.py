@@ -11,6 +11,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.spaces import Discrete
 
+from advantage.configs.linear import LinearConfig
+from advantage.configs.tabular import PlanningConfig, TDConfig
 from advantage.context import RunContext
 from advantage.envs import env_state, flatten_observations, make_env, require_space
 from advantage.envs.replay import restore_or_restart
@@ -88,7 +90,7 @@ def run_policy(run_dir: str) -> Policy | None:
         env.close()
 
 
-def check_discrete(cfg: Any, env: gym.Env, name: str) -> None:
+def check_discrete(cfg: TDConfig | PlanningConfig | LinearConfig, env: gym.Env, name: str) -> None:
     """``check_env`` of the tabular methods (``name``: the algorithm): Discrete observations and actions."""
     obs, act = env.observation_space, env.action_space
     require_space(name, cfg.env.id, "observation", obs, gym.spaces.Discrete, other=act)

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import Any
+from typing import cast
 
 import gymnasium as gym
 import numpy as np
 import torch
 
 from advantage.algos.tabular.common import check_discrete, table_shape
+from advantage.configs.linear import LinearConfig, LinearPredictionAlgorithm
 from advantage.context import RunContext
 from advantage.envs import TabularModel, baird_features, tabular_model
 from advantage.envs.baird import INITIAL_WEIGHTS
@@ -90,7 +91,7 @@ def action_features(phi: np.ndarray, n_actions: int) -> np.ndarray:
     return out
 
 
-def initial_weights(cfg: Any, size: int, blocks: int = 1) -> np.ndarray:
+def initial_weights(cfg: LinearConfig, size: int, blocks: int = 1) -> np.ndarray:
     """``model.init_weights``, or its default (see :class:`advantage.configs.linear.LinearModel`);
     ``size`` is the weight count."""
     given = cfg.model.init_weights
@@ -158,7 +159,7 @@ def check_weights(ctx: RunContext, step: int, w: torch.Tensor) -> None:
     ctx.check_finite(step, "‖w‖ (the weights diverged)", float(torch.linalg.vector_norm(w)))
 
 
-def check_linear(cfg: Any, env: gym.Env, name: str, control: bool = False) -> None:
+def check_linear(cfg: LinearConfig, env: gym.Env, name: str, control: bool = False) -> None:
     """``check_env`` of the linear methods (``name``: the algorithm): Discrete spaces, a known model,
     features and weights that fit, and the env's own policies when the config asks for them.
     ``control``: weights per action."""
@@ -173,4 +174,5 @@ def check_linear(cfg: Any, env: gym.Env, name: str, control: bool = False) -> No
     initial_weights(cfg, phi.shape[1] * blocks, blocks)
     policy_table(env, "behavior", cfg.algorithm.behavior, cfg.env.id)
     if not control:
-        policy_table(env, "target", cfg.algorithm.target, cfg.env.id)
+        target = cast(LinearPredictionAlgorithm, cfg.algorithm).target  # prediction: a target policy
+        policy_table(env, "target", target, cfg.env.id)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -39,7 +40,7 @@ from advantage.algos.tabular.common import (
     start_sampler,
     table_shape,
 )
-from advantage.algos.tabular.planning import policy_evaluation, q_from_v, value_iteration
+from advantage.algos.tabular.dynamic_programming import policy_evaluation, q_from_v, value_iteration
 from advantage.configs.linear import LinearControlConfig
 from advantage.context import RunContext, Snapshot
 from advantage.envs import tabular_model
@@ -163,7 +164,7 @@ def train(cfg: LinearControlConfig, ctx: RunContext, method: str) -> None:
     env.close()
 
 
-def _policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
+def _policy(cfg: LinearControlConfig, env: gym.Env, tensors: Any) -> TablePolicy:
     """The greedy policy in the learned action values."""
     n_states, n_actions = table_shape(env)
     x = linear_common.action_features(

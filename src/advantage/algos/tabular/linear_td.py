@@ -40,14 +40,16 @@ Implementation details:
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from advantage.algos.tabular import linear_common
 from advantage.algos.tabular.common import TablePolicy, sampler_state, start_sampler, table_shape
-from advantage.algos.tabular.planning import policy_evaluation
+from advantage.algos.tabular.dynamic_programming import policy_evaluation
+from advantage.configs.linear import GradientTDAlgorithm, GradientTDConfig, SemiGradientTDConfig
 from advantage.context import RunContext, Snapshot
 from advantage.envs import tabular_model
 from advantage.errors import ConfigError
@@ -67,7 +69,7 @@ from advantage.math.linear_td import (
 class _Problem:
     """Everything fixed for a run: features, policies, the model's expected-update system, the truth."""
 
-    def __init__(self, cfg: Any, env: Any):
+    def __init__(self, cfg: SemiGradientTDConfig | GradientTDConfig, env: Any):
         a = cfg.algorithm
         model = tabular_model(env, cfg.env.id)
         features = linear_common.resolve_features(a.features, cfg.env.id)
@@ -107,12 +109,13 @@ def _episode(saved: dict[str, list] | None = None) -> SimpleNamespace:
     return SimpleNamespace(**(saved or {"states": [], "rewards": [], "rhos": []}))
 
 
-def train(cfg: Any, ctx: RunContext, method: str) -> None:
+def train(cfg: SemiGradientTDConfig | GradientTDConfig, ctx: RunContext, method: str) -> None:
     a, t = cfg.algorithm, cfg.trainer
     env = ctx.make_env()
     prob = _Problem(cfg, env)
     n_actions = table_shape(env)[1]
     gradient_td = method in ("tdc", "gtd2")
+    beta = cast(GradientTDAlgorithm, a).beta if gradient_td else 0.0  # the second step size: TDC, GTD2
     bootstrap = getattr(a, "bootstrap", True)
     sampled = a.update == "sampled"
 
@@ -141,7 +144,7 @@ def train(cfg: Any, ctx: RunContext, method: str) -> None:
             elif method == "semi_gradient_td":
                 w = expected_td_update(w, prob.system, a.alpha)
             else:
-                w, h = expected_gradient_td_update(method, w, h, prob.system, a.alpha, a.beta)
+                w, h = expected_gradient_td_update(method, w, h, prob.system, a.alpha, beta)
             step += 1
         else:
             action = int(rng.choice(n_actions, p=prob.mu[obs]))
@@ -159,7 +162,7 @@ def train(cfg: Any, ctx: RunContext, method: str) -> None:
                 w, _ = semi_gradient_td_step(w, x, x_next, float(reward), a.gamma, rho, a.alpha, terminated)
             else:
                 w, h, _ = gradient_td_step(
-                    method, w, h, x, x_next, float(reward), a.gamma, rho, a.alpha, a.beta, terminated
+                    method, w, h, x, x_next, float(reward), a.gamma, rho, a.alpha, beta, terminated
                 )
             ep_return += float(reward)
             ep_len += 1
@@ -187,7 +190,7 @@ def train(cfg: Any, ctx: RunContext, method: str) -> None:
     env.close()
 
 
-def _policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
+def _policy(cfg: SemiGradientTDConfig | GradientTDConfig, env: gym.Env, tensors: Any) -> TablePolicy:
     """The evaluated policy is the target policy π (prediction does not change it)."""
     pi = linear_common.policy_table(env, "target", cfg.algorithm.target, cfg.env.id)
     return TablePolicy(pi, kind="probs", seed=cfg.trainer.seed)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, cast
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -127,12 +128,12 @@ def train(cfg: MCControlConfig | MCPredictionConfig, ctx: RunContext, control: b
     env.close()
 
 
-def _control_policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
+def _control_policy(cfg: MCControlConfig, env: gym.Env, tensors: Any) -> TablePolicy:
     n_states, n_actions = table_shape(env)
     return TablePolicy(tensors["estimate"].numpy().reshape(n_states, n_actions))
 
 
-def _prediction_policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
+def _prediction_policy(cfg: MCPredictionConfig, env: gym.Env, tensors: Any) -> TablePolicy:
     n_states, n_actions = table_shape(env)
     return TablePolicy(
         fixed_policy_table(cfg.algorithm.policy, n_states, n_actions), kind="probs", seed=cfg.trainer.seed

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from advantage.algos.tabular.common import (
@@ -112,5 +113,5 @@ def train(cfg: TDConfig, ctx: RunContext, method: str) -> None:
     env.close()
 
 
-def _policy(cfg: Any, env: Any, tensors: Any) -> TablePolicy:
+def _policy(cfg: TDConfig, env: gym.Env, tensors: Any) -> TablePolicy:
     return TablePolicy(tensors["q"].numpy())
