@@ -293,6 +293,16 @@ PRESETS = {
             "worker.actor.kl_coef": 0.0,
         },
     ),
+    "reinforce_pp": Preset(
+        "REINFORCE++ (Hu 2025): per-token returns whitened over the batch, no groups needed; the KL to the "
+        "reference as a per-token reward (β_r = 0.01), none in the loss; token-level loss",
+        {
+            "algorithm.advantage": "reinforce_plus_plus",
+            "algorithm.kl_reward_coef": 0.01,
+            "worker.actor.kl_coef": 0.0,
+            "worker.actor.loss_agg": "token_mean",
+        },
+    ),
     "lite_ppo": Preset(
         "Lite PPO: group-mean, batch-std advantages and the token-level loss",
         {

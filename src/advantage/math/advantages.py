@@ -26,7 +26,9 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from advantage.math.masked import masked_mean, masked_var, masked_whiten
 from advantage.math.registry import FunctionRegistry
+from advantage.math.returns import reward_to_go
 
 
 # name -> estimator. Metadata: ``groups`` (needs G >= 2 samples of a prompt), ``batch`` (a statistic of
@@ -206,6 +208,57 @@ def batch_std(rewards: Tensor, group_size: int, eps: float = 1e-6) -> tuple[Tens
     """
     r = _grouped(rewards, group_size)
     return _finish(r, (r - r.mean(dim=1, keepdim=True)) / (r.std() + eps))
+
+
+@GROUP_ADVANTAGES.register(per_token=True, batch=True, summary="discounted token returns, batch-whitened")
+def reinforce_plus_plus(
+    rewards: Tensor, mask: Tensor, group_size: int, eps: float = 1e-8, gamma: float = 1.0
+) -> tuple[Tensor, dict[str, Tensor]]:
+    r"""REINFORCE++ advantages (Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning Large
+    Language Models"): per-token returns, whitened over the whole batch; no critic and no groups.
+
+    .. math::
+        G_{i,t} = \sum_{s \ge t} \gamma^{\,s-t}\, r_{i,s}, \qquad
+        \hat A_{i,t} = \frac{G_{i,t} - \mu}{\sqrt{\sigma^2 + \epsilon}}
+
+    with :math:`\mu, \sigma^2` the mean and (unbiased) variance of :math:`G` over every valid token of
+    the batch (:func:`~advantage.math.masked.masked_whiten`). The per-token rewards are usually the
+    score on the last token and a KL penalty on every token, :math:`r_{i,t} = -\beta\,k_{1,t} +
+    \mathbb 1[t = \text{last}]\, s_i` (:func:`~advantage.math.rewards.token_rewards`); with
+    :math:`\beta = 0` and :math:`\gamma = 1` every token of a response gets its score, whitened over the
+    batch's tokens. The baseline is the batch mean: several samples of a prompt are not needed
+    (``group_size`` is unused), and a response is compared with every response of the batch.
+
+    Args:
+        rewards: ``[B, T]`` per-token rewards; padding may hold anything.
+        mask: ``[B, T]`` response mask, 1 on valid tokens (contiguous from position 0).
+        group_size: unused (the registry's shared signature).
+        eps: added to the variance.
+        gamma: discount γ in [0, 1] (1: the undiscounted return, the usual choice for language models).
+
+    Returns:
+        ``(advantages [B, T], metrics)``: 0 on padding; ``return_mean`` and ``return_std`` over the valid
+        tokens, ``reward_mean`` (the mean per-response sum of rewards).
+    """
+    if rewards.dim() != 2 or mask.shape != rewards.shape:
+        raise ValueError(
+            "rewards and mask must be [B, T] of one shape, got "
+            f"{tuple(rewards.shape)} and {tuple(mask.shape)}"
+        )
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+    dtype = torch.promote_types(rewards.dtype, torch.float32)
+    valid = (mask != 0).to(dtype)
+    r = torch.where(valid != 0, rewards.to(dtype), torch.zeros((), dtype=dtype, device=rewards.device))
+    returns = reward_to_go(r, gamma)  # the padding after a response adds 0
+    adv = masked_whiten(returns, valid, eps=eps)
+    with torch.no_grad():
+        metrics = {
+            "return_mean": masked_mean(returns, valid),
+            "return_std": masked_var(returns, valid).sqrt(),
+            "reward_mean": r.sum(-1).mean(),
+        }
+    return adv, metrics
 
 
 PROCESS_SCALES = ("group", "none", "batch")  # the divisors process_advantages offers
