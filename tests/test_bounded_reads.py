@@ -33,7 +33,7 @@ from advantage.algos.llm.models import model_folder
 from advantage.algos.llm.policy import prompt_texts
 from advantage.chat_template import RENDER_SECONDS, render_chats
 from advantage.cli import main
-from advantage.config import YAML_MAX_DEPTH, YAML_MAX_NODES, load_yaml, merge
+from advantage.config_sources import YAML_MAX_DEPTH, YAML_MAX_NODES, load_yaml, merge
 from advantage.errors import ConfigError
 from advantage.safe_interpolations import check_interpolations
 from advantage.safe_parquet import read_parquet_rows

@@ -2,7 +2,8 @@
 
 import pytest
 
-from advantage.config import flatten, nest, parse_overrides, to_dict
+from advantage.config import to_dict
+from advantage.config_sources import flatten, nest, parse_overrides
 from advantage.errors import ConfigError
 from advantage.resolve import config_yaml, resolve_config
 
@@ -219,7 +220,7 @@ def test_plain_merge_is_omegaconf_merge() -> None:
 
     from omegaconf import OmegaConf
 
-    from advantage.config import _merge_plain, merge
+    from advantage.config_sources import _merge_plain, merge
 
     rng = random.Random(0)
 
@@ -253,7 +254,7 @@ def test_simple_overrides_parse_as_omegaconf_does() -> None:
     ``~``, lists, quotes, interpolations) and a key that is also a prefix go to OmegaConf."""
     from omegaconf import OmegaConf
 
-    from advantage.config import _simple_overrides, parse_overrides
+    from advantage.config_sources import _simple_overrides, parse_overrides
 
     values = [
         *("5", "0", "-3", "-0", "1.5", "-2.25", "1e-3", "1E5", "1.0e-4", "1.5e+3", "3.0"),

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from advantage.cli import _split_algo, build_parser, main
-from advantage.config import load_yaml, parse_overrides
+from advantage.config_sources import load_yaml, parse_overrides
 from advantage.registry import ALGORITHMS, all_algorithms
 from advantage.resolve import DEFAULT_ALGO, resolve_config
 

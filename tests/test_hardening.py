@@ -24,7 +24,7 @@ import torch
 import advantage
 from advantage.algos.llm.models import model_folder
 from advantage.checkpoint import load_checkpoint, save_checkpoint
-from advantage.config import load_yaml
+from advantage.config_sources import load_yaml
 from advantage.envs import env_state, set_env_state
 from advantage.envs.text.datasets import load_examples
 from advantage.errors import CheckpointError, ConfigError, NonFiniteError, RunDirError

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from advantage.cli import main
-from advantage.config import build, flatten, merge, nest, to_dict
+from advantage.config import build, to_dict
+from advantage.config_sources import flatten, merge, nest
 from advantage.errors import ConfigError
 from advantage.hyperparams import DIR, load_table, shipped_file
 from advantage.registry import get_algorithm

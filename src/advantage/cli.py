@@ -67,7 +67,7 @@ def _check_algo(algo: str | None) -> None:
 
 
 def cmd_train(ns: argparse.Namespace) -> int:
-    from advantage.config import parse_overrides
+    from advantage.config_sources import parse_overrides
     from advantage.distributed import launch
     from advantage.resolve import resolve_config
     from advantage.runs import train
@@ -83,8 +83,8 @@ def cmd_train(ns: argparse.Namespace) -> int:
 def _nproc(config: str | None, overrides: dict, cfg: Callable[[], Any]) -> int:
     """``trainer.nproc_per_node`` of a command not yet under a launcher (1 under one, or when no key or
     file names it: the config is then not built twice). The file is read as the config is
-    (:data:`~advantage.config.YAML_MAX_BYTES` at most), so a huge one is refused, not read whole."""
-    from advantage.config import YAML_MAX_BYTES
+    (:data:`~advantage.config_sources.YAML_MAX_BYTES` at most), so a huge one is refused, not read whole."""
+    from advantage.config_sources import YAML_MAX_BYTES
     from advantage.distributed import launched
     from advantage.safe_read import read_bytes
 
@@ -152,7 +152,7 @@ def _last_values(rows: Sequence[dict], names: Sequence[str]) -> list[str]:
 
 
 def cmd_resume(ns: argparse.Namespace) -> int:
-    from advantage.config import parse_overrides
+    from advantage.config_sources import parse_overrides
     from advantage.distributed import launch, launched
     from advantage.resolve import resolve_config
     from advantage.run_folder import run_config
@@ -245,7 +245,7 @@ def _default_plot_metrics(run_dirs: Sequence[str]) -> tuple[str, ...]:
 
 
 def cmd_sweep(ns: argparse.Namespace) -> int:
-    from advantage.config import flatten, parse_overrides
+    from advantage.config_sources import flatten, parse_overrides
     from advantage.runfiles import read_run_file
     from advantage.sweep import parse_grid, sweep
 
@@ -353,7 +353,8 @@ def cmd_list(ns: argparse.Namespace) -> int:
 
 def _print_task_options(console: Any, algo: Any, overrides: Sequence[str]) -> None:
     """The ``data.*`` options of the task named by ``data.task=NAME`` (default: the algorithm's)."""
-    from advantage.config import describe, flatten, parse_overrides
+    from advantage.config import describe
+    from advantage.config_sources import flatten, parse_overrides
 
     given = flatten(parse_overrides(overrides))
     unknown = [k for k in given if k != "data.task"]

@@ -10,22 +10,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from advantage import distributed
-from advantage.config import (
-    EnvRunConfig,
-    RunConfig,
-    VecEnvRunConfig,
-    build,
-    device_problem,
-    dump_yaml,
-    flatten,
-    interpolations,
-    load_yaml,
-    merge,
-    nest,
-    set_dotted,
-    suggest,
-    to_dict,
-)
+from advantage.config import EnvRunConfig, RunConfig, VecEnvRunConfig, build, device_problem, suggest, to_dict
+from advantage.config_sources import dump_yaml, flatten, interpolations, load_yaml, merge, nest, set_dotted
 from advantage.errors import ConfigError
 from advantage.registry import Algorithm, all_algorithms, get_algorithm
 from advantage.run_folder import CONFIG_FILE

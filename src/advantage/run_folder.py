@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from advantage.checkpoint import LATEST, Checkpoint, load_checkpoint
-from advantage.config import YAML_MAX_BYTES, EnvRunConfig, LMRunConfig, RunConfig, parse_yaml
+from advantage.config import EnvRunConfig, LMRunConfig, RunConfig
+from advantage.config_sources import YAML_MAX_BYTES, parse_yaml
 from advantage.errors import CheckpointError, RunDirError
 from advantage.registry import Algorithm
 from advantage.runfiles import Folder, pseudo_filesystem, read_run_file

@@ -18,14 +18,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from advantage import distributed, kernels, versions
 from advantage.checkpoint import Checkpoint, load_checkpoint
-from advantage.config import (
-    YAML_MAX_BYTES,
-    EnvRunConfig,
-    RunConfig,
-    TrainerConfig,
-    flatten,
-    to_dict,
-)
+from advantage.config import EnvRunConfig, RunConfig, TrainerConfig, to_dict
+from advantage.config_sources import YAML_MAX_BYTES, flatten
 from advantage.errors import AdvantageError, CheckpointError, ConfigError, EnvError, RunDirError
 from advantage.metrics import read_metrics, truncate_metrics
 from advantage.registry import Algorithm, Policy

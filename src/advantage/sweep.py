@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from advantage.config import flatten, parse_overrides
+from advantage.config_sources import flatten, parse_overrides
 from advantage.errors import ConfigError
 from advantage.runfiles import Folder
 

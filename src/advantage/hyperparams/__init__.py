@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from advantage.config import build, flatten, nest
+from advantage.config import build
+from advantage.config_sources import flatten, nest
 from advantage.errors import ConfigError
 
 DIR = Path(__file__).parent
@@ -70,10 +71,10 @@ def _display(path: Path) -> str:
 
 def _read(path: Path, name: str) -> Any:
     """The YAML value of a hyperparameter file, bounded as a config file is
-    (:func:`advantage.config.load_yaml`): at most :data:`~advantage.config.YAML_MAX_BYTES` read, and
-    values, aliases and nesting counted before anything is built, so an alias bomb costs nothing. The
-    loader is libyaml's where PyYAML has it: the tables are read on every run."""
-    from advantage.config import YAML_MAX_BYTES, YAML_MAX_DEPTH, YAML_MAX_NODES
+    (:func:`advantage.config_sources.load_yaml`): at most :data:`~advantage.config_sources.YAML_MAX_BYTES`
+    read, and values, aliases and nesting counted before anything is built, so an alias bomb costs
+    nothing. The loader is libyaml's where PyYAML has it: the tables are read on every run."""
+    from advantage.config_sources import YAML_MAX_BYTES, YAML_MAX_DEPTH, YAML_MAX_NODES
     from advantage.safe_read import load_yaml_file
 
     return load_yaml_file(
