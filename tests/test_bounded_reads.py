@@ -1,4 +1,4 @@
-"""Every read bounded (:mod:`advantage.safe_read`, :mod:`advantage.chat_template`): any bytes given to the
+"""Every read bounded (:mod:`advantage.safe_io.read`, :mod:`advantage.chat_template`): any bytes given to the
 readers give a value or the project's error, never another exception; and each hostile input found by
 attacking the program — an interpolation bomb, a YAML alias bomb in ``hyperparams=FILE``, a Parquet
 decompression bomb, 3 GB files read whole, a chat template that allocates 4 GB or loops without end, a
@@ -28,16 +28,16 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from advantage import safe_parquet
 from advantage.algos.llm.models import model_folder
 from advantage.algos.llm.policy import prompt_texts
 from advantage.chat_template import RENDER_SECONDS, render_chats
 from advantage.cli import main
 from advantage.config_sources import YAML_MAX_DEPTH, YAML_MAX_NODES, load_yaml, merge
 from advantage.errors import ConfigError
-from advantage.safe_interpolations import check_interpolations
-from advantage.safe_parquet import read_parquet_rows
-from advantage.safe_read import MAX_DEPTH, json_too_deep, load_json, parse_json, parse_yaml, read_bytes
+from advantage.safe_io import parquet as safe_parquet
+from advantage.safe_io.interpolations import check_interpolations
+from advantage.safe_io.parquet import read_parquet_rows
+from advantage.safe_io.read import MAX_DEPTH, json_too_deep, load_json, parse_json, parse_yaml, read_bytes
 
 GB3 = 3 << 30
 HYPO = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import advantage
-from advantage import runfiles
 from advantage.algos.llm.models import model_folder
 from advantage.checkpoint import save_checkpoint
 from advantage.cli import final_line, main
 from advantage.errors import CheckpointError, ConfigError, RunDirError
 from advantage.metrics import read_metrics, truncate_metrics
 from advantage.resolve import PATH_OPTIONS, resolve_config
+from advantage.safe_io import run_files
 
 Q_RUN = {
     "trainer.total_steps": 2000,
@@ -239,10 +239,10 @@ def test_a_pseudo_filesystem_is_found_from_the_mount_table(tmp_path, monkeypatch
         "22 27 0:21 / / rw,relatime - ext4 /dev/sda1 rw\n"
         f"23 27 0:22 / {escaped} rw,relatime - sysfs sysfs rw\n"
     )
-    monkeypatch.setattr(runfiles, "_MOUNTINFO", str(table))
-    assert runfiles.filesystem_type(mounted / "run") == "sysfs"
-    assert "on a sysfs filesystem" in runfiles.pseudo_filesystem(mounted / "run")
-    assert runfiles.pseudo_filesystem(tmp_path / "run") is None
+    monkeypatch.setattr(run_files, "_MOUNTINFO", str(table))
+    assert run_files.filesystem_type(mounted / "run") == "sysfs"
+    assert "on a sysfs filesystem" in run_files.pseudo_filesystem(mounted / "run")
+    assert run_files.pseudo_filesystem(tmp_path / "run") is None
     with pytest.raises(RunDirError, match="cannot hold a run: it is on a sysfs filesystem"):
         advantage.train("q_learning", quiet=True, **{"trainer.run_dir": str(mounted / "run")})
     assert not (mounted / "run").exists()

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from advantage import versions as _versions
 from advantage.errors import CheckpointError
-from advantage.runfiles import Folder
+from advantage.safe_io.run_files import Folder
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,7 +56,7 @@ def _plain_name(name: str) -> bool:
 
 def atomic_write(path: str | Path, data: bytes | str) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new content, never a mix (a link
-    at ``path`` is refused: :meth:`advantage.runfiles.Folder.write_atomic`)."""
+    at ``path`` is refused: :meth:`advantage.safe_io.run_files.Folder.write_atomic`)."""
     path = Path(path)
     with Folder.open(path.parent) as folder:
         folder.write_atomic(path.name, data)
@@ -122,9 +122,9 @@ def save_checkpoint(
     """Write checkpoint ``root/step_<step>`` atomically, point ``latest`` at it, and keep the newest
     ``keep``. ``files`` are extra plain files (name -> bytes) written, hashed and verified with the rest.
     Returns the checkpoint folder. An OSError (disk full, file-size limit) leaves the previous
-    checkpoint and ``latest`` untouched. ``root`` may be an open :class:`~advantage.runfiles.Folder` (a
-    run's ``checkpoints``, opened without following a link); every name inside it is opened the same
-    way."""
+    checkpoint and ``latest`` untouched. ``root`` may be an open
+    :class:`~advantage.safe_io.run_files.Folder` (a run's ``checkpoints``, opened without following a
+    link); every name inside it is opened the same way."""
     for fname in files or {}:
         if fname in (TENSORS, STATE, MANIFEST) or not _plain_name(fname):
             raise ValueError(f"checkpoint file name {fname!r} is reserved or not a plain file name")
@@ -357,8 +357,8 @@ def verify_checkpoint(folder: str | Path | Folder) -> Path:
 
 def load_checkpoint(path: str | Path | Folder) -> Checkpoint:
     """Load and verify a checkpoint folder, or the ``latest`` of a ``checkpoints`` folder (a path, or an
-    open :class:`~advantage.runfiles.Folder`: a run's ``checkpoints``, opened without following a link).
-    Every file is opened relative to the checkpoint folder, never through a link."""
+    open :class:`~advantage.safe_io.run_files.Folder`: a run's ``checkpoints``, opened without following
+    a link). Every file is opened relative to the checkpoint folder, never through a link."""
     given, own = _folder(path)
     try:
         if given.path.name.startswith("step_"):

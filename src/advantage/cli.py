@@ -86,7 +86,7 @@ def _nproc(config: str | None, overrides: dict, cfg: Callable[[], Any]) -> int:
     (:data:`~advantage.config_sources.YAML_MAX_BYTES` at most), so a huge one is refused, not read whole."""
     from advantage.config_sources import YAML_MAX_BYTES
     from advantage.distributed import launched
-    from advantage.safe_read import read_bytes
+    from advantage.safe_io.read import read_bytes
 
     named = "nproc_per_node" in str(overrides) or (
         config is not None
@@ -246,7 +246,7 @@ def _default_plot_metrics(run_dirs: Sequence[str]) -> tuple[str, ...]:
 
 def cmd_sweep(ns: argparse.Namespace) -> int:
     from advantage.config_sources import flatten, parse_overrides
-    from advantage.runfiles import read_run_file
+    from advantage.safe_io.run_files import read_run_file
     from advantage.sweep import parse_grid, sweep
 
     algo, rest = _algo_and_overrides(ns.args)

@@ -121,7 +121,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     :data:`YAML_MAX_BYTES` are refused before they are read (the size from the opened file, at most that
     many bytes read), and files whose aliases expand to more than :data:`YAML_MAX_NODES` nodes or nest
     deeper than :data:`YAML_MAX_DEPTH` before anything expands them (:func:`parse_yaml`)."""
-    from advantage.safe_read import read_bytes
+    from advantage.safe_io.read import read_bytes
 
     name = f"--config {str(path)!r}"  # how every error names the file
     data = read_bytes(path, YAML_MAX_BYTES, name, hint="; a config file is small")
@@ -132,9 +132,9 @@ def parse_yaml(data: bytes, name: str, where: str) -> dict[str, Any]:
     """The mapping of a YAML config held in ``data`` (read by the caller, e.g. from a run folder without
     following a link), checked as :func:`load_yaml` checks a file; ``name`` is how errors name it and
     ``where`` the file name YAML's syntax errors show. The bounded loader
-    (:func:`advantage.safe_read.parse_yaml`) counts values, aliases and nesting before it builds
+    (:func:`advantage.safe_io.read.parse_yaml`) counts values, aliases and nesting before it builds
     anything; invalid UTF-8 is an error naming the byte."""
-    from advantage.safe_read import parse_yaml as bounded
+    from advantage.safe_io.read import parse_yaml as bounded
 
     if len(data) > YAML_MAX_BYTES:
         raise ConfigError(f"{name} is over {YAML_MAX_BYTES} bytes; a config file is small")
@@ -220,7 +220,7 @@ def merge(*trees: Mapping[str, Any]) -> dict[str, Any]:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from advantage.safe_interpolations import check_interpolations
+    from advantage.safe_io.interpolations import check_interpolations
 
     try:
         merged = OmegaConf.merge(*[OmegaConf.create(dict(t)) for t in trees])

@@ -40,7 +40,7 @@ from advantage.metrics_writer import MetricsWriter
 from advantage.plotting import DEFAULT_METRICS
 from advantage.progress import ENV_FIELDS, LM_FIELDS, Fields, Progress
 from advantage.registry import Algorithm, Policy
-from advantage.runfiles import Folder
+from advantage.safe_io.run_files import Folder
 
 if TYPE_CHECKING:  # checkpoint tensors; this module does not import them at run time
     import numpy as np
@@ -317,7 +317,7 @@ class RunContext:
             "window_lengths": self._window.lengths,
             "recent_returns": list(self._recent),
         }
-        # `checkpoints` and every name in it opened without following a link (advantage.runfiles)
+        # `checkpoints` and every name in it opened without following a link (advantage.safe_io.run_files)
         with Folder.open(self.run_dir) as run, run.child("checkpoints", create=True) as checkpoints:
             return save_checkpoint(
                 checkpoints,

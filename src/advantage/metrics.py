@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from advantage.errors import RunDirError
-from advantage.runfiles import Folder
+from advantage.safe_io.run_files import Folder
 
 METRICS_FILE = "metrics.jsonl"
 LINE_MAX_BYTES = 1 << 20  # a row is a few hundred bytes; a longer line is not one this program wrote

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from advantage.metrics import METRICS_FILE, scalars
-from advantage.runfiles import Folder
+from advantage.safe_io.run_files import Folder
 
 
 def _clean(value: Any) -> Any:

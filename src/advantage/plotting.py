@@ -10,7 +10,7 @@ from pathlib import Path
 
 from advantage.errors import RunDirError
 from advantage.metrics import METRICS_FILE, read_metrics
-from advantage.runfiles import Folder, write_run_file
+from advantage.safe_io.run_files import Folder, write_run_file
 
 DEFAULT_METRICS = ("train/episode_return", "eval/return_mean")
 
@@ -44,8 +44,9 @@ def plot_runs(
     span two orders of magnitude or more gets a log scale. Returns the written path.
 
     ``inside``: the run folder that holds ``out`` (``RUN/plots/learning_curve.png``): the folders between
-    are opened without following a link, as every file in a run folder is (:mod:`advantage.runfiles`).
-    The image is written atomically either way, and never through a link at ``out``."""
+    are opened without following a link, as every file in a run folder is
+    (:mod:`advantage.safe_io.run_files`). The image is written atomically either way, and never through a
+    link at ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")

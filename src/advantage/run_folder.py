@@ -1,7 +1,7 @@
 """A run folder on disk: its name (:func:`default_run_dir`), creation (:func:`new_run_folder`), the lock
 one writer holds (:class:`RunLock`), the saved ``config.yaml`` (:func:`run_config`) and the latest
 checkpoint (:func:`load_latest`). Every file is opened without following a link
-(:mod:`advantage.runfiles`)."""
+(:mod:`advantage.safe_io.run_files`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from advantage.config import EnvRunConfig, LMRunConfig, RunConfig
 from advantage.config_sources import YAML_MAX_BYTES, parse_yaml
 from advantage.errors import CheckpointError, RunDirError
 from advantage.registry import Algorithm
-from advantage.runfiles import Folder, pseudo_filesystem, read_run_file
+from advantage.safe_io.run_files import Folder, pseudo_filesystem, read_run_file
 
 CONFIG_FILE = "config.yaml"
 
@@ -56,7 +56,7 @@ class RunLock:
 
     The lock file is opened relative to the run folder without following a link, and must be a regular
     file with no other name: a link planted at ``RUN/.lock`` would otherwise have the pid written into
-    the file it points to (:mod:`advantage.runfiles`)."""
+    the file it points to (:mod:`advantage.safe_io.run_files`)."""
 
     def __init__(self, run_dir: Path | Folder):
         run = run_dir if isinstance(run_dir, Folder) else Folder.open(run_dir)

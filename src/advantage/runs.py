@@ -35,7 +35,7 @@ from advantage.run_folder import (
     run_config,
     run_subject,
 )
-from advantage.runfiles import Folder, read_run_file, write_run_file
+from advantage.safe_io.run_files import Folder, read_run_file, write_run_file
 
 if TYPE_CHECKING:
     from advantage.context import RunContext
@@ -497,7 +497,7 @@ class Run:
             t = self.config.trainer
             # The default goes into the run folder: the encoder writes by name, so into a private
             # folder of its own, and the finished file is copied in as every run file is written
-            # (`videos` and the name opened without following a link: advantage.runfiles).
+            # (`videos` and the name opened without following a link: advantage.safe_io.run_files).
             with tempfile.TemporaryDirectory() as private:
                 target = out if path else Path(private) / "video.mp4"
                 record_video(

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from advantage.errors import AdvantageError
-from advantage.runfiles import Folder
+from advantage.safe_io.run_files import Folder
 
 LOG_FILE = "sidecar.log"
 PLOT_FILE = Path("plots") / "learning_curve.png"

@@ -34,7 +34,7 @@ from typing import Any
 
 from advantage.config_sources import flatten, parse_overrides
 from advantage.errors import ConfigError
-from advantage.runfiles import Folder
+from advantage.safe_io.run_files import Folder
 
 
 def parse_grid(specs: Sequence[str]) -> dict[str, list[Any]]:
@@ -209,7 +209,7 @@ def _write_summary(out_dir: Path, rows: list[dict[str, Any]], keys: list[str]) -
             for r in rows
         ),
     ]
-    # opened in the sweep folder without following a link, written atomically (advantage.runfiles)
+    # opened in the sweep folder without following a link, written atomically (advantage.safe_io.run_files)
     with Folder.open(out_dir, create=True) as folder:
         folder.write_atomic("summary.md", "\n".join(lines) + "\n")
         folder.write_atomic("summary.json", json.dumps({"points": points, "trials": rows}, indent=1))

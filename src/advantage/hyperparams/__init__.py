@@ -75,7 +75,7 @@ def _read(path: Path, name: str) -> Any:
     read, and values, aliases and nesting counted before anything is built, so an alias bomb costs
     nothing. The loader is libyaml's where PyYAML has it: the tables are read on every run."""
     from advantage.config_sources import YAML_MAX_BYTES, YAML_MAX_DEPTH, YAML_MAX_NODES
-    from advantage.safe_read import load_yaml_file
+    from advantage.safe_io.read import load_yaml_file
 
     return load_yaml_file(
         path,

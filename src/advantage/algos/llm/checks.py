@@ -122,7 +122,7 @@ def check(
         problems.extend(check_lengths(cfg, examples, tok, responses))
     context: object = m.max_position_embeddings
     if folder is not None and (folder / "config.json").is_file():
-        from advantage.safe_read import MODEL_JSON_MAX_BYTES, load_json
+        from advantage.safe_io.read import MODEL_JSON_MAX_BYTES, load_json
 
         try:  # model_folder checked it; read again within the same bounds
             config = load_json(folder / "config.json", MODEL_JSON_MAX_BYTES, expect=dict)

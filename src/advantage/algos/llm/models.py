@@ -45,11 +45,11 @@ def model_folder(path: str) -> Path:
     run's ``checkpoints`` folder, or holds a checkpoint's own files): deleting the manifest must not be a
     way to skip the verification, so it is refused. The folder's JSON, tokenizer and template files are
     checked by the bounded reader before transformers parses them
-    (:func:`advantage.safe_read.check_model_folder`)."""
+    (:func:`advantage.safe_io.read.check_model_folder`)."""
     from advantage.checkpoint import LATEST, MANIFEST, STATE, TENSORS, latest_checkpoint, verify_checkpoint
     from advantage.errors import CheckpointError
-    from advantage.runfiles import Folder
-    from advantage.safe_read import check_model_folder
+    from advantage.safe_io.read import check_model_folder
+    from advantage.safe_io.run_files import Folder
 
     folder = Path(path)
     if not folder.is_dir():
@@ -134,7 +134,7 @@ def policy_model(
     m = cfg.model
     if restored is not None and m.lora.rank == 0:
         from advantage.lm.model import load_pretrained
-        from advantage.safe_read import check_model_folder
+        from advantage.safe_io.read import check_model_folder
 
         model, tok = load_pretrained(check_model_folder(restored.path), dtype=getattr(torch, m.dtype))
         return model.to(cfg.trainer.device), tok

@@ -169,7 +169,7 @@ def load_policy(
     """The policy of a checkpoint: its folder is a ``save_pretrained`` model folder; its task is
     ``task_factory(cfg.data)`` (default :func:`make_task`; the trainers bind theirs)."""
     from advantage.lm.model import load_pretrained
-    from advantage.safe_read import check_model_folder
+    from advantage.safe_io.read import check_model_folder
 
     folder = check_model_folder(ckpt.path)
     model, tok = load_pretrained(folder, trust_remote_code=False, dtype=getattr(torch, cfg.model.dtype))

@@ -150,7 +150,7 @@ def load_reward_model(
         )
     meta_path = folder / META_FILE
     if meta_path.is_file():
-        from advantage.safe_read import MODEL_JSON_MAX_BYTES, load_json
+        from advantage.safe_io.read import MODEL_JSON_MAX_BYTES, load_json
 
         what = f"reward model file {str(meta_path)!r}"
         meta = load_json(meta_path, MODEL_JSON_MAX_BYTES, what, expect=dict)

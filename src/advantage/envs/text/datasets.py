@@ -73,8 +73,8 @@ MAX_JSON_BYTES = 1 << 29  # a whole .json dataset, parsed at once (a .jsonl file
 def _loads(text: str | bytes, where: str, line: bool = False) -> Any:
     """``json.loads`` whose every failure is a :class:`ConfigError` naming ``where``: malformed JSON, a
     number of thousands of digits (Python's int limit), nesting deeper than
-    :data:`~advantage.safe_read.MAX_DEPTH` levels (counted before the parser recurses)."""
-    from advantage.safe_read import parse_json
+    :data:`~advantage.safe_io.read.MAX_DEPTH` levels (counted before the parser recurses)."""
+    from advantage.safe_io.read import parse_json
 
     return parse_json(text, where, line=line)
 
@@ -96,14 +96,14 @@ def _read_rows(file: str | PathLike[str], what: str) -> tuple[Path, list[Any]]:
 
 
 def _parse_rows(path: Path) -> list[Any]:
-    """The raw rows of a dataset file, every read bounded (:mod:`advantage.safe_read`): a JSONL line over
+    """The raw rows of a dataset file, every read bounded (:mod:`advantage.safe_io.read`): a JSONL line over
     :data:`MAX_ROW_BYTES` is refused before it is read whole, a ``.json`` file over
     :data:`MAX_JSON_BYTES` before a byte is read, a Parquet file whose values decode to more than
-    :data:`~advantage.safe_parquet.PARQUET_MAX_DECODED` bytes (by its footer, then by every batch decoded) or
-    hold a value over 4 x :data:`MAX_ROW_BYTES` bytes (more than :data:`MAX_ROW_BYTES` characters) before
-    it becomes Python objects."""
-    from advantage.safe_parquet import read_parquet_rows
-    from advantage.safe_read import iter_jsonl, read_bytes
+    :data:`~advantage.safe_io.parquet.PARQUET_MAX_DECODED` bytes (by its footer, then by every batch
+    decoded) or hold a value over 4 x :data:`MAX_ROW_BYTES` bytes (more than :data:`MAX_ROW_BYTES`
+    characters) before it becomes Python objects."""
+    from advantage.safe_io.parquet import read_parquet_rows
+    from advantage.safe_io.read import iter_jsonl, read_bytes
 
     if path.suffix == ".jsonl":
         return [row for _, row in iter_jsonl(path, MAX_ROW_BYTES, str(path))]

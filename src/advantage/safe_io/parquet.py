@@ -1,7 +1,7 @@
 """Parquet datasets read within bounds (:func:`read_parquet_rows`): the decoded size the footer declares is
 checked, then rows are decoded in batches whose decoded bytes and longest value are checked as they
 arrive, so a footer that lies still stops at the first batch over a limit (the rules of bounded reading:
-:mod:`advantage.safe_read`)."""
+:mod:`advantage.safe_io.read`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from advantage.errors import AdvantageError, ConfigError
-from advantage.safe_read import Error, GiB, MiB, name_of, open_regular
+from advantage.safe_io.read import Error, GiB, MiB, name_of, open_regular
 
 PARQUET_MAX_DECODED = 1 * GiB  # a dataset's values once decoded (Arrow's bytes)
 PARQUET_BATCH_BYTES = 64 * MiB  # decoded per batch, by the footer's average row size

@@ -16,14 +16,14 @@ The rules, each applied *before* the work it protects:
   a node budget before anything is constructed; libyaml's parser where PyYAML has it (its own nesting
   limit, and no pure-Python scanner that is quadratic on ``[[[[…``).
 - **Interpolations costed before they are resolved**
-  (:func:`~advantage.safe_interpolations.check_interpolations`): OmegaConf's ``${…}`` can make a few
+  (:func:`~advantage.safe_io.interpolations.check_interpolations`): OmegaConf's ``${…}`` can make a few
   hundred bytes expand to gigabytes, or to millions of resolutions.
-- **Parquet metadata before data** (:func:`~advantage.safe_parquet.read_parquet_rows`): the decoded size
+- **Parquet metadata before data** (:func:`~advantage.safe_io.parquet.read_parquet_rows`): the decoded size
   the footer declares is checked, then rows are decoded in batches whose decoded bytes and longest value
   are checked as they arrive, so a footer that lies still stops at the first batch over a limit.
 
 This module holds the readers of bytes, text, JSON, YAML and model folders; the interpolation costs are in
-:mod:`advantage.safe_interpolations` and the Parquet reader in :mod:`advantage.safe_parquet`.
+:mod:`advantage.safe_io.interpolations` and the Parquet reader in :mod:`advantage.safe_io.parquet`.
 
 Errors are :class:`~advantage.errors.ConfigError` unless the caller names another
 :class:`~advantage.errors.AdvantageError` (a run folder's files: ``RunDirError``); the command line turns

@@ -1,7 +1,7 @@
 """OmegaConf interpolations costed before they are resolved (:func:`check_interpolations`): ``${…}`` can
 make a few hundred bytes expand to gigabytes, or to millions of resolutions, so each config tree's
 interpolations are scanned and their resolutions and characters counted first (the rules of bounded
-reading: :mod:`advantage.safe_read`)."""
+reading: :mod:`advantage.safe_io.read`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from advantage.errors import AdvantageError, ConfigError
-from advantage.safe_read import Error, MiB
+from advantage.safe_io.read import Error, MiB
 
 # Interpolations: ``${…}`` resolutions OmegaConf would perform (it does not cache a string it resolved),
 # and the characters they produce, over the whole config.
