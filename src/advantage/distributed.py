@@ -103,12 +103,16 @@ def problems(algo: str, cfg: LMRunConfig) -> list[str]:
     for k, need, why in ONE_RANK_OPTIONS.get(algo, ()):
         if _get(cfg, k) != need:
             out.append(f"trainer.strategy={strategy} needs {k}={need!r}, got {_get(cfg, k)!r}: {why}")
-    batch_std = algo == "grpo" and _get(cfg, "algorithm.advantage") == "batch_std"
-    if batch_std and _get(cfg, "algorithm.supervision") == "process":
-        out.append(
-            f"trainer.strategy={strategy} with process supervision needs a group advantage, not batch_std "
-            "(its step rewards' batch std is taken on one rank)"
-        )
+    if algo == "grpo" and _get(cfg, "algorithm.supervision") == "process":
+        from advantage.math.registry import static_specs
+
+        name = _get(cfg, "algorithm.advantage")
+        spec = static_specs("advantages:GROUP_ADVANTAGES").get(str(name))
+        if spec is not None and spec.get("batch"):
+            out.append(
+                f"trainer.strategy={strategy} with process supervision needs a group advantage, not "
+                f"{name} (its step rewards' batch statistic is taken on one rank)"
+            )
     if strategy == "fsdp" and cfg.model.lora.rank > 0:
         out.append(
             f"trainer.strategy=fsdp with LoRA (model.lora.rank={cfg.model.lora.rank}) is not supported: "

@@ -30,8 +30,8 @@ Implementation details (those of Stable-Baselines3's A2C unless stated):
 4. One gradient step per rollout on the mean over the valid steps (no epochs, no minibatches).
    ``optimizer=rmsprop`` is ``torch.optim.RMSprop(alpha=0.99, eps=1e-5)`` as SB3 (whose own
    ``RMSpropTFLike`` puts ε inside the square root; TF-era results used that); ``adam`` uses ε = 1e-5.
-5. The value loss is :math:`\tfrac12(V - \hat R)^2` (``VALUE_LOSSES["mse"]``, as CleanRL and the PPO
-   here), so ``vf_coef = 0.5`` weighs the critic as SB3's ``vf_coef = 0.25`` (SB3 drops the ½).
+5. The value loss is :math:`\tfrac12(V - \hat R)^2` (:func:`~advantage.math.value_losses.mse`, as CleanRL
+   and the PPO here), so ``vf_coef = 0.5`` weighs the critic as SB3's ``vf_coef = 0.25`` (SB3 drops the ½).
 6. Orthogonal init, separate actor and critic trunks (:class:`advantage.nn.ActorCritic`), global
    gradient-norm clipping (0.5), entropy bonus, optional linear learning-rate decay, optional advantage
    normalisation over the rollout (off by default, as SB3) and observation normalisation.
@@ -52,7 +52,9 @@ from advantage.configs.a2c import A2CAlgorithm, A2CConfig
 from advantage.context import RunContext
 from advantage.envs import flatten_observations, make_vec_env
 from advantage.errors import NonFiniteError
-from advantage.math import POLICY_LOSSES, VALUE_LOSSES, aggregate, masked_whiten, reward_to_go
+from advantage.math import masked_whiten, pg, reward_to_go
+from advantage.math.masked import token_mean
+from advantage.math.value_losses import mse
 from advantage.nn import ActorCritic
 from advantage.rollout.collector import actor_critic_snapshot, make_collector, resume_or_reset
 from advantage.rollout.envsteps import setup_torch
@@ -87,9 +89,9 @@ def loss_fn(model: ActorCritic, batch: Batch, a: A2CAlgorithm) -> tuple[Tensor, 
     # mask None: the batch holds valid steps only (the math layer then skips its padding selects)
     if a.normalize_advantage and adv.shape[0] > 1:
         adv = masked_whiten(adv, None)
-    pl, _ = POLICY_LOSSES["pg"](logp, batch.logp, adv, None)
-    vl = VALUE_LOSSES["mse"](value, batch.values, batch.returns, None)
-    policy_loss, value_loss = aggregate(pl, None, "token_mean"), aggregate(vl, None, "token_mean")
+    pl, _ = pg(logp, batch.logp, adv, None)
+    vl = mse(value, batch.values, batch.returns, None)
+    policy_loss, value_loss = token_mean(pl, None), token_mean(vl, None)
     loss = policy_loss + a.vf_coef * value_loss
     if a.ent_coef != 0:  # keep the entropy out of the graph when it has no weight (the zoo's CartPole: 0)
         ent = entropy.mean()

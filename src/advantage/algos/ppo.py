@@ -104,7 +104,10 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
     def checkpoint() -> Snapshot:
         return actor_critic_snapshot(model, rollout, learner, beta=kl_ctl.beta)
 
-    value_hp = {"clip": a.value_clip} if a.value_loss == "clipped" else {}
+    # the hyperparameters the chosen loss takes (its registry entry's params), from the algorithm section
+    value_hp = {
+        k: v for k, v in {"clip": a.value_clip}.items() if k in VALUE_LOSSES.spec(a.value_loss).params
+    }
     value_loss = partial(VALUE_LOSSES[a.value_loss], **value_hp)
     while step < t.total_steps:
         total = schedule_total(t, step)

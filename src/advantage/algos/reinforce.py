@@ -43,7 +43,7 @@ Implementation details:
    (the seed's formula for ``whole`` without ``discount_weight``), also leave-one-out. Cost: one
    vmapped backward pass over the batch with 2E cotangents (``is_grads_batched``), about 2E times the
    backward of the loss, and 2E × (policy parameters) floats of memory: for small policies only.
-6. Loss: :data:`advantage.math.POLICY_LOSSES` ``pg`` aggregated by ``loss_aggregation``; the default
+6. Loss: :func:`~advantage.math.policy_losses.pg` aggregated by ``loss_aggregation``; the default
    ``seq_mean_token_sum_norm`` with ``max_len = 1`` is "sum over the steps of an episode, mean over
    episodes", the estimator of :math:`\nabla J` itself (``token_mean`` divides by the batch's step count
    instead, a batch-dependent step size).
@@ -86,8 +86,6 @@ from advantage.envs.make import flatten_observations
 from advantage.envs.replay import restore_or_restart
 from advantage.errors import EnvError, NonFiniteError
 from advantage.math import (
-    POLICY_LOSSES,
-    VALUE_LOSSES,
     aggregate,
     cumulative_weights,
     episode_returns,
@@ -98,6 +96,9 @@ from advantage.math import (
     outer_weights,
     reward_to_go,
 )
+from advantage.math.masked import token_mean
+from advantage.math.policy_losses import pg
+from advantage.math.value_losses import mse
 from advantage.nn import ActorCritic, ActorCriticPolicy, ObsNormalizer
 from advantage.rollout.envsteps import EnvSteps, setup_torch
 from advantage.torch_state import LearnerState, load_module
@@ -252,11 +253,11 @@ def loss_fn(
     if a.normalize_returns:
         adv = masked_whiten(adv, mask)
     psi = (w * adv).detach()
-    pl, _ = POLICY_LOSSES["pg"](logp, batch.logp, psi, mask)
+    pl, _ = pg(logp, batch.logp, psi, mask)
     policy_loss = aggregate(pl, mask, a.loss_aggregation, max_len=1)
     if a.ent_coef > 0:
         policy_loss = policy_loss - a.ent_coef * masked_mean(entropy, mask)
-    value_loss = aggregate(VALUE_LOSSES["mse"](values, values, G, mask), mask, "token_mean")
+    value_loss = token_mean(mse(values, values, G, mask), mask)
     metrics.update({"entropy": masked_mean(entropy.detach(), mask), "return_mean": G[:, 0].mean()})
     return policy_loss, value_loss, metrics
 
@@ -266,7 +267,7 @@ def value_loss_fn(model: ActorCritic, batch: Episodes, a: Any) -> Tensor:
     E, T = batch.mask.shape
     values = model.value(batch.obs.reshape(E * T, *batch.obs.shape[2:])).view(E, T)
     G = episode_returns(batch.rewards, batch.mask, a.gamma, "reward_to_go")
-    return aggregate(VALUE_LOSSES["mse"](values, values, G, batch.mask), batch.mask, "token_mean")
+    return token_mean(mse(values, values, G, batch.mask), batch.mask)
 
 
 def _step(opt: torch.optim.Optimizer, model: ActorCritic, loss: Tensor, max_grad_norm: float) -> None:

@@ -19,7 +19,7 @@ from advantage.errors import ConfigError
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedTokenizerBase
 
-    from advantage.algos.llm.run_config import LMRunConfig
+    from advantage.config import LMRunConfig
 
 
 def _where(e: Any, split: str, k: int) -> str:

@@ -17,7 +17,7 @@ from advantage.configs.llm import DataConfig
 from advantage.errors import ConfigError
 
 if TYPE_CHECKING:
-    from advantage.algos.llm.run_config import LMRunConfig
+    from advantage.config import LMRunConfig
     from advantage.envs.text.core import Task
 
 SPLITS = ("train", "validation", "test")

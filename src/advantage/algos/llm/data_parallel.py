@@ -133,7 +133,7 @@ def even_micro_batches(
     return [(m, True) for m in micros] + [(filler, False)] * (n - len(micros))
 
 
-def masked_whiten(world: World, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def whiten_across_ranks(world: World, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """:func:`advantage.math.masked_whiten` with the mean and unbiased variance of every rank's valid
     elements (two all-reduces); the same function on one rank."""
     from advantage.math import masked_whiten as whiten

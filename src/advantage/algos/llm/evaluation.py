@@ -18,7 +18,8 @@ from advantage.algos.llm.reward_models import load_reward
 from advantage.errors import ConfigError
 
 if TYPE_CHECKING:
-    from advantage.algos.llm.run_config import LMRunConfig, SampledRunConfig
+    from advantage.algos.llm.run_config import SampledRunConfig
+    from advantage.config import LMRunConfig
 
 
 # ----------------------------------------------------------------------------------------------------

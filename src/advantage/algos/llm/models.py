@@ -28,7 +28,7 @@ from advantage.checkpoint import Checkpoint
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from advantage.algos.llm.run_config import LMRunConfig
+    from advantage.config import LMRunConfig
     from advantage.envs.text.core import Task
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from advantage.algos.llm.reward_models import RewardModel
-    from advantage.algos.llm.run_config import LMRunConfig
+    from advantage.config import LMRunConfig
     from advantage.envs.text.core import Example, Task
 
 

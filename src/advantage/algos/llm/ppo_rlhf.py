@@ -346,7 +346,7 @@ class RLHFRollout:
         advantages = token_gae(rewards, old_values, mask, a.gamma, a.lam)  # [B, T]
         returns = advantages + old_values * mask  # [B, T], the critic's targets
         if a.whiten_advantages:  # over every rank's tokens
-            advantages = data_parallel.masked_whiten(distributed.current(), advantages, mask)
+            advantages = data_parallel.whiten_across_ranks(distributed.current(), advantages, mask)
         kl_seq = (kl * mask).sum(-1)  # [B] KL to the reference per response
         m = {
             "score/mean": float(scores.mean()),

@@ -29,7 +29,7 @@ from advantage.algos.llm.policy import prompt_texts
 if TYPE_CHECKING:  # transformers is the optional `llm` extra
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from advantage.algos.llm.run_config import LMRunConfig
+    from advantage.config import LMRunConfig
 
 __all__ = ["compare_to_reference", "greedy_options", "greedy_responses", "win_rate"]
 

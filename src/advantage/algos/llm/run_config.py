@@ -1,29 +1,17 @@
 """What the shared language-model code reads of a run's config, as :class:`typing.Protocol` s: every LM
 config (``sft``, ``reward_model``, ``dpo``, ``grpo``, ``ppo_rlhf``) has a ``data``, a ``model`` and a
-``trainer`` section (:class:`LMRunConfig`); the trainers that sample and score (``grpo``, ``ppo_rlhf``)
-also a ``worker`` with ``rollout`` and ``reward`` sections (:class:`SampledRunConfig`); every optimizer
-section has a learning-rate schedule (:class:`LRSchedule`). The config dataclasses themselves are in
-:mod:`advantage.configs`.
+``trainer`` section (:class:`advantage.config.LMRunConfig`); the trainers that sample and score
+(``grpo``, ``ppo_rlhf``) also a ``worker`` with ``rollout`` and ``reward`` sections
+(:class:`SampledRunConfig`); every optimizer section has a learning-rate schedule (:class:`LRSchedule`).
+The config dataclasses themselves are in :mod:`advantage.configs`.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from advantage.configs.llm import DataConfig, LMModelConfig, LMTrainerConfig, SamplingConfig
-
-
-class LMRunConfig(Protocol):
-    """A language-model run's config: its ``data``, ``model`` (the policy's) and ``trainer`` sections."""
-
-    @property
-    def data(self) -> DataConfig: ...
-
-    @property
-    def model(self) -> LMModelConfig: ...
-
-    @property
-    def trainer(self) -> LMTrainerConfig: ...
+from advantage.config import LMRunConfig
+from advantage.configs.llm import SamplingConfig
 
 
 class RewardSection(Protocol):

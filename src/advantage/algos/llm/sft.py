@@ -16,7 +16,7 @@ Implementation details:
 
 1. Batches use the layout of every language-model algorithm here: prompts left-padded to ``P``, responses
    (target + EOS) right-padded to ``T``; :func:`advantage.lm.model.sequence_logprobs` gives the ``[B, T]``
-   log-probs in one forward pass, and :func:`advantage.math.aggregate` (``token_mean`` with the global
+   log-probs in one forward pass, and :func:`advantage.math.masked.token_mean` (with the global
    normalizer) the loss.
 2. ``algorithm.batch_size`` counts sequences per optimizer step; ``algorithm.micro_batch_size`` sequences
    per forward pass (gradient accumulation when smaller). ``algorithm.packing`` puts several sequences in
@@ -64,7 +64,7 @@ from advantage.configs.llm import DataConfig
 from advantage.configs.sft import PREFERENCE_ONLY, SFTConfig
 from advantage.context import RunContext, Snapshot
 from advantage.errors import ConfigError, NonFiniteError
-from advantage.math import aggregate
+from advantage.math.masked import token_mean
 from advantage.schedules import schedule_total
 from advantage.torch_state import LearnerState
 
@@ -135,7 +135,7 @@ def sft_loss(model: PreTrainedModel, mb: dict[str, torch.Tensor], normalizer: fl
     logp = sequence_logprobs(  # [B, T]
         model, mb["input_ids"], mb["attention_mask"], response_start=int(mb["P"])
     )
-    return aggregate(-logp, mb["response_mask"], "token_mean", normalizer=normalizer)
+    return token_mean(-logp, mb["response_mask"], normalizer=normalizer)
 
 
 def pack(
@@ -178,7 +178,7 @@ def packed_loss(model: PreTrainedModel, mb: dict[str, torch.Tensor], normalizer:
     logits = out.logits[:, :-1].float()
     targets = mb["input_ids"][:, 1:]
     logp = logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)  # [R, L-1]
-    return aggregate(-logp, mb["target_mask"][:, 1:], "token_mean", normalizer=normalizer)
+    return token_mean(-logp, mb["target_mask"][:, 1:], normalizer=normalizer)
 
 
 def train(cfg: SFTConfig, ctx: RunContext) -> None:
