@@ -346,3 +346,32 @@ def test_no_algorithm_code_imports_an_entry_point():
         if any(_in(dst, e) for e in ENTRY_POINTS)
     )
     assert not bad, "\n".join(bad)
+
+
+MAX_FILE_LINES = 650
+
+
+def test_no_module_is_over_the_line_limit():
+    """A module that grows past this has two jobs: split it along its seam (the issue that set the limit
+    split runs, safe_read, lean, datasets, grpo, the LM common module and config)."""
+    long = {n: len(p.read_text(encoding="utf-8").splitlines()) for n, p in modules().items()}
+    assert len(long) > 100
+    bad = sorted(f"{n}: {k} lines" for n, k in long.items() if k > MAX_FILE_LINES)
+    assert not bad, "\n".join(bad)
+
+
+def test_no_config_parameter_is_typed_any():
+    """A function taking a run's config says which: the config dataclass, or a Protocol naming the
+    sections it reads (advantage.config.RunConfig and its kin), never ``cfg: Any``."""
+    bad, seen = [], 0
+    for name, tree in _trees().items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = node.args
+                for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+                    if a.arg == "cfg":
+                        seen += 1
+                        if isinstance(a.annotation, ast.Name) and a.annotation.id == "Any":
+                            bad.append(f"{name}:{node.name}")
+    assert seen > 50  # the walk sees the config parameters it judges
+    assert not bad, "\n".join(sorted(bad))
