@@ -176,7 +176,7 @@ def test_lm_progress_and_last_line_show_what_the_algorithm_logs(algo, args, show
 
 def test_eta_counts_from_the_first_step_not_from_the_setup(monkeypatch):
     """100 s of setup (building models, loading data), then 1 step/s: 90 steps left is 90 s."""
-    from advantage import progress
+    from advantage.monitoring import progress
 
     now = [1000.0]
     monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])

@@ -24,7 +24,7 @@ from advantage.algos.llm.models import model_folder
 from advantage.checkpoint import save_checkpoint
 from advantage.cli import final_line, main
 from advantage.errors import CheckpointError, ConfigError, RunDirError
-from advantage.metrics import read_metrics, truncate_metrics
+from advantage.monitoring.metrics import read_metrics, truncate_metrics
 from advantage.resolve import PATH_OPTIONS, resolve_config
 from advantage.safe_io import run_files
 
@@ -110,7 +110,7 @@ def test_a_link_at_any_name_in_a_run_folder_is_refused_and_its_target_unchanged(
 def test_a_hard_link_at_a_file_written_in_place_is_refused(trained, tmp_path, capsys):
     """The lock and the metrics log are written in place (not replaced): a second name for another file
     there would have that file overwritten or appended to."""
-    from advantage.metrics_writer import MetricsWriter
+    from advantage.monitoring.writer import MetricsWriter
 
     victim, _ = _victims(tmp_path)
     run = tmp_path / "run"
@@ -369,7 +369,7 @@ def test_a_metrics_row_of_any_shape_is_read_or_named_by_file_and_line(trained, t
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(bad=_ROWS)
 def test_plot_takes_any_row_it_reads(trained, tmp_path, bad):
-    from advantage.plotting import plot_runs
+    from advantage.monitoring.plotting import plot_runs
 
     run = tmp_path / "run"
     if not run.exists():

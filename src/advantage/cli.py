@@ -48,7 +48,7 @@ def _algo_and_overrides(args: Sequence[str]) -> tuple[str | None, list[str]]:
 
 
 # The command returns when the run's checkpoint is saved; the learning-curve plot and the last TensorBoard
-# events are finished by the run's sidecar process (advantage.sidecar) a moment later.
+# events are finished by the run's sidecar process (advantage.monitoring.sidecar) a moment later.
 BACKGROUND = True
 
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report it
@@ -213,7 +213,7 @@ def _rounded(value: object) -> object:
 
 
 def cmd_plot(ns: argparse.Namespace) -> int:
-    from advantage.plotting import plot_runs
+    from advantage.monitoring.plotting import plot_runs
 
     metrics = ns.metric or _default_plot_metrics(ns.run_dirs)
     if ns.out is None and len(ns.run_dirs) == 1:  # into the run folder, as every file there is written
@@ -228,7 +228,7 @@ def cmd_plot(ns: argparse.Namespace) -> int:
 def _default_plot_metrics(run_dirs: Sequence[str]) -> tuple[str, ...]:
     """The metrics the runs' algorithms plot by default (``‖w‖`` and the value error for the linear TD
     methods), in order and without repeats; the returns for the others."""
-    from advantage.plotting import DEFAULT_METRICS
+    from advantage.monitoring.plotting import DEFAULT_METRICS
     from advantage.registry import ALGORITHMS, all_algorithms
     from advantage.run_folder import run_config
 

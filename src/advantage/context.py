@@ -9,7 +9,7 @@ An algorithm's ``train(cfg, ctx)`` keeps its loop visible and calls into the con
 * ``ctx.tick(step, snapshot)`` — evaluate / checkpoint when due; returns True when the run must stop
   (SIGTERM or SIGINT: the loop breaks and ``finish`` checkpoints at that step boundary);
 * ``ctx.finish(step, snapshot)`` — final evaluation and checkpoint (the learning-curve plot and the
-  TensorBoard events are written by :mod:`advantage.sidecar`).
+  TensorBoard events are written by :mod:`advantage.monitoring.sidecar`).
 
 ``snapshot`` is a zero-argument function returning a :class:`Snapshot`, so nothing is copied unless an
 evaluation or checkpoint is actually due.
@@ -36,9 +36,9 @@ from advantage.config import EnvConfig, EnvRunConfig, RunConfig
 from advantage.envs import flatten_observations, make_env
 from advantage.errors import CheckpointError, NonFiniteError
 from advantage.evaluation import EVAL_SEED_OFFSET, envs_for, evaluate_policy
-from advantage.metrics_writer import MetricsWriter
-from advantage.plotting import DEFAULT_METRICS
-from advantage.progress import ENV_FIELDS, LM_FIELDS, Fields, Progress
+from advantage.monitoring.plotting import DEFAULT_METRICS
+from advantage.monitoring.progress import ENV_FIELDS, LM_FIELDS, Fields, Progress
+from advantage.monitoring.writer import MetricsWriter
 from advantage.registry import Algorithm, Policy
 from advantage.safe_io.run_files import Folder
 

@@ -21,7 +21,7 @@ from advantage.checkpoint import Checkpoint, load_checkpoint
 from advantage.config import EnvRunConfig, RunConfig, TrainerConfig, to_dict
 from advantage.config_sources import YAML_MAX_BYTES, flatten
 from advantage.errors import AdvantageError, CheckpointError, ConfigError, EnvError, RunDirError
-from advantage.metrics import read_metrics, truncate_metrics
+from advantage.monitoring.metrics import read_metrics, truncate_metrics
 from advantage.registry import Algorithm, Policy
 from advantage.resolve import config_yaml, resolve_config
 from advantage.run_folder import (
@@ -85,7 +85,8 @@ def train(
         quiet: no progress display and no "run folder" line.
         progress: False: no progress display, but the "run folder" line is still printed (``--quiet``).
         background: return without waiting for the learning-curve plot and the last TensorBoard events,
-            which a separate process finishes (:mod:`advantage.sidecar`; what the command line does).
+            which a separate process finishes (:mod:`advantage.monitoring.sidecar`; what the command line
+            does).
         **overrides: dotted keys, e.g. ``train("q_learning", **{"algorithm.gamma": 0.9})``, or
             ``preset="frozenlake"``.
 
@@ -516,7 +517,7 @@ class Run:
         return out
 
     def plot(self, out: str | Path | None = None) -> Path:
-        from advantage.plotting import DEFAULT_METRICS, plot_runs
+        from advantage.monitoring.plotting import DEFAULT_METRICS, plot_runs
 
         metrics = self.algo.plot_metrics or DEFAULT_METRICS
         if out is not None:

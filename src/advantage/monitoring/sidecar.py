@@ -2,11 +2,11 @@
 
 TensorBoard's writer (protobuf, 0.7 s to import) and matplotlib (about 1 s to import and draw) used to run
 inside the training process: before its first step and after its last. The run now starts this sidecar
-(``python -m advantage.sidecar``) when its metrics writer opens. The sidecar follows ``metrics.jsonl``
-from the byte where this session's rows begin, mirrors every numeric value to TensorBoard as it appears
-(live, as before: ``tensorboard --logdir runs`` sees a running run), and when the training process
-closes the pipe to it -- at the end of the run, on an error, on a signal, or because the process died --
-reads the last rows, closes the event file and draws ``plots/learning_curve.png``.
+(``python -m advantage.monitoring.sidecar``) when its metrics writer opens. The sidecar follows
+``metrics.jsonl`` from the byte where this session's rows begin, mirrors every numeric value to
+TensorBoard as it appears (live, as before: ``tensorboard --logdir runs`` sees a running run), and when
+the training process closes the pipe to it -- at the end of the run, on an error, on a signal, or because
+the process died -- reads the last rows, closes the event file and draws ``plots/learning_curve.png``.
 
 The command line uses it and does not wait for it (the shell gets its prompt back while the plot is drawn,
 on another core when there is one). :func:`advantage.train` writes both in its own process by default, so
@@ -38,7 +38,7 @@ POLL_SECONDS = 0.5  # how often the sidecar looks for new rows (TensorBoard's ow
 def draw_learning_curve(run_dir: Path, metrics: Sequence[str]) -> str | None:
     """Draw ``RUN/plots/learning_curve.png`` of ``metrics``; returns a warning instead of raising (a plot
     must never cost the user a finished run), or None. Used by the sidecar and by in-process runs."""
-    from advantage.plotting import plot_runs
+    from advantage.monitoring.plotting import plot_runs
 
     try:
         plot_runs([run_dir], run_dir / PLOT_FILE, metrics=metrics, inside=run_dir)
@@ -59,7 +59,8 @@ class Sidecar:
         purge_step: int | None,
         plot_metrics: Sequence[str] | None,
     ):
-        args = [sys.executable, "-m", "advantage.sidecar", str(run_dir), str(metrics_file), str(offset)]
+        args = [sys.executable, "-m", "advantage.monitoring.sidecar"]
+        args += [str(run_dir), str(metrics_file), str(offset)]
         if tensorboard:
             args.append("--tensorboard")
         if purge_step is not None:
@@ -69,7 +70,7 @@ class Sidecar:
         self._log, self._run_dir = run_dir / LOG_FILE, run_dir
         env = dict(os.environ)
         # the sidecar imports advantage from where this process did (an editable checkout, a test's src/)
-        pkg_root = str(Path(__file__).resolve().parents[1])
+        pkg_root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join([pkg_root, *filter(None, [env.get("PYTHONPATH")])])
         with Folder.open(run_dir) as run, run.open_file(LOG_FILE, "ab") as log:
             self.proc = subprocess.Popen(
@@ -165,7 +166,9 @@ def follow(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m advantage.sidecar", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m advantage.monitoring.sidecar", description=__doc__.split("\n")[0]
+    )
     p.add_argument("run_dir", type=Path)
     p.add_argument("metrics_file", type=Path)
     p.add_argument("offset", type=int)
@@ -181,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
         finished.set()
 
-    from advantage.metrics import scalars
+    from advantage.monitoring.metrics import scalars
 
     threading.Thread(target=wait_for_eof, daemon=True).start()
     tb = TensorBoardWriter(ns.run_dir, ns.purge_step) if ns.tensorboard else None

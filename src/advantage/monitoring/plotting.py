@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from advantage.errors import RunDirError
-from advantage.metrics import METRICS_FILE, read_metrics
+from advantage.monitoring.metrics import METRICS_FILE, read_metrics
 from advantage.safe_io.run_files import Folder, write_run_file
 
 DEFAULT_METRICS = ("train/episode_return", "eval/return_mean")

@@ -1,5 +1,5 @@
 """Metrics of a run: ``metrics.jsonl`` (one JSON object per log event), read back and checked row by row,
-and the TensorBoard scalars of a row. The writer is :mod:`advantage.metrics_writer`.
+and the TensorBoard scalars of a row. The writer is :mod:`advantage.monitoring.writer`.
 
 Every row has ``step`` (environment steps so far) and ``time`` (seconds since the run started, counting
 earlier sessions of a resumed run); the rest are named ``group/name``, e.g. ``train/episode_return``,

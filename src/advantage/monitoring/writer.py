@@ -1,6 +1,6 @@
-"""What a run writes as it trains: rows appended to ``metrics.jsonl`` (:mod:`advantage.metrics`), their
-numbers mirrored to TensorBoard and, when the run is over, the learning curve, here or in the sidecar
-process (:mod:`advantage.sidecar`)."""
+"""What a run writes as it trains: rows appended to ``metrics.jsonl`` (:mod:`advantage.monitoring.metrics`),
+their numbers mirrored to TensorBoard and, when the run is over, the learning curve, here or in the
+sidecar process (:mod:`advantage.monitoring.sidecar`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from advantage.metrics import METRICS_FILE, scalars
+from advantage.monitoring.metrics import METRICS_FILE, scalars
 from advantage.safe_io.run_files import Folder
 
 
@@ -26,7 +26,7 @@ class MetricsWriter:
     when the run is over.
 
     With ``background=True`` (the command line) TensorBoard and the plot are the work of a sidecar process
-    (:mod:`advantage.sidecar`) that follows the file, so the training process neither imports their
+    (:mod:`advantage.monitoring.sidecar`) that follows the file, so the training process neither imports their
     libraries nor waits for the plot. Otherwise (the Python API) they are written in this process and
     :meth:`wait` draws the plot.
 
@@ -58,13 +58,13 @@ class MetricsWriter:
         self._tb: Any = None
         self.sidecar: Any = None
         if background and (tensorboard or plot_metrics):
-            from advantage.sidecar import Sidecar
+            from advantage.monitoring.sidecar import Sidecar
 
             self.sidecar = Sidecar(
                 self.run_dir, path, self._file.tell(), tensorboard, purge_step, plot_metrics
             )
         elif tensorboard:
-            from advantage.sidecar import TensorBoardWriter
+            from advantage.monitoring.sidecar import TensorBoardWriter
 
             self._tb = TensorBoardWriter(self.run_dir, purge_step)
 
@@ -100,6 +100,6 @@ class MetricsWriter:
             return self.sidecar.wait()
         if not self._plot_metrics:
             return None
-        from advantage.sidecar import draw_learning_curve
+        from advantage.monitoring.sidecar import draw_learning_curve
 
         return draw_learning_curve(self.run_dir, self._plot_metrics)
