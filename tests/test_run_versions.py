@@ -51,7 +51,7 @@ def test_the_manifest_records_the_versions_and_load_returns_them(tmp_path):
     folder = save_checkpoint(tmp_path, 5, {"q": np.zeros((2, 2))}, {"a": 1})
     recorded = json.loads((folder / "manifest.json").read_text())["versions"]
     assert set(recorded) == NAMES
-    assert recorded == versions.current()
+    assert recorded == versions.installed()
     assert recorded["python"] == ".".join(map(str, sys.version_info[:3]))
     assert recorded["advantage"] == advantage.__version__
     assert load_checkpoint(tmp_path).versions == recorded
@@ -60,7 +60,7 @@ def test_the_manifest_records_the_versions_and_load_returns_them(tmp_path):
 def test_finding_the_versions_imports_no_library():
     """transformers (seconds to import) and torch are looked up in the package metadata, not imported."""
     code = (
-        "import sys; from advantage import versions; v = versions.current(); "
+        "import sys; from advantage import versions; v = versions.installed(); "
         "assert 'transformers' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules); "
         "print(v['torch'])"
     )
@@ -125,9 +125,9 @@ def test_changed_and_describe_name_only_the_libraries_that_differ():
     now = {"python": "3.11.7", "torch": "2.15.0", "transformers": None, "numpy": "2.4.6", "new_lib": "1"}
     names = versions.changed(saved, now)
     assert names == ["torch", "transformers"]  # a name only one side records is not a difference
-    assert versions.describe(names, saved) == "torch 2.13.0+cpu, transformers 4.57.1"
-    assert versions.describe(names, now) == "torch 2.15.0, transformers (not installed)"
-    assert versions.describe(["python"], saved) == "Python 3.11.7"
+    assert versions.listing(names, saved) == "torch 2.13.0+cpu, transformers 4.57.1"
+    assert versions.listing(names, now) == "torch 2.15.0, transformers (not installed)"
+    assert versions.listing(["python"], saved) == "Python 3.11.7"
 
 
 # ---- the run folder and resume ------------------------------------------------------------------------
@@ -135,7 +135,7 @@ def test_changed_and_describe_name_only_the_libraries_that_differ():
 
 def test_a_run_folder_records_its_versions(trained):
     recorded = json.loads((trained / versions.VERSIONS_FILE).read_text())
-    assert recorded == versions.current()
+    assert recorded == versions.installed()
     assert load_checkpoint(trained / "checkpoints").versions == recorded
 
 
@@ -150,9 +150,9 @@ def test_resume_under_another_torch_says_so_once_records_it_and_goes_on(
     trained, tmp_path, capsys, monkeypatch
 ):
     run = _copy(trained, tmp_path)
-    real = versions.current()
+    real = versions.installed()
     other = {**real, "torch": "9.9.9"}
-    monkeypatch.setattr(versions, "current", lambda: dict(other))
+    monkeypatch.setattr(versions, "installed", lambda: dict(other))
     resumed = advantage.resume(run, quiet=True, **{"trainer.total_steps": 3000})
     assert resumed.step == 3000  # never refused
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("resume:")]
@@ -179,8 +179,8 @@ def test_resume_of_a_checkpoint_without_versions_says_nothing(trained, tmp_path,
     (folder,) = (run / "checkpoints").glob("step_*")
     _edit_manifest(folder, lambda m: m.pop("versions"))
     (run / versions.VERSIONS_FILE).unlink()  # a run folder from before the file existed
-    other = {**versions.current(), "torch": "9.9.9"}
-    monkeypatch.setattr(versions, "current", lambda: dict(other))
+    other = {**versions.installed(), "torch": "9.9.9"}
+    monkeypatch.setattr(versions, "installed", lambda: dict(other))
     assert advantage.resume(run, quiet=True, **{"trainer.total_steps": 3000}).step == 3000
     assert "resume:" not in capsys.readouterr().err
     assert not (run / "events.jsonl").exists()

@@ -165,7 +165,7 @@ def _save(
         "format": FORMAT,
         "step": step,
         "files": {n: {"bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in blobs.items()},
-        "versions": _versions.current(),
+        "versions": _versions.installed(),
     }
     blobs[MANIFEST] = json.dumps(manifest, indent=1, sort_keys=True).encode()
     tmp_name = f".tmp-{name}-{os.getpid()}"

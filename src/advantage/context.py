@@ -275,13 +275,13 @@ class RunContext:
 
         if restored.versions is None:
             return False
-        now = versions.current()
+        now = versions.installed()
         names = versions.changed(restored.versions, now)
         if not names:
             return False
         print(
-            f"resume: this checkpoint was written with {versions.describe(names, restored.versions)}; "
-            f"now {versions.describe(names, now)}: the continuation may not be bit-identical to an "
+            f"resume: this checkpoint was written with {versions.listing(names, restored.versions)}; "
+            f"now {versions.listing(names, now)}: the continuation may not be bit-identical to an "
             "uninterrupted run",
             file=sys.stderr,
             flush=True,

@@ -40,7 +40,7 @@ def _library(name: str) -> str | None:
     return str(version) if version is not None else _installed(name)
 
 
-def current() -> dict[str, str | None]:
+def installed() -> dict[str, str | None]:
     """``{"python": ..., "torch": ..., "transformers": ..., "numpy": ..., "gymnasium": ..., "advantage":
     ...}`` of this process (``None``: not installed); each at most :data:`MAX_VERSION` characters."""
     import platform
@@ -55,11 +55,11 @@ def current() -> dict[str, str | None]:
 
 def as_json() -> str:
     """The content of ``RUN/versions.json``."""
-    return json.dumps(current(), indent=1, sort_keys=True) + "\n"
+    return json.dumps(installed(), indent=1, sort_keys=True) + "\n"
 
 
 def is_valid(value: Any) -> bool:
-    """Whether ``value`` is a ``versions`` object as :func:`current` writes it: a JSON object of at most
+    """Whether ``value`` is a ``versions`` object as :func:`installed` writes it: a JSON object of at most
     :data:`MAX_ENTRIES` printable names of at most :data:`MAX_NAME` characters, each mapped to ``None`` or a
     printable string of at most :data:`MAX_VERSION` characters."""
     if not isinstance(value, dict) or len(value) > MAX_ENTRIES:
@@ -80,7 +80,7 @@ def changed(saved: Mapping[str, str | None], now: Mapping[str, str | None]) -> l
     return [name for name in now if name in saved and saved[name] != now[name]]
 
 
-def describe(names: list[str], versions: Mapping[str, str | None]) -> str:
+def listing(names: list[str], versions: Mapping[str, str | None]) -> str:
     """``"torch 2.13.0+cpu, transformers 4.57.1"`` for ``names``."""
     label = {"python": "Python"}
     return ", ".join(

@@ -38,7 +38,7 @@ AUTO, NONE = "auto", "none"
 
 
 @dataclass(frozen=True)
-class Entry:
+class TableEntry:
     """One environment's tuned values: ``overrides`` are dotted config keys."""
 
     file: str
@@ -87,7 +87,7 @@ def _read(path: Path, name: str) -> Any:
     )
 
 
-def load_table(path: str | Path, config_cls: type) -> dict[str, Entry]:
+def load_table(path: str | Path, config_cls: type) -> dict[str, TableEntry]:
     """Read and check every entry of a hyperparameter file against the config class ``config_cls``.
 
     Raises:
@@ -104,7 +104,7 @@ def load_table(path: str | Path, config_cls: type) -> dict[str, Entry]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"hyperparams file {name!r} must map env ids to entries, got {type(data).__name__}")
-    table: dict[str, Entry] = {}
+    table: dict[str, TableEntry] = {}
     problems: list[str] = []
     for env_id, raw in data.items():
         where = f"hyperparams file {name!r}, entry {str(env_id)!r}"
@@ -125,7 +125,7 @@ def load_table(path: str | Path, config_cls: type) -> dict[str, Entry]:
             problems.append(f"{where}: env.id is the entry's key and cannot be set inside it")
         _, found = build(config_cls, nest(overrides), cross_checks=False)
         problems.extend(f"{where}: {msg}" for msg in found)
-        table[str(env_id)] = Entry(name, str(env_id), str(source), notes, overrides)
+        table[str(env_id)] = TableEntry(name, str(env_id), str(source), notes, overrides)
     if problems:
         raise ConfigError(problems)
     return table
@@ -142,7 +142,7 @@ def shipped_env_ids(algo: str) -> dict[str, str]:
     return {str(k): str(v.get("source", "")) for k, v in data.items() if isinstance(v, dict)}
 
 
-def choose(algo: str, config_cls: type, choice: Any, env_id: str | None) -> tuple[Entry | None, str]:
+def choose(algo: str, config_cls: type, choice: Any, env_id: str | None) -> tuple[TableEntry | None, str]:
     """The entry a run uses and a one-line note of what was chosen.
 
     Args:
