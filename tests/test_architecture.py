@@ -41,6 +41,18 @@ BELOW_ALGOS = (
     "advantage.config",
     "advantage.configs",
     "advantage.checkpoint",
+    "advantage.config_sources",
+    "advantage.safe_io",
+    "advantage.monitoring",
+    "advantage.schedules",
+    "advantage.versions",
+    "advantage.hyperparams",
+    "advantage.torch_state",
+    "advantage.evaluation",
+    "advantage.distributed",
+    "advantage.context",
+    "advantage.resolve",
+    "advantage.run_folder",
 )
 
 

@@ -323,8 +323,8 @@ def task_options(name: str) -> list[tuple[str, Any, str]]:
 register(
     Algorithm(
         name="grpo",
-        summary="GRPO and its family (DAPO, GSPO, Dr.GRPO, Lite PPO) on verifiable rewards "
-        "(Shao et al. 2024)",
+        summary="GRPO and its family (DAPO, GSPO, Dr.GRPO, RLOO, REINFORCE++, Lite PPO) on verifiable "
+        "rewards (Shao et al. 2024)",
         config=GRPOConfig,
         train=Entry("advantage.algos.llm.grpo:train"),
         load_policy=Entry("advantage.algos.llm.grpo:load_policy"),

@@ -1,4 +1,5 @@
-r"""Group Relative Policy Optimization (GRPO) and its family: DAPO, GSPO, Dr.GRPO, Lite PPO.
+r"""Group Relative Policy Optimization (GRPO) and its family: DAPO, GSPO, Dr.GRPO, RLOO, REINFORCE++,
+Lite PPO.
 
 Shao et al. 2024 (DeepSeekMath §4.1: objective, outcome vs process supervision; the study notes on GRPO:
 GRPO replaces the critic's baseline by the mean reward of G samples of the same prompt). For each prompt
@@ -10,23 +11,13 @@ GRPO replaces the critic's baseline by the mean reward of G samples of the same 
     - \beta\,\mathbb D_\text{KL}[\pi_\theta\|\pi_\text{ref}]_{i,t}\Big],
     \qquad \hat A_{i,t} = \frac{r_i - \operatorname{mean}(r)}{\operatorname{std}(r) + \varepsilon}
 
-The pieces are the shared math core: ``GROUP_ADVANTAGES`` (``grpo``, ``dr_grpo``, ``rloo``,
-``batch_std``), ``POLICY_LOSSES`` (``ppo_clip`` — the same function CartPole's PPO uses — or ``gspo``),
-``KL_ESTIMATORS`` (k1, k2, k3) and ``aggregate`` (``token_mean``, ``seq_mean_token_mean``,
-``seq_mean_token_sum_norm``). The presets are combinations of them:
-
-==========  ==============  ==========  =======================  ======================================
-preset      advantage       loss        aggregation              other
-==========  ==============  ==========  =======================  ======================================
-grpo        grpo            ppo_clip    seq_mean_token_mean      β = 0.04, k3 in the loss (the paper)
-dapo        grpo            ppo_clip    token_mean               clip-higher 0.2/0.28, β = 0, dynamic
-                                                                 sampling, overlong filter + soft
-                                                                 penalty
-gspo        grpo            gspo        seq_mean_token_mean      sequence-level ratio and clipping
-dr_grpo     dr_grpo         ppo_clip    seq_mean_token_sum_norm  no std, sums / max length
-lite_ppo    batch_std       ppo_clip    token_mean               group mean, batch std (Liu et al.
-                                                                 2025)
-==========  ==============  ==========  =======================  ======================================
+The pieces are the shared math core's registries, each option picking an entry by name:
+``GROUP_ADVANTAGES`` (``algorithm.advantage``; one advantage per completion, or per token for an entry
+registered ``per_token``), ``POLICY_LOSSES`` (``worker.actor.loss``: the entries with a clipped ratio,
+among them the ``ppo_clip`` CartPole's PPO uses), ``KL_ESTIMATORS`` (``worker.actor.kl_estimator``) and
+``LOSS_AGGREGATIONS`` (``worker.actor.loss_agg``); ``advantage list grpo`` shows each option's names.
+The presets (:data:`advantage.configs.grpo.PRESETS`: GRPO, DAPO, GSPO, Dr.GRPO, RLOO, REINFORCE++, Lite
+PPO) are combinations of them.
 
 Implementation details:
 
