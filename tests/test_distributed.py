@@ -376,6 +376,10 @@ def test_bad_launch_configs_are_clear_errors(tmp_path, over, message):
             "with process supervision needs a group advantage, not batch_std",
         ),
         ({"data.rollout_batch_size": 3}, "data.rollout_batch_size=3 is not divisible by the 2 ranks"),
+        (
+            {"algorithm.adaptive_difficulty": True, "algorithm.dynamic_sampling": True},
+            "with algorithm.adaptive_difficulty and algorithm.dynamic_sampling is not supported",
+        ),
     ],
 )
 def test_grpo_options_that_need_the_whole_batch_are_errors_on_ranks(over, message):

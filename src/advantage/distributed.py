@@ -113,6 +113,17 @@ def problems(algo: str, cfg: LMRunConfig) -> list[str]:
                 f"trainer.strategy={strategy} with process supervision needs a group advantage, not "
                 f"{name} (its step rewards' batch statistic is taken on one rank)"
             )
+    if (
+        algo == "grpo"
+        and _get(cfg, "algorithm.adaptive_difficulty")
+        and _get(cfg, "algorithm.dynamic_sampling")
+    ):
+        out.append(
+            f"trainer.strategy={strategy} with algorithm.adaptive_difficulty and algorithm.dynamic_sampling "
+            "is not supported: with dynamic sampling every rank samples the whole batch and takes an equal "
+            "share of its prompts, and adaptive difficulty gives prompts different numbers of samples; turn "
+            "one of them off, or train on one rank"
+        )
     if strategy == "fsdp" and cfg.model.lora.rank > 0:
         out.append(
             f"trainer.strategy=fsdp with LoRA (model.lora.rank={cfg.model.lora.rank}) is not supported: "
