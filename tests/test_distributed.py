@@ -155,6 +155,7 @@ def test_fsdp_checkpoint_resumes_exactly(tmp_path, request, rewound, algo):
     # GRPO and PPO-RLHF on each strategy, with the options that read the whole batch, several per run
     # (each run costs CI half a minute)
     + [("grpo:batch_std+curriculum+mini_batches", "ddp"), ("grpo:dynamic_sampling+mini_batches", "fsdp")]
+    + [("grpo:reinforce_pp", "ddp")]
     + [("ppo_rlhf", "ddp"), ("ppo_rlhf:mini_batches", "fsdp")],
 )
 def test_two_ranks_take_the_one_process_steps(tmp_path, request, algo, strategy):
@@ -162,7 +163,9 @@ def test_two_ranks_take_the_one_process_steps(tmp_path, request, algo, strategy)
     PPO-RLHF (half of the prompts), sampled on their rank, on 2 ranks: the losses, gradient norms and
     weights of one process (``single``) on the same global batch, within 1e-5: each prompt's samples
     are drawn from its slot's seed, wherever it is sampled. After the colon, options joined by ``+``:
-    ``batch_std``: GRPO with Lite PPO's batch std, taken over every rank's rewards; ``curriculum``:
+    ``batch_std``: GRPO with Lite PPO's batch std, taken over every rank's rewards; ``reinforce_pp``: the
+    REINFORCE++ preset, per-token returns whitened over every rank's tokens (responses of different
+    widths on each rank) with the KL reward per token; ``curriculum``:
     hard-prompt mining; ``dynamic_sampling``: DAPO's refill rounds (each rank samples them whole, then
     trains on its share); ``mini_batches``: 2 epochs of mini-batches drawn from the global batch (a rank
     holds any share of each, none included, and makes as many forwards as the others)."""
@@ -171,6 +174,10 @@ def test_two_ranks_take_the_one_process_steps(tmp_path, request, algo, strategy)
     options = set(variants.split("+")) - {""}
     if "batch_std" in options:
         over["algorithm.advantage"] = "batch_std"
+    if "reinforce_pp" in options:
+        from advantage.configs.grpo import PRESETS
+
+        over |= PRESETS["reinforce_pp"].overrides
     if "curriculum" in options:  # prompts picked by every rank alike from the gathered pass counts
         over["algorithm.curriculum"] = "hard"
     if "dynamic_sampling" in options:  # refill rounds, each sampled whole on every rank
