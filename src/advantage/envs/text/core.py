@@ -74,7 +74,7 @@ _SPLIT_BUCKETS = {"train": (0, 90), "validation": (90, 95), "test": (95, 100)}
 class ChatPrompt(str):
     """A prompt given as chat messages (verl's and TRL's conversational ``prompt`` column): a list of
     ``{"role": ..., "content": ...}``. The model always sees it rendered with the policy tokenizer's chat
-    template (:func:`advantage.algos.llm.common.prompt_text`); as a string it is the messages' contents
+    template (:func:`advantage.algos.llm.policy.prompt_text`); as a string it is the messages' contents
     joined by blank lines, which is what the hash split and a character tokenizer's alphabet read."""
 
     messages: tuple[dict[str, str], ...]
