@@ -105,10 +105,7 @@ def train(cfg: PPOConfig, ctx: RunContext) -> None:
         return actor_critic_snapshot(model, rollout, learner, beta=kl_ctl.beta)
 
     # the hyperparameters the chosen loss takes (its registry entry's params), from the algorithm section
-    value_hp = {
-        k: v for k, v in {"clip": a.value_clip}.items() if k in VALUE_LOSSES.spec(a.value_loss).params
-    }
-    value_loss = partial(VALUE_LOSSES[a.value_loss], **value_hp)
+    value_loss = VALUE_LOSSES.bind(a.value_loss, clip=a.value_clip)
     while step < t.total_steps:
         total = schedule_total(t, step)
         lr = annealed(a.learning_rate, a.lr_schedule, step, total)

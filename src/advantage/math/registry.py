@@ -104,6 +104,16 @@ class FunctionRegistry(Mapping[str, F], Generic[F]):
 
         return add(fn) if fn is not None else add
 
+    def bind(self, name: str, **available: object) -> F:
+        """Entry ``name`` with the hyperparameters it takes (its spec's ``params``) bound from
+        ``available``, by name; the values of ``available`` it does not take are left out (a config section
+        offers the values of every entry it can pick)."""
+        params = self.spec(name).params
+        fn = self._fns[name]
+        if not callable(fn):  # registered functions are; this narrows the type
+            raise TypeError(f"{self.what} {name!r} is not callable")
+        return cast(F, functools.partial(fn, **{k: v for k, v in available.items() if k in params}))
+
     def spec(self, name: str) -> Spec:
         """The :class:`Spec` of ``name``; a clear error naming the allowed ones otherwise."""
         self._check(name)

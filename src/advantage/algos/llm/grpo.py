@@ -172,9 +172,7 @@ def policy_loss_fn(actor: ActorConfig) -> PolicyLoss:
     """The per-token policy loss ``actor.loss`` with its hyperparameters bound: those of its registry entry
     (``POLICY_LOSSES.spec(name).params``) that the actor section sets, by the same name (``clip_low``,
     ``clip_high``, ``dual_clip``)."""
-    params = POLICY_LOSSES.spec(actor.loss).params
-    bound: dict[str, float | None] = {p: getattr(actor, p) for p in params if hasattr(actor, p)}
-    return partial(POLICY_LOSSES[actor.loss], **bound)
+    return POLICY_LOSSES.bind(actor.loss, **vars(actor))
 
 
 def grpo_loss(
