@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import advantage
-from advantage.envs.text import Reward, make_task
+from advantage.envs.text import Reward
 from advantage.math.advantages import GROUP_ADVANTAGES, reinforce_plus_plus
 from advantage.math.rewards import token_rewards
-from test_grpo import TINY  # tests/ is on sys.path (pytest rootdir-relative imports)
+from test_grpo import TINY, CoinTask  # tests/ is on sys.path (pytest rootdir-relative imports)
 
 F64 = torch.float64
 
@@ -116,17 +116,9 @@ def test_the_preset_runs_on_addition_with_one_sample_per_prompt(tmp_path, monkey
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-class FirstDigitOne:
+class FirstDigitOne(CoinTask):
     """Addition prompts, reward 1 when the completion starts with "1": learnable by a tiny model in a few
     dozen steps, so the preset's learning is measured in seconds."""
-
-    def __init__(self):
-        self.inner = make_task("addition", digits=2)
-        self.name, self.alphabet, self.special_tokens = "first_one", self.inner.alphabet, ()
-        self.options: dict = {}
-
-    def examples(self, split, n, seed):
-        return self.inner.examples(split, n, seed)
 
     def verify(self, completion, example):
         ok = completion.startswith("1")
