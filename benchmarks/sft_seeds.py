@@ -45,7 +45,7 @@ def one_seed(seed: int, sets: list[str], folder: Path) -> dict[str, Any]:
     out, _ = run_cli("eval", str(run_dir), "--json", cwd=ROOT)
     result = json.loads(out.strip().splitlines()[-1])
     accuracy, n = float(result["accuracy"]), int(result["n"])
-    return {"seed": seed, "test_accuracy": accuracy, "n": n, "wall_s": train_s}
+    return {"seed": seed, "test_accuracy": accuracy, "n": n, "wall_s": train_s, "steps": int(result["step"])}
 
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, float]:
@@ -69,10 +69,13 @@ def table(res: dict[str, Any]) -> list[str]:
         f"{res['runs'][0]['n']} held-out prompts (greedy); torch {res['torch']}, {res['cpus']} CPUs, "
         f"{res['jobs']} runs at a time (1-minute load {res['load_average_start']:.2f} at the start).",
         "",
-        "| seed | test accuracy | train wall s |",
-        "|---|---|---|",
+        "| seed | test accuracy | steps trained | train wall s |",
+        "|---|---|---|---|",
     ]
-    lines += [f"| {r['seed']} | {r['test_accuracy']:.3f} | {r['wall_s']:.0f} |" for r in res["runs"]]
+    lines += [
+        f"| {r['seed']} | {r['test_accuracy']:.3f} | {r.get('steps', '–')} | {r['wall_s']:.0f} |"
+        for r in res["runs"]
+    ]
     lines += [
         "",
         f"Range {s['min']:.3f}-{s['max']:.3f} (spread {s['spread_points']:.1f} points), "
