@@ -415,6 +415,7 @@ def main() -> None:
         "command": MODULE + (f" --steps {args.steps}" if args.steps else ""),
         "seeds": args.seeds,
         "jobs": args.jobs,
+        "sft_reused": args.sft_runs is not None,  # the SFT runs of an earlier call (same command, same seed)
         "sft": {
             str(s): {"test_accuracy": start_acc[s], "validation_accuracy": start_val[s], "wall_s": w}
             for s, (_, w) in starts.items()
