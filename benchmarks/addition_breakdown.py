@@ -4,8 +4,8 @@
     python -m benchmarks.addition_breakdown RUN ... --name addition_breakdown   # also write the results
 
 ``--name NAME`` writes ``benchmarks/results/NAME.{json,md}`` (the runs are labelled by ``--labels``);
-docs/algorithms/grpo.md quotes ``addition_breakdown`` for the SFT run and the example's GRPO run of
-``python -m benchmarks.grpo_presets --out-dir DIR`` (``DIR/sft_addition`` and ``DIR/grpo_none``).
+docs/algorithms/grpo.md quotes ``addition_breakdown`` for seed 0's SFT and GRPO runs of
+``python -m benchmarks.addition_example_seeds --runs-dir DIR`` (``DIR/sft_seed0`` and ``DIR/grpo_seed0``).
 
 For each run folder (an ``sft`` or ``grpo`` run on ``data.task=addition``): the first ``--prompts``
 validation prompts (the ones ``eval/accuracy`` uses), split into those whose operands both have the full
