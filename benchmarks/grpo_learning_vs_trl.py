@@ -44,7 +44,11 @@ The option map, ours (the resolved run config) → TRL ``GRPOConfig``:
 * ``trainer.total_steps``, ``trainer.seed`` → ``max_steps``, ``seed``; ``algorithm.overlong_filter``
   false → ``mask_truncated_completions=False``;
 * the reward: the task's verifier score → a reward function calling the same ``task.verify``; the
-  prompts: the train split (``data.seed``) → a ``datasets.Dataset`` of the same train examples.
+  prompts: the train split (``data.seed``) → a ``datasets.Dataset`` of the same train examples;
+* at their neutral value, or refused by name: process supervision, the curricula, dual clip, LoRA,
+  ``min_new_tokens``, a reward model, the overlong buffer and the length preference (TRL has no
+  counterpart, or its default is that value); ``data.max_prompt_length`` (8) cuts no addition prompt, and
+  TRL 1.16 has no such option.
 
 Without an equivalent, named: dynamic sampling (``ours+ds`` runs it; TRL has none), the warm-up's first
 step (ours ``peak·1/W``, Hugging Face's schedule ``0``: TRL's first step does not move the weights), the
@@ -175,6 +179,19 @@ def trl_config(cfg: Any, output_dir: str) -> dict[str, Any]:
         problems.append("algorithm.dynamic_sampling / overlong_filter / kl_reward_coef")
     if cfg.algorithm.std_eps != STD_EPS:
         problems.append(f"algorithm.std_eps={cfg.algorithm.std_eps} (TRL's is {STD_EPS})")
+    # Options that must sit at their neutral value, TRL having no counterpart (or its default being it)
+    neutral = {
+        "algorithm.supervision": (cfg.algorithm.supervision, "outcome"),
+        "algorithm.curriculum": (cfg.algorithm.curriculum, "none"),
+        "algorithm.adaptive_difficulty": (cfg.algorithm.adaptive_difficulty, False),
+        "worker.actor.dual_clip": (a.dual_clip, None),
+        "worker.actor.lora.rank": (a.model.lora.rank, 0),
+        "worker.rollout.min_new_tokens": (r.min_new_tokens, 0),
+        "worker.reward.model": (cfg.worker.reward.model, None),
+        "worker.reward.overlong_buffer": (cfg.worker.reward.overlong_buffer, 0),
+        "worker.reward.length_preference": (cfg.worker.reward.length_preference, 0.0),
+    }
+    problems += [f"{k}={v}" for k, (v, ok) in neutral.items() if v != ok]
     if problems:
         raise SystemExit(f"no TRL equivalent for: {', '.join(problems)}")
     return {

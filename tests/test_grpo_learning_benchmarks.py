@@ -51,6 +51,9 @@ def test_the_kl_preset_maps_to_beta_with_plain_k3(tmp_path):
         ("ours", {"algorithm.std_eps": 1e-6}, "std_eps"),
         ("ours", {"algorithm.advantage": "rloo"}, "algorithm.advantage=rloo"),
         ("trl kl", {"worker.actor.kl_estimator": "k1"}, "kl_estimator=k1"),
+        ("ours", {"worker.actor.dual_clip": 3.0}, "dual_clip=3.0"),
+        ("ours", {"worker.reward.overlong_buffer": 2}, "overlong_buffer=2"),
+        ("ours", {"algorithm.curriculum": "hard"}, "curriculum=hard"),
     ],
 )
 def test_an_option_trl_cannot_express_is_refused_by_name(tmp_path, arm, extra, named):
