@@ -146,7 +146,12 @@ def main() -> None:
         folder = Path(args.runs_dir or tmp)
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             runs = list(pool.map(lambda s: one_seed(s, folder, sft_runs, args.sets), args.seeds))
-    command = "python -m benchmarks.addition_example_seeds" + "".join(f" --grpo-set {s}" for s in args.sets)
+    command = "python -m benchmarks.addition_example_seeds"
+    if args.seeds != [0, 1, 2, 3, 4]:
+        command += " --seeds " + " ".join(map(str, args.seeds))
+    command += "".join(f" --grpo-set {s}" for s in args.sets)
+    if args.name != "addition_example_seeds":
+        command += f" --name {args.name}"
     res: dict[str, Any] = {
         **versions(load),
         "command": command,
