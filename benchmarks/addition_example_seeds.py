@@ -18,41 +18,27 @@ own validation accuracy (the same 200 prompts), whose lowest point is the early 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks.pipeline import ROOT, run_cli, versions, write_results
+from advantage.monitoring.metrics import read_metrics
+from benchmarks.pipeline import ROOT, evaluate_run, map_seeds, run_cli, versions, write_results
+from benchmarks.sft_seeds import EXAMPLE as SFT
+from benchmarks.sft_seeds import sft_run
 
-SFT = "examples/sft_addition.yaml"
 GRPO = "examples/grpo_addition.yaml"
-
-
-def evaluate(run_dir: Path, split: str = "test") -> dict[str, Any]:
-    """``advantage eval RUN --json --split SPLIT``: the run's latest checkpoint, greedy."""
-    out, _ = run_cli("eval", str(run_dir), "--json", "--split", split, cwd=ROOT)
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    return result
 
 
 def curve(run_dir: Path) -> list[tuple[int, float]]:
     """The run's ``(step, eval/accuracy)`` pairs."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [(r["step"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
+    return [(r["step"], r["eval/accuracy"]) for r in read_metrics(run_dir) if "eval/accuracy" in r]
 
 
 def one_seed(seed: int, folder: Path, sft_runs: Path | None, grpo_sets: list[str]) -> dict[str, Any]:
-    sft_dir, sft_s = (sft_runs / f"seed{seed}") if sft_runs else folder / f"sft_seed{seed}", None
-    if sft_runs is None:
-        _, sft_s = run_cli(
-            "train", "sft", "--config", SFT, f"trainer.seed={seed}", f"trainer.run_dir={sft_dir}",
-            "trainer.tensorboard=false", "trainer.progress=none", cwd=ROOT,
-        )  # fmt: skip
-    sft_test = evaluate(sft_dir)
+    sft_dir, sft_s = sft_run(seed, folder, sft_runs)
+    sft_test = evaluate_run(sft_dir)
     sft_curve = curve(sft_dir)
     grpo_dir = folder / f"grpo_seed{seed}"
     _, grpo_s = run_cli(
@@ -60,7 +46,7 @@ def one_seed(seed: int, folder: Path, sft_runs: Path | None, grpo_sets: list[str
         f"trainer.run_dir={grpo_dir}", "trainer.tensorboard=false", "trainer.progress=none", *grpo_sets,
         cwd=ROOT,
     )  # fmt: skip
-    grpo_test = evaluate(grpo_dir)
+    grpo_test = evaluate_run(grpo_dir)
     grpo_curve = curve(grpo_dir)
     start_val = sft_curve[-1][1]  # the SFT run's last evaluation: the checkpoint GRPO starts from
     low = min(a for _, a in grpo_curve)
@@ -142,10 +128,9 @@ def main() -> None:
         p.error(f"--grpo-set takes KEY=VALUE, got {bad}")
     load = os.getloadavg()[0]
     sft_runs = Path(args.sft_runs) if args.sft_runs else None
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(args.runs_dir or tmp)
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            runs = list(pool.map(lambda s: one_seed(s, folder, sft_runs, args.sets), args.seeds))
+    runs = map_seeds(
+        lambda s, folder: one_seed(s, folder, sft_runs, args.sets), args.seeds, args.jobs, args.runs_dir
+    )
     command = "python -m benchmarks.addition_example_seeds"
     if args.seeds != [0, 1, 2, 3, 4]:
         command += " --seeds " + " ".join(map(str, args.seeds))

@@ -64,7 +64,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -76,10 +75,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.pipeline import ROOT, run_cli, versions
-from benchmarks.step_time import worker_env
+from benchmarks.sft_seeds import EXAMPLE as SFT_EXAMPLE
+from benchmarks.sft_seeds import sft_run
+from benchmarks.step_time import trl_step_clock, trl_task_prompts, worker_env
 
 MODULE = "python -m benchmarks.grpo_learning_vs_trl"
-SFT_EXAMPLE = "examples/sft_addition.yaml"
 GRPO_EXAMPLE = "examples/grpo_addition.yaml"
 STD_EPS = 1e-4  # TRL's hard-coded ε
 # arm -> (library, overrides of the GRPO example)
@@ -242,8 +242,6 @@ def trl_config(cfg: Any, output_dir: str) -> dict[str, Any]:
 def trl_worker(spec_path: Path, out_path: Path) -> None:
     """Train TRL's ``GRPOTrainer`` as ``spec`` says; write per-step clocks, rewards and the checkpoints."""
     import torch
-    from datasets import Dataset
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from advantage.algos.llm.data import make_task
@@ -258,19 +256,8 @@ def trl_worker(spec_path: Path, out_path: Path) -> None:
     first = examples[0].prompt  # TRL tokenizes a plain prompt with the special tokens; ours without
     if tok(first)["input_ids"] != tok(first, add_special_tokens=False)["input_ids"]:
         raise SystemExit("the tokenizer adds special tokens to a prompt: TRL's prompts would differ")
-    dataset = Dataset.from_list([{"prompt": e.prompt, "idx": i} for i, e in enumerate(examples)])
-
-    def verifier(completions: list[str], idx: list[int], **_: Any) -> list[float]:
-        return [float(task.verify(c, examples[i]).score) for c, i in zip(completions, idx, strict=True)]
-
-    rec: dict[str, list[float]] = {"step_end": [], "step_begin": []}
-
-    class Clock(TrainerCallback):
-        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            rec["step_begin"].append(time.perf_counter())
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            rec["step_end"].append(time.perf_counter())
+    dataset, verifier = trl_task_prompts(task, examples)
+    clock, rec = trl_step_clock(begin=True)
 
     out_dir = Path(spec["out_dir"])
     args = GRPOConfig(**trl_config(cfg, str(out_dir)))
@@ -280,7 +267,7 @@ def trl_worker(spec_path: Path, out_path: Path) -> None:
         args=args,
         train_dataset=dataset,
         processing_class=tok,
-        callbacks=[Clock()],
+        callbacks=[clock],
     )
     t0 = time.perf_counter()
     trainer.train()
@@ -319,7 +306,9 @@ def run_arm(arm: str, seed: int, export: Path, folder: Path, steps: int | None) 
             "trainer.progress=none",
             cwd=ROOT,
         )
-        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        from advantage.monitoring.metrics import read_metrics
+
+        rows = read_metrics(run_dir)
         train = [r for r in rows if "train/time/learn" in r]
         stamps = {r["step"]: r["time"] for r in train}
         # a step's wall time: from the previous step's row to its own, when no evaluation came between
@@ -368,22 +357,10 @@ def run_arm(arm: str, seed: int, export: Path, folder: Path, steps: int | None) 
 
 def sft_start(seed: int, folder: Path, sft_runs: Path | None) -> tuple[Path, float]:
     """The exported SFT checkpoint of ``seed`` and the SFT run's wall seconds (0 when reused)."""
-    run_dir, seconds = (sft_runs / f"seed{seed}") if sft_runs else folder / f"sft_seed{seed}", 0.0
-    if sft_runs is None:
-        _, seconds = run_cli(
-            "train",
-            "sft",
-            "--config",
-            SFT_EXAMPLE,
-            f"trainer.seed={seed}",
-            f"trainer.run_dir={run_dir}",
-            "trainer.tensorboard=false",
-            "trainer.progress=none",
-            cwd=ROOT,
-        )
+    run_dir, seconds = sft_run(seed, folder, sft_runs)
     out = folder / f"export_seed{seed}"
     export(run_dir, out)
-    return out, seconds
+    return out, seconds or 0.0
 
 
 def binomial_se(p: float, n: int) -> float:
@@ -420,8 +397,6 @@ def main() -> None:
             start_val = {s: score(cfg0, e, "validation", n_val)["accuracy"] for s, (e, _) in starts.items()}
             jobs = [(arm, s) for s in args.seeds for arm in args.arms]
             runs = list(pool.map(lambda j: run_arm(j[0], j[1], starts[j[1]][0], folder, args.steps), jobs))
-        if args.runs_dir is None:
-            shutil.rmtree(folder, ignore_errors=True)
     import torch
     import transformers
     import trl

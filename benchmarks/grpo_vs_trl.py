@@ -196,8 +196,6 @@ def run_advantage(size: str, seed: int, steps: int) -> dict[str, Any]:
 
 def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
     import torch
-    from datasets import Dataset
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from advantage.envs.text import make_task
@@ -212,21 +210,9 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
         extra["generation_kwargs"] = {"min_new_tokens": s["new_tokens"]}
     else:
         tok, model = step_time.scratch_lm(task, s, MAX_POSITIONS, seed)
-    dataset = Dataset.from_list([{"prompt": e.prompt, "idx": i} for i, e in enumerate(examples)])
-
-    def verifier(completions: list[str], idx: list[int], **_: Any) -> list[float]:
-        return [float(task.verify(c, examples[i]).score) for c, i in zip(completions, idx, strict=True)]
-
-    keys = ("begin", "step_end", "cpu_end", "generate", "score", "tokens")
-    rec: dict[str, list[float]] = {k: [] for k in keys}
-
-    class Clock(TrainerCallback):
-        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            rec["begin"].append(time.perf_counter())
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            rec["step_end"].append(time.perf_counter())
-            rec["cpu_end"].append(time.process_time())
+    dataset, verifier = step_time.trl_task_prompts(task, examples)
+    clock, rec = step_time.trl_step_clock(begin=True)
+    rec.update(generate=[], score=[], tokens=[])
 
     with tempfile.TemporaryDirectory() as tmp:
         args = GRPOConfig(
@@ -266,7 +252,7 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
             args=args,
             train_dataset=dataset,
             processing_class=tok,
-            callbacks=[Clock()],
+            callbacks=[clock],
         )
 
         def timed(name: str, fn: Any, count: bool = False) -> Any:
@@ -286,7 +272,7 @@ def run_trl(size: str, seed: int, steps: int) -> dict[str, Any]:
         history = trainer.state.log_history
     rewards = [h["reward"] for h in history if "reward" in h]
     n = len(rec["step_end"])
-    inner = [rec["step_end"][i] - rec["begin"][i] for i in range(n)]
+    inner = [rec["step_end"][i] - rec["step_begin"][i] for i in range(n)]
     learn = [inner[i] - rec["generate"][i] - rec["score"][i] for i in range(n)]
     assert torch.get_num_threads() == 1
     return {

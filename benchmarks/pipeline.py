@@ -10,8 +10,10 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,24 @@ def run_cli(*args: str, cwd: Path) -> tuple[str, float]:
     if out.returncode != 0:
         raise RuntimeError(f"advantage {' '.join(args)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     return out.stdout, time.perf_counter() - start
+
+
+def evaluate_run(run_dir: Path, split: str = "test") -> dict[str, Any]:
+    """``advantage eval RUN --json --split SPLIT`` in a fresh process: the latest checkpoint's result row."""
+    out, _ = run_cli("eval", str(run_dir), "--json", "--split", split, cwd=ROOT)
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def map_seeds(
+    one: Callable[[int, Path], dict[str, Any]], seeds: Sequence[int], jobs: int, runs_dir: str | None
+) -> list[dict[str, Any]]:
+    """``one(seed, folder)`` for every seed, ``jobs`` at a time, the run folders under ``runs_dir`` (kept)
+    or a temporary folder (deleted afterwards)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(runs_dir or tmp)
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            return list(pool.map(lambda seed: one(seed, folder), seeds))
 
 
 def versions(load: float) -> dict[str, Any]:

@@ -15,23 +15,21 @@ run, e.g. a longer schedule; they are recorded in the results.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.pipeline import ROOT, run_cli, versions, write_results
+from benchmarks.pipeline import ROOT, evaluate_run, map_seeds, run_cli, versions, write_results
 
 EXAMPLE = "examples/sft_addition.yaml"
 
 
-def one_seed(seed: int, sets: list[str], folder: Path) -> dict[str, Any]:
-    """Train and evaluate seed ``seed``; its test accuracy and wall seconds."""
-    run_dir = folder / f"seed{seed}"
-    _, train_s = run_cli(
+def train(seed: int, run_dir: Path, sets: Sequence[str] = ()) -> float:
+    """``advantage train sft --config examples/sft_addition.yaml trainer.seed=SEED`` (and ``sets``) into
+    ``run_dir``; its wall seconds."""
+    _, seconds = run_cli(
         "train",
         "sft",
         "--config",
@@ -39,11 +37,27 @@ def one_seed(seed: int, sets: list[str], folder: Path) -> dict[str, Any]:
         f"trainer.seed={seed}",
         f"trainer.run_dir={run_dir}",
         "trainer.tensorboard=false",
+        "trainer.progress=none",
         *sets,
         cwd=ROOT,
     )
-    out, _ = run_cli("eval", str(run_dir), "--json", cwd=ROOT)
-    result = json.loads(out.strip().splitlines()[-1])
+    return seconds
+
+
+def sft_run(seed: int, folder: Path, reuse: Path | None) -> tuple[Path, float | None]:
+    """The SFT example's run of ``seed``: ``reuse/seedS`` (``--runs-dir`` of an earlier call; no wall
+    seconds) or trained now into ``folder/sft_seedS``."""
+    if reuse is not None:
+        return reuse / f"seed{seed}", None
+    run_dir = folder / f"sft_seed{seed}"
+    return run_dir, train(seed, run_dir)
+
+
+def one_seed(seed: int, sets: list[str], folder: Path) -> dict[str, Any]:
+    """Train and evaluate seed ``seed``; its test accuracy and wall seconds."""
+    run_dir = folder / f"seed{seed}"
+    train_s = train(seed, run_dir, sets)
+    result = evaluate_run(run_dir)
     accuracy, n = float(result["accuracy"]), int(result["n"])
     return {"seed": seed, "test_accuracy": accuracy, "n": n, "wall_s": train_s, "steps": int(result["step"])}
 
@@ -97,10 +111,7 @@ def main() -> None:
     if bad:
         p.error(f"--set takes KEY=VALUE, got {bad}")
     load = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(args.runs_dir or tmp)
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            runs = list(pool.map(lambda s: one_seed(s, args.sets, folder), args.seeds))
+    runs = map_seeds(lambda s, folder: one_seed(s, args.sets, folder), args.seeds, args.jobs, args.runs_dir)
     command = "python -m benchmarks.sft_seeds" + "".join(f" --set {s}" for s in args.sets)
     if args.name != "sft_seeds":
         command += f" --name {args.name}"

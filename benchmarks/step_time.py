@@ -52,18 +52,39 @@ def advantage_step_clock(key: str) -> dict[str, list[float]]:
     return rec
 
 
-def trl_step_clock() -> tuple[Any, dict[str, list[float]]]:
-    """A ``TrainerCallback`` stamping wall and CPU time at every ``on_step_end``, and the stamps."""
+def trl_step_clock(begin: bool = False) -> tuple[Any, dict[str, list[float]]]:
+    """A ``TrainerCallback`` stamping wall and CPU time at every ``on_step_end`` (``step_end``,
+    ``cpu_end``) and, with ``begin``, wall time at every ``on_step_begin`` (``step_begin``: a step's own
+    time, without what the trainer does between steps), and the stamps."""
     from transformers import TrainerCallback
 
     rec: dict[str, list[float]] = {"step_end": [], "cpu_end": []}
+    if begin:
+        rec["step_begin"] = []
 
     class Clock(TrainerCallback):
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if begin:
+                rec["step_begin"].append(time.perf_counter())
+
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             rec["step_end"].append(time.perf_counter())
             rec["cpu_end"].append(time.process_time())
 
     return Clock(), rec
+
+
+def trl_task_prompts(task: Any, examples: list[Any]) -> tuple[Any, Callable[..., list[float]]]:
+    """TRL's view of a text task: a ``datasets.Dataset`` of the examples' prompts (each with its index) and a
+    reward function giving each completion our verifier's score against its example."""
+    from datasets import Dataset
+
+    dataset = Dataset.from_list([{"prompt": e.prompt, "idx": i} for i, e in enumerate(examples)])
+
+    def verifier(completions: list[str], idx: list[int], **_: Any) -> list[float]:
+        return [float(task.verify(c, examples[i]).score) for c, i in zip(completions, idx, strict=True)]
+
+    return dataset, verifier
 
 
 def scratch_lm(task: Any, size: dict[str, Any], max_position_embeddings: int, seed: int) -> tuple[Any, Any]:
