@@ -11,13 +11,13 @@ the final return is the run's last ``eval/return_mean`` and the wall time the wh
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from advantage.monitoring.metrics import read_metrics
 from benchmarks.pipeline import ROOT, run_cli, versions, write_results
 
 
@@ -45,8 +45,7 @@ def main() -> None:
             _, wall = run_cli(
                 "train", "ddpg", f"trainer.seed={seed}", f"trainer.run_dir={run}", "--quiet", cwd=work
             )
-            rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-            final = [r for r in rows if "eval/return_mean" in r][-1]
+            final = [r for r in read_metrics(run) if "eval/return_mean" in r][-1]
             res["runs"].append(
                 {
                     "seed": seed,

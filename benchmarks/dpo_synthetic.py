@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from advantage.monitoring.metrics import read_metrics
 from benchmarks.pipeline import ROOT, run_cli, versions, write_results
 
 SFT_CONFIG = "examples/sft_preference.yaml"
@@ -37,8 +38,7 @@ KEYS = ("accuracy", "hidden_score", "win_rate", "wins", "ties", "losses", "respo
 
 def losses(run: Path) -> list[tuple[int, float]]:
     """``(step, train/loss)`` rows of a run's metrics.jsonl."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return [(r["step"], r["train/loss"]) for r in rows if "train/loss" in r]
+    return [(r["step"], r["train/loss"]) for r in read_metrics(run) if "train/loss" in r]
 
 
 def dpo_run(work: Path, sft: Path, seed: int, *overrides: str) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from advantage.monitoring.metrics import read_metrics
 from benchmarks.pipeline import ROOT, run_cli, versions, write_results
 
 SFT_CONFIG = "examples/sft_addition.yaml"
@@ -38,13 +39,9 @@ PRESETS = ("none", "grpo", "dapo", "gspo", "dr_grpo", "lite_ppo")  # "none": the
 NAME = "grpo_presets"
 
 
-def metrics(run: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-
-
 def curve(run: Path) -> dict[str, float]:
     """``{step: eval/accuracy}`` of each evaluation of a run (JSON keys: the steps as strings)."""
-    return {str(r["step"]): r["eval/accuracy"] for r in metrics(run) if "eval/accuracy" in r}
+    return {str(r["step"]): r["eval/accuracy"] for r in read_metrics(run) if "eval/accuracy" in r}
 
 
 def test_accuracy(run: Path, work: Path) -> tuple[float, int]:
